@@ -1,0 +1,1 @@
+"""Pure data and rules: no trio, no redis."""

@@ -1,0 +1,92 @@
+"""Values the verbs answer: a claimed job, a job's row."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import attrs
+
+from .states import CANCELLED_PREFIX, JobState
+
+__all__ = ["Claimed", "JobInfo", "Sweep"]
+
+
+@attrs.frozen(kw_only=True)
+class Claimed:
+    """A job this caller now holds: ``token`` (the row's attempts) fences every later move."""
+
+    id: str
+    payload: bytes
+    token: int
+    failures: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Sweep:
+    """What one stalled sweep did: ids returned to pending, ids dead-lettered."""
+
+    recovered: list[str]
+    dead: list[str]
+
+
+def _int(value: bytes | None, default: int = 0) -> int:
+    return int(value) if value is not None else default
+
+
+def _opt_int(value: bytes | None) -> int | None:
+    return int(value) if value is not None else None
+
+
+def _str(value: bytes | None) -> str | None:
+    return value.decode("utf-8", "replace") if value is not None else None
+
+
+@attrs.frozen(kw_only=True)
+class JobInfo:
+    """A job's row as stored. Times are server-clock milliseconds since the epoch."""
+
+    id: str
+    state: JobState
+    payload: bytes
+    attempts: int
+    failures: int
+    stalled: int
+    max_attempts: int
+    priority: int
+    last_error: str | None
+    progress: str | None
+    result: bytes | None
+    lease_epoch: str | None
+    created_at: int | None
+    claimed_at: int | None
+    finished_at: int | None
+    run_at: int | None
+
+    @property
+    def cancelled(self) -> bool:
+        return (
+            self.state is JobState.COMPLETED
+            and self.result is not None
+            and self.result.startswith(CANCELLED_PREFIX.encode())
+        )
+
+    @classmethod
+    def from_row(cls, job_id: str, row: Mapping[bytes, bytes]) -> JobInfo:
+        return cls(
+            id=job_id,
+            state=JobState(row[b"state"].decode()),
+            payload=row.get(b"payload", b""),
+            attempts=_int(row.get(b"attempts")),
+            failures=_int(row.get(b"failures")),
+            stalled=_int(row.get(b"stalled")),
+            max_attempts=_int(row.get(b"max_attempts"), 1),
+            priority=_int(row.get(b"priority")),
+            last_error=_str(row.get(b"last_error")),
+            progress=_str(row.get(b"progress")),
+            result=row.get(b"result"),
+            lease_epoch=_str(row.get(b"lease_epoch")),
+            created_at=_opt_int(row.get(b"created_at")),
+            claimed_at=_opt_int(row.get(b"claimed_at")),
+            finished_at=_opt_int(row.get(b"finished_at")),
+            run_at=_opt_int(row.get(b"run_at")),
+        )

@@ -1,0 +1,117 @@
+"""The key builder: the one place that formats ``emq:{q}:...`` names.
+
+Rule 1: every key of queue ``q`` carries the hash tag ``{q}``, so a queue lives in one
+Redis Cluster slot and every script touches one slot.
+Rule 2: queue names and job ids are gated here, before any I/O: 1..128 characters of
+``[A-Za-z0-9._~-]``; anything else raises :class:`~echomq.errors.InvalidKey`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import attrs
+
+from ..errors import InvalidKey
+
+__all__ = ["Keyspace", "check_id", "check_queue", "PREFIX"]
+
+PREFIX = "emq"
+_VALID = re.compile(r"[A-Za-z0-9._~-]{1,128}")
+
+
+def _check(kind: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidKey(f"{kind} must be a str, not {type(value).__name__}")
+    if _VALID.fullmatch(value) is None:
+        raise InvalidKey(f"invalid {kind} {value[:140]!r}: use 1..128 characters of [A-Za-z0-9._~-]")
+    return value
+
+
+def check_queue(name: object) -> str:
+    """Return ``name`` if it is a valid queue name, else raise InvalidKey."""
+    return _check("queue name", name)
+
+
+def check_id(job_id: object) -> str:
+    """Return ``job_id`` if it is a valid job id, else raise InvalidKey."""
+    return _check("job id", job_id)
+
+
+@attrs.frozen
+class Keyspace:
+    """All key names of one queue. Constructing it validates the queue name."""
+
+    queue: str = attrs.field(converter=check_queue)
+
+    @property
+    def base(self) -> str:
+        """The queue's root, ``emq:{q}:``; scripts derive per-job keys from it."""
+        return f"{PREFIX}:{{{self.queue}}}:"
+
+    @property
+    def pending(self) -> str:
+        return self.base + "pending"
+
+    @property
+    def active(self) -> str:
+        return self.base + "active"
+
+    @property
+    def schedule(self) -> str:
+        return self.base + "schedule"
+
+    @property
+    def dead(self) -> str:
+        return self.base + "dead"
+
+    @property
+    def completed(self) -> str:
+        return self.base + "completed"
+
+    @property
+    def meta(self) -> str:
+        return self.base + "meta"
+
+    @property
+    def events(self) -> str:
+        return self.base + "events"
+
+    @property
+    def wake(self) -> str:
+        return self.base + "wake"
+
+    @property
+    def metrics_completed(self) -> str:
+        return self.base + "metrics:completed"
+
+    @property
+    def metrics_failed(self) -> str:
+        return self.base + "metrics:failed"
+
+    @property
+    def sweep_guard(self) -> str:
+        """SET NX PX guard so that one worker runs recovery per interval."""
+        return self.base + "sweep_guard"
+
+    @property
+    def pattern(self) -> str:
+        """A SCAN pattern matching every key of this queue."""
+        return f"{PREFIX}:{{{self.queue}}}:*"
+
+    def job(self, job_id: str) -> str:
+        """The job's row (a hash)."""
+        return f"{self.base}job:{check_id(job_id)}"
+
+    def logs(self, job_id: str) -> str:
+        """The job's log lines (a list)."""
+        return self.job(job_id) + ":logs"
+
+    def lock(self, job_id: str) -> str:
+        """The optional operator lock (a string) that makes remove refuse."""
+        return self.job(job_id) + ":lock"
+
+
+def queues_pattern() -> str:
+    """A SCAN pattern that finds every queue's meta hash."""
+    return f"{PREFIX}:{{*}}:meta"

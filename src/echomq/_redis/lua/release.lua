@@ -1,0 +1,31 @@
+--[[
+  Hand held jobs back to pending at once (graceful shutdown): fenced, no count.
+  KEYS  1 active   ZSET  claimed ids
+        2 pending  ZSET  ready ids
+        3 wake     LIST  wake tokens
+  ARGV  1 queue base   then pairs: id, token
+  Returns  one code per pair: 1 released | -1 no row | -2 stale token | -3 not active
+  Events   released (per job)
+  Moves    active -> pending (first in its priority band)
+]]
+local active, pending, wake, base = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local codes, ok = {}, {}
+for i = 2, #ARGV, 2 do
+  local id, token = ARGV[i], ARGV[i + 1]
+  local f = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'priority')
+  local code = 1
+  if not f[1] then code = -1
+  elseif f[1] ~= token then code = -2
+  elseif not redis.call('ZSCORE', active, id) then code = -3
+  else ok[#ok + 1] = {id, tonumber(f[2] or '0')} end
+  codes[#codes + 1] = code
+end
+for _, job in ipairs(ok) do
+  local id = job[1]
+  redis.call('ZREM', active, id)
+  redis.call('ZADD', pending, -job[2] * 1099511627776, id)
+  redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
+  redis.call('PUBLISH', base .. 'events', '{"event":"released","job":"' .. id .. '"}')
+end
+if #ok > 0 and redis.call('LLEN', wake) < 64 then redis.call('RPUSH', wake, #ok) end
+return codes

@@ -1,0 +1,161 @@
+"""Every error echomq raises, in one tree.
+
+::
+
+    EchoMQError
+    ├── InvalidKey           bad job id / queue name (also ValueError), before any I/O
+    ├── InvalidArgument      a bad lease, count, priority... (also ValueError), before any I/O
+    ├── ConnectionLost       the wire dropped a command in flight; never replayed silently
+    ├── ServerError          Redis answered an error we do not map
+    │   └── ScriptError      a script answered a reply we cannot decode
+    ├── JobGone              no such row (also LookupError)
+    ├── StaleToken           the caller's fencing token is not the row's attempts
+    ├── NotActive            the id has left the active set (a reaped lease is not revived)
+    ├── NotCancellable       cancel asked of a job that is completed or dead
+    ├── NotDead              reprocess asked of a job that is not dead
+    ├── NotPaused            obliterate asked of a queue that is not paused
+    ├── ActiveJobs           obliterate (unforced) of a queue with jobs in flight
+    ├── JobLocked            remove asked of a job under an operator lock
+    ├── DuplicateJob         enqueue with a job_id whose row already exists
+    ├── TaskNotRegistered    a claimed job names a task this worker does not know
+    ├── SerializationError   a payload that cannot be encoded or decoded (also ValueError)
+    ├── JobFailed            from handle.result(): the job is dead; carries the error text
+    └── JobCancelled         from handle.result() and CancelToken.check()
+
+    Retry(delay=...)         raised by a task to ask for a retry; not an error
+
+Script refusals reach these classes through one table, ``_redis/replies.py``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "EchoMQError",
+    "InvalidKey",
+    "InvalidArgument",
+    "ConnectionLost",
+    "ServerError",
+    "ScriptError",
+    "JobGone",
+    "StaleToken",
+    "NotActive",
+    "NotCancellable",
+    "NotDead",
+    "NotPaused",
+    "ActiveJobs",
+    "JobLocked",
+    "DuplicateJob",
+    "TaskNotRegistered",
+    "SerializationError",
+    "JobFailed",
+    "JobCancelled",
+    "Retry",
+]
+
+
+class EchoMQError(Exception):
+    """The root of every error echomq raises."""
+
+
+class InvalidKey(EchoMQError, ValueError):
+    """A job id or queue name is not 1..128 characters of ``[A-Za-z0-9._~-]``.
+
+    Raised by the key builder, before any I/O.
+    """
+
+
+class InvalidArgument(EchoMQError, ValueError):
+    """A lease, count, delay, priority or similar argument is out of range.
+
+    Raised before any I/O.
+    """
+
+
+class ConnectionLost(EchoMQError, ConnectionError):
+    """The connection dropped while a command was in flight (or could not be made).
+
+    The command may or may not have run on the server; it is never replayed, because
+    scripts are not idempotent.
+    """
+
+
+class ServerError(EchoMQError):
+    """Redis answered an error reply that echomq does not map to a typed refusal."""
+
+
+class ScriptError(ServerError):
+    """A script answered a reply whose shape the verb cannot decode."""
+
+
+class JobGone(EchoMQError, LookupError):
+    """The job has no row (it never existed, was removed, or was trimmed)."""
+
+
+class StaleToken(EchoMQError):
+    """The caller's fencing token is not the row's ``attempts``: it no longer holds the job."""
+
+
+class NotActive(EchoMQError):
+    """The token still matches but the id has left the active set (reaped or swept)."""
+
+
+class NotCancellable(EchoMQError):
+    """The job is completed or dead: there is nothing to cancel."""
+
+
+class NotDead(EchoMQError):
+    """Reprocess was asked of a job that is not in the dead set."""
+
+
+class NotPaused(EchoMQError):
+    """Obliterate was asked of a queue that is not paused."""
+
+
+class ActiveJobs(EchoMQError):
+    """Obliterate (without force) was asked of a queue with jobs in flight."""
+
+
+class JobLocked(EchoMQError):
+    """The job is under an operator lock; remove refuses it."""
+
+
+class DuplicateJob(EchoMQError):
+    """Enqueue with an explicit ``job_id`` whose row already exists."""
+
+
+class TaskNotRegistered(EchoMQError, LookupError):
+    """A claimed job names a task that is not registered on this queue."""
+
+
+class SerializationError(EchoMQError, ValueError):
+    """A payload or result cannot be encoded (or decoded) by the queue's codec."""
+
+
+class JobFailed(EchoMQError):
+    """The job was dead-lettered; ``error`` carries its last error text."""
+
+    def __init__(self, job_id: str, error: str | None) -> None:
+        super().__init__(f"job {job_id} failed: {error}")
+        self.job_id = job_id
+        self.error = error
+
+
+class JobCancelled(EchoMQError):
+    """The job was cancelled; ``reason`` is the reason given (or None)."""
+
+    def __init__(self, reason: str | None = None, *, job_id: str | None = None) -> None:
+        super().__init__(f"job {job_id} cancelled: {reason}" if job_id else f"cancelled: {reason}")
+        self.reason = reason
+        self.job_id = job_id
+
+
+class Retry(Exception):  # noqa: N818 - a signal a task raises, named like Celery's
+    """Raised by a task to ask for a retry after ``delay`` seconds (None: the task's backoff).
+
+    A retry counts as a failure against ``max_attempts``, as in Celery and arq.
+    """
+
+    def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay = delay
+        self.reason = reason
