@@ -149,7 +149,7 @@ class JobCancelled(EchoMQError):
         self.job_id = job_id
 
 
-class Retry(Exception):  # noqa: N818 - a signal a task raises, named like Celery's
+class Retry(Exception):
     """Raised by a task to ask for a retry after ``delay`` seconds (None: the task's backoff).
 
     A retry counts as a failure against ``max_attempts``, as in Celery and arq.

@@ -24,7 +24,9 @@ DEFAULT_LIMIT = 100
 
 
 def _read(reply: Any) -> Sweep:
-    if not (isinstance(reply, list) and len(reply) == 2 and all(isinstance(x, list) for x in reply)):
+    if not (
+        isinstance(reply, list) and len(reply) == 2 and all(isinstance(x, list) for x in reply)
+    ):
         raise ScriptError(f"stalled check: unexpected reply {reply!r}")
     return Sweep(recovered=[text(x) for x in reply[0]], dead=[text(x) for x in reply[1]])
 

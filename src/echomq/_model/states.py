@@ -13,7 +13,7 @@ __all__ = ["JobState", "TERMINAL_STATES", "TRANSITIONS", "CANCELLED_PREFIX"]
 CANCELLED_PREFIX = "cancelled:"
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     PENDING = "pending"
     SCHEDULED = "scheduled"
     ACTIVE = "active"
@@ -32,9 +32,7 @@ TRANSITIONS: dict[str, dict[JobState | None, frozenset[JobState]]] = {
         JobState.PENDING: frozenset({JobState.ACTIVE}),
     },
     "complete": {JobState.ACTIVE: frozenset({JobState.COMPLETED})},
-    "fail": {
-        JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD})
-    },
+    "fail": {JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD})},
     "reap": {JobState.ACTIVE: frozenset({JobState.PENDING})},
     "stalled_check": {JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD})},
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},

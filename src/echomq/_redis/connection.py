@@ -53,9 +53,7 @@ async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:
             return await trio.open_unix_socket(config.unix_path)
         stream: trio.abc.Stream = await trio.open_tcp_stream(config.host, config.port)
         if config.tls:
-            tls = trio.SSLStream(
-                stream, config.make_ssl_context(), server_hostname=config.host
-            )
+            tls = trio.SSLStream(stream, config.make_ssl_context(), server_hostname=config.host)
             await tls.do_handshake()
             stream = tls
         return stream

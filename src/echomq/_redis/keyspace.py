@@ -24,7 +24,9 @@ def _check(kind: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidKey(f"{kind} must be a str, not {type(value).__name__}")
     if _VALID.fullmatch(value) is None:
-        raise InvalidKey(f"invalid {kind} {value[:140]!r}: use 1..128 characters of [A-Za-z0-9._~-]")
+        raise InvalidKey(
+            f"invalid {kind} {value[:140]!r}: use 1..128 characters of [A-Za-z0-9._~-]"
+        )
     return value
 
 

@@ -38,7 +38,7 @@ class Code(enum.IntEnum):
     NOT_ACTIVE = -3  # the id has left the active set
 
 
-class ExtendResult(str, enum.Enum):
+class ExtendResult(enum.StrEnum):
     """Per-id outcome of ``extend_locks``."""
 
     OK = "ok"

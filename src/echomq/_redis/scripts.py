@@ -63,7 +63,9 @@ class ScriptCall(Generic[T]):
         return ("EVAL", self.script.source, len(self.keys), *self.keys, *self.argv)
 
 
-def call(name: str, keys: Sequence[str], argv: Sequence[Any], read: Callable[[Any], T]) -> ScriptCall[T]:
+def call(
+    name: str, keys: Sequence[str], argv: Sequence[Any], read: Callable[[Any], T]
+) -> ScriptCall[T]:
     """Build a :class:`ScriptCall` for the script named ``name``."""
     return ScriptCall(SCRIPTS[name], keys, argv, read)
 

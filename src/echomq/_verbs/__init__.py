@@ -1,0 +1,1 @@
+"""The verbs' implementations, one module per concern; ``echomq.jobs`` re-exports them."""

@@ -1,0 +1,375 @@
+"""The lifecycle verbs: enqueue, claim, complete, fail, extend, release, reap, get_job.
+
+Each verb gates its arguments (before any I/O), builds a :class:`ScriptCall` with a plain
+``*_call`` function, runs it on the trio wire, and reads the reply into a value or a typed
+error. ``echomq.sync`` runs the same ``*_call`` builders on redis-py.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import attrs
+
+from .._model.job import Claimed, JobInfo
+from .._redis import validate as v
+from .._redis.connection import Connection
+from .._redis.keyspace import Keyspace, check_id
+from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check, text
+from .._redis.scripts import ScriptCall, call, evaluate
+from ..errors import InvalidArgument, ScriptError
+
+__all__ = [
+    "Claimed",
+    "ExtendResult",
+    "FailOutcome",
+    "JobInfo",
+    "NewJob",
+    "claim",
+    "complete",
+    "enqueue",
+    "enqueue_many",
+    "extend_lock",
+    "extend_locks",
+    "fail",
+    "get_job",
+    "new_id",
+    "reap",
+    "release",
+]
+
+FailOutcome = str  # "retrying" | "dead"
+DEFAULT_KEEP_COMPLETED = 10_000
+DEFAULT_KEEP_COMPLETED_MS = 24 * 3600 * 1000
+
+
+def new_id() -> str:
+    """A fresh job id: 32 hex characters."""
+    return uuid.uuid4().hex
+
+
+@attrs.frozen(kw_only=True)
+class NewJob:
+    """One job for :func:`enqueue_many`; the fields mean what enqueue's arguments mean."""
+
+    payload: bytes | str
+    job_id: str | None = None
+    delay_ms: int = 0
+    priority: int = 0
+    max_attempts: int = 1
+
+
+# -- builders (no I/O) ---------------------------------------------------------------------
+
+
+def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
+    ks = Keyspace(queue)
+    if not jobs:
+        raise InvalidArgument("enqueue needs at least one job")
+    ids: list[str] = []
+    argv: list[Any] = [ks.base, len(jobs)]
+    for job in jobs:
+        job_id = check_id(job.job_id) if job.job_id is not None else new_id()
+        argv += [
+            job_id,
+            v.payload_bytes(job.payload),
+            v.non_negative_int("delay_ms", job.delay_ms),
+            v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
+            v.positive_int("max_attempts", job.max_attempts),
+        ]
+        ids.append(job_id)
+
+    def read(reply: Any) -> list[str]:
+        if reply != len(ids):
+            raise ScriptError(f"enqueue: unexpected reply {reply!r}")
+        return ids
+
+    return call("enqueue", [ks.pending, ks.schedule, ks.meta, ks.wake], argv, read)
+
+
+def claim_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[list[Claimed]]:
+    ks = Keyspace(queue)
+    v.positive_int("lease_ms", lease_ms)
+    v.int_in("count", count, 1, v.MAX_COUNT)
+
+    def read(reply: Any) -> list[Claimed]:
+        if not isinstance(reply, list) or len(reply) % 4:
+            raise ScriptError(f"claim: unexpected reply {reply!r}")
+        return [
+            Claimed(
+                id=text(reply[i]), payload=reply[i + 1], token=reply[i + 2], failures=reply[i + 3]
+            )
+            for i in range(0, len(reply), 4)
+        ]
+
+    keys = [ks.pending, ks.active, ks.schedule, ks.meta]
+    return call("claim", keys, [ks.base, lease_ms, count], read)
+
+
+def complete_call(
+    queue: str,
+    job_id: str,
+    token: int,
+    result: bytes | str = b"",
+    *,
+    keep_count: int = DEFAULT_KEEP_COMPLETED,
+    keep_age_ms: int = DEFAULT_KEEP_COMPLETED_MS,
+) -> ScriptCall[None]:
+    ks = Keyspace(queue)
+    keys = [ks.job(job_id), ks.active, ks.completed, ks.metrics_completed]
+    if keep_count != -1:
+        v.non_negative_int("keep_count", keep_count)
+    argv = [
+        job_id,
+        v.token_str(token),
+        v.payload_bytes(result, "result"),
+        ks.base,
+        keep_count,
+        v.non_negative_int("keep_age_ms", keep_age_ms),
+    ]
+
+    def read(reply: Any) -> None:
+        check(reply, f"complete {job_id}")
+
+    return call("complete", keys, argv, read)
+
+
+def fail_call(
+    queue: str, job_id: str, token: int, error: str, *, retry_delay_ms: int = 0, dead: bool = False
+) -> ScriptCall[FailOutcome]:
+    ks = Keyspace(queue)
+    keys = [
+        ks.job(job_id),
+        ks.active,
+        ks.schedule,
+        ks.dead,
+        ks.pending,
+        ks.metrics_failed,
+        ks.meta,
+        ks.wake,
+    ]
+    argv = [
+        job_id,
+        v.token_str(token),
+        str(error),
+        v.non_negative_int("retry_delay_ms", retry_delay_ms),
+        ks.base,
+        "1" if dead else "0",
+    ]
+
+    def read(reply: Any) -> FailOutcome:
+        if isinstance(reply, int):
+            check(reply, f"fail {job_id}")
+            raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
+        outcome = text(reply)
+        if outcome not in ("retrying", "dead"):
+            raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
+        return outcome
+
+    return call("fail", keys, argv, read)
+
+
+def extend_lock_call(queue: str, job_id: str, token: int, lease_ms: int) -> ScriptCall[None]:
+    ks = Keyspace(queue)
+    argv = [job_id, v.token_str(token), v.positive_int("lease_ms", lease_ms)]
+
+    def read(reply: Any) -> None:
+        check(reply, f"extend {job_id}")
+
+    return call("extend_lock", [ks.active, ks.job(job_id)], argv, read)
+
+
+def _pairs(held: Iterable[tuple[str, int]]) -> tuple[list[str], list[Any]]:
+    ids: list[str] = []
+    argv: list[Any] = []
+    for job_id, token in held:
+        argv += [check_id(job_id), v.token_str(token)]
+        ids.append(job_id)
+    return ids, argv
+
+
+def _read_codes(ids: list[str], what: str) -> Any:
+    def read(reply: Any) -> dict[str, ExtendResult]:
+        if not isinstance(reply, list) or len(reply) != len(ids):
+            raise ScriptError(f"{what}: unexpected reply {reply!r}")
+        try:
+            return {
+                job_id: EXTEND_RESULTS[Code(code)] for job_id, code in zip(ids, reply, strict=True)
+            }
+        except (ValueError, KeyError):
+            raise ScriptError(f"{what}: unexpected reply {reply!r}") from None
+
+    return read
+
+
+def extend_locks_call(
+    queue: str, held: Iterable[tuple[str, int]], lease_ms: int
+) -> ScriptCall[dict[str, ExtendResult]]:
+    ks = Keyspace(queue)
+    v.positive_int("lease_ms", lease_ms)
+    ids, pairs = _pairs(held)
+    return call(
+        "extend_locks", [ks.active], [ks.base, lease_ms, *pairs], _read_codes(ids, "extend_locks")
+    )
+
+
+def release_call(
+    queue: str, held: Iterable[tuple[str, int]]
+) -> ScriptCall[dict[str, ExtendResult]]:
+    ks = Keyspace(queue)
+    ids, pairs = _pairs(held)
+    return call(
+        "release", [ks.active, ks.pending, ks.wake], [ks.base, *pairs], _read_codes(ids, "release")
+    )
+
+
+def _read_ids(reply: Any) -> list[str]:
+    if not isinstance(reply, list):
+        raise ScriptError(f"unexpected reply {reply!r}")
+    return [text(x) for x in reply]
+
+
+def reap_call(queue: str, *, limit: int = 1000) -> ScriptCall[list[str]]:
+    ks = Keyspace(queue)
+    v.int_in("limit", limit, 1, 100_000)
+    return call("reap", [ks.active, ks.pending, ks.wake], [ks.base, limit], _read_ids)
+
+
+# -- verbs ------------------------------------------------------------------------------------
+
+
+async def enqueue(
+    conn: Connection,
+    queue: str,
+    payload: bytes | str,
+    *,
+    job_id: str | None = None,
+    delay_ms: int = 0,
+    priority: int = 0,
+    max_attempts: int = 1,
+) -> str:
+    """Add one job; answer its id.
+
+    ``priority``: higher runs first (-4095..4095, default 0); FIFO within a priority.
+    ``delay_ms``: held in the schedule set until due. ``max_attempts``: handler failures
+    allowed before the job is dead-lettered.
+
+    Raises:
+        InvalidKey, InvalidArgument, SerializationError: before any I/O.
+        DuplicateJob: a row with ``job_id`` exists; nothing is written.
+    """
+    job = NewJob(
+        payload=payload,
+        job_id=job_id,
+        delay_ms=delay_ms,
+        priority=priority,
+        max_attempts=max_attempts,
+    )
+    ids = await evaluate(conn, enqueue_call(queue, [job]))
+    return ids[0]
+
+
+async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> list[str]:
+    """Add many jobs in one script call (all or nothing); answer their ids in order."""
+    return await evaluate(conn, enqueue_call(queue, jobs))
+
+
+async def claim(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
+    """Claim up to ``count`` ready jobs with a lease of ``lease_ms``.
+
+    Empty when the queue is paused or nothing is ready. Due scheduled jobs are promoted
+    first. Each claim grows the row's ``attempts``: the returned ``token``.
+    """
+    return await evaluate(conn, claim_call(queue, lease_ms, count))
+
+
+async def complete(
+    conn: Connection,
+    queue: str,
+    job_id: str,
+    token: int,
+    result: bytes | str = b"",
+    *,
+    keep_count: int = DEFAULT_KEEP_COMPLETED,
+    keep_age_ms: int = DEFAULT_KEEP_COMPLETED_MS,
+) -> None:
+    """Settle a held job as completed. Idempotent for the same token.
+
+    Raises:
+        JobGone, StaleToken, NotActive: the caller does not hold the job; nothing changed.
+    """
+    await evaluate(
+        conn,
+        complete_call(queue, job_id, token, result, keep_count=keep_count, keep_age_ms=keep_age_ms),
+    )
+
+
+async def fail(
+    conn: Connection,
+    queue: str,
+    job_id: str,
+    token: int,
+    error: str,
+    *,
+    retry_delay_ms: int = 0,
+    dead: bool = False,
+) -> FailOutcome:
+    """Settle a held job as failed: ``"retrying"`` (after ``retry_delay_ms``) or ``"dead"``.
+
+    The job is dead once its ``failures`` reach ``max_attempts``, or at once with ``dead``.
+
+    Raises:
+        JobGone, StaleToken, NotActive: the caller does not hold the job; nothing changed.
+    """
+    return await evaluate(
+        conn, fail_call(queue, job_id, token, error, retry_delay_ms=retry_delay_ms, dead=dead)
+    )
+
+
+async def extend_lock(conn: Connection, queue: str, job_id: str, token: int, lease_ms: int) -> None:
+    """Checkpoint a lease: its deadline becomes server now + ``lease_ms``.
+
+    Raises:
+        InvalidArgument: ``lease_ms`` is not a positive int (before any I/O).
+        JobGone: no row. StaleToken: not the holder. NotActive: the lease was collected.
+    """
+    await evaluate(conn, extend_lock_call(queue, job_id, token, lease_ms))
+
+
+async def extend_locks(
+    conn: Connection, queue: str, held: Iterable[tuple[str, int]], lease_ms: int
+) -> dict[str, ExtendResult]:
+    """Checkpoint many leases in one round trip; answer id -> ExtendResult."""
+    return await evaluate(conn, extend_locks_call(queue, held, lease_ms))
+
+
+async def release(
+    conn: Connection, queue: str, held: Iterable[tuple[str, int]]
+) -> dict[str, ExtendResult]:
+    """Hand held jobs back to pending at once, without counting (graceful shutdown)."""
+    return await evaluate(conn, release_call(queue, held))
+
+
+async def reap(conn: Connection, queue: str, *, limit: int = 1000) -> list[str]:
+    """Return expired leases to pending, with no count (crash recovery); answer their ids."""
+    return await evaluate(conn, reap_call(queue, limit=limit))
+
+
+def job_key(queue: str, job_id: str) -> str:
+    return Keyspace(queue).job(job_id)
+
+
+def read_job(job_id: str, row: Any) -> JobInfo | None:
+    """Decode an HGETALL reply (a flat list, or a dict from redis-py)."""
+    if not row:
+        return None
+    if isinstance(row, list):
+        row = dict(zip(row[::2], row[1::2]))
+    return JobInfo.from_row(job_id, row)
+
+
+async def get_job(conn: Connection, queue: str, job_id: str) -> JobInfo | None:
+    """The job's row, or None when there is none."""
+    return read_job(job_id, await conn.execute("HGETALL", job_key(queue, job_id)))
