@@ -1,0 +1,81 @@
+"""Payload and result encoding: JSON by default; pickle is never loaded unless enabled.
+
+A job's payload names the task and carries its arguments::
+
+    {"task": "app.send", "args": [...], "kwargs": {...}}
+
+Results are stored as JSON text. Encoding happens before any I/O, so an argument that
+cannot be encoded raises :class:`~echomq.errors.SerializationError` and nothing is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from ..errors import SerializationError
+
+__all__ = ["Call", "Codec", "JsonCodec", "JSON"]
+
+
+@attrs.frozen(kw_only=True)
+class Call:
+    """A decoded payload: which task, with which arguments."""
+
+    task: str
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+class Codec(Protocol):
+    """How payloads and results become bytes (and back)."""
+
+    def encode_call(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes: ...
+
+    def decode_call(self, payload: bytes) -> Call: ...
+
+    def encode_result(self, value: Any) -> bytes: ...
+
+    def decode_result(self, data: bytes) -> Any: ...
+
+
+class JsonCodec:
+    """The default codec: compact JSON, UTF-8; non-JSON values are refused, never pickled."""
+
+    def _dumps(self, value: Any, what: str) -> bytes:
+        try:
+            return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise SerializationError(f"{what} cannot be encoded as JSON: {exc}") from None
+
+    def encode_call(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
+        if not isinstance(task, str) or not task:
+            raise SerializationError("task name must be a non-empty str")
+        return self._dumps({"task": task, "args": list(args), "kwargs": dict(kwargs)}, "arguments")
+
+    def decode_call(self, payload: bytes) -> Call:
+        try:
+            data = json.loads(payload)
+            task = data["task"]
+            args = data.get("args", [])
+            kwargs = data.get("kwargs", {})
+        except (ValueError, TypeError, KeyError) as exc:
+            raise SerializationError(f"payload is not an echomq call: {exc}") from None
+        if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise SerializationError("payload is not an echomq call: bad field types")
+        return Call(task=task, args=tuple(args), kwargs=kwargs)
+
+    def encode_result(self, value: Any) -> bytes:
+        return self._dumps(value, "result")
+
+    def decode_result(self, data: bytes) -> Any:
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise SerializationError(f"result is not JSON: {exc}") from None
+
+
+JSON = JsonCodec()
