@@ -1,0 +1,132 @@
+"""The native twin: every transition run through EVALSHA and through FCALL gives the same
+replies and leaves the same keyspace (DESIGN.md section 6)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import trio
+
+import echomq
+from echomq import jobs, stalled
+from echomq._redis.functions import FunctionsConnection, library_source, load_library
+
+# Fields and sets whose values are server-clock times: compared by presence and order only.
+TIME_FIELDS = {b"created_at", b"claimed_at", b"finished_at", b"run_at"}
+TIME_SETS = ("active", "schedule", "dead", "completed")
+
+
+async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
+    """Every lifecycle transition and refusal, with fixed ids; answers what each step said."""
+    log: list[tuple[str, Any]] = []
+
+    async def step(name: str, action: Callable[[], Awaitable[Any]]) -> None:
+        try:
+            log.append((name, await action()))
+        except echomq.errors.ServerError as exc:  # unexpected: keep the text for the diff
+            log.append((name, f"ServerError: {exc}"))
+        except echomq.EchoMQError as exc:
+            log.append((name, type(exc).__name__))
+
+    await step("enqueue a", lambda: jobs.enqueue(conn, q, b"A", job_id="a", max_attempts=2))
+    await step("enqueue b", lambda: jobs.enqueue(conn, q, b"B", job_id="b"))
+    await step("enqueue c", lambda: jobs.enqueue(conn, q, b"C", job_id="c", priority=5))
+    await step("enqueue d", lambda: jobs.enqueue(conn, q, b"D", job_id="d", delay_ms=1))
+    await step("duplicate", lambda: jobs.enqueue(conn, q, b"X", job_id="a"))
+    await step(
+        "bulk",
+        lambda: jobs.enqueue_many(
+            conn, q, [jobs.NewJob(payload=b"E", job_id="e"), jobs.NewJob(payload=b"F", job_id="f")]
+        ),
+    )
+    await trio.sleep(0.02)
+    await step("claim 3", lambda: jobs.claim(conn, q, 10_000, count=3))
+    await step("extend stale", lambda: jobs.extend_lock(conn, q, "a", 7, 5_000))
+    await step("extend gone", lambda: jobs.extend_lock(conn, q, "zz", 1, 5_000))
+    await step("extend ok", lambda: jobs.extend_lock(conn, q, "a", 1, 5_000))
+    await step(
+        "extend batch",
+        lambda: jobs.extend_locks(conn, q, [("a", 1), ("c", 2), ("zz", 1), ("e", 1)], 5_000),
+    )
+    await step("fail a", lambda: jobs.fail(conn, q, "a", 1, "boom", retry_delay_ms=0))
+    await step("complete c", lambda: jobs.complete(conn, q, "c", 1, b"done"))
+    await step("complete c again", lambda: jobs.complete(conn, q, "c", 1, b"done"))
+    await step("complete c stale", lambda: jobs.complete(conn, q, "c", 9, b"done"))
+    await step("complete a not active", lambda: jobs.complete(conn, q, "a", 1, b"x"))
+    await step("claim rest", lambda: jobs.claim(conn, q, 1, count=10))
+    await trio.sleep(0.02)
+    await step("reap", lambda: jobs.reap(conn, q))
+    await step("claim again", lambda: jobs.claim(conn, q, 1, count=2))
+    await trio.sleep(0.02)
+    await step("sweep", lambda: stalled.check(conn, q, max_stalled=1))
+    await step("claim last", lambda: jobs.claim(conn, q, 10_000, count=10))
+    await step("release", lambda: jobs.release(conn, q, [("b", 3), ("e", 1), ("zz", 1)]))
+    await step("fail dead", lambda: jobs.fail(conn, q, "f", 2, "bad", dead=True))
+    for job_id in "abcdef":
+        await step(f"row {job_id}", lambda job_id=job_id: jobs.get_job(conn, q, job_id))
+    return log
+
+
+async def dump(conn: echomq.Connection, q: str) -> dict[str, Any]:
+    """The queue's keyspace, with the queue name and server-clock times taken out."""
+    out: dict[str, Any] = {}
+    cursor = b"0"
+    keys: list[bytes] = []
+    while True:
+        cursor, batch = await conn.execute("SCAN", cursor, "MATCH", f"emq:{{{q}}}:*")
+        keys += batch
+        if cursor == b"0":
+            break
+    for key in keys:
+        name = key.decode().replace(f"{{{q}}}", "{Q}")
+        kind = await conn.execute("TYPE", key)
+        if kind == b"hash":
+            flat = await conn.execute("HGETALL", key)
+            row = dict(zip(flat[::2], flat[1::2], strict=True))
+            out[name] = {k: (k in TIME_FIELDS) or v for k, v in row.items()}
+        elif kind == b"zset":
+            flat = await conn.execute("ZRANGE", key, 0, -1, "WITHSCORES")
+            if name.endswith(TIME_SETS):
+                out[name] = flat[::2]
+            else:
+                out[name] = flat
+        elif kind == b"list":
+            out[name] = await conn.execute("LRANGE", key, 0, -1)
+        else:
+            out[name] = await conn.execute("GET", key)
+    return out
+
+
+def normalise(log: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Job rows carry times; keep everything else."""
+    result = []
+    for name, value in log:
+        if isinstance(value, echomq.JobInfo):
+            value = (value.state, value.attempts, value.failures, value.stalled, value.last_error)
+        result.append((name, value))
+    return result
+
+
+async def test_library_holds_every_script() -> None:
+    """The library registers one function per Lua file, named emq_<script>."""
+    source = library_source()
+    for name in echomq._redis.scripts.SCRIPTS:
+        assert f"'emq_{name}'" in source
+
+
+async def test_evalsha_and_fcall_agree(conn: echomq.Connection, queue: str) -> None:
+    """The same transitions through EVALSHA and FCALL: same replies, same keyspace."""
+    await load_library(conn)
+    native = cast(echomq.Connection, FunctionsConnection(conn))
+    with trio.fail_after(10):
+        scripted = await scenario(conn, queue + "-s")
+        twin = await scenario(native, queue + "-n")
+        assert normalise(scripted) == normalise(twin)
+        assert await dump(conn, queue + "-s") == await dump(conn, queue + "-n")
+    steps = dict(normalise(scripted))
+    assert steps["duplicate"] == "DuplicateJob"
+    assert steps["extend stale"] == "StaleToken"
+    assert steps["complete c again"] is None
+    assert steps["fail a"] == "retrying"
+    assert not any(str(value).startswith("ServerError") for _, value in scripted)
