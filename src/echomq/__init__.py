@@ -9,7 +9,7 @@ Layout (imports point down):
 
 from __future__ import annotations
 
-from . import errors, jobs, stalled
+from . import admin, errors, jobs, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
 from ._redis.connection import Connection, connect
@@ -37,6 +37,7 @@ __all__ = [
     "Retry",
     "Sweep",
     "__version__",
+    "admin",
     "connect",
     "errors",
     "jobs",

@@ -24,6 +24,14 @@ from ._verbs.lifecycle import (
     reap,
     release,
 )
+from ._verbs.rows import (
+    add_log,
+    get_job_logs,
+    remove_job,
+    reprocess_job,
+    update_data,
+    update_progress,
+)
 
 __all__ = [
     "Claimed",
@@ -42,4 +50,10 @@ __all__ = [
     "new_id",
     "reap",
     "release",
+    "update_data",
+    "update_progress",
+    "add_log",
+    "get_job_logs",
+    "remove_job",
+    "reprocess_job",
 ]

@@ -1,0 +1,11 @@
+--[[
+  Pause a queue: set the claim gate. Idempotent; the backlog is untouched.
+  KEYS  1 meta   HASH  `paused` = the claim gate (claim reads HEXISTS meta paused)
+  ARGV  (none)
+  Returns  1
+  Events   (none)
+  Moves    (none)
+]]
+local meta = KEYS[1]
+redis.call('HSET', meta, 'paused', '1')
+return 1

@@ -1,0 +1,27 @@
+--[[
+  Remove a job from whichever state set holds it, with its row and its logs.
+  KEYS  1 row        HASH    the job
+        2 lock       STRING  the optional operator lock (emq:{q}:job:<id>:lock)
+        3 logs       LIST    the job's log lines
+        4 pending    ZSET
+        5 schedule   ZSET
+        6 active     ZSET
+        7 dead       ZSET
+        8 completed  ZSET
+  ARGV  1 id   2 queue base (emq:{q}:)
+  Returns  1 | -1 no row (nothing written)
+  Errors   EMQLOCKED   a lock key or a `lock` field on the row: the job is untouched
+  Events   removed
+  Moves    pending | scheduled | active | dead | completed -> (none)
+]]
+local row, lock, logs = KEYS[1], KEYS[2], KEYS[3]
+local id, base = ARGV[1], ARGV[2]
+-- checks, in order: row, lock
+if redis.call('EXISTS', row) == 0 then return -1 end
+if redis.call('EXISTS', lock) == 1 or redis.call('HEXISTS', row, 'lock') == 1 then
+  return redis.error_reply('EMQLOCKED job is locked: ' .. id)
+end
+for i = 4, 8 do redis.call('ZREM', KEYS[i], id) end
+redis.call('DEL', row, logs)
+redis.call('PUBLISH', base .. 'events', cjson.encode({event = 'removed', job = id}))
+return 1

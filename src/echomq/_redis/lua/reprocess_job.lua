@@ -1,0 +1,29 @@
+--[[
+  Reprocess a dead job: back to pending, first in its priority band. The counters
+  (attempts, failures, stalled) stay; last_error is cleared. The pause gate is not read:
+  on a paused queue the job waits in pending until resume.
+  KEYS  1 row       HASH  the job
+        2 dead      ZSET  dead-lettered ids
+        3 pending   ZSET  ready ids; score = -priority * 2^40 (+ seq for new jobs)
+        4 wake      LIST  wake tokens
+  ARGV  1 id   2 queue base (emq:{q}:)
+  Returns  1 | -1 no row (nothing written)
+  Errors   EMQSTATE not dead   the id is not in the dead set (nothing written)
+  Events   reprocessed
+  Moves    dead -> pending
+]]
+local row, dead, pending, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local id, base = ARGV[1], ARGV[2]
+-- checks, in order: row, dead membership
+local priority = redis.call('HGET', row, 'priority')
+if redis.call('EXISTS', row) == 0 then return -1 end
+if not redis.call('ZSCORE', dead, id) then
+  return redis.error_reply('EMQSTATE not dead: ' .. id)
+end
+redis.call('ZREM', dead, id)
+redis.call('HDEL', row, 'last_error', 'finished_at')
+redis.call('HSET', row, 'state', 'pending')
+redis.call('ZADD', pending, -tonumber(priority or '0') * 1099511627776, id)
+if redis.call('LLEN', wake) < 64 then redis.call('RPUSH', wake, 1) end
+redis.call('PUBLISH', base .. 'events', cjson.encode({event = 'reprocessed', job = id}))
+return 1
