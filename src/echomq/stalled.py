@@ -3,6 +3,9 @@
 One :func:`check` is one sweep: every expired lease leaves active; a lease from before
 the server's last restart is recovered without counting; the rest count a stall and go
 back to pending below ``max_stalled``, or to dead at it (``last_error = "stalled"``).
+An active id with no row is only removed from active: listed nowhere, no row written.
+With the default ``max_stalled=1`` the first counted stall dead-letters: the reaper
+(``jobs.reap``) is the recover-once path, this sweep the give-up path.
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ def check_call(
     queue: str, *, max_stalled: int = DEFAULT_MAX_STALLED, limit: int = DEFAULT_LIMIT
 ) -> ScriptCall[Sweep]:
     ks = Keyspace(queue)
-    argv = [ks.base, v.positive_int("max_stalled", max_stalled), v.positive_int("limit", limit)]
+    argv = [
+        ks.base,
+        v.positive_int("max_stalled", max_stalled),
+        v.positive_int("limit", limit, v.MAX_BATCH),
+    ]
     keys = [ks.active, ks.pending, ks.dead, ks.metrics_failed, ks.wake]
     return call("stalled_check", keys, argv, _read)
 
@@ -47,5 +54,13 @@ async def check(
     max_stalled: int = DEFAULT_MAX_STALLED,
     limit: int = DEFAULT_LIMIT,
 ) -> Sweep:
-    """Run one stalled sweep over at most ``limit`` expired leases."""
+    """Run one stalled sweep over at most ``limit`` expired leases (server clock).
+
+    Args:
+        max_stalled: the counted stalls at which a job is dead-lettered (>= 1).
+        limit: at most this many expired leases per call (1..1000); call again for more.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
     return await evaluate(conn, check_call(queue, max_stalled=max_stalled, limit=limit))

@@ -2,18 +2,30 @@
 
 Rule 1: only Lua changes state; the state is stored on the row, never inferred.
 Rule 2: there is no cancelled state: a cancelled job completes with ``cancelled:<reason>``.
+Rule 3: ``TRANSITIONS`` is the one table of moves. tests/test_lua_headers.py checks it
+against every script's ``Moves`` header line, and tests/model/test_states.py checks that
+docs/state-machine.md shows the table and diagram generated from it.
 """
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["JobState", "TERMINAL_STATES", "TRANSITIONS", "CANCELLED_PREFIX"]
+__all__ = [
+    "CANCELLED_PREFIX",
+    "JobState",
+    "LIVE_STATES",
+    "TERMINAL_STATES",
+    "TRANSITIONS",
+    "Moves",
+]
 
 CANCELLED_PREFIX = "cancelled:"
 
 
 class JobState(enum.StrEnum):
+    """The ``state`` field of a job's row."""
+
     PENDING = "pending"
     SCHEDULED = "scheduled"
     ACTIVE = "active"
@@ -22,10 +34,13 @@ class JobState(enum.StrEnum):
 
 
 TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.DEAD})
+LIVE_STATES = frozenset(JobState) - TERMINAL_STATES
 
-# (script, from-state) -> to-states. None is "no row yet". Checked against each script's
-# "Moves" header line by tests/test_lua_headers.py.
-TRANSITIONS: dict[str, dict[JobState | None, frozenset[JobState]]] = {
+# from-state -> to-states; None is "no row" (before enqueue, after a removal).
+Moves = dict[JobState | None, frozenset[JobState | None]]
+
+# script name -> its moves. A script that changes no state has no entry.
+TRANSITIONS: dict[str, Moves] = {
     "enqueue": {None: frozenset({JobState.PENDING, JobState.SCHEDULED})},
     "claim": {
         JobState.SCHEDULED: frozenset({JobState.PENDING}),
@@ -36,4 +51,12 @@ TRANSITIONS: dict[str, dict[JobState | None, frozenset[JobState]]] = {
     "reap": {JobState.ACTIVE: frozenset({JobState.PENDING})},
     "stalled_check": {JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD})},
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
+    # the operator plane (seed 004)
+    "reprocess_job": {JobState.DEAD: frozenset({JobState.PENDING})},
+    "remove_job": {state: frozenset({None}) for state in JobState},
+    "drain": {
+        JobState.PENDING: frozenset({None}),
+        JobState.SCHEDULED: frozenset({None}),
+    },
+    "obliterate": {state: frozenset({None}) for state in JobState},
 }

@@ -11,16 +11,17 @@ it through :func:`evaluate` / :func:`evaluate_sync`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from importlib import resources
 from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from ..errors import ServerError
+from ..errors import ConnectionLost, ServerError
 from .replies import translate
 
-__all__ = ["Script", "ScriptCall", "SCRIPTS", "evaluate", "evaluate_sync"]
+__all__ = ["Script", "ScriptCall", "SCRIPTS", "call", "evaluate", "evaluate_sync", "sync_errors"]
 
 T = TypeVar("T")
 
@@ -88,15 +89,30 @@ async def evaluate(conn: AsyncExecutor, sc: ScriptCall[T]) -> T:
     return sc.read(reply)
 
 
+@contextmanager
+def sync_errors() -> Iterator[None]:
+    """Translate redis-py's exceptions into echomq's (``echomq.sync``).
+
+    A dropped or unreachable connection is :class:`ConnectionLost`, as on the trio wire;
+    an error reply goes through the reply table.
+    """
+    import redis
+
+    try:
+        yield
+    except redis.exceptions.ResponseError as exc:
+        raise translate(str(exc)) from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise ConnectionLost(str(exc)) from exc
+
+
 def evaluate_sync(client: Any, sc: ScriptCall[T]) -> T:
     """Run ``sc`` on a redis-py client (``echomq.sync``); same replies, same errors."""
     import redis
 
-    try:
+    with sync_errors():
         try:
             reply = client.execute_command(*sc.evalsha_args())
         except redis.exceptions.NoScriptError:
             reply = client.execute_command(*sc.eval_args())
-    except redis.exceptions.ResponseError as exc:
-        raise translate(str(exc)) from None
     return sc.read(reply)

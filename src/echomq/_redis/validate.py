@@ -1,45 +1,100 @@
-"""Argument gates shared by the verbs: each raises InvalidArgument before any I/O."""
+"""Argument gates shared by the verbs: each raises before any I/O.
+
+Rule 1: ``bool`` is not an int here (``True`` is not a lease), and neither is ``1.5`` or
+``"10"``; bad values raise :class:`~echomq.errors.InvalidArgument` (a ``ValueError``).
+Rule 2: every bound keeps the scripts' arithmetic exact: a score is a double, so
+``priority * 2^40 + seq`` and ``now + lease`` stay below 2^53, and a batch stays below
+Lua's ``unpack`` limit.
+"""
 
 from __future__ import annotations
 
-from ..errors import InvalidArgument, SerializationError
+from collections.abc import Iterable
 
-__all__ = ["positive_int", "non_negative_int", "int_in", "payload_bytes", "token_str"]
+from ..errors import InvalidArgument, SerializationError
+from .keyspace import check_id
+
+__all__ = [
+    "MAX_BATCH",
+    "MAX_COUNT",
+    "MAX_MS",
+    "MAX_PRIORITY",
+    "held_pairs",
+    "int_in",
+    "non_negative_int",
+    "payload_bytes",
+    "positive_int",
+    "text_arg",
+    "token_str",
+]
 
 MAX_PRIORITY = 4095  # priority * 2^40 + seq must stay exact in a double score
-MAX_COUNT = 1000
+MAX_COUNT = 1000  # jobs per claim
+MAX_BATCH = 1000  # ids per reap / stalled sweep (the script unpacks them)
+MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a double
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def positive_int(name: str, value: object) -> int:
-    if not _is_int(value) or value <= 0:  # type: ignore[operator]
-        raise InvalidArgument(f"{name} must be a positive int, not {value!r}")
+def positive_int(name: str, value: object, high: int | None = None) -> int:
+    """``value`` if it is an int in [1, high], else InvalidArgument."""
+    if not _is_int(value) or value <= 0 or (high is not None and value > high):  # type: ignore[operator]
+        bound = f" <= {high}" if high is not None else ""
+        raise InvalidArgument(f"{name} must be a positive int{bound}, not {value!r}")
     return value  # type: ignore[return-value]
 
 
-def non_negative_int(name: str, value: object) -> int:
-    if not _is_int(value) or value < 0:  # type: ignore[operator]
-        raise InvalidArgument(f"{name} must be an int >= 0, not {value!r}")
+def non_negative_int(name: str, value: object, high: int | None = None) -> int:
+    """``value`` if it is an int in [0, high], else InvalidArgument."""
+    if not _is_int(value) or value < 0 or (high is not None and value > high):  # type: ignore[operator]
+        bound = f" <= {high}" if high is not None else ""
+        raise InvalidArgument(f"{name} must be an int >= 0{bound}, not {value!r}")
     return value  # type: ignore[return-value]
 
 
 def int_in(name: str, value: object, low: int, high: int) -> int:
+    """``value`` if it is an int in [low, high], else InvalidArgument."""
     if not _is_int(value) or not low <= value <= high:  # type: ignore[operator]
         raise InvalidArgument(f"{name} must be an int in [{low}, {high}], not {value!r}")
     return value  # type: ignore[return-value]
 
 
 def token_str(value: object) -> str:
-    """A fencing token (the row's attempts) as the scripts compare it."""
+    """A fencing token (the row's attempts) as the scripts compare it: a decimal string."""
     return str(positive_int("token", value))
 
 
+def text_arg(name: str, value: object) -> str:
+    """``value`` if it is a str (an error text, a reason), else InvalidArgument."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name} must be a str, not {type(value).__name__}")
+    return value
+
+
 def payload_bytes(value: object, name: str = "payload") -> bytes:
+    """A payload or result as bytes; a str is UTF-8 encoded; anything else is refused."""
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
-        return value.encode()
+        try:
+            return value.encode()
+        except UnicodeEncodeError as exc:
+            raise SerializationError(f"{name} is not encodable as UTF-8: {exc}") from None
     raise SerializationError(f"{name} must be bytes or str, not {type(value).__name__}")
+
+
+def held_pairs(held: Iterable[object]) -> tuple[list[str], list[str]]:
+    """Gate ``(job_id, token)`` pairs: answer the ids, and argv as id, token, id, token..."""
+    if isinstance(held, str | bytes | dict):
+        raise InvalidArgument("held must be an iterable of (job_id, token) pairs")
+    ids: list[str] = []
+    argv: list[str] = []
+    for pair in held:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InvalidArgument(f"held must hold (job_id, token) pairs, not {pair!r}")
+        job_id = check_id(pair[0])
+        argv += [job_id, token_str(pair[1])]
+        ids.append(job_id)
+    return ids, argv

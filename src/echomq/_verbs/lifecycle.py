@@ -8,8 +8,8 @@ error. ``echomq.sync`` runs the same ``*_call`` builders on redis-py.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
 
 import attrs
 
@@ -35,12 +35,14 @@ __all__ = [
     "extend_locks",
     "fail",
     "get_job",
+    "get_job_args",
     "new_id",
+    "read_job",
     "reap",
     "release",
 ]
 
-FailOutcome = str  # "retrying" | "dead"
+FailOutcome = Literal["retrying", "dead"]
 DEFAULT_KEEP_COMPLETED = 10_000
 DEFAULT_KEEP_COMPLETED_MS = 24 * 3600 * 1000
 
@@ -66,16 +68,18 @@ class NewJob:
 
 def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
     ks = Keyspace(queue)
-    if not jobs:
-        raise InvalidArgument("enqueue needs at least one job")
+    if isinstance(jobs, NewJob) or not jobs:
+        raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
     ids: list[str] = []
     argv: list[Any] = [ks.base, len(jobs)]
     for job in jobs:
+        if not isinstance(job, NewJob):
+            raise InvalidArgument(f"enqueue_many takes NewJob values, not {type(job).__name__}")
         job_id = check_id(job.job_id) if job.job_id is not None else new_id()
         argv += [
             job_id,
             v.payload_bytes(job.payload),
-            v.non_negative_int("delay_ms", job.delay_ms),
+            v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
             v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
             v.positive_int("max_attempts", job.max_attempts),
         ]
@@ -89,9 +93,34 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
     return call("enqueue", [ks.pending, ks.schedule, ks.meta, ks.wake], argv, read)
 
 
+def enqueue_one_call(
+    queue: str,
+    payload: bytes | str,
+    *,
+    job_id: str | None = None,
+    delay_ms: int = 0,
+    priority: int = 0,
+    max_attempts: int = 1,
+) -> ScriptCall[str]:
+    """:func:`enqueue_call` for one job, answering its id."""
+    job = NewJob(
+        payload=payload,
+        job_id=job_id,
+        delay_ms=delay_ms,
+        priority=priority,
+        max_attempts=max_attempts,
+    )
+    many = enqueue_call(queue, [job])
+
+    def read(reply: Any) -> str:
+        return many.read(reply)[0]
+
+    return ScriptCall(many.script, many.keys, many.argv, read)
+
+
 def claim_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[list[Claimed]]:
     ks = Keyspace(queue)
-    v.positive_int("lease_ms", lease_ms)
+    v.positive_int("lease_ms", lease_ms, v.MAX_MS)
     v.int_in("count", count, 1, v.MAX_COUNT)
 
     def read(reply: Any) -> list[Claimed]:
@@ -104,7 +133,7 @@ def claim_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[list[Cla
             for i in range(0, len(reply), 4)
         ]
 
-    keys = [ks.pending, ks.active, ks.schedule, ks.meta]
+    keys = [ks.pending, ks.active, ks.schedule, ks.meta, ks.wake]
     return call("claim", keys, [ks.base, lease_ms, count], read)
 
 
@@ -153,8 +182,8 @@ def fail_call(
     argv = [
         job_id,
         v.token_str(token),
-        str(error),
-        v.non_negative_int("retry_delay_ms", retry_delay_ms),
+        v.text_arg("error", error),
+        v.non_negative_int("retry_delay_ms", retry_delay_ms, v.MAX_MS),
         ks.base,
         "1" if dead else "0",
     ]
@@ -164,16 +193,18 @@ def fail_call(
             check(reply, f"fail {job_id}")
             raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
         outcome = text(reply)
-        if outcome not in ("retrying", "dead"):
-            raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
-        return outcome
+        if outcome == "retrying":
+            return "retrying"
+        if outcome == "dead":
+            return "dead"
+        raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
 
     return call("fail", keys, argv, read)
 
 
 def extend_lock_call(queue: str, job_id: str, token: int, lease_ms: int) -> ScriptCall[None]:
     ks = Keyspace(queue)
-    argv = [job_id, v.token_str(token), v.positive_int("lease_ms", lease_ms)]
+    argv = [job_id, v.token_str(token), v.positive_int("lease_ms", lease_ms, v.MAX_MS)]
 
     def read(reply: Any) -> None:
         check(reply, f"extend {job_id}")
@@ -181,16 +212,7 @@ def extend_lock_call(queue: str, job_id: str, token: int, lease_ms: int) -> Scri
     return call("extend_lock", [ks.active, ks.job(job_id)], argv, read)
 
 
-def _pairs(held: Iterable[tuple[str, int]]) -> tuple[list[str], list[Any]]:
-    ids: list[str] = []
-    argv: list[Any] = []
-    for job_id, token in held:
-        argv += [check_id(job_id), v.token_str(token)]
-        ids.append(job_id)
-    return ids, argv
-
-
-def _read_codes(ids: list[str], what: str) -> Any:
+def _read_codes(ids: list[str], what: str) -> Callable[[Any], dict[str, ExtendResult]]:
     def read(reply: Any) -> dict[str, ExtendResult]:
         if not isinstance(reply, list) or len(reply) != len(ids):
             raise ScriptError(f"{what}: unexpected reply {reply!r}")
@@ -208,8 +230,8 @@ def extend_locks_call(
     queue: str, held: Iterable[tuple[str, int]], lease_ms: int
 ) -> ScriptCall[dict[str, ExtendResult]]:
     ks = Keyspace(queue)
-    v.positive_int("lease_ms", lease_ms)
-    ids, pairs = _pairs(held)
+    v.positive_int("lease_ms", lease_ms, v.MAX_MS)
+    ids, pairs = v.held_pairs(held)
     return call(
         "extend_locks", [ks.active], [ks.base, lease_ms, *pairs], _read_codes(ids, "extend_locks")
     )
@@ -219,7 +241,7 @@ def release_call(
     queue: str, held: Iterable[tuple[str, int]]
 ) -> ScriptCall[dict[str, ExtendResult]]:
     ks = Keyspace(queue)
-    ids, pairs = _pairs(held)
+    ids, pairs = v.held_pairs(held)
     return call(
         "release", [ks.active, ks.pending, ks.wake], [ks.base, *pairs], _read_codes(ids, "release")
     )
@@ -233,7 +255,7 @@ def _read_ids(reply: Any) -> list[str]:
 
 def reap_call(queue: str, *, limit: int = 1000) -> ScriptCall[list[str]]:
     ks = Keyspace(queue)
-    v.int_in("limit", limit, 1, 100_000)
+    v.int_in("limit", limit, 1, v.MAX_BATCH)
     return call("reap", [ks.active, ks.pending, ks.wake], [ks.base, limit], _read_ids)
 
 
@@ -260,15 +282,17 @@ async def enqueue(
         InvalidKey, InvalidArgument, SerializationError: before any I/O.
         DuplicateJob: a row with ``job_id`` exists; nothing is written.
     """
-    job = NewJob(
-        payload=payload,
-        job_id=job_id,
-        delay_ms=delay_ms,
-        priority=priority,
-        max_attempts=max_attempts,
+    return await evaluate(
+        conn,
+        enqueue_one_call(
+            queue,
+            payload,
+            job_id=job_id,
+            delay_ms=delay_ms,
+            priority=priority,
+            max_attempts=max_attempts,
+        ),
     )
-    ids = await evaluate(conn, enqueue_call(queue, [job]))
-    return ids[0]
 
 
 async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> list[str]:
@@ -357,19 +381,22 @@ async def reap(conn: Connection, queue: str, *, limit: int = 1000) -> list[str]:
     return await evaluate(conn, reap_call(queue, limit=limit))
 
 
-def job_key(queue: str, job_id: str) -> str:
-    return Keyspace(queue).job(job_id)
+def get_job_args(queue: str, job_id: str) -> tuple[str, str]:
+    """The command that reads a job's row (a plain HGETALL: a read needs no script)."""
+    return ("HGETALL", Keyspace(queue).job(job_id))
 
 
 def read_job(job_id: str, row: Any) -> JobInfo | None:
-    """Decode an HGETALL reply (a flat list, or a dict from redis-py)."""
+    """Decode an HGETALL reply (a flat list from the trio wire, a dict from redis-py)."""
     if not row:
         return None
     if isinstance(row, list):
-        row = dict(zip(row[::2], row[1::2]))
+        row = dict(zip(row[::2], row[1::2], strict=True))
+    if not isinstance(row, dict) or b"state" not in row:
+        raise ScriptError(f"job {job_id}: a row without a state: {row!r}")
     return JobInfo.from_row(job_id, row)
 
 
 async def get_job(conn: Connection, queue: str, job_id: str) -> JobInfo | None:
     """The job's row, or None when there is none."""
-    return read_job(job_id, await conn.execute("HGETALL", job_key(queue, job_id)))
+    return read_job(job_id, await conn.execute(*get_job_args(queue, job_id)))

@@ -1,61 +1,73 @@
 --[[
   Claim up to `count` ready jobs and grant each a lease; promote due scheduled jobs first.
-  KEYS  1 pending   ZSET  ready ids (priority, then FIFO)
+  KEYS  1 pending   ZSET  ready ids; score = -priority * 2^40 + seq (higher priority first)
         2 active    ZSET  claimed ids; score = lease deadline ms (server clock)
         3 schedule  ZSET  delayed ids; score = run-at ms
         4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter
+        5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count
   Returns  flat array: id, payload, token (attempts), failures, ... | {} when paused or empty
-  Events   active (per job)
+  Errors   (none)
+  Events   promoted (per due scheduled job); active (per claimed job, with its attempt)
   Moves    scheduled -> pending (due); pending -> active
-  The row is stamped with lease_epoch = the server's run_id (INFO server).
+  The pause gate is read here, first, in the same round trip (not a separate HGET): a
+  paused queue answers {} and nothing is written, not even a promotion.
+  Every claimed row is stamped with lease_epoch = the server's run_id (INFO server).
+  Promoted jobs beyond what this call takes push a wake token for the other consumers.
 ]]
-local pending, active, schedule, meta = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local pending, active, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
 local lease = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 
--- the pause gate is a field, read first: the backlog is untouched
+-- the gate: any `paused` field means paused; the backlog is untouched
 if redis.call('HEXISTS', meta, 'paused') == 1 then return {} end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local channel = base .. 'events'
 
--- promote due scheduled jobs (bounded per call)
+-- promote due scheduled jobs (at most 1000 per call), each to the back of its band
 local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now, 'LIMIT', 0, 1000)
+local promoted = 0
 if #due > 0 then
-  for _, id in ipairs(due) do
+  redis.call('ZREM', schedule, unpack(due))
+  local seq = redis.call('HINCRBY', meta, 'seq', #due) - #due
+  for i, id in ipairs(due) do
     local row = base .. 'job:' .. id
     local priority = redis.call('HGET', row, 'priority')
-    if priority then
-      local seq = redis.call('HINCRBY', meta, 'seq', 1)
-      redis.call('ZADD', pending, -tonumber(priority) * 1099511627776 + seq, id)
+    if priority then  -- an id with no row leaves the schedule and goes nowhere
+      redis.call('ZADD', pending, -tonumber(priority) * 1099511627776 + seq + i, id)
       redis.call('HSET', row, 'state', 'pending')
+      redis.call('PUBLISH', channel, '{"event":"promoted","job":"' .. id .. '"}')
+      promoted = promoted + 1
     end
   end
-  redis.call('ZREM', schedule, unpack(due))
 end
 
-local ids = redis.call('ZRANGE', pending, 0, count - 1)
-if #ids == 0 then return {} end
-redis.call('ZREM', pending, unpack(ids))
-
-local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
-local deadline = now + lease
-local channel = base .. 'events'
+local popped = redis.call('ZPOPMIN', pending, count)
 local out = {}
-for _, id in ipairs(ids) do
-  local row = base .. 'job:' .. id
-  local fields = redis.call('HMGET', row, 'payload', 'failures')
-  if fields[1] then  -- a ghost id (no row) is dropped from pending and not claimed
-    local token = redis.call('HINCRBY', row, 'attempts', 1)
-    redis.call('HSET', row, 'state', 'active', 'lease_epoch', run_id, 'claimed_at', now)
-    redis.call('ZADD', active, deadline, id)
-    redis.call('PUBLISH', channel, '{"event":"active","job":"' .. id .. '"}')
-    out[#out + 1] = id
-    out[#out + 1] = fields[1]
-    out[#out + 1] = token
-    out[#out + 1] = tonumber(fields[2] or '0')
+if #popped > 0 then
+  local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+  local deadline = now + lease
+  for i = 1, #popped, 2 do
+    local id = popped[i]
+    local row = base .. 'job:' .. id
+    local fields = redis.call('HMGET', row, 'payload', 'failures')
+    if fields[1] then  -- an id with no row leaves pending and is not claimed
+      local token = redis.call('HINCRBY', row, 'attempts', 1)
+      redis.call('HSET', row, 'state', 'active', 'lease_epoch', run_id, 'claimed_at', now)
+      redis.call('ZADD', active, deadline, id)
+      redis.call('PUBLISH', channel,
+        '{"event":"active","job":"' .. id .. '","attempt":' .. token .. '}')
+      out[#out + 1] = id
+      out[#out + 1] = fields[1]
+      out[#out + 1] = token
+      out[#out + 1] = tonumber(fields[2] or '0')
+    end
   end
+end
+if promoted > 0 and redis.call('ZCARD', pending) > 0 and redis.call('LLEN', wake) < 64 then
+  redis.call('RPUSH', wake, promoted)
 end
 return out

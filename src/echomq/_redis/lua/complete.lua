@@ -10,7 +10,10 @@
            -1 no row | -3 not in active
   Errors   EMQSTALE   the token is not the row's attempts
   Events   completed
-  Moves    active -> completed (trims completed rows past the retention)
+  Moves    active -> completed
+  Retention: then deletes at most 100 of the oldest completed rows (and their logs) that
+  are older than keep_age_ms or beyond keep_count; a row is deleted only while its state
+  is still 'completed', so a trimmed id can never take a live row with it.
 ]]
 local row, active, completed, metrics = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, token, result, base = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -35,7 +38,7 @@ redis.call('PUBLISH', base .. 'events', '{"event":"completed","job":"' .. id .. 
 local function drop(ids)
   for _, old in ipairs(ids) do
     local jk = base .. 'job:' .. old
-    redis.call('DEL', jk, jk .. ':logs')
+    if redis.call('HGET', jk, 'state') == 'completed' then redis.call('DEL', jk, jk .. ':logs') end
   end
   if #ids > 0 then redis.call('ZREM', completed, unpack(ids)) end
 end

@@ -1,5 +1,5 @@
 --[[
-  Enqueue one or more jobs (a bulk enqueue is one call).
+  Enqueue one or more jobs (a bulk enqueue is one call, all or nothing).
   KEYS  1 pending   ZSET  ready ids; score = -priority * 2^40 + seq (higher priority first, FIFO)
         2 schedule  ZSET  delayed ids; score = run-at ms
         3 meta      HASH  queue settings; field seq = the FIFO counter
@@ -8,27 +8,31 @@
         then n groups of 5: id, payload, delay_ms, priority, max_attempts
   Returns  n (the number enqueued)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
-  Events   enqueued | scheduled
+  Events   enqueued | scheduled (per job)
   Moves    (none) -> pending | scheduled
+  Every id is checked before the first write, so a refused call writes nothing.
 ]]
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n = tonumber(ARGV[2])
 
 -- checks first: no id may exist, or repeat
-local seen = {}
+local seen, ready = {}, 0
 for i = 0, n - 1 do
   local id = ARGV[3 + i * 5]
   if seen[id] or redis.call('EXISTS', base .. 'job:' .. id) == 1 then
     return redis.error_reply('EMQDUP job exists: ' .. id)
   end
   seen[id] = true
+  if tonumber(ARGV[5 + i * 5]) == 0 then ready = ready + 1 end
 end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local channel = base .. 'events'
-local ready = 0
+-- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
+local seq = 0
+if ready > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready) - ready end
 for i = 0, n - 1 do
   local j = 3 + i * 5
   local id, payload = ARGV[j], ARGV[j + 1]
@@ -41,13 +45,12 @@ for i = 0, n - 1 do
     redis.call('ZADD', schedule, now + delay, id)
     redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}')
   else
-    local seq = redis.call('HINCRBY', meta, 'seq', 1)
+    seq = seq + 1
     redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'attempts', 0,
       'failures', 0, 'stalled', 0, 'priority', priority, 'max_attempts', max_attempts,
       'created_at', now)
     redis.call('ZADD', pending, -priority * 1099511627776 + seq, id)
     redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
-    ready = ready + 1
   end
 end
 if ready > 0 and redis.call('LLEN', wake) < 64 then

@@ -5,16 +5,20 @@
   ARGV  1 id   2 token   3 lease_ms
   Returns  1 re-scored | -1 no row | -3 not in active (a reaped lease is not revived)
   Errors   EMQSTALE   the token is not the row's attempts
+  Events   (none)
+  Moves    (none)
   The checks run in this order: row, token, membership. So an id that is both stale and
   out of active answers EMQSTALE. A lapsed lease not yet collected still extends.
-  Stamps lease_epoch with the server's run_id.
+  Stamps lease_epoch with the server's run_id (written only when it differs).
 ]]
-local att = redis.call('HGET', KEYS[2], 'attempts')
-if not att then return -1 end
-if att ~= ARGV[2] then return redis.error_reply('EMQSTALE extend token mismatch') end
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return -3 end
+local active, row = KEYS[1], KEYS[2]
+local f = redis.call('HMGET', row, 'attempts', 'lease_epoch')
+if not f[1] then return -1 end
+if f[1] ~= ARGV[2] then return redis.error_reply('EMQSTALE extend token mismatch') end
+if not redis.call('ZSCORE', active, ARGV[1]) then return -3 end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('HSET', KEYS[2], 'lease_epoch', string.match(redis.call('INFO', 'server'), 'run_id:(%w+)'))
+redis.call('ZADD', active, now + tonumber(ARGV[3]), ARGV[1])
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+if f[2] ~= run_id then redis.call('HSET', row, 'lease_epoch', run_id) end
 return 1

@@ -3,19 +3,27 @@
   KEYS  1 active  ZSET  claimed ids; score = lease deadline ms
   ARGV  1 queue base   2 lease_ms   then pairs: id, token
   Returns  one code per pair, in order: 1 ok | -1 no row | -2 stale token | -3 not active
-  All reads and checks run before the first write.
+  Errors   (none: a refusal is a per-pair code)
+  Events   (none)
+  Moves    (none)
+  Per pair the checks run in extend_lock's order (row, token, membership), and every
+  pair is checked before the first write. One TIME, one INFO and one ZADD per 256 ids;
+  lease_epoch is written only on rows whose stamp differs from the server's run_id.
 ]]
 local active, base = KEYS[1], ARGV[1]
 local lease = tonumber(ARGV[2])
-local codes, ok_ids = {}, {}
+local codes, ok_ids, restamp = {}, {}, {}
 for i = 3, #ARGV, 2 do
-  local id, token = ARGV[i], ARGV[i + 1]
-  local att = redis.call('HGET', base .. 'job:' .. id, 'attempts')
+  local id = ARGV[i]
+  local f = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'lease_epoch')
   local code = 1
-  if not att then code = -1
-  elseif att ~= token then code = -2
+  if not f[1] then code = -1
+  elseif f[1] ~= ARGV[i + 1] then code = -2
   elseif not redis.call('ZSCORE', active, id) then code = -3
-  else ok_ids[#ok_ids + 1] = id end
+  else
+    ok_ids[#ok_ids + 1] = id
+    restamp[#ok_ids] = f[2]
+  end
   codes[#codes + 1] = code
 end
 if #ok_ids > 0 then
@@ -23,11 +31,15 @@ if #ok_ids > 0 then
   local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + lease
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
   local args = {}
-  for _, id in ipairs(ok_ids) do
+  for n, id in ipairs(ok_ids) do
     args[#args + 1] = deadline
     args[#args + 1] = id
-    redis.call('HSET', base .. 'job:' .. id, 'lease_epoch', run_id)
+    if #args == 512 then
+      redis.call('ZADD', active, unpack(args))
+      args = {}
+    end
+    if restamp[n] ~= run_id then redis.call('HSET', base .. 'job:' .. id, 'lease_epoch', run_id) end
   end
-  redis.call('ZADD', active, unpack(args))
+  if #args > 0 then redis.call('ZADD', active, unpack(args)) end
 end
 return codes

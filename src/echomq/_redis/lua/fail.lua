@@ -13,7 +13,7 @@
         6 '1' = dead now, whatever the count
   Returns  'retrying' | 'dead' | -1 no row | -3 not in active
   Errors   EMQSTALE   the token is not the row's attempts
-  Events   retrying | dead
+  Events   retrying {job, error, delay_ms} | dead {job, error}
   Moves    active -> scheduled | pending | dead
 ]]
 local row, active, schedule, dead, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]

@@ -5,6 +5,7 @@
         3 wake     LIST  wake tokens
   ARGV  1 queue base   2 limit
   Returns  the ids returned to pending (an id with no row leaves active, listed nowhere)
+  Errors   (none)
   Events   recovered (per job)
   Moves    active -> pending (first in its priority band)
 ]]

@@ -5,8 +5,11 @@
         3 wake     LIST  wake tokens
   ARGV  1 queue base   then pairs: id, token
   Returns  one code per pair: 1 released | -1 no row | -2 stale token | -3 not active
+  Errors   (none: a refusal is a per-pair code)
   Events   released (per job)
   Moves    active -> pending (first in its priority band)
+  Every pair is checked (extend_lock's order) before the first write; attempts is not
+  changed, so a released job's next claim is attempt + 1 and nothing counts a failure.
 ]]
 local active, pending, wake, base = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local codes, ok = {}, {}

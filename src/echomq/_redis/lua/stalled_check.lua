@@ -7,6 +7,7 @@
         5 wake     LIST  wake tokens
   ARGV  1 queue base   2 max_stalled   3 limit
   Returns  {recovered ids, dead ids}
+  Errors   (none)
   Per expired lease: leave active; a lease stamped before the server's last restart
   (lease_epoch missing or another run_id) is recovered without counting; otherwise
   count `stalled`: below max_stalled back to pending, at it dead with last_error 'stalled'.

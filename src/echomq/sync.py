@@ -1,0 +1,146 @@
+"""The blocking producer: enqueue and read jobs from code that is not async.
+
+A thin redis-py driver over the same command builders as the trio verbs
+(``echomq._verbs.lifecycle``): the same keys, scripts, argument gates, reply readers and
+errors. Nothing here knows a key name or a script's argv.
+
+Rule 1: bad input raises before any I/O, exactly as in the trio verbs.
+Rule 2: no command is replayed. redis-py's retries are off (a script may have run before a
+connection dropped); a dropped or unreachable server raises
+:class:`~echomq.errors.ConnectionLost`, and the next call connects again.
+
+::
+
+    with echomq.sync.connect("redis://127.0.0.1:6379/0") as mq:
+        job_id = mq.enqueue("emails", b'{"to": "a@b.c"}', priority=1)
+        info = mq.get_job("emails", job_id)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ._model.job import JobInfo
+from ._redis.scripts import evaluate_sync, sync_errors
+from ._verbs.lifecycle import (
+    NewJob,
+    enqueue_call,
+    enqueue_one_call,
+    get_job_args,
+    read_job,
+)
+from .config import DEFAULT_URL, ConnectionConfig, parse_url
+from .errors import InvalidArgument
+
+__all__ = ["NewJob", "SyncConnection", "connect", "make_client"]
+
+
+def make_client(config: ConnectionConfig) -> redis.Redis:
+    """A redis-py client for ``config`` (host/port or unix socket, db, ACL user, TLS).
+
+    RESP2 (as the trio wire speaks) and no retries (scripts are not idempotent). Raises
+    InvalidArgument for an ``ssl_context`` object, which redis-py cannot take: use the
+    ``ssl_*`` URL parameters instead.
+    """
+    if config.ssl_context is not None:
+        raise InvalidArgument("echomq.sync cannot use an ssl_context; use the ssl_* settings")
+    options: dict[str, Any] = {
+        "db": config.db,
+        "username": config.username,
+        "password": config.password,
+        "socket_connect_timeout": config.connect_timeout,
+        "client_name": config.client_name,
+        "protocol": 2,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if config.unix_path:
+        return redis.Redis(unix_socket_path=config.unix_path, **options)
+    if config.tls:
+        options.update(
+            ssl=True,
+            ssl_ca_certs=config.ssl_ca_certs,
+            ssl_certfile=config.ssl_certfile,
+            ssl_keyfile=config.ssl_keyfile,
+            ssl_cert_reqs="required" if config.ssl_verify else "none",
+            ssl_check_hostname=config.ssl_verify,
+        )
+    return redis.Redis(host=config.host, port=config.port, **options)
+
+
+class SyncConnection:
+    """A blocking producer. Open one with :func:`connect`; safe to share between threads.
+
+    No I/O happens until the first call.
+    """
+
+    def __init__(self, config: ConnectionConfig) -> None:
+        self.config = config
+        self.client = make_client(config)
+
+    def enqueue(
+        self,
+        queue: str,
+        payload: bytes | str,
+        *,
+        job_id: str | None = None,
+        delay_ms: int = 0,
+        priority: int = 0,
+        max_attempts: int = 1,
+    ) -> str:
+        """Add one job; answer its id. The blocking twin of ``echomq.jobs.enqueue``.
+
+        Raises:
+            InvalidKey, InvalidArgument, SerializationError: before any I/O.
+            DuplicateJob: a row with ``job_id`` exists; nothing is written.
+            ConnectionLost: the server could not be reached, or dropped the call.
+        """
+        sc = enqueue_one_call(
+            queue,
+            payload,
+            job_id=job_id,
+            delay_ms=delay_ms,
+            priority=priority,
+            max_attempts=max_attempts,
+        )
+        return evaluate_sync(self.client, sc)
+
+    def enqueue_many(self, queue: str, jobs: Sequence[NewJob]) -> list[str]:
+        """Add many jobs in one script call (all or nothing); answer their ids in order."""
+        return evaluate_sync(self.client, enqueue_call(queue, jobs))
+
+    def get_job(self, queue: str, job_id: str) -> JobInfo | None:
+        """The job's row, or None when there is none."""
+        args = get_job_args(queue, job_id)
+        client: Any = self.client  # redis-py's execute_command is untyped
+        with sync_errors():
+            row = client.execute_command(*args)
+        return read_job(job_id, row)
+
+    def close(self) -> None:
+        """Close the client's sockets."""
+        self.client.close()
+
+    def __enter__(self) -> SyncConnection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def connect(url: str | ConnectionConfig = DEFAULT_URL, **options: Any) -> SyncConnection:
+    """A blocking producer for ``url`` (parsed by :func:`echomq.config.parse_url`).
+
+    ``options`` override fields of :class:`~echomq.config.ConnectionConfig`.
+    """
+    return SyncConnection(parse_url(url, **options))
