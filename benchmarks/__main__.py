@@ -1,0 +1,110 @@
+"""``python -m benchmarks``: echomq's throughput and latency beside the Redis ceiling and the peers.
+
+Subcommands (each starts its own private redis-server; nothing touches a system Redis):
+  verbs     claim / extend / enqueue through the verbs at 1/16/64/256 callers on one
+            connection, each beside redis-benchmark's ceiling for the same script (-P 16)
+  first     issue 2's figure script: ``verbs`` with 1 and 64 callers
+  e2e       echomq end to end: no-op jobs/s with 1 and 2 worker processes; enqueue -> result
+            latency p50/p99, one job at a time
+  peers     the same end-to-end workload on arq, saq, rq, celery, taskiq, streaq, bullmq,
+            dramatiq, huey (each in benchmarks/.peers/<name>, made from PyPI at run time)
+  all       verbs, e2e and peers, in that order
+Results print as tables (median over --reps, and each figure's ratio to its ceiling) and are
+saved as JSON under benchmarks/results/ (ignored by git).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import trio
+
+import echomq
+from echomq.testing import RedisServer
+
+from .stats import Results
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def log(message: str) -> None:
+    print(f"[{dt.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def machine() -> dict[str, str]:
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    return {
+        "date": dt.datetime.now().isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": str(os.cpu_count()),
+        "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "redis": redis.strip(),
+        "echomq": echomq.__version__,
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("what", choices=["verbs", "first", "e2e", "peers", "all"])
+    p.add_argument("--reps", type=int, default=5, help="repetitions (medians are reported)")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every operation count")
+    p.add_argument("--quick", action="store_true", help="a small validation run (--scale 0.1)")
+    p.add_argument("--callers", default="1,16,64,256", help="concurrent callers for `verbs`")
+    p.add_argument("--jobs", type=int, default=10_000, help="jobs per end-to-end run")
+    p.add_argument("--latency-jobs", type=int, default=500, help="jobs for the latency figure")
+    p.add_argument("--concurrency", type=int, default=100, help="worker concurrency (all)")
+    p.add_argument("--peer", action="append", help="only these peers (repeatable)")
+    p.add_argument("--json", type=Path, help="where to save the results (default: results/)")
+    return p.parse_args(argv)
+
+
+async def amain(args: argparse.Namespace) -> Results:
+    from . import verbs
+
+    scale = args.scale * (0.1 if args.quick else 1.0)
+    total = Results(meta={**machine(), "argv": " ".join(sys.argv[1:])})
+    if args.what in ("verbs", "first", "all"):
+        callers = (
+            (1, 64) if args.what == "first" else tuple(int(c) for c in args.callers.split(","))
+        )
+        with RedisServer() as server:
+            log(f"verbs: redis-server on port {server.port}")
+            res = await verbs.run_verbs(server.url, server.port,
+                                        verbs.Scale(scale, callers), args.reps, log=log)  # fmt: skip
+        print(res.table("claim / extend / enqueue through the verbs (one connection)"), flush=True)
+        total.merge(res)
+    if args.what in ("e2e", "all"):
+        from . import runtime
+
+        res = await runtime.run_e2e(args, log=log)
+        print(res.table("echomq end to end"), flush=True)
+        total.merge(res)
+    if args.what in ("peers", "all"):
+        from .peers import harness
+
+        res = await harness.run_peers(args, log=log)
+        print(res.table("peers end to end"), flush=True)
+        total.merge(res)
+    return total
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.quick and args.jobs == 10_000:
+        args.jobs, args.latency_jobs = 1_000, 100
+    results = trio.run(amain, args)
+    path = args.json or RESULTS_DIR / f"{args.what}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+    results.save(path)
+    log(f"saved {path}")
+
+
+if __name__ == "__main__":
+    main()
