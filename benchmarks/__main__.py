@@ -51,8 +51,11 @@ def machine() -> dict[str, str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("what", choices=["verbs", "first", "e2e", "peers", "all"])
     p.add_argument("--reps", type=int, default=5, help="repetitions (medians are reported)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every operation count")
@@ -77,8 +80,9 @@ async def amain(args: argparse.Namespace) -> Results:
         )
         with RedisServer() as server:
             log(f"verbs: redis-server on port {server.port}")
-            res = await verbs.run_verbs(server.url, server.port,
-                                        verbs.Scale(scale, callers), args.reps, log=log)  # fmt: skip
+            res = await verbs.run_verbs(
+                server.url, server.port, verbs.Scale(scale, callers), args.reps, log=log
+            )
         print(res.table("claim / extend / enqueue through the verbs (one connection)"), flush=True)
         total.merge(res)
     if args.what in ("e2e", "all"):

@@ -69,14 +69,25 @@ class Results:
             ratio = f"{f.ratio:.2f}" if f.ratios else ""
             fmt = "{:,.2f}" if f.median < 100 else "{:,.0f}"
             rows.append(
-                (f.name, fmt.format(f.median), f.unit, f.spread(), ratio, f.ceiling,
-                 str(len(f.values)))
-            )  # fmt: skip
+                (
+                    f.name,
+                    fmt.format(f.median),
+                    f.unit,
+                    f.spread(),
+                    ratio,
+                    f.ceiling,
+                    str(len(f.values)),
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = [title] if title else []
         for i, r in enumerate(rows):
-            lines.append("  ".join(c.ljust(w) if j in (0, 2, 5) else c.rjust(w)
-                                   for j, (c, w) in enumerate(zip(r, widths, strict=True))))  # fmt: skip
+            lines.append(
+                "  ".join(
+                    c.ljust(w) if j in (0, 2, 5) else c.rjust(w)
+                    for j, (c, w) in enumerate(zip(r, widths, strict=True))
+                )
+            )
             if i == 0:
                 lines.append("  ".join("-" * w for w in widths))
         return "\n".join([*lines, *(f"note: {n}" for n in self.notes)])
@@ -86,12 +97,17 @@ class Results:
             "meta": self.meta,
             "notes": self.notes,
             "figures": {
-                n: {"unit": f.unit, "median": f.median, "values": f.values,
-                    "ratio_median": f.ratio if f.ratios else None, "ratios": f.ratios,
-                    "ceiling": f.ceiling}
+                n: {
+                    "unit": f.unit,
+                    "median": f.median,
+                    "values": f.values,
+                    "ratio_median": f.ratio if f.ratios else None,
+                    "ratios": f.ratios,
+                    "ceiling": f.ceiling,
+                }
                 for n, f in self.figures.items()
             },
-        }  # fmt: skip
+        }
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

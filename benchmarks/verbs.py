@@ -163,13 +163,28 @@ async def measure(
 
             seconds, claimed = await drive(c, n, op)
             if count == 1:
-                res.add(f"claim count=1, {c} callers", claimed / seconds, "claims/s",
-                        ceiling=ceil["claim1"], of="claim.lua EVALSHA -P16 (deep pending)")  # fmt: skip
+                res.add(
+                    f"claim count=1, {c} callers",
+                    claimed / seconds,
+                    "claims/s",
+                    ceiling=ceil["claim1"],
+                    of="claim.lua EVALSHA -P16 (deep pending)",
+                )
             else:
-                res.add(f"claim count=100, {c} callers", claimed / seconds, "jobs/s",
-                        ceiling=ceil["claim1"], of="claim.lua count=1 calls/s")  # fmt: skip
-                res.add(f"claim count=100, {c} callers (calls)", n / seconds, "calls/s",
-                        ceiling=ceil["claim100"], of="claim.lua count=100 EVALSHA -P16")  # fmt: skip
+                res.add(
+                    f"claim count=100, {c} callers",
+                    claimed / seconds,
+                    "jobs/s",
+                    ceiling=ceil["claim1"],
+                    of="claim.lua count=1 calls/s",
+                )
+                res.add(
+                    f"claim count=100, {c} callers (calls)",
+                    n / seconds,
+                    "calls/s",
+                    ceiling=ceil["claim100"],
+                    of="claim.lua count=100 EVALSHA -P16",
+                )
 
     await _fresh(conn)
     q = f"extend-{rep}"
@@ -184,8 +199,13 @@ async def measure(
             return 1
 
         seconds, leases = await drive(c, n, one)
-        res.add(f"extend_lock, {c} callers", leases / seconds, "leases/s",
-                ceiling=ceil["extend1"], of="extend_lock.lua EVALSHA -P16")  # fmt: skip
+        res.add(
+            f"extend_lock, {c} callers",
+            leases / seconds,
+            "leases/s",
+            ceiling=ceil["extend1"],
+            of="extend_lock.lua EVALSHA -P16",
+        )
 
     batch = held[:100]
     for c in scale.callers:
@@ -196,8 +216,13 @@ async def measure(
             return len(out)
 
         seconds, leases = await drive(c, n, many)
-        res.add(f"extend_locks x100, {c} callers", leases / seconds, "leases/s",
-                ceiling=ceil["extend100"] * 100, of="extend_locks.lua x100 EVALSHA -P16")  # fmt: skip
+        res.add(
+            f"extend_locks x100, {c} callers",
+            leases / seconds,
+            "leases/s",
+            ceiling=ceil["extend100"] * 100,
+            of="extend_locks.lua x100 EVALSHA -P16",
+        )
 
     for c in (1, 64):
         await _fresh(conn)
@@ -209,8 +234,13 @@ async def measure(
             return 1
 
         seconds, done = await drive(c, n, enq)
-        res.add(f"enqueue, {c} callers", done / seconds, "jobs/s",
-                ceiling=ceil["enqueue1"], of="enqueue.lua x1 EVALSHA -P16")  # fmt: skip
+        res.add(
+            f"enqueue, {c} callers",
+            done / seconds,
+            "jobs/s",
+            ceiling=ceil["enqueue1"],
+            of="enqueue.lua x1 EVALSHA -P16",
+        )
 
     for size in (100, 1000):
         await _fresh(conn)
@@ -218,13 +248,18 @@ async def measure(
         n = max(1, scale.n(100_000) // size)
         batch_jobs: Sequence[jobs.NewJob] = [jobs.NewJob(payload=PAYLOAD)] * size
 
-        async def bulk(q: str = q) -> int:
-            await jobs.enqueue_many(conn, q, batch_jobs)
-            return size
+        async def bulk(q: str = q, batch: Sequence[jobs.NewJob] = batch_jobs) -> int:
+            await jobs.enqueue_many(conn, q, batch)
+            return len(batch)
 
         seconds, done = await drive(1, n, bulk)
-        res.add(f"enqueue_many x{size}, 1 caller", done / seconds, "jobs/s",
-                ceiling=ceil["enqueue1"], of="enqueue.lua x1 EVALSHA -P16")  # fmt: skip
+        res.add(
+            f"enqueue_many x{size}, 1 caller",
+            done / seconds,
+            "jobs/s",
+            ceiling=ceil["enqueue1"],
+            of="enqueue.lua x1 EVALSHA -P16",
+        )
 
 
 async def run_verbs(
@@ -235,18 +270,48 @@ async def run_verbs(
         for rep in range(reps):
             ceil = await ceilings(conn, port, scale, rep)
             res.add("ceiling: PING", ceil["ping"], "calls/s")
-            res.add("ceiling: claim.lua count=1 (deep pending)", ceil["claim1"], "calls/s",
-                    ceiling=ceil["ping"], of="PING -P16")  # fmt: skip
-            res.add("ceiling: claim.lua paused (gate only)", ceil["claim_paused"], "calls/s",
-                    ceiling=ceil["ping"], of="PING -P16")  # fmt: skip
-            res.add("ceiling: claim.lua count=100", ceil["claim100"] * 100, "jobs/s",
-                    ceiling=ceil["claim1"], of="claim.lua count=1 calls/s")  # fmt: skip
-            res.add("ceiling: extend_lock.lua", ceil["extend1"], "leases/s",
-                    ceiling=ceil["ping"], of="PING -P16")  # fmt: skip
-            res.add("ceiling: extend_locks.lua x100", ceil["extend100"] * 100, "leases/s",
-                    ceiling=ceil["extend1"], of="extend_lock.lua calls/s")  # fmt: skip
-            res.add("ceiling: enqueue.lua x1", ceil["enqueue1"], "calls/s",
-                    ceiling=ceil["ping"], of="PING -P16")  # fmt: skip
+            res.add(
+                "ceiling: claim.lua count=1 (deep pending)",
+                ceil["claim1"],
+                "calls/s",
+                ceiling=ceil["ping"],
+                of="PING -P16",
+            )
+            res.add(
+                "ceiling: claim.lua paused (gate only)",
+                ceil["claim_paused"],
+                "calls/s",
+                ceiling=ceil["ping"],
+                of="PING -P16",
+            )
+            res.add(
+                "ceiling: claim.lua count=100",
+                ceil["claim100"] * 100,
+                "jobs/s",
+                ceiling=ceil["claim1"],
+                of="claim.lua count=1 calls/s",
+            )
+            res.add(
+                "ceiling: extend_lock.lua",
+                ceil["extend1"],
+                "leases/s",
+                ceiling=ceil["ping"],
+                of="PING -P16",
+            )
+            res.add(
+                "ceiling: extend_locks.lua x100",
+                ceil["extend100"] * 100,
+                "leases/s",
+                ceiling=ceil["extend1"],
+                of="extend_lock.lua calls/s",
+            )
+            res.add(
+                "ceiling: enqueue.lua x1",
+                ceil["enqueue1"],
+                "calls/s",
+                ceiling=ceil["ping"],
+                of="PING -P16",
+            )
             await measure(conn, scale, rep, ceil, res)
             log(f"verbs: repetition {rep + 1}/{reps} done")
         await conn.execute("FLUSHALL")

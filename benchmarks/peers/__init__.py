@@ -15,7 +15,7 @@ __all__ = ["PEERS", "Peer"]
 
 @attrs.frozen
 class Peer:
-    """A peer: its adapter module name, what pip installs, and the package whose version we print."""
+    """A peer: its adapter module name, what pip installs, whose versions the table prints."""
 
     name: str
     requirements: tuple[str, ...]
