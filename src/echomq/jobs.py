@@ -25,7 +25,9 @@ from ._verbs.lifecycle import (
     release,
 )
 from ._verbs.rows import (
+    Explanation,
     add_log,
+    explain,
     get_job_logs,
     remove_job,
     reprocess_job,
@@ -56,4 +58,6 @@ __all__ = [
     "get_job_logs",
     "remove_job",
     "reprocess_job",
+    "Explanation",
+    "explain",
 ]

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import trio
+from _operator_support import snapshot
 
 import echomq
 from echomq import admin, jobs
@@ -15,29 +16,6 @@ from echomq._redis.pubsub import open_pubsub
 from echomq.errors import InvalidArgument, InvalidKey, JobGone, JobLocked, NotDead
 
 LEASE = 200
-
-
-async def snapshot(conn: echomq.Connection, queue: str) -> dict[str, object]:
-    """Every key of the queue with its type and content, to prove a refusal wrote nothing."""
-    out: dict[str, object] = {}
-    cursor = b"0"
-    keys: list[bytes] = []
-    while True:
-        cursor, batch = await conn.execute("SCAN", cursor, "MATCH", Keyspace(queue).pattern)
-        keys += batch
-        if cursor in (b"0", 0):
-            break
-    for key in sorted(set(keys)):
-        kind = (await conn.execute("TYPE", key)).decode()
-        if kind == "hash":
-            out[key.decode()] = await conn.execute("HGETALL", key)
-        elif kind == "zset":
-            out[key.decode()] = await conn.execute("ZRANGE", key, 0, -1, "WITHSCORES")
-        elif kind == "list":
-            out[key.decode()] = await conn.execute("LRANGE", key, 0, -1)
-        else:
-            out[key.decode()] = await conn.execute("GET", key)
-    return out
 
 
 async def dead_job(conn: echomq.Connection, queue: str, **kw: object) -> str:

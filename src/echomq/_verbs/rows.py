@@ -9,16 +9,23 @@ I/O, so ``echomq.sync`` can run them on redis-py.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+import attrs
+
+from .._model.job import JobInfo
+from .._model.states import CANCELLED_PREFIX, JobState
 from .._redis import validate as v
 from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
-from .._redis.replies import check, text
+from .._redis.replies import Code, check, text
 from .._redis.scripts import ScriptCall, call, evaluate
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
+    "Explanation",
+    "explain",
     "add_log",
     "get_job_logs",
     "remove_job",
@@ -114,6 +121,212 @@ def reprocess_job_call(queue: str, job_id: str) -> ScriptCall[None]:
     return call("reprocess_job", keys, [job_id, ks.base], _status(f"reprocess_job {job_id}"))
 
 
+# -- explain -----------------------------------------------------------------------------------
+
+_STATE_SETS = ("pending", "schedule", "active", "dead", "completed")
+_EXPECTED_SET = {
+    JobState.PENDING: "pending",
+    JobState.SCHEDULED: "schedule",
+    JobState.ACTIVE: "active",
+    JobState.DEAD: "dead",
+    JobState.COMPLETED: "completed",
+}
+
+
+def _span(ms: int) -> str:
+    """A duration for people: 850 ms, 4.2 s, 3 min 5 s, 2 h 10 min."""
+    ms = abs(ms)
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    seconds = ms // 1000
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def _utc(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+@attrs.frozen(kw_only=True)
+class Explanation:
+    """Why a job is (not) running: every fact that decides it, read atomically, and a summary.
+
+    Times are server-clock milliseconds. ``position`` is 0-based in the pending order.
+    """
+
+    job: JobInfo
+    sets: tuple[str, ...]  # the state sets that hold the id (normally exactly one)
+    paused: bool
+    position: int | None
+    pending_count: int
+    lease_deadline_ms: int | None
+    run_at_ms: int | None
+    run_id: str
+    now_ms: int
+    locked: bool
+
+    @property
+    def state(self) -> JobState:
+        return self.job.state
+
+    @property
+    def token(self) -> int:
+        """The fencing token: the row's ``attempts`` (grows at every claim)."""
+        return self.job.attempts
+
+    @property
+    def lease_remaining_ms(self) -> int | None:
+        if self.lease_deadline_ms is None:
+            return None
+        return self.lease_deadline_ms - self.now_ms
+
+    @property
+    def epoch_current(self) -> bool | None:
+        """Whether the lease was stamped by the server's current run (None: never claimed)."""
+        if self.job.lease_epoch is None:
+            return None
+        return self.job.lease_epoch == self.run_id
+
+    @property
+    def summary(self) -> str:
+        """One line for people: what the job is doing and what would change that."""
+        job, state = self.job, self.job.state
+        gate = " - the queue is paused: nothing is claimed until resume" if self.paused else ""
+        if state is JobState.PENDING:
+            if self.position is None:
+                return "pending by its row, but in no pending set: it cannot be claimed"
+            where = f"position {self.position + 1} of {self.pending_count} in pending"
+            if self.paused:
+                return f"waiting at {where}{gate}"
+            return f"ready at {where}: the next free worker claims it in that order"
+        if state is JobState.SCHEDULED:
+            if self.run_at_ms is None:
+                return "scheduled by its row, but in no schedule set: it cannot run"
+            why = (
+                f"a retry after failure {job.failures} of {job.max_attempts}"
+                if job.failures
+                else "delayed"
+            )
+            due = self.run_at_ms - self.now_ms
+            if due > 0:
+                return f"{why}: runs in {_span(due)} (at {_utc(self.run_at_ms)}){gate}"
+            return f"{why}: due {_span(due)} ago, promoted to pending at the next claim{gate}"
+        if state is JobState.ACTIVE:
+            left = self.lease_remaining_ms
+            if left is None:
+                return "active by its row, but in no active set: no lease holds it"
+            if self.epoch_current is False or job.lease_epoch is None:
+                return (
+                    f"claimed before the server's last restart (token {job.attempts}): "
+                    "the next recovery sweep returns it to pending without counting a stall"
+                )
+            if left > 0:
+                return (
+                    f"running: held with token {job.attempts}, lease ends in {_span(left)}"
+                    f" (stalls so far {job.stalled})"
+                )
+            return (
+                f"lease expired {_span(left)} ago: its holder stopped checkpointing (crashed or "
+                f"stuck); reap or the stalled sweep returns it (stalls so far {job.stalled})"
+            )
+        if state is JobState.DEAD:
+            if job.last_error == "stalled":
+                return f"dead: its lease lapsed {job.stalled} time(s); reprocess runs it again"
+            return (
+                f"dead after {job.failures} failure(s) of {job.max_attempts} allowed: "
+                f"{job.last_error}; reprocess runs it again"
+            )
+        finished = (
+            f" {_span(self.now_ms - job.finished_at)} ago" if job.finished_at is not None else ""
+        )
+        if job.cancelled and job.result is not None:
+            reason = job.result.decode("utf-8", "replace")[len(CANCELLED_PREFIX) :]
+            return f"cancelled{finished}: {reason}; it will not run again"
+        return f"completed{finished}; it will not run again"
+
+    def facts(self) -> list[tuple[str, str]]:
+        """Labelled facts for a table: state, lease, token, counters, gate, position..."""
+        job = self.job
+        out = [("state", str(job.state)), ("in sets", ", ".join(self.sets) or "(none)")]
+        expected = _EXPECTED_SET[job.state]
+        if self.sets != (expected,):
+            out.append(("inconsistent", f"state {job.state} expects the {expected} set"))
+        out.append(("queue", "paused" if self.paused else "running"))
+        if self.position is not None:
+            out.append(("position", f"{self.position + 1} of {self.pending_count}"))
+        if self.lease_deadline_ms is not None:
+            left = self.lease_deadline_ms - self.now_ms
+            when = f"in {_span(left)}" if left > 0 else f"expired {_span(left)} ago"
+            out.append(("lease deadline", f"{_utc(self.lease_deadline_ms)} ({when})"))
+        if job.lease_epoch is not None:
+            current = "current run" if self.epoch_current else "a previous run"
+            out.append(("lease epoch", f"{job.lease_epoch} ({current})"))
+        out.append(("token (attempts)", str(job.attempts)))
+        out.append(("failures", f"{job.failures} of {job.max_attempts}"))
+        out.append(("stalls", str(job.stalled)))
+        if self.run_at_ms is not None:
+            due = self.run_at_ms - self.now_ms
+            when = f"in {_span(due)}" if due > 0 else f"due {_span(due)} ago"
+            out.append(("next run", f"{_utc(self.run_at_ms)} ({when})"))
+        if job.last_error is not None:
+            out.append(("last error", job.last_error))
+        if job.progress is not None:
+            out.append(("progress", job.progress))
+        if self.locked:
+            out.append(("lock", "operator lock set: remove refuses it"))
+        out.append(("server run id", self.run_id))
+        return out
+
+
+def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
+    ks = Keyspace(queue)
+    keys = [
+        ks.job(job_id),
+        ks.pending,
+        ks.schedule,
+        ks.active,
+        ks.dead,
+        ks.completed,
+        ks.meta,
+        ks.lock(job_id),
+    ]
+
+    def read(reply: Any) -> Explanation:
+        if reply == Code.GONE:
+            check(reply, f"explain {job_id}")
+        if not isinstance(reply, list) or len(reply) != 11 or not isinstance(reply[0], list):
+            raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
+        flat = reply[0]
+        row = dict(zip(flat[::2], flat[1::2], strict=True))
+        try:
+            info = JobInfo.from_row(job_id, row)
+        except (KeyError, ValueError) as exc:
+            raise ScriptError(f"explain {job_id}: the row is malformed ({exc!r})") from None
+        scores = dict(zip(_STATE_SETS, [reply[1], *reply[3:7]], strict=True))
+        lock_field = b"lock" in row
+
+        def ms(value: Any) -> int | None:
+            return None if value is None else int(float(value))
+
+        return Explanation(
+            job=info,
+            sets=tuple(name for name, score in scores.items() if score is not None),
+            paused=bool(reply[7]),
+            position=None if reply[1] is None else int(reply[1]),
+            pending_count=int(reply[2]),
+            lease_deadline_ms=ms(reply[4]),
+            run_at_ms=ms(reply[3]),
+            run_id=text(reply[8]),
+            now_ms=int(reply[9]),
+            locked=bool(reply[10]) or lock_field,
+        )
+
+    return call("explain", keys, [job_id], read)
+
+
 # -- verbs ------------------------------------------------------------------------------------
 
 
@@ -183,3 +396,14 @@ async def reprocess_job(conn: Connection, queue: str, job_id: str) -> None:
         InvalidKey: before any I/O. JobGone: no row. NotDead: not in the dead set.
     """
     await evaluate(conn, reprocess_job_call(queue, job_id))
+
+
+async def explain(conn: Connection, queue: str, job_id: str) -> Explanation:
+    """Why is this job not running? Its state, lease deadline and epoch, fencing token,
+    stalls, failures, next run time, the pause gate and its place in pending, read in one
+    atomic script; ``.summary`` says it in one line and ``.facts()`` lists it.
+
+    Raises:
+        InvalidKey: before any I/O. JobGone: no row.
+    """
+    return await evaluate(conn, explain_call(queue, job_id))
