@@ -1,0 +1,228 @@
+"""The JSON shapes the dashboard speaks over its websocket (DESIGN.md section 7).
+
+Rule 1: every message is one JSON object with a ``type`` field; the server sends
+``hello``, ``snapshot``, ``events``, ``auth`` and ``result``; the browser sends ``auth``,
+``command`` and ``logs``. docs/dashboard.md lists every field.
+Rule 2: these are plain values (attrs, no I/O). Times are server-clock milliseconds.
+Rule 3: what a browser sends is untrusted: :func:`parse_request` turns it into a typed
+request or raises :class:`BadMessage`; nothing reaches a verb unchecked.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+__all__ = [
+    "ACTIONS",
+    "JOB_ACTIONS",
+    "ActiveJob",
+    "AuthRequest",
+    "BadMessage",
+    "CommandRequest",
+    "DeadJob",
+    "EventItem",
+    "LogsRequest",
+    "QueueView",
+    "RecentFailure",
+    "Request",
+    "encode",
+    "hello",
+    "auth_reply",
+    "result_reply",
+    "events_message",
+    "snapshot_message",
+    "status_message",
+    "parse_request",
+]
+
+#: Operator verbs a ``command`` may name; the job-scoped ones need a ``job`` id.
+ACTIONS = frozenset({"pause", "resume", "drain", "reprocess", "remove", "cancel"})
+JOB_ACTIONS = frozenset({"reprocess", "remove", "cancel"})
+MAX_MESSAGE = 4096  # bytes a browser message may have; anything longer is refused
+
+
+class BadMessage(ValueError):
+    """A browser message that is not JSON, or not one of the request shapes."""
+
+
+@attrs.frozen(kw_only=True)
+class ActiveJob:
+    """A job some worker holds now."""
+
+    id: str
+    task: str
+    call: str
+    attempts: int
+    progress: str | None
+    lease_deadline_ms: int
+    claimed_at_ms: int | None
+    last_log: str | None
+
+
+@attrs.frozen(kw_only=True)
+class DeadJob:
+    """A dead-lettered job, with its last error and its latest log lines."""
+
+    id: str
+    task: str
+    call: str
+    failures: int
+    last_error: str | None
+    finished_at_ms: int | None
+    logs: list[str]
+
+
+@attrs.frozen(kw_only=True)
+class RecentFailure:
+    """A failure this dashboard saw on the event channel (``retrying`` or ``dead``)."""
+
+    job: str
+    outcome: str
+    error: str | None
+    at_ms: int
+
+
+@attrs.frozen(kw_only=True)
+class QueueView:
+    """Everything the page shows for one queue."""
+
+    name: str
+    paused: bool
+    counts: Mapping[str, int]
+    totals: Mapping[str, int]
+    throughput: Mapping[str, list[float]]
+    active: list[ActiveJob]
+    dead: list[DeadJob]
+    failures: list[RecentFailure]
+
+
+@attrs.frozen(kw_only=True)
+class EventItem:
+    """One lifecycle event as published by a script, tagged with its queue."""
+
+    queue: str
+    event: Mapping[str, Any]
+
+
+@attrs.frozen(kw_only=True)
+class AuthRequest:
+    token: str
+
+
+@attrs.frozen(kw_only=True)
+class CommandRequest:
+    ref: int
+    action: str
+    queue: str
+    job: str | None
+    token: str
+
+
+@attrs.frozen(kw_only=True)
+class LogsRequest:
+    ref: int
+    queue: str
+    job: str
+
+
+Request = AuthRequest | CommandRequest | LogsRequest
+
+
+def encode(message: Mapping[str, Any]) -> str:
+    """Compact JSON text for the websocket."""
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+
+
+def _plain(value: Any) -> Any:
+    return attrs.asdict(value) if attrs.has(type(value)) else value
+
+
+def hello(*, version: str, queues: list[str], interval: float, history: int) -> dict[str, Any]:
+    """The first message on every connection."""
+    return {
+        "type": "hello",
+        "version": version,
+        "queues": queues,
+        "interval": interval,
+        "history": history,
+    }
+
+
+def snapshot_message(*, now_ms: int, interval: float, queues: list[QueueView]) -> dict[str, Any]:
+    """The whole picture: sent on connect and after every poll."""
+    return {
+        "type": "snapshot",
+        "now_ms": now_ms,
+        "interval": interval,
+        "queues": [_plain(q) for q in queues],
+    }
+
+
+def events_message(items: list[EventItem], dropped: int = 0) -> dict[str, Any]:
+    """A batch of live events (at most a few per second per client), oldest first."""
+    return {"type": "events", "items": [_plain(i) for i in items], "dropped": dropped}
+
+
+def status_message(*, ok: bool, error: str | None = None) -> dict[str, Any]:
+    """Whether the dashboard can read Redis right now (sent when that changes)."""
+    return {"type": "status", "ok": ok, "error": error}
+
+
+def auth_reply(ok: bool) -> dict[str, Any]:
+    return {"type": "auth", "ok": ok}
+
+
+def result_reply(
+    ref: int, *, ok: bool, value: Any = None, error: str | None = None, kind: str | None = None
+) -> dict[str, Any]:
+    """The answer to a ``command`` or ``logs`` request, matched by ``ref``."""
+    return {"type": "result", "ref": ref, "ok": ok, "value": value, "error": error, "kind": kind}
+
+
+def _field(data: Mapping[str, Any], name: str, kind: type, *, optional: bool = False) -> Any:
+    value = data.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BadMessage(f"field {name!r} must be {kind.__name__}")
+    return value
+
+
+def parse_request(text: str | bytes) -> Request:
+    """Decode one browser message into a request, or raise :class:`BadMessage`."""
+    if len(text) > MAX_MESSAGE:
+        raise BadMessage("message too long")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise BadMessage("not JSON") from None
+    if not isinstance(data, dict):
+        raise BadMessage("not a JSON object")
+    kind = data.get("type")
+    if kind == "auth":
+        return AuthRequest(token=_field(data, "token", str))
+    if kind == "logs":
+        return LogsRequest(
+            ref=_field(data, "ref", int),
+            queue=_field(data, "queue", str),
+            job=_field(data, "job", str),
+        )
+    if kind == "command":
+        action = _field(data, "action", str)
+        if action not in ACTIONS:
+            raise BadMessage(f"unknown action {action!r}")
+        job = _field(data, "job", str, optional=True)
+        if action in JOB_ACTIONS and job is None:
+            raise BadMessage(f"{action} needs a job id")
+        return CommandRequest(
+            ref=_field(data, "ref", int),
+            action=action,
+            queue=_field(data, "queue", str),
+            job=job,
+            token=_field(data, "token", str, optional=True) or "",
+        )
+    raise BadMessage(f"unknown message type {kind!r}")

@@ -1,0 +1,284 @@
+"""Read-only views of queues for the dashboard: counts, active and dead jobs, throughput.
+
+Rule 1: nothing here writes to Redis. Counts come from ``admin.stats`` (one atomic read);
+the job lists are plain reads with keys from :class:`Keyspace` only; queue names
+found by SCAN are accepted only if ``Keyspace(name).meta`` gives back the key found.
+Rule 2: throughput is computed from deltas of the metrics counters (``count`` on
+``metrics:completed`` and ``metrics:failed``) between polls, on the server clock, so every
+dashboard and every worker agree. ``failed`` counts jobs that ended dead; a failure that
+retries is not in it (it appears as a ``retrying`` event).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import trio
+
+from .. import admin
+from .._model.codec import JSON
+from .._redis.connection import Connection
+from .._redis.keyspace import Keyspace, check_queue, queues_pattern
+from ..admin import QueueStats
+from ..errors import SerializationError
+from .messages import ActiveJob, DeadJob, QueueView, RecentFailure
+
+__all__ = [
+    "COUNT_NAMES",
+    "FailureLog",
+    "Throughput",
+    "discover_queues",
+    "read_queue",
+    "server_now_ms",
+]
+
+T = TypeVar("T")
+
+#: The states counted per queue, in the order the page shows them.
+COUNT_NAMES = ("pending", "active", "scheduled", "dead", "completed")
+CALL_PREVIEW = 120
+
+
+async def _gather(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Run calls concurrently: the wire pipelines them into one write."""
+    results: list[Any] = [None] * len(calls)
+
+    async def run(i: int, fn: Callable[[], Awaitable[T]]) -> None:
+        results[i] = await fn()
+
+    async with trio.open_nursery() as nursery:
+        for i, fn in enumerate(calls):
+            nursery.start_soon(run, i, fn)
+    return results
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def describe_payload(payload: bytes | None) -> tuple[str, str]:
+    """``(task, call preview)`` of a payload, e.g. ``("send", "send('a@b.c', n=2)")``."""
+    if not payload:
+        return "?", ""
+    try:
+        call = JSON.decode_call(payload)
+    except SerializationError:
+        raw = payload[:CALL_PREVIEW].decode("utf-8", "replace")
+        return "?", raw
+    parts = [json.dumps(a, ensure_ascii=False) for a in call.args]
+    parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.kwargs.items()]
+    preview = f"{call.task}({', '.join(parts)})"
+    if len(preview) > CALL_PREVIEW:
+        preview = preview[: CALL_PREVIEW - 1] + "…"
+    return call.task, preview
+
+
+async def server_now_ms(conn: Connection) -> int:
+    """The server clock in milliseconds (the clock leases are scored on)."""
+    seconds, micros = await conn.execute("TIME")
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def discover_queues(conn: Connection, *, limit: int = 200) -> list[str]:
+    """Names of the queues that have a meta hash, sorted; at most ``limit``."""
+    pattern = queues_pattern()
+    found: set[str] = set()
+    cursor = b"0"
+    while True:
+        cursor, keys = await conn.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 500)
+        for key in keys:
+            name = _queue_of(_text(key) or "")
+            if name is not None:
+                found.add(name)
+        if cursor in (b"0", 0, "0") or len(found) >= limit:
+            break
+    return sorted(found)[:limit]
+
+
+def _queue_of(meta_key: str) -> str | None:
+    """The queue whose meta key this is, or None (checked by building it back)."""
+    start, end = meta_key.find("{"), meta_key.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    name = meta_key[start + 1 : end]
+    try:
+        return name if Keyspace(name).meta == meta_key else None
+    except ValueError:
+        return None
+
+
+def _pairs(flat: list[Any]) -> list[tuple[str, int]]:
+    return [(_text(flat[i]) or "", int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
+
+
+async def _active_jobs(conn: Connection, ks: Keyspace, limit: int) -> list[ActiveJob]:
+    members = _pairs(await conn.execute("ZRANGE", ks.active, 0, limit - 1, "WITHSCORES"))
+    fields = ("payload", "attempts", "progress", "claimed_at")
+
+    def row(job_id: str) -> Callable[[], Awaitable[Any]]:
+        return lambda: conn.execute("HMGET", ks.job(job_id), *fields)
+
+    def last_log(job_id: str) -> Callable[[], Awaitable[Any]]:
+        return lambda: conn.execute("LINDEX", ks.logs(job_id), -1)
+
+    rows = await _gather([row(j) for j, _ in members] + [last_log(j) for j, _ in members])
+    jobs = []
+    for i, (job_id, deadline) in enumerate(members):
+        payload, attempts, progress, claimed_at = rows[i]
+        task, call = describe_payload(payload)
+        jobs.append(
+            ActiveJob(
+                id=job_id,
+                task=task,
+                call=call,
+                attempts=_int(attempts),
+                progress=_text(progress),
+                lease_deadline_ms=deadline,
+                claimed_at_ms=_int(claimed_at) or None,
+                last_log=_text(rows[len(members) + i]),
+            )
+        )
+    return jobs
+
+
+async def _dead_jobs(conn: Connection, ks: Keyspace, limit: int, log_lines: int) -> list[DeadJob]:
+    members = _pairs(await conn.execute("ZREVRANGE", ks.dead, 0, limit - 1, "WITHSCORES"))
+    fields = ("payload", "failures", "last_error", "finished_at")
+
+    def row(job_id: str) -> Callable[[], Awaitable[Any]]:
+        return lambda: conn.execute("HMGET", ks.job(job_id), *fields)
+
+    def logs(job_id: str) -> Callable[[], Awaitable[Any]]:
+        return lambda: conn.execute("LRANGE", ks.logs(job_id), -log_lines, -1)
+
+    rows = await _gather([row(j) for j, _ in members] + [logs(j) for j, _ in members])
+    jobs = []
+    for i, (job_id, died_at) in enumerate(members):
+        payload, failures, last_error, finished_at = rows[i]
+        task, call = describe_payload(payload)
+        jobs.append(
+            DeadJob(
+                id=job_id,
+                task=task,
+                call=call,
+                failures=_int(failures),
+                last_error=_text(last_error),
+                finished_at_ms=_int(finished_at) or died_at,
+                logs=[_text(line) or "" for line in rows[len(members) + i]],
+            )
+        )
+    return jobs
+
+
+class Throughput:
+    """Per-queue rates (jobs per second) from successive metrics totals.
+
+    Each poll adds one point per queue: ``(total now - total before) / seconds between``,
+    on the server clock. A counter that went down (an obliterated queue) reads as 0.
+    """
+
+    def __init__(self, history: int) -> None:
+        self.history = history
+        self._last: dict[str, tuple[int, int, int]] = {}
+        self._series: dict[str, tuple[collections.deque[float], collections.deque[float]]] = {}
+
+    def add(self, counts: QueueStats) -> None:
+        now_ms = counts.now_ms
+        done, failed = self._series.setdefault(
+            counts.queue,
+            (collections.deque(maxlen=self.history), collections.deque(maxlen=self.history)),
+        )
+        last = self._last.get(counts.queue)
+        self._last[counts.queue] = (now_ms, counts.completed_total, counts.failed_total)
+        if last is None or now_ms <= last[0]:
+            return
+        seconds = (now_ms - last[0]) / 1000
+        done.append(round(max(0, counts.completed_total - last[1]) / seconds, 2))
+        failed.append(round(max(0, counts.failed_total - last[2]) / seconds, 2))
+
+    def series(self, queue: str) -> dict[str, list[float]]:
+        done, failed = self._series.get(queue, ((), ()))
+        return {"completed": list(done), "failed": list(failed)}
+
+
+class FailureLog:
+    """The latest failures seen on each queue's event channel, newest first."""
+
+    def __init__(self, keep: int = 30) -> None:
+        self.keep = keep
+        self._items: dict[str, collections.deque[RecentFailure]] = {}
+
+    def note(self, queue: str, event: Mapping[str, Any], at_ms: int) -> None:
+        kind = event.get("event")
+        if kind not in ("retrying", "dead") or not isinstance(event.get("job"), str):
+            return
+        error = event.get("error")
+        items = self._items.setdefault(queue, collections.deque(maxlen=self.keep))
+        items.appendleft(
+            RecentFailure(
+                job=event["job"],
+                outcome=str(kind),
+                error=str(error) if error is not None else None,
+                at_ms=at_ms,
+            )
+        )
+
+    def recent(self, queue: str) -> list[RecentFailure]:
+        return list(self._items.get(queue, ()))
+
+
+async def read_queue(
+    conn: Connection,
+    queue: str,
+    *,
+    throughput: Throughput,
+    failures: FailureLog,
+    active_limit: int = 50,
+    dead_limit: int = 20,
+    log_lines: int = 10,
+) -> QueueView:
+    """One queue's view; also feeds its totals into ``throughput``."""
+    ks = Keyspace(check_queue(queue))
+    counts: QueueStats | None = None
+    active: list[ActiveJob] = []
+    dead: list[DeadJob] = []
+
+    async def read_counts() -> None:
+        nonlocal counts
+        counts = await admin.stats(conn, queue)
+
+    async def read_active() -> None:
+        active.extend(await _active_jobs(conn, ks, active_limit))
+
+    async def read_dead() -> None:
+        dead.extend(await _dead_jobs(conn, ks, dead_limit, log_lines))
+
+    async with trio.open_nursery() as nursery:
+        for reader in (read_counts, read_active, read_dead):
+            nursery.start_soon(reader)
+    assert counts is not None
+    throughput.add(counts)
+    return QueueView(
+        name=queue,
+        paused=counts.paused,
+        counts={name: getattr(counts, name) for name in COUNT_NAMES},
+        totals={"completed": counts.completed_total, "failed": counts.failed_total},
+        throughput=throughput.series(queue),
+        active=active,
+        dead=dead,
+        failures=failures.recent(queue),
+    )

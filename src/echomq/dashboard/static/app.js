@@ -1,0 +1,524 @@
+// echomq dashboard: one websocket, one snapshot a second, live events in between.
+// Everything from the server is shown with textContent (never innerHTML): job data is
+// untrusted. The operator token comes from the URL fragment (#token=...) or the form,
+// and lives in sessionStorage only.
+"use strict";
+
+(() => {
+  const $ = (id) => document.getElementById(id);
+  const STATES = ["pending", "active", "scheduled", "dead", "completed"];
+  const CONFIRM = new Set(["drain", "remove"]);
+
+  const app = {
+    ws: null,
+    backoff: 250,
+    snapshot: null,
+    receivedAt: 0, // performance.now() when the snapshot arrived
+    selected: null,
+    token: "",
+    authed: false,
+    ref: 0,
+    pending: new Map(), // ref -> {action, queue, job}
+    openLogs: new Set(), // dead job ids whose logs are open
+    armed: new Map(), // "action:queue:job" -> expiry (two-step confirm)
+    feed: [],
+  };
+
+  // -- small helpers -------------------------------------------------------------------
+
+  function h(tag, props, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "class") el.className = v;
+      else if (k === "text") el.textContent = v;
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else if (k === "dataset") Object.assign(el.dataset, v);
+      else el.setAttribute(k, v === true ? "" : v);
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  const shortId = (id) => (id.length > 14 ? id.slice(0, 12) + "…" : id);
+
+  function serverNow() {
+    if (!app.snapshot) return Date.now();
+    return app.snapshot.now_ms + (performance.now() - app.receivedAt);
+  }
+
+  function ago(ms) {
+    const s = Math.max(0, (serverNow() - ms) / 1000);
+    if (s < 60) return `${Math.round(s)} s ago`;
+    if (s < 3600) return `${Math.round(s / 60)} min ago`;
+    if (s < 86400) return `${Math.round(s / 3600)} h ago`;
+    return `${Math.round(s / 86400)} d ago`;
+  }
+
+  const fmt = (n) => (n >= 100 ? Math.round(n).toLocaleString() : (Math.round(n * 10) / 10).toString());
+
+  function toast(text, bad) {
+    const el = h("div", { class: bad ? "toast bad" : "toast", role: "status", text });
+    $("toasts").append(el);
+    setTimeout(() => el.remove(), bad ? 6000 : 3000);
+  }
+
+  // -- the websocket ---------------------------------------------------------------------
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const ws = new WebSocket(`${scheme}://${location.host}/ws`);
+    app.ws = ws;
+    setConn("connecting", "connecting…");
+    ws.onopen = () => {
+      app.backoff = 250;
+      setConn("live", "live");
+      if (app.token) send({ type: "auth", token: app.token });
+    };
+    ws.onmessage = (e) => {
+      let msg;
+      try { msg = JSON.parse(e.data); } catch { return; }
+      handle(msg);
+    };
+    ws.onclose = () => {
+      setConn("down", "disconnected, retrying…");
+      app.ws = null;
+      setTimeout(connect, app.backoff);
+      app.backoff = Math.min(app.backoff * 2, 5000);
+    };
+  }
+
+  function send(msg) {
+    if (app.ws && app.ws.readyState === WebSocket.OPEN) {
+      app.ws.send(JSON.stringify(msg));
+      return true;
+    }
+    return false;
+  }
+
+  function setConn(state, text) {
+    $("conn").dataset.state = state;
+    $("conn-text").textContent = text;
+  }
+
+  function handle(msg) {
+    switch (msg.type) {
+      case "hello":
+        document.title = `echomq dashboard · ${msg.version}`;
+        break;
+      case "status":
+        $("banner").hidden = msg.ok;
+        $("banner").textContent = msg.ok ? "" : `Cannot read Redis: ${msg.error}`;
+        if (!msg.ok) setConn("down", "redis unreachable");
+        else if (app.ws) setConn("live", "live");
+        break;
+      case "snapshot":
+        app.snapshot = msg;
+        app.receivedAt = performance.now();
+        render();
+        break;
+      case "events":
+        onEvents(msg.items, msg.dropped);
+        break;
+      case "auth":
+        setAuthed(msg.ok);
+        if (!msg.ok) toast("That token is not valid.", true);
+        break;
+      case "result":
+        onResult(msg);
+        break;
+    }
+  }
+
+  // -- token -----------------------------------------------------------------------------
+
+  function readTokenFromUrl() {
+    const params = new URLSearchParams(location.hash.slice(1));
+    const token = params.get("token");
+    if (token) {
+      sessionStorage.setItem("echomq-token", token);
+      params.delete("token");
+      const rest = params.toString();
+      history.replaceState(null, "", location.pathname + location.search + (rest ? "#" + rest : ""));
+    }
+    app.token = sessionStorage.getItem("echomq-token") || "";
+    const q = params.get("q");
+    if (q) app.selected = q;
+  }
+
+  function setAuthed(ok) {
+    app.authed = ok;
+    const state = $("auth-state");
+    state.dataset.ok = String(ok);
+    state.textContent = ok ? "operator" : "read-only";
+    $("token").hidden = ok;
+    $("auth").querySelector("button").textContent = ok ? "Lock" : "Unlock";
+    if (!ok) {
+      sessionStorage.removeItem("echomq-token");
+      app.token = "";
+    }
+    render();
+  }
+
+  $("auth").addEventListener("submit", (e) => {
+    e.preventDefault();
+    if (app.authed) {
+      setAuthed(false);
+      return;
+    }
+    const token = $("token").value.trim();
+    if (!token) return;
+    app.token = token;
+    sessionStorage.setItem("echomq-token", token);
+    $("token").value = "";
+    send({ type: "auth", token });
+  });
+
+  // -- operator commands -----------------------------------------------------------------
+
+  function command(action, queue, job, button) {
+    if (!app.authed) {
+      toast("Unlock with the operator token first.", true);
+      return;
+    }
+    const key = `${action}:${queue}:${job || ""}`;
+    if (CONFIRM.has(action) && !(app.armed.get(key) > Date.now())) {
+      app.armed.set(key, Date.now() + 3000);
+      if (button) {
+        button.classList.add("confirm");
+        button.textContent = `Confirm ${action}?`;
+      }
+      setTimeout(render, 3100);
+      return;
+    }
+    app.armed.delete(key);
+    const ref = ++app.ref;
+    app.pending.set(ref, { action, queue, job });
+    const msg = { type: "command", ref, action, queue, token: app.token };
+    if (job) msg.job = job;
+    if (!send(msg)) toast("Not connected.", true);
+    if (button) button.disabled = true;
+  }
+
+  function onResult(msg) {
+    const req = app.pending.get(msg.ref);
+    app.pending.delete(msg.ref);
+    if (!req) {
+      if (!msg.ok) toast(msg.error || "refused", true);
+      return;
+    }
+    const what = `${req.action} ${req.job ? shortId(req.job) : req.queue}`;
+    if (msg.ok) {
+      const value = msg.value === null || msg.value === undefined ? "" : ` → ${msg.value}`;
+      toast(`${what}: done${value}`);
+    } else {
+      toast(`${what}: ${msg.error}`, true);
+      if (msg.kind === "unauthorized") setAuthed(false);
+    }
+    render();
+  }
+
+  function opButton(label, action, queue, job, extraClass) {
+    const key = `${action}:${queue}:${job || ""}`;
+    const armed = app.armed.get(key) > Date.now();
+    const el = h("button", {
+      class: `btn small op ${extraClass || ""} ${armed ? "confirm" : ""}`,
+      type: "button",
+      disabled: !app.authed,
+      title: app.authed ? `${action} ${job || queue}` : "needs the operator token",
+      dataset: { action, job: job || "" },
+      text: armed ? `Confirm ${action}?` : label,
+    });
+    el.addEventListener("click", () => command(action, queue, job, el));
+    return el;
+  }
+
+  for (const id of ["q-pause", "q-resume", "q-drain"]) {
+    const el = $(id);
+    el.addEventListener("click", () => {
+      if (app.selected) command(el.dataset.action, app.selected, null, el);
+    });
+  }
+
+  // -- events ----------------------------------------------------------------------------
+
+  function onEvents(items, dropped) {
+    for (const item of items) {
+      const ev = item.event;
+      app.feed.unshift({ queue: item.queue, event: ev, at: Date.now() });
+      // progress shows at once, without waiting for the next snapshot
+      if (ev.event === "progress" && app.snapshot) {
+        const q = app.snapshot.queues.find((x) => x.name === item.queue);
+        const job = q && q.active.find((j) => j.id === ev.job);
+        if (job) job.progress = ev.progress !== undefined ? String(ev.progress) : job.progress;
+      }
+    }
+    app.feed.length = Math.min(app.feed.length, 200);
+    $("feed-note").textContent = dropped ? `${dropped} events skipped (busy)` : "";
+    renderFeed();
+    renderActive();
+  }
+
+  function renderFeed() {
+    const list = $("feed");
+    list.replaceChildren(
+      ...app.feed.slice(0, 80).map(({ queue, event, at }) => {
+        const extra = event.error ? ` ${event.error}` : event.progress !== undefined ? ` ${event.progress}` : event.reason ? ` ${event.reason}` : "";
+        return h("li", {},
+          h("span", { class: "ago", text: new Date(at).toLocaleTimeString() }),
+          h("span", { class: `ev ${event.event}`, text: event.event }),
+          h("span", { class: "q", text: queue }),
+          h("span", { text: `${event.job || ""}${extra}` }));
+      }),
+    );
+  }
+
+  // -- rendering -------------------------------------------------------------------------
+
+  function current() {
+    if (!app.snapshot) return null;
+    const queues = app.snapshot.queues;
+    if (!queues.length) return null;
+    let q = queues.find((x) => x.name === app.selected);
+    if (!q) {
+      q = queues[0];
+      app.selected = q.name;
+    }
+    return q;
+  }
+
+  function render() {
+    renderTabs();
+    const q = current();
+    $("empty").hidden = !!q;
+    $("queue").hidden = !q;
+    if (!q) return;
+    $("q-name").textContent = q.name;
+    $("q-paused").hidden = !q.paused;
+    $("q-pause").hidden = q.paused;
+    $("q-resume").hidden = !q.paused;
+    for (const id of ["q-pause", "q-resume", "q-drain"]) {
+      const el = $(id);
+      const key = `${el.dataset.action}:${q.name}:`;
+      const armed = app.armed.get(key) > Date.now();
+      el.disabled = !app.authed;
+      el.title = app.authed ? "" : "needs the operator token";
+      el.classList.toggle("confirm", armed);
+      el.textContent = armed ? `Confirm ${el.dataset.action}?` : el.dataset.action[0].toUpperCase() + el.dataset.action.slice(1);
+    }
+    renderCounts(q);
+    renderChart(q);
+    renderActive();
+    renderDead(q);
+    renderFailures(q);
+  }
+
+  function renderTabs() {
+    const queues = app.snapshot ? app.snapshot.queues : [];
+    $("tabs").replaceChildren(
+      ...queues.map((q) =>
+        h("button", {
+          class: "tab", type: "button", role: "tab",
+          "aria-selected": String(q.name === app.selected),
+          dataset: { queue: q.name },
+          onclick: () => { app.selected = q.name; app.openLogs.clear(); render(); },
+        },
+        h("span", { text: q.name }),
+        q.paused ? h("span", { class: "flag", text: "paused" }) : null,
+        h("span", { class: "mini", text: `${q.counts.pending}·${q.counts.active}·${q.counts.dead}` })),
+      ),
+    );
+  }
+
+  function renderCounts(q) {
+    const extra = {
+      completed: `${q.totals.completed.toLocaleString()} ever`,
+      dead: `${q.totals.failed.toLocaleString()} ever`,
+    };
+    $("counts").replaceChildren(
+      ...STATES.map((s) =>
+        h("div", { class: `count ${s}`, dataset: { state: s } },
+          h("div", { class: "label", text: s }),
+          h("div", { class: "value", dataset: { count: s }, text: q.counts[s].toLocaleString() }),
+          h("div", { class: "extra", text: extra[s] || "\u00a0" }))),
+    );
+  }
+
+  function renderChart(q) {
+    const canvas = $("chart");
+    const dpr = window.devicePixelRatio || 1;
+    const width = canvas.clientWidth;
+    const height = canvas.clientHeight;
+    if (canvas.width !== width * dpr || canvas.height !== height * dpr) {
+      canvas.width = width * dpr;
+      canvas.height = height * dpr;
+    }
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const styles = getComputedStyle(document.documentElement);
+    const color = (name) => styles.getPropertyValue(name).trim();
+    const done = q.throughput.completed;
+    const failed = q.throughput.failed;
+    const slots = Math.max(60, done.length);
+    const top = niceMax(Math.max(1, ...done, ...failed));
+    const left = 44, right = 8, pad = 10, bottom = 20;
+    const plotW = width - left - right;
+    const plotH = height - pad - bottom;
+    const x = (i, n) => left + plotW - (n - 1 - i) * (plotW / (slots - 1));
+    const y = (v) => pad + plotH - (v / top) * plotH;
+
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.fillStyle = color("--muted");
+    ctx.strokeStyle = color("--line");
+    ctx.lineWidth = 1;
+    for (let i = 0; i <= 4; i++) {
+      const v = (top * i) / 4;
+      const yy = Math.round(y(v)) + 0.5;
+      ctx.beginPath();
+      ctx.moveTo(left, yy);
+      ctx.lineTo(width - right, yy);
+      ctx.stroke();
+      ctx.textAlign = "right";
+      ctx.fillText(fmt(v), left - 6, yy + 4);
+    }
+    const interval = app.snapshot.interval || 1;
+    ctx.textAlign = "center";
+    for (const secs of [0, 60, 120, 180, 240]) {
+      const i = slots - 1 - secs / interval;
+      if (i < 0) continue;
+      const xx = left + (i * plotW) / (slots - 1);
+      ctx.fillText(secs ? `-${secs / 60} min` : "now", xx, height - 4);
+    }
+    const line = (series, stroke, fill) => {
+      if (series.length < 2) return;
+      ctx.beginPath();
+      series.forEach((v, i) => (i ? ctx.lineTo(x(i, series.length), y(v)) : ctx.moveTo(x(i, series.length), y(v))));
+      ctx.strokeStyle = stroke;
+      ctx.lineWidth = 2;
+      ctx.lineJoin = "round";
+      ctx.stroke();
+      if (fill) {
+        ctx.lineTo(x(series.length - 1, series.length), y(0));
+        ctx.lineTo(x(0, series.length), y(0));
+        ctx.closePath();
+        ctx.globalAlpha = 0.12;
+        ctx.fillStyle = stroke;
+        ctx.fill();
+        ctx.globalAlpha = 1;
+      }
+    };
+    line(done, color("--completed"), true);
+    line(failed, color("--dead"), false);
+    const last = (s) => (s.length ? s[s.length - 1] : 0);
+    $("rate-completed").textContent = fmt(last(done));
+    $("rate-failed").textContent = fmt(last(failed));
+  }
+
+  function niceMax(v) {
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+    return 10 * p;
+  }
+
+  function progressCell(progress) {
+    if (progress === null || progress === undefined || progress === "") return h("span", { class: "progress-text", text: "—" });
+    const n = Number(progress);
+    if (Number.isFinite(n)) {
+      const pct = Math.max(0, Math.min(100, n));
+      const bar = h("div", { class: "bar", role: "progressbar", "aria-valuenow": String(pct) }, h("span"));
+      bar.firstChild.style.width = `${pct}%`;
+      return h("div", {}, bar, h("span", { class: "progress-text", text: `${fmt(pct)} %` }));
+    }
+    return h("span", { class: "progress-text", text: String(progress).slice(0, 60) });
+  }
+
+  function leaseCell(job) {
+    const left = job.lease_deadline_ms - serverNow();
+    const span = Math.max(1, job.lease_deadline_ms - (job.claimed_at_ms || job.lease_deadline_ms - 30000));
+    const pct = Math.max(0, Math.min(100, (left / span) * 100));
+    const bar = h("div", { class: `bar lease ${pct < 25 ? "low" : ""}` }, h("span"));
+    bar.firstChild.style.width = `${pct}%`;
+    const text = left >= 0 ? `${(left / 1000).toFixed(1)} s` : `lapsed ${(-left / 1000).toFixed(1)} s`;
+    return h("div", { dataset: { deadline: job.lease_deadline_ms } }, bar, h("span", { class: "progress-text", text }));
+  }
+
+  function renderActive() {
+    const q = current();
+    if (!q) return;
+    const rows = q.active.map((job) =>
+      h("tr", { dataset: { job: job.id } },
+        h("td", { class: "mono", title: job.id, text: shortId(job.id) }),
+        h("td", {},
+          h("div", { class: "call", title: job.call, text: job.call || job.task }),
+          job.last_log ? h("div", { class: "lastlog", text: job.last_log.slice(0, 90) }) : null),
+        h("td", {}, progressCell(job.progress)),
+        h("td", {}, leaseCell(job)),
+        h("td", { class: "mono", text: String(job.attempts) }),
+        h("td", { class: "actions" }, opButton("Cancel", "cancel", q.name, job.id, "danger"))));
+    $("active-body").replaceChildren(...rows);
+    $("active-empty").hidden = rows.length > 0;
+    $("active-table").hidden = rows.length === 0;
+    const total = q.counts.active;
+    $("active-note").textContent = total > q.active.length ? `showing ${q.active.length} of ${total}` : "";
+  }
+
+  function renderDead(q) {
+    const rows = [];
+    for (const job of q.dead) {
+      const open = app.openLogs.has(job.id);
+      const details = h("details", { open },
+        h("summary", { text: `${job.logs.length} log line${job.logs.length === 1 ? "" : "s"}` }),
+        h("pre", { class: "logs", text: job.logs.join("\n") || "(no logs)" }));
+      details.addEventListener("toggle", () => {
+        if (details.open) app.openLogs.add(job.id);
+        else app.openLogs.delete(job.id);
+      });
+      rows.push(
+        h("tr", { dataset: { job: job.id } },
+          h("td", { class: "mono", title: job.id, text: shortId(job.id) }),
+          h("td", {}, h("div", { class: "call", title: job.call, text: job.call || job.task }), details),
+          h("td", { class: "mono", text: String(job.failures) }),
+          h("td", { class: "err", text: job.last_error || "" }),
+          h("td", { class: "ago", text: job.finished_at_ms ? ago(job.finished_at_ms) : "" }),
+          h("td", { class: "actions" },
+            opButton("Reprocess", "reprocess", q.name, job.id), " ",
+            opButton("Remove", "remove", q.name, job.id, "danger"))));
+    }
+    $("dead-body").replaceChildren(...rows);
+    $("dead-empty").hidden = rows.length > 0;
+    $("dead-table").hidden = rows.length === 0;
+    $("dead-note").textContent = q.counts.dead > q.dead.length ? `latest ${q.dead.length} of ${q.counts.dead}` : "";
+  }
+
+  function renderFailures(q) {
+    const items = q.failures.map((f) =>
+      h("li", {},
+        h("span", { class: `outcome ${f.outcome}`, text: f.outcome }),
+        h("span", { class: "mono", title: f.job, text: shortId(f.job) }),
+        h("span", { class: "ago", text: ago(f.at_ms) }),
+        h("span", { class: "err", text: f.error || "" })));
+    $("failures").replaceChildren(...items);
+    $("failures-empty").hidden = items.length > 0;
+  }
+
+  // lease countdowns move between snapshots (cells updated in place: buttons stay put)
+  setInterval(() => {
+    const q = current();
+    if (!q) return;
+    for (const job of q.active) {
+      const row = document.querySelector(`#active-body tr[data-job="${CSS.escape(job.id)}"] td:nth-child(4)`);
+      if (row) row.replaceChildren(leaseCell(job));
+    }
+  }, 250);
+  window.addEventListener("resize", () => {
+    const q = current();
+    if (q) renderChart(q);
+  });
+
+  readTokenFromUrl();
+  connect();
+})();
