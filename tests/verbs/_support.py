@@ -1,0 +1,58 @@
+"""Helpers for the lifecycle verb tests: snapshots, the server clock, lapsing a lease.
+
+A refusal must change nothing: ``snapshot`` DUMPs every key of the test's queue (SCAN by
+the queue's pattern), so a test compares the whole queue before and after.
+"""
+
+from __future__ import annotations
+
+import trio
+
+import echomq
+from echomq._redis.keyspace import Keyspace
+
+
+async def snapshot(conn: echomq.Connection, ks: Keyspace) -> dict[bytes, bytes]:
+    """Every key of the queue with its DUMP (type and value), for before/after checks."""
+    keys: list[bytes] = []
+    cursor: bytes | int = 0
+    while True:
+        cursor, found = await conn.execute("SCAN", cursor, "MATCH", ks.pattern, "COUNT", 1000)
+        keys += found
+        if int(cursor) == 0:
+            break
+    return {key: await conn.execute("DUMP", key) for key in sorted(set(keys))}
+
+
+async def server_now_ms(conn: echomq.Connection) -> int:
+    seconds, micros = await conn.execute("TIME")
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+async def run_id(conn: echomq.Connection) -> str:
+    info: bytes = await conn.execute("INFO", "server")
+    for line in info.decode().splitlines():
+        if line.startswith("run_id:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError("no run_id in INFO server")
+
+
+async def lapse(conn: echomq.Connection, ks: Keyspace, *job_ids: str) -> None:
+    """Wait (bounded) until every id's lease deadline is behind the server clock."""
+    with trio.fail_after(2):
+        for job_id in job_ids:
+            deadline = await conn.execute("ZSCORE", ks.active, job_id)
+            assert deadline is not None, job_id
+            while await server_now_ms(conn) <= float(deadline):
+                await trio.sleep(0.005)
+
+
+async def claim_one(conn: echomq.Connection, queue: str, lease_ms: int = 10_000) -> echomq.Claimed:
+    claimed = await echomq.jobs.claim(conn, queue, lease_ms)
+    assert len(claimed) == 1
+    return claimed[0]
+
+
+async def field(conn: echomq.Connection, ks: Keyspace, job_id: str, name: str) -> bytes | None:
+    value: bytes | None = await conn.execute("HGET", ks.job(job_id), name)
+    return value

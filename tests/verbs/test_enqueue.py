@@ -1,0 +1,106 @@
+"""enqueue and enqueue_many: the row written, duplicates refused, all or nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+import echomq
+from echomq import jobs
+from echomq._redis.keyspace import Keyspace
+from echomq.errors import DuplicateJob
+
+from ._support import server_now_ms, snapshot
+
+
+async def test_enqueue_writes_a_pending_row(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """The row holds the payload, zeroed counters and options; the id is pending."""
+    before = await server_now_ms(conn)
+    job_id = await jobs.enqueue(conn, queue, b"\x00binary\xff", priority=7, max_attempts=4)
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None
+    assert info.state is echomq.JobState.PENDING
+    assert info.payload == b"\x00binary\xff"
+    assert (info.attempts, info.failures, info.stalled) == (0, 0, 0)
+    assert (info.priority, info.max_attempts) == (7, 4)
+    assert info.created_at is not None and info.created_at >= before
+    assert await conn.execute("ZSCORE", ks.pending, job_id) is not None
+    assert await conn.execute("LLEN", ks.wake) == 1
+
+
+async def test_enqueue_with_delay_writes_a_scheduled_row(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A delayed job is scheduled at server now + delay and wakes nobody."""
+    before = await server_now_ms(conn)
+    job_id = await jobs.enqueue(conn, queue, "text payload", delay_ms=10_000, job_id="later-1")
+    assert job_id == "later-1"
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None
+    assert info.state is echomq.JobState.SCHEDULED
+    assert info.payload == b"text payload"
+    assert info.run_at is not None and info.run_at >= before + 10_000
+    assert float(await conn.execute("ZSCORE", ks.schedule, job_id)) == info.run_at
+    assert await conn.execute("EXISTS", ks.wake) == 0
+
+
+async def test_generated_ids_are_unique(conn: echomq.Connection, queue: str) -> None:
+    """Without job_id every enqueue gets a fresh id."""
+    ids = {await jobs.enqueue(conn, queue, b"") for _ in range(20)}
+    assert len(ids) == 20
+
+
+async def test_duplicate_id_is_refused_and_nothing_is_written(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """An existing job_id raises DuplicateJob; the row and every set stay as they were."""
+    await jobs.enqueue(conn, queue, b"original", job_id="welcome-42")
+    before = await snapshot(conn, ks)
+    with pytest.raises(DuplicateJob):
+        await jobs.enqueue(conn, queue, b"copy", job_id="welcome-42", delay_ms=5)
+    assert await snapshot(conn, ks) == before
+
+
+async def test_enqueue_many_answers_ids_in_order(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """One call enqueues every job, ready ones in order, one wake token for the batch."""
+    batch = [jobs.NewJob(payload=str(i), job_id=f"job-{i}") for i in range(5)]
+    batch.append(jobs.NewJob(payload=b"later", delay_ms=60_000))
+    ids = await jobs.enqueue_many(conn, queue, batch)
+    assert ids[:5] == [f"job-{i}" for i in range(5)]
+    assert await conn.execute("ZRANGE", ks.pending, 0, -1) == [i.encode() for i in ids[:5]]
+    assert await conn.execute("ZRANGE", ks.schedule, 0, -1) == [ids[5].encode()]
+    assert await conn.execute("LRANGE", ks.wake, 0, -1) == [b"5"]
+
+
+@pytest.mark.parametrize("clash", ["existing", "repeated"])
+async def test_enqueue_many_is_all_or_nothing(
+    conn: echomq.Connection, queue: str, ks: Keyspace, clash: str
+) -> None:
+    """One bad id (existing, or repeated in the call) refuses the whole batch."""
+    await jobs.enqueue(conn, queue, b"", job_id="taken")
+    before = await snapshot(conn, ks)
+    bad = "taken" if clash == "existing" else "twice"
+    batch = [
+        jobs.NewJob(payload=b"a", job_id="fresh-1"),
+        jobs.NewJob(payload=b"b", job_id="twice"),
+        jobs.NewJob(payload=b"c", job_id=bad),
+        jobs.NewJob(payload=b"d", delay_ms=10),
+    ]
+    with pytest.raises(DuplicateJob, match=bad):
+        await jobs.enqueue_many(conn, queue, batch)
+    assert await snapshot(conn, ks) == before
+
+
+async def test_empty_payload_round_trips(conn: echomq.Connection, queue: str) -> None:
+    """An empty payload is a payload: claimable and read back as b''."""
+    job_id = await jobs.enqueue(conn, queue, b"")
+    [held] = await jobs.claim(conn, queue, 1_000)
+    assert (held.id, held.payload) == (job_id, b"")
+
+
+async def test_get_job_of_missing_row_is_none(conn: echomq.Connection, queue: str) -> None:
+    """No row: get_job answers None."""
+    assert await jobs.get_job(conn, queue, "nobody") is None
