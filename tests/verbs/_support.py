@@ -6,10 +6,15 @@ the queue's pattern), so a test compares the whole queue before and after.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
 import trio
 
 import echomq
 from echomq._redis.keyspace import Keyspace
+
+T = TypeVar("T")
 
 
 async def snapshot(conn: echomq.Connection, ks: Keyspace) -> dict[bytes, bytes]:
@@ -37,14 +42,25 @@ async def run_id(conn: echomq.Connection) -> str:
     raise AssertionError("no run_id in INFO server")
 
 
+async def eventually(probe: Callable[[], Awaitable[T]]) -> T:
+    """Poll ``probe`` (a server-side condition) until it answers something truthy (<= 2 s)."""
+    with trio.fail_after(2):
+        while True:
+            if result := await probe():
+                return result
+            await trio.sleep(0.005)
+
+
 async def lapse(conn: echomq.Connection, ks: Keyspace, *job_ids: str) -> None:
     """Wait (bounded) until every id's lease deadline is behind the server clock."""
-    with trio.fail_after(2):
-        for job_id in job_ids:
-            deadline = await conn.execute("ZSCORE", ks.active, job_id)
-            assert deadline is not None, job_id
-            while await server_now_ms(conn) <= float(deadline):
-                await trio.sleep(0.005)
+    for job_id in job_ids:
+        deadline = await conn.execute("ZSCORE", ks.active, job_id)
+        assert deadline is not None, job_id
+
+        async def passed(deadline: float = float(deadline)) -> bool:
+            return await server_now_ms(conn) > deadline
+
+        await eventually(passed)
 
 
 async def claim_one(conn: echomq.Connection, queue: str, lease_ms: int = 10_000) -> echomq.Claimed:

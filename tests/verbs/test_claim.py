@@ -8,7 +8,7 @@ import echomq
 from echomq import jobs
 from echomq._redis.keyspace import Keyspace
 
-from ._support import field, run_id, server_now_ms, snapshot
+from ._support import eventually, field, run_id, server_now_ms, snapshot
 
 
 async def test_fifo_within_a_priority(conn: echomq.Connection, queue: str) -> None:
@@ -96,9 +96,7 @@ async def test_due_scheduled_jobs_are_promoted_then_claimed(
     assert await field(conn, ks, job_id, "state") == b"scheduled"
     assert await jobs.claim(conn, queue, 1_000) == []
     assert await conn.execute("ZSCORE", ks.schedule, job_id) is not None
-    with trio.fail_after(2):
-        while not (claimed := await jobs.claim(conn, queue, 1_000)):
-            await trio.sleep(0.01)
+    claimed = await eventually(lambda: jobs.claim(conn, queue, 1_000))
     assert [c.id for c in claimed] == [job_id]
     assert claimed[0].payload == b"later"
     assert await conn.execute("ZSCORE", ks.schedule, job_id) is None
@@ -120,9 +118,7 @@ async def test_promotion_beyond_count_pushes_a_wake_token(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
     """Promoted jobs the claim did not take wake the other idle consumers."""
-    await jobs.enqueue_many(
-        conn, queue, [jobs.NewJob(payload=b"", delay_ms=1) for _ in range(3)]
-    )
+    await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"", delay_ms=1) for _ in range(3)])
     assert await conn.execute("LLEN", ks.wake) == 0
     await trio.sleep(0.01)
     assert len(await jobs.claim(conn, queue, 1_000, count=1)) == 1

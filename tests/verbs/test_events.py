@@ -12,6 +12,8 @@ from echomq import jobs
 from echomq._redis.keyspace import Keyspace
 from echomq._redis.pubsub import PubSub, open_pubsub
 
+from ._support import eventually
+
 
 async def _take(ps: PubSub, n: int) -> list[dict[str, Any]]:
     with trio.fail_after(2):
@@ -59,9 +61,7 @@ async def test_scheduled_recovered_and_released_events(
         await jobs.enqueue(conn, queue, b"", job_id="later", delay_ms=60_000)
         await jobs.enqueue(conn, queue, b"", job_id="now")
         [held] = await jobs.claim(conn, queue, 1)
-        with trio.fail_after(2):
-            while not await jobs.reap(conn, queue):
-                await trio.sleep(0.002)
+        await eventually(lambda: jobs.reap(conn, queue))
         [held] = await jobs.claim(conn, queue, 60_000)
         await jobs.release(conn, queue, [(held.id, held.token)])
         got = await _take(ps, 6)
