@@ -9,11 +9,14 @@ Layout (imports point down):
 
 from __future__ import annotations
 
-from . import admin, errors, jobs, stalled
+from . import admin, cancel, errors, jobs, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
 from ._redis.connection import Connection, connect
 from ._redis.replies import ExtendResult
+from ._worker.worker import Worker
+from .app import Job, Queue, TaskHandle, current_job
+from .cancel import CancelToken
 from .config import ConnectionConfig, parse_url
 from .errors import (
     EchoMQError,
@@ -25,20 +28,27 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "CancelToken",
     "Claimed",
     "Connection",
     "ConnectionConfig",
     "EchoMQError",
     "ExtendResult",
+    "Job",
     "JobCancelled",
     "JobFailed",
     "JobInfo",
     "JobState",
+    "Queue",
     "Retry",
     "Sweep",
+    "TaskHandle",
+    "Worker",
     "__version__",
     "admin",
+    "cancel",
     "connect",
+    "current_job",
     "errors",
     "jobs",
     "parse_url",

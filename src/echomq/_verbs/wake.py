@@ -1,0 +1,42 @@
+"""The wake list: idle consumers block on it instead of polling.
+
+Everything that makes work claimable pushes a token on ``emq:{q}:wake`` (the scripts keep
+the list short). An idle consumer BLPOPs it on a connection of its own, with a timeout no
+later than the next scheduled job's due time (so the claim promotes it in time) and
+never longer than the cap.
+"""
+
+from __future__ import annotations
+
+from .._redis.connection import Connection
+from .._redis.keyspace import Keyspace
+from ..errors import InvalidArgument
+
+__all__ = ["next_due_in", "wait_wake"]
+
+_MIN_BLOCK = 0.01  # BLPOP's 0 means "forever": never send it
+
+
+async def next_due_in(conn: Connection, queue: str) -> float | None:
+    """Seconds (server clock) until the earliest scheduled job is due; None when none is."""
+    ks = Keyspace(queue)
+    first = await conn.execute("ZRANGE", ks.schedule, 0, 0, "WITHSCORES")
+    if not first:
+        return None
+    seconds, micros = await conn.execute("TIME")
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    return max(0.0, (float(first[1]) - now_ms) / 1000.0)
+
+
+async def wait_wake(conn: Connection, queue: str, block: float) -> bool:
+    """Block up to ``block`` seconds for a wake token; True when one was taken.
+
+    Use a connection of its own: BLPOP holds the connection while it waits.
+
+    Raises:
+        InvalidArgument: ``block`` is not a positive number (before any I/O).
+    """
+    if not isinstance(block, int | float) or isinstance(block, bool) or not block > 0:
+        raise InvalidArgument(f"block must be a positive number of seconds, not {block!r}")
+    seconds = max(_MIN_BLOCK, round(float(block), 3))
+    return await conn.execute("BLPOP", Keyspace(queue).wake, seconds) is not None

@@ -1,0 +1,71 @@
+"""The lease keeper: one timer renews every held lease in one batch call per tick.
+
+Rule 1: every ``period`` (a third of the shortest lease) the keeper sends
+``extend_locks`` for every job this worker holds, grouped by lease length (usually one
+group, so one round trip), in chunks of at most ``CHUNK`` jobs.
+Rule 2: an answer other than ``ok`` (stale / not_active / gone) means the lease is lost:
+the job's scope is cancelled and its outcome is never settled.
+Rule 3: ``ConnectionLost`` is transient: logged, and the next tick tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any
+
+import attrs
+import trio
+
+from .. import jobs
+from .._redis.replies import ExtendResult
+from ..errors import ConnectionLost
+from .cancellation import InFlight, Stop
+
+__all__ = ["LeaseKeeper"]
+
+log = logging.getLogger("echomq.worker")
+
+CHUNK = 1000
+
+
+@attrs.define(eq=False)
+class LeaseKeeper:
+    conn: Any
+    queue: str
+    inflight: InFlight
+    period: float
+    ticks: int = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(self.period)
+            await self.tick()
+
+    async def tick(self) -> None:
+        """Renew every held lease once."""
+        self.ticks += 1
+        groups: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        for held in list(self.inflight.jobs.values()):
+            if held.stop is not Stop.LOST and not held.settling:
+                groups[held.lease_ms].append((held.id, held.token))
+        for lease_ms, pairs in groups.items():
+            for start in range(0, len(pairs), CHUNK):
+                chunk = pairs[start : start + CHUNK]
+                try:
+                    answers = await jobs.extend_locks(self.conn, self.queue, chunk, lease_ms)
+                except ConnectionLost as exc:
+                    log.warning("lease keeper: %s; retrying next tick", exc)
+                    return
+                for job_id, token in chunk:
+                    answer = answers.get(job_id)
+                    if answer is not ExtendResult.OK:
+                        found = self.inflight.jobs.get(job_id)
+                        if (
+                            found is not None
+                            and found.token == token
+                            and found.stop is not Stop.LOST
+                        ):
+                            log.warning("job %s lost its lease (%s): cancelling it", job_id, answer)
+                            found.lose()

@@ -1,0 +1,150 @@
+"""Run a worker from the command line: ``echomq worker module:queue`` (and this module).
+
+``python -m echomq._worker.main module:attr [--url ...] [--concurrency N] ...`` imports
+``attr`` from ``module`` (a :class:`~echomq.Queue`, or a ready :class:`~echomq.Worker`),
+runs it under ``trio.run``, and maps signals through ``trio.open_signal_receiver``: the
+first SIGINT/SIGTERM is a graceful shutdown (stop claiming, wait ``grace``, hand the rest
+back to pending); the second cuts the wait short. Exit codes: 0 after a clean stop,
+1 when the worker failed, 2 when the target cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+import trio
+
+from ..app import Queue
+from ..errors import EchoMQError
+from .sweeper import Recovery
+from .worker import Worker
+
+__all__ = ["load_target", "main", "run_worker"]
+
+log = logging.getLogger("echomq.worker")
+
+
+class TargetError(EchoMQError):
+    """``module:attr`` does not name a Queue or a Worker."""
+
+
+def load_target(target: str) -> Queue | Worker:
+    """Import ``module:attr`` (the current directory is importable, as for ``python -m``)."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise TargetError(f"expected module:attribute, not {target!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TargetError(f"cannot import {module_name!r}: {exc}") from exc
+    obj: object = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise TargetError(f"{module_name!r} has no attribute {attr!r}") from None
+    if isinstance(obj, Queue | Worker):
+        return obj
+    raise TargetError(f"{target} is a {type(obj).__name__}, not an echomq Queue or Worker")
+
+
+async def serve_until_signalled(worker: Worker) -> None:
+    """Serve; the first SIGINT/SIGTERM stops gracefully, the second without grace."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                count = 0
+                async for signum in signals:
+                    count += 1
+                    name = signal.Signals(signum).name
+                    if count == 1:
+                        log.info("%s: shutting down (grace %.1f s)", name, worker.grace)
+                        worker.shutdown()
+                    else:
+                        log.warning("%s again: stopping without grace", name)
+                        worker.shutdown(grace=0)
+
+            nursery.start_soon(watch)
+            await worker.serve()
+            nursery.cancel_scope.cancel()
+
+
+def run_worker(
+    target: str,
+    *,
+    url: str | None = None,
+    concurrency: int = 64,
+    recovery: str = "reap",
+    recovery_interval: float = 5.0,
+    max_stalled: int = 1,
+    grace: float = 10.0,
+) -> int:
+    """Load ``target`` and serve it until signalled; answer the process exit code.
+
+    When ``target`` names a Worker, its own options are used and only ``url`` applies.
+    """
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    try:
+        obj = load_target(target)
+        if isinstance(obj, Worker):
+            worker = obj
+        else:
+            if recovery not in ("reap", "stalled"):
+                raise TargetError(f"recovery must be 'reap' or 'stalled', not {recovery!r}")
+            mode: Recovery = "stalled" if recovery == "stalled" else "reap"
+            worker = Worker(
+                obj,
+                concurrency=concurrency,
+                recovery=mode,
+                recovery_interval=recovery_interval,
+                max_stalled=max_stalled,
+                grace=grace,
+            )
+        if url is not None:
+            worker.queue.url = url
+    except (TargetError, ValueError) as exc:
+        log.error("%s", exc)
+        return 2
+    try:
+        trio.run(serve_until_signalled, worker)
+    except Exception:
+        log.exception("worker failed")
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m echomq._worker.main")
+    parser.add_argument("target", help="module:attribute naming a Queue or a Worker")
+    parser.add_argument("--url", default=None, help="Redis URL (default: the queue's)")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--recovery", choices=("reap", "stalled"), default="reap")
+    parser.add_argument("--recovery-interval", type=float, default=5.0)
+    parser.add_argument("--max-stalled", type=int, default=1)
+    parser.add_argument("--grace", type=float, default=10.0)
+    args = parser.parse_args(argv)
+    return run_worker(
+        args.target,
+        url=args.url,
+        concurrency=args.concurrency,
+        recovery=args.recovery,
+        recovery_interval=args.recovery_interval,
+        max_stalled=args.max_stalled,
+        grace=args.grace,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

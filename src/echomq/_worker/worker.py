@@ -1,0 +1,330 @@
+"""``Worker.serve``: one nursery supervises the loops that run a queue's jobs.
+
+Layout::
+
+    serve
+    ├── queue.open()              the command connection (shared) + the event feed
+    ├── wake connection           BLPOP only
+    ├── jobs nursery              one task per held job (execution.py), outlives helpers
+    └── helpers nursery           each supervised: crash -> logged -> restarted with backoff
+        ├── claim loop            consumer.py
+        ├── lease keeper          lease.py
+        ├── recovery supervisor   sweeper.py
+        └── cancel listener       cancel events -> InFlight.request_cancel
+
+Shutdown (``shutdown()``, or SIGINT/SIGTERM through ``run_worker``): stop claiming; wait
+up to ``grace`` seconds for held jobs (the lease keeper keeps renewing them); cancel the
+rest and hand them back to pending at once with one fenced ``release``; then stop the
+helpers. A second ``shutdown(grace=0)`` cuts the wait short.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from .. import jobs, stalled
+from .._redis import validate as v
+from .._redis.connection import connect
+from ..app import Queue, to_ms
+from ..errors import ConnectionLost, InvalidArgument
+from ..events import EventFeed
+from .cancellation import InFlight
+from .consumer import Consumer
+from .execution import JobRunner
+from .lease import LeaseKeeper
+from .sweeper import Recovery, Sweeper
+
+__all__ = ["Worker", "WorkerStatistics"]
+
+log = logging.getLogger("echomq.worker")
+
+_RESTART_MIN = 0.1
+_RESTART_MAX = 5.0
+_RELEASE_TIMEOUT = 5.0
+
+Loop = Callable[..., Awaitable[None]]
+
+
+@attrs.frozen(kw_only=True)
+class WorkerStatistics:
+    """A snapshot of one worker."""
+
+    queue: str
+    concurrency: int
+    held: int
+    claimed: int
+    completed: int
+    failed: int
+    retried: int
+    cancelled: int
+    lost: int
+    released: int
+    helper_restarts: int
+    stopping: bool
+
+
+class Worker:
+    """Runs a queue's tasks. ``trio.run(worker.serve)`` or ``await nursery.start(worker.serve)``.
+
+    Args:
+        queue: the :class:`~echomq.Queue` whose registered tasks this worker runs.
+        concurrency: jobs held at once.
+        recovery: ``"reap"`` (expired leases back to pending, uncounted) or ``"stalled"``
+            (counted: below ``max_stalled`` back to pending, at it dead).
+        recovery_interval: seconds between sweeps (one worker per queue sweeps each interval).
+        max_stalled: the stalled sweep's threshold.
+        grace: seconds in-flight jobs get to finish at shutdown.
+        settle_timeout: the bound on recording one outcome (retried on ConnectionLost).
+
+    Raises:
+        InvalidArgument: a bad option (before any I/O).
+    """
+
+    def __init__(
+        self,
+        queue: Queue,
+        *,
+        concurrency: int = 64,
+        recovery: Recovery = "reap",
+        recovery_interval: float = 5.0,
+        max_stalled: int = stalled.DEFAULT_MAX_STALLED,
+        grace: float = 10.0,
+        settle_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(queue, Queue):
+            raise InvalidArgument(f"Worker needs an echomq.Queue, not {queue!r}")
+        if recovery not in ("reap", "stalled"):
+            raise InvalidArgument(f"recovery must be 'reap' or 'stalled', not {recovery!r}")
+        self.queue = queue
+        self.concurrency = v.int_in("concurrency", concurrency, 1, 100_000)
+        self.recovery: Recovery = recovery
+        self.recovery_interval = _positive("recovery_interval", recovery_interval)
+        self.max_stalled = v.positive_int("max_stalled", max_stalled)
+        self.grace = _non_negative("grace", grace)
+        self.settle_timeout = _positive("settle_timeout", settle_timeout)
+        self.inflight = InFlight()
+        self._stop = trio.Event()
+        self._hurry = trio.Event()
+        self._runner: JobRunner | None = None
+        self._restarts = 0
+        self._serving = False
+
+    # -- control -----------------------------------------------------------------------
+
+    def shutdown(self, *, grace: float | None = None) -> None:
+        """Ask for a graceful stop (safe to call from any task, any number of times).
+
+        ``grace=0`` (or a second call with it) stops waiting for in-flight jobs: they are
+        cancelled and handed back to pending at once.
+        """
+        if grace is not None and _non_negative("grace", grace) == 0:
+            self._hurry.set()
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def statistics(self) -> WorkerStatistics:
+        c = self._runner.counters if self._runner is not None else None
+        return WorkerStatistics(
+            queue=self.queue.name,
+            concurrency=self.concurrency,
+            held=len(self.inflight),
+            claimed=c.claimed if c else 0,
+            completed=c.completed if c else 0,
+            failed=c.failed if c else 0,
+            retried=c.retried if c else 0,
+            cancelled=c.cancelled if c else 0,
+            lost=c.lost if c else 0,
+            released=c.released if c else 0,
+            helper_restarts=self._restarts,
+            stopping=self.stopping,
+        )
+
+    # -- serving -----------------------------------------------------------------------
+
+    def _leases(self) -> tuple[int, float]:
+        """The claim lease (the longest task lease, ms) and the keeper's period (s)."""
+        leases = [t.options.lease_ms for t in self.queue.tasks.values()] or [to_ms("lease", 30.0)]
+        return max(leases), min(leases) / 3000.0
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until :meth:`shutdown` (or cancellation); ``started()`` once claiming."""
+        if self._serving:
+            raise RuntimeError("this worker is already serving")
+        self._serving = True
+        try:
+            async with self.queue.open() as queue:
+                feed = await queue.event_feed()
+                async with connect(queue.url) as wake_conn:
+                    await self._serve(queue.connection, wake_conn, feed, task_status)
+        finally:
+            self._serving = False
+
+    async def _serve(
+        self, conn: Any, wake_conn: Any, feed: EventFeed, task_status: trio.TaskStatus[None]
+    ) -> None:
+        name = self.queue.name
+        claim_lease_ms, period = self._leases()
+        runner = JobRunner(
+            queue=self.queue,
+            conn=conn,
+            inflight=self.inflight,
+            on_done=lambda: None,
+            settle_timeout=self.settle_timeout,
+        )
+        self._runner = runner
+        keeper = LeaseKeeper(conn, name, self.inflight, period)
+        sweeper = Sweeper(conn, name, self.recovery, self.recovery_interval, self.max_stalled)
+        try:
+            async with trio.open_nursery() as jobs_nursery:
+                consumer = Consumer(
+                    conn=conn,
+                    wake_conn=wake_conn,
+                    queue=name,
+                    inflight=self.inflight,
+                    runner=runner,
+                    jobs_nursery=jobs_nursery,
+                    concurrency=self.concurrency,
+                    claim_lease_ms=claim_lease_ms,
+                )
+                runner.on_done = consumer.slot_freed
+                async with trio.open_nursery() as helpers:
+                    await helpers.start(self._supervise, "cancel listener", self._listen(feed))
+                    await helpers.start(self._supervise, "lease keeper", keeper.run)
+                    await helpers.start(self._supervise, "recovery", sweeper.run)
+                    claiming = trio.CancelScope()
+                    await helpers.start(self._claim_until_stopped, claiming, consumer)
+                    log.info(
+                        "worker serving %r: tasks %s, concurrency %d, recovery %s every %.1f s",
+                        name,
+                        sorted(self.queue.tasks),
+                        self.concurrency,
+                        self.recovery,
+                        self.recovery_interval,
+                    )
+                    task_status.started()
+                    await self._stop.wait()
+                    claiming.cancel()
+                    await self._drain()
+                    helpers.cancel_scope.cancel()
+        finally:
+            await self._release(conn, runner)
+
+    async def _claim_until_stopped(
+        self,
+        claiming: trio.CancelScope,
+        consumer: Consumer,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        with claiming:
+            await self._supervise("claim loop", consumer.run, task_status=task_status)
+
+    async def _drain(self) -> None:
+        """Wait up to grace for held jobs, then cancel the rest (handed back by _release)."""
+        held = len(self.inflight)
+        if held:
+            log.info("shutdown: waiting up to %.1f s for %d job(s)", self.grace, held)
+        with trio.move_on_after(self.grace):
+            async with trio.open_nursery() as race:
+
+                async def idle() -> None:
+                    await self.inflight.wait_idle()
+                    race.cancel_scope.cancel()
+
+                async def hurry() -> None:
+                    await self._hurry.wait()
+                    race.cancel_scope.cancel()
+
+                race.start_soon(idle)
+                race.start_soon(hurry)
+        if len(self.inflight):
+            log.info("shutdown: cancelling %d job(s) past grace", len(self.inflight))
+        self.inflight.shut_down_all()
+        await self.inflight.wait_idle()
+
+    async def _release(self, conn: Any, runner: JobRunner) -> None:
+        """Hand unsettled jobs back to pending at once (fenced; no count)."""
+        pending = runner.to_release
+        if not pending:
+            return
+        runner.to_release = []
+        with trio.CancelScope(shield=True), trio.move_on_after(_RELEASE_TIMEOUT):
+            try:
+                answers = await jobs.release(conn, self.queue.name, pending)
+            except ConnectionLost as exc:
+                log.error(
+                    "shutdown: could not hand back %d job(s) (%s); recovery will return them",
+                    len(pending),
+                    exc,
+                )
+                return
+            released = [job_id for job_id, answer in answers.items() if answer == "ok"]
+            runner.counters.released += len(released)
+            log.info("shutdown: handed %d job(s) back to pending", len(released))
+
+    def _listen(self, feed: EventFeed) -> Loop:
+        async def listen(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with feed.listen(events=("cancel",), buffer=4096) as events:
+                task_status.started()
+                async for event in events:
+                    if event.job is not None:
+                        reason = event.fields.get("reason")
+                        found = self.inflight.request_cancel(
+                            event.job, reason if isinstance(reason, str) else None
+                        )
+                        if found:
+                            log.info("job %s: cancel requested (%s)", event.job, reason)
+
+        return listen
+
+    async def _supervise(
+        self,
+        name: str,
+        loop: Loop,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run a helper loop; a crash is logged and the loop restarted with backoff.
+
+        A failure before the loop first started propagates (a bad start should be loud).
+        """
+        delay = _RESTART_MIN
+        started = False
+        while True:
+            try:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(loop)
+                    if not started:
+                        started = True
+                        task_status.started()
+                return
+            except Exception:
+                if not started:
+                    raise
+                self._restarts += 1
+                log.exception("worker helper %r crashed; restarting in %.1f s", name, delay)
+                await trio.sleep(delay)
+                delay = min(delay * 2, _RESTART_MAX)
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidArgument(f"{name} must be a positive number of seconds, not {value!r}")
+    if not math.isfinite(value):
+        raise InvalidArgument(f"{name} must be finite, not {value!r}")
+    return float(value)
+
+
+def _non_negative(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise InvalidArgument(f"{name} must be >= 0 seconds, not {value!r}")
+    return float(value)

@@ -1,0 +1,524 @@
+"""What users import: Queue, @queue.task, TaskHandle, and the Job context.
+
+Rule 1: nothing here does I/O at construction. ``Queue(...)`` and ``@queue.task`` only
+record names and options; ``async with queue.open()`` connects. Arguments are encoded
+(and refused with :class:`~echomq.errors.SerializationError`) before any I/O.
+Rule 2: the queue holds one connection and, at most, one event subscription (opened the
+first time a ``result()`` waits), shared by every handle.
+Rule 3: a task function is called by the worker with its arguments, plus the
+:class:`Job` context first when its first parameter is annotated ``echomq.Job``;
+``current_job()`` answers the same object from anywhere inside the job.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime as dt
+import functools
+import inspect
+import logging
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, overload
+
+import attrs
+import trio
+
+from . import jobs
+from ._model.codec import JSON, Codec
+from ._model.job import JobInfo
+from ._model.states import CANCELLED_PREFIX, JobState
+from ._redis import validate as v
+from ._redis.connection import Connection, connect
+from ._redis.keyspace import check_id, check_queue
+from ._worker.backoff import Backoff, check_backoff
+from .cancel import CancelOutcome, CancelToken
+from .cancel import request as cancel_request
+from .config import DEFAULT_URL
+from .errors import (
+    ConnectionLost,
+    DuplicateJob,
+    InvalidArgument,
+    JobCancelled,
+    JobFailed,
+    JobGone,
+    NotActive,
+    StaleToken,
+)
+from .events import EventFeed, open_event_feed
+
+__all__ = ["Job", "Queue", "Task", "TaskHandle", "TaskOptions", "current_job"]
+
+log = logging.getLogger("echomq")
+
+DEFAULT_LEASE = 30.0
+# result() re-reads the row this often even without an event: events are at most once,
+# and a subscription that reconnected may have missed the one it waits for.
+RESULT_RECHECK = 5.0
+_FINAL_EVENTS = frozenset({"completed", "dead", "removed"})
+
+_current: contextvars.ContextVar[Job] = contextvars.ContextVar("echomq_current_job")
+
+
+def current_job() -> Job:
+    """The :class:`Job` this code runs in (also inside a sync task's thread).
+
+    Raises:
+        RuntimeError: called outside a job.
+    """
+    try:
+        return _current.get()
+    except LookupError:
+        raise RuntimeError("current_job() was called outside a running job") from None
+
+
+def _seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidArgument(f"{name} must be a finite number of seconds, not {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidArgument(f"{name} must be {'>=' if allow_zero else '>'} 0, not {value!r}")
+    return float(value)
+
+
+def to_ms(name: str, seconds: float) -> int:
+    """Float seconds (the API) to integer milliseconds (the verbs)."""
+    return v.non_negative_int(name, round(seconds * 1000), v.MAX_MS)
+
+
+@attrs.frozen(kw_only=True)
+class TaskOptions:
+    """A task's options. ``lease`` and ``timeout`` are seconds; ``backoff`` see ``Backoff``."""
+
+    max_attempts: int = 1
+    backoff: Backoff = attrs.field(default=None, converter=check_backoff)
+    timeout: float | None = None
+    lease: float = DEFAULT_LEASE
+    priority: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        v.positive_int("max_attempts", self.max_attempts)
+        if self.timeout is not None:
+            _seconds("timeout", self.timeout, allow_zero=False)
+        _seconds("lease", self.lease, allow_zero=False)
+        if self.lease < 0.003:
+            raise InvalidArgument(f"lease must be at least 3 ms, not {self.lease!r}")
+        v.int_in("priority", self.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY)
+
+    @property
+    def lease_ms(self) -> int:
+        return max(3, round(self.lease * 1000))
+
+
+def _wants_job(fn: Callable[..., Any]) -> bool:
+    """True when the first parameter is annotated ``Job`` (also as a string annotation)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    if not params or params[0].kind not in (
+        params[0].POSITIONAL_ONLY,
+        params[0].POSITIONAL_OR_KEYWORD,
+    ):
+        return False
+    ann = params[0].annotation
+    if ann is Job:
+        return True
+    return isinstance(ann, str) and ann.rsplit(".", 1)[-1] == "Job"
+
+
+@attrs.define(eq=False, slots=False)  # no slots: functools.update_wrapper copies __doc__...
+class Task:
+    """A registered task: call ``.delay()`` / ``.apply()`` to enqueue, or call it directly."""
+
+    queue: Queue
+    fn: Callable[..., Any]
+    name: str
+    options: TaskOptions
+    wants_job: bool = attrs.field(init=False)
+    is_async: bool = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.wants_job = _wants_job(self.fn)
+        self.is_async = inspect.iscoroutinefunction(self.fn)
+        functools.update_wrapper(self, self.fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the function here and now, as a plain call (no queue involved)."""
+        return self.fn(*args, **kwargs)
+
+    async def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
+        """Enqueue with these arguments and the task's options (Celery's spelling)."""
+        return await self.apply(args, kwargs)
+
+    async def apply(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        delay: float | None = None,
+        at: dt.datetime | float | None = None,
+        priority: int | None = None,
+        job_id: str | None = None,
+        max_attempts: int | None = None,
+    ) -> TaskHandle:
+        """Enqueue with options; answer the job's handle.
+
+        Args:
+            delay: seconds from now before the job may run.
+            at: a datetime (naive means local time) or epoch seconds; converted to a delay
+                on this machine's clock.
+            priority: higher runs first (default: the task's).
+            job_id: an id of your own. When a job with that id exists, nothing is written
+                and the handle of the existing job is answered (``handle.deduplicated``).
+            max_attempts: handler failures allowed (default: the task's).
+
+        Raises:
+            SerializationError, InvalidKey, InvalidArgument: before any I/O.
+            RuntimeError: the queue is not open.
+        """
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise InvalidArgument("args must be a sequence (a tuple or a list)")
+        kwargs = {} if kwargs is None else kwargs
+        if not isinstance(kwargs, Mapping):
+            raise InvalidArgument("kwargs must be a mapping")
+        payload = self.queue.codec.encode_call(self.name, args, kwargs)
+        delay_ms = to_ms("delay", _delay_seconds(delay, at))
+        new = jobs.NewJob(
+            payload=payload,
+            job_id=check_id(job_id) if job_id is not None else None,
+            delay_ms=delay_ms,
+            priority=self.options.priority if priority is None else priority,
+            max_attempts=self.options.max_attempts if max_attempts is None else max_attempts,
+        )
+        return await self.queue.enqueue_new(new, task=self.name)
+
+
+def _delay_seconds(delay: float | None, at: dt.datetime | float | None) -> float:
+    if delay is not None and at is not None:
+        raise InvalidArgument("give delay or at, not both")
+    if at is None:
+        return 0.0 if delay is None else _seconds("delay", delay)
+    if isinstance(at, dt.datetime):
+        target = at.timestamp()
+    else:
+        target = _seconds("at", at)
+    return max(0.0, target - time.time())
+
+
+@attrs.define(eq=False)
+class TaskHandle:
+    """A job by id: wait for its result, cancel it, read its row.
+
+    ``deduplicated`` is True when ``apply(job_id=...)`` found the job already there.
+    """
+
+    id: str
+    queue: Queue
+    task: str | None = None
+    deduplicated: bool = False
+    _removed_reason: str | None = attrs.field(default=None, init=False)
+    _removed: bool = attrs.field(default=False, init=False)
+
+    async def info(self) -> JobInfo | None:
+        """The job's row, or None when there is none."""
+        return await jobs.get_job(self.queue.connection, self.queue.name, self.id)
+
+    async def cancel(self, reason: str | None = None) -> CancelOutcome:
+        """Remove the job if unclaimed, or signal its worker if active.
+
+        Raises:
+            JobGone: no row. NotCancellable: the job already finished.
+        """
+        outcome = await cancel_request(self.queue.connection, self.queue.name, self.id, reason)
+        if outcome is CancelOutcome.REMOVED:
+            self._removed, self._removed_reason = True, reason
+        return outcome
+
+    async def result(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - Celery's spelling
+        """Wait for the job to finish and answer its return value.
+
+        Waits on the queue's event subscription (no polling), re-reading the row when a
+        final event for this job arrives (and every few seconds, as a safety net).
+
+        Raises:
+            JobFailed: the job is dead (``error`` is its last error text).
+            JobCancelled: the job was cancelled (``reason``).
+            JobGone: the job has no row (removed, or trimmed by retention).
+            trio.TooSlowError: ``timeout`` seconds passed first.
+        """
+        limit = math.inf if timeout is None else _seconds("timeout", timeout)
+        queue = self.queue
+        conn = queue.connection
+        with trio.fail_after(limit):
+            feed = await queue.event_feed()
+            # listen first, read second: a completion between the two is not missed
+            with feed.listen(job=self.id, events=_FINAL_EVENTS, buffer=8) as events:
+                while True:
+                    info = await jobs.get_job(conn, queue.name, self.id)
+                    done, value = self._settled(info)
+                    if done:
+                        return value
+                    with trio.move_on_after(RESULT_RECHECK):
+                        await events.receive()
+
+    def _settled(self, info: JobInfo | None) -> tuple[bool, Any]:
+        if info is None:
+            if self._removed:
+                raise JobCancelled(self._removed_reason, job_id=self.id)
+            raise JobGone(f"job {self.id} has no row")
+        if info.state is JobState.DEAD:
+            raise JobFailed(self.id, info.last_error)
+        if info.state is not JobState.COMPLETED:
+            return False, None
+        if info.cancelled:
+            raise JobCancelled(cancelled_reason(info.result), job_id=self.id)
+        if not info.result:
+            return True, None
+        return True, self.queue.codec.decode_result(info.result)
+
+
+def cancelled_reason(result: bytes | None) -> str | None:
+    """The reason stored in a ``cancelled:<reason>`` result (None when empty)."""
+    if not result:
+        return None
+    reason = result[len(CANCELLED_PREFIX) :].decode("utf-8", "replace")
+    return reason or None
+
+
+def cancelled_result(reason: str | None) -> bytes:
+    """The result a cancelled job completes with."""
+    return (CANCELLED_PREFIX + (reason or "")).encode()
+
+
+@contextmanager
+def _single_errors() -> Iterator[None]:
+    """Let one error from the block leave as itself, not inside an ExceptionGroup.
+
+    The connection and the event feed keep helper tasks in nurseries that enclose the
+    user's block; without this, a ``JobFailed`` from ``result()`` would arrive wrapped.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if isinstance(leaf, BaseExceptionGroup) or not isinstance(leaf, Exception):
+            raise
+        raise leaf from leaf.__cause__
+
+
+class Queue:
+    """A named queue and its registered tasks. No I/O until :meth:`open`.
+
+    Args:
+        name: the queue's name (1..128 of ``[A-Za-z0-9._~-]``).
+        url: the Redis URL; default ``$ECHOMQ_URL`` or ``redis://127.0.0.1:6379/0``.
+        codec: how payloads and results are encoded (JSON).
+    """
+
+    def __init__(self, name: str, url: str | None = None, *, codec: Codec = JSON) -> None:
+        self.name = check_queue(name)
+        self.url = url if url is not None else os.environ.get("ECHOMQ_URL", DEFAULT_URL)
+        self.codec = codec
+        self.tasks: dict[str, Task] = {}
+        self._conn: Connection | None = None
+        self._nursery: trio.Nursery | None = None
+        self._feed: EventFeed | None = None
+        self._feed_lock = trio.Lock()
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, tasks={sorted(self.tasks)})"
+
+    # -- registration ------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int = 1,
+        backoff: Backoff | None = None,
+        timeout: float | None = None,
+        lease: float = DEFAULT_LEASE,
+        priority: int = 0,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int = 1,
+        backoff: Backoff | None = None,
+        timeout: float | None = None,
+        lease: float = DEFAULT_LEASE,
+        priority: int = 0,
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Register a coroutine function (or a plain one, run in a thread) as a task.
+
+        Args:
+            name: the task's name on the wire (default ``module.qualname``).
+            max_attempts: handler failures allowed before the job is dead (retries =
+                max_attempts - 1). A ``Retry`` counts as a failure.
+            backoff: seconds between attempts, or a callable ``failures -> seconds``
+                (default: 1 s doubling, capped at 300 s).
+            timeout: seconds the handler may run; past it the attempt fails.
+            lease: seconds of each lease; the worker renews it every third of that.
+            priority: default priority of this task's jobs (higher runs first).
+
+        Raises:
+            InvalidArgument: a bad option, or the name is taken on this queue.
+        """
+        options = TaskOptions(
+            max_attempts=max_attempts,
+            backoff=backoff,
+            timeout=timeout,
+            lease=lease,
+            priority=priority,
+        )
+
+        def register(fn: Callable[..., Any]) -> Task:
+            if not callable(fn):
+                raise InvalidArgument(f"@queue.task needs a function, not {fn!r}")
+            task_name = name or f"{fn.__module__}.{fn.__qualname__}"
+            if not isinstance(task_name, str) or not task_name:
+                raise InvalidArgument("a task name must be a non-empty str")
+            if task_name in self.tasks:
+                raise InvalidArgument(f"task {task_name!r} is already registered on {self.name}")
+            task = Task(queue=self, fn=fn, name=task_name, options=options)
+            self.tasks[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    # -- connection ----------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._conn is not None
+
+    @property
+    def connection(self) -> Connection:
+        """The open connection.
+
+        Raises:
+            RuntimeError: the queue is not open.
+        """
+        if self._conn is None:
+            raise RuntimeError(f"queue {self.name!r} is not open: use `async with queue.open():`")
+        return self._conn
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[Queue]:
+        """Connect for the duration of the block (re-entrant: an inner open reuses it)."""
+        if self._conn is not None:
+            yield self
+            return
+        with _single_errors():
+            async with connect(self.url) as conn, trio.open_nursery() as nursery:
+                self._conn, self._nursery = conn, nursery
+                try:
+                    yield self
+                finally:
+                    self._conn = self._nursery = self._feed = None
+                    nursery.cancel_scope.cancel()
+
+    async def event_feed(self) -> EventFeed:
+        """The queue's one event subscription, opened on first use."""
+        if self._feed is not None:
+            return self._feed
+        async with self._feed_lock:
+            if self._feed is None:
+                if self._nursery is None:
+                    self.connection  # noqa: B018 - raises the "not open" error
+                assert self._nursery is not None
+                self._feed = await self._nursery.start(self._serve_feed)
+        assert self._feed is not None
+        return self._feed
+
+    async def _serve_feed(self, *, task_status: trio.TaskStatus[EventFeed]) -> None:
+        async with open_event_feed(self.url, self.name) as feed:
+            task_status.started(feed)
+            await trio.sleep_forever()
+
+    # -- producing ---------------------------------------------------------------------
+
+    def handle(self, job_id: str) -> TaskHandle:
+        """A handle for a job enqueued elsewhere (no I/O)."""
+        return TaskHandle(check_id(job_id), self)
+
+    async def enqueue_new(self, new: jobs.NewJob, *, task: str | None = None) -> TaskHandle:
+        """Enqueue one prepared job; an existing ``job_id`` answers its handle (dedupe)."""
+        conn = self.connection
+        try:
+            ids = await jobs.enqueue_many(conn, self.name, [new])
+        except DuplicateJob:
+            assert new.job_id is not None
+            return TaskHandle(new.job_id, self, task, deduplicated=True)
+        return TaskHandle(ids[0], self, task)
+
+
+@attrs.define(eq=False)
+class Job:
+    """The running job, as its task sees it.
+
+    ``attempt`` is 1 on the first try and grows with each failure (a retry); ``token``
+    is the fencing token of this claim (it also grows when a lease is recovered).
+    """
+
+    id: str
+    task: str
+    queue: str
+    attempt: int
+    token: int
+    cancel_token: CancelToken
+    _conn: Connection = attrs.field(repr=False)
+    _lease_ms: int = attrs.field(repr=False)
+    _lose: Callable[[], None] = attrs.field(repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once a cancel was requested (the handler stops at its next checkpoint)."""
+        return self.cancel_token.cancelled
+
+    async def progress(self, value: str | int | float) -> None:
+        """Write the row's ``progress`` and publish a ``progress`` event."""
+        await jobs.update_progress(self._conn, self.queue, self.id, value)
+
+    async def log(self, line: str, *, keep: int | None = None) -> int:
+        """Append a line to the job's log list; answer the number of lines kept."""
+        return await jobs.add_log(self._conn, self.queue, self.id, line, keep=keep)
+
+    def shielded(self) -> trio.CancelScope:
+        """A section a cancel request waits for: ``with job.shielded(): ...``."""
+        return trio.CancelScope(shield=True)
+
+    async def checkpoint(self) -> None:
+        """Renew the lease now, then yield to Trio (where a pending cancel is delivered).
+
+        A lost lease (the job was taken over) cancels the job: it is never settled.
+        """
+        try:
+            await jobs.extend_lock(self._conn, self.queue, self.id, self.token, self._lease_ms)
+        except (StaleToken, NotActive, JobGone):
+            self._lose()
+        except ConnectionLost as exc:
+            log.warning("checkpoint of job %s: %s (the lease keeper will retry)", self.id, exc)
+        await trio.lowlevel.checkpoint()
+
+    @contextmanager
+    def _bind(self) -> Iterator[None]:
+        token = _current.set(self)
+        try:
+            yield
+        finally:
+            _current.reset(token)
