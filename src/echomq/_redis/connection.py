@@ -1,9 +1,11 @@
 """The trio wire: one RESP2 connection that multiplexes every concurrent caller.
 
-Rule 1 (auto-pipelining): callers never wait for each other's round trips. Each call
-packs its command (hiredis) and queues it; one writer task sends everything queued since
-its last write in a single ``send_all``; one reader task parses replies (hiredis) and
-hands each to the caller whose command was next in line. Replies come back in order.
+Rule 1 (auto-pipelining): callers never wait for each other's round trips. A call packs
+its command (hiredis). When nothing is in flight it is written at once, by the caller
+(a plain non-blocking ``send``: one caller alone pays no task switch). Otherwise it is
+queued, and one writer task sends everything queued since its last write in a single
+write. One reader task parses replies (hiredis) and hands each to the caller whose
+command was next in line. Replies come back in order.
 Rule 2 (no replay): when the socket drops, every command queued or in flight fails with
 :class:`~echomq.errors.ConnectionLost`. Nothing is re-sent: a script may have run.
 The next call reconnects, with backoff, within ``connect_timeout``.
@@ -12,15 +14,19 @@ call cancelled after is run by the server and its reply dropped.
 Rule 4: a server that answers ``LOADING``, ``BUSY``, ``MASTERDOWN`` or ``TRYAGAIN`` did not
 run the command: it is sent again after a backoff, within ``connect_timeout``.
 
+Plain TCP and unix sockets are driven directly (``recv_into`` one reused buffer,
+``send`` without a task switch); TLS goes through a ``trio.SSLStream``.
 The wire knows nothing about jobs.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol, cast
 
 import hiredis
 import outcome
@@ -29,21 +35,56 @@ import trio
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, ServerError
 
-__all__ = ["Connection", "connect", "open_stream", "ReplyError", "Arg"]
+__all__ = ["Connection", "connect", "open_stream", "ReplyError", "Arg", "pack", "new_parser"]
 
 Arg = str | bytes | int | float
 
-_TRANSIENT = (b"LOADING", b"BUSY", b"MASTERDOWN", b"TRYAGAIN")
-_TRANSPORT_ERRORS = (
+# First words of error replies for a command the server did not run: retried.
+_TRANSIENT = frozenset({"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN"})
+TRANSPORT_ERRORS = (
     OSError,
     trio.BrokenResourceError,
     trio.ClosedResourceError,
     hiredis.ProtocolError,
 )
+_CHUNK = 1 << 16  # receive size: large reads cost an allocation each (see docs/wire.md)
+_SYNC_READS = 16  # consecutive reads without a checkpoint before the reader yields
 
 
 class ReplyError(Exception):
     """An error reply as hiredis hands it over (also inside arrays); see ``ServerError``."""
+
+
+class TLSRefused(ConnectionLost):
+    """The server's TLS certificate failed verification: not retried."""
+
+
+class Parser(Protocol):
+    """The part of ``hiredis.Reader`` the wire uses (its bundled stubs are too narrow)."""
+
+    def feed(self, buf: bytes | bytearray | memoryview, off: int = ..., len: int = ...) -> None:
+        """Append raw bytes from the socket."""
+
+    def gets(self) -> Any:
+        """The next complete reply, or ``False``."""
+
+
+def new_parser() -> Parser:
+    """A hiredis reply parser whose error replies are :class:`ReplyError` values."""
+    return cast(Parser, hiredis.Reader(replyError=ReplyError))
+
+
+pack_command = cast(Callable[[tuple[Arg, ...]], bytes], hiredis.pack_command)
+
+
+def pack(args: Sequence[Arg]) -> bytes:
+    """Pack one command as RESP bytes (hiredis)."""
+    return pack_command(tuple(args))
+
+
+def is_transient(message: str) -> bool:
+    """Whether an error reply says the command was not run and may be sent again."""
+    return message.split(" ", 1)[0] in _TRANSIENT
 
 
 async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:
@@ -54,9 +95,27 @@ async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:
         stream: trio.abc.Stream = await trio.open_tcp_stream(config.host, config.port)
         if config.tls:
             tls = trio.SSLStream(stream, config.make_ssl_context(), server_hostname=config.host)
-            await tls.do_handshake()
+            try:
+                await tls.do_handshake()
+            except trio.BrokenResourceError as exc:
+                await trio.aclose_forcefully(tls)
+                if isinstance(exc.__cause__, ssl.SSLCertVerificationError):
+                    # not transient: retrying cannot help
+                    raise TLSRefused(
+                        f"TLS certificate check failed for {config.display}: {exc.__cause__}"
+                    ) from exc
+                raise
             stream = tls
         return stream
+
+
+def _detach(stream: trio.abc.Stream) -> socket.socket | None:
+    """The plain socket under ``stream`` (now owned by the caller), or None for TLS."""
+    if isinstance(stream, trio.SocketStream):
+        sock = socket.socket(fileno=stream.socket.detach())
+        sock.setblocking(False)
+        return sock
+    return None
 
 
 class _Waiter:
@@ -72,10 +131,12 @@ class _Session:
 
     def __init__(self, stream: trio.abc.Stream, label: str) -> None:
         self.stream = stream
+        self.sock = _detach(stream)  # None: TLS, everything goes through ``stream``
         self.label = label
-        self.parser = hiredis.Reader(replyError=ReplyError)
-        self.queued: list[tuple[bytes, _Waiter]] = []
+        self.parser = new_parser()
+        self.queued: list[tuple[bytes, _Waiter | None]] = []
         self.inflight: deque[_Waiter] = deque()
+        self.writing = False
         self.wakeup = trio.Event()
         self.broken: ConnectionLost | None = None
         self.scope = trio.CancelScope()
@@ -83,9 +144,25 @@ class _Session:
     async def request(self, packed: bytes) -> Any:
         if self.broken is not None:
             raise self.broken
+        sock = self.sock
         waiter = _Waiter()
-        self.queued.append((packed, waiter))
-        self.wakeup.set()
+        if sock is not None and not self.inflight and not self.queued and not self.writing:
+            # The pipe is idle: write now, from this task. Checked first, so a caller
+            # cancelled before it got here sends nothing.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                sent = sock.send(packed)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                raise self.fail(exc) from exc
+            self.inflight.append(waiter)
+            if sent < len(packed):  # the writer sends the rest before anything else
+                self.queued.append((packed[sent:], None))
+                self.wakeup.set()
+        else:
+            self.queued.append((packed, waiter))
+            self.wakeup.set()
 
         def abort(_: object) -> trio.lowlevel.Abort:
             waiter.abandoned = True
@@ -93,17 +170,20 @@ class _Session:
 
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
-    def fail(self, exc: BaseException | None) -> None:
+    def fail(self, exc: BaseException | None) -> ConnectionLost:
         """Break the session: every caller queued or in flight gets ConnectionLost."""
-        if self.broken is None:
+        broken = self.broken
+        if broken is None:
             detail = f": {exc!r}" if exc is not None else ""
-            self.broken = ConnectionLost(f"connection to {self.label} lost{detail}")
+            broken = self.broken = ConnectionLost(f"connection to {self.label} lost{detail}")
         for _, waiter in self.queued:
-            self._wake(waiter, outcome.Error(self.broken))
+            if waiter is not None:
+                self._wake(waiter, outcome.Error(broken))
         self.queued.clear()
         while self.inflight:
-            self._wake(self.inflight.popleft(), outcome.Error(self.broken))
+            self._wake(self.inflight.popleft(), outcome.Error(broken))
         self.scope.cancel()
+        return broken
 
     @staticmethod
     def _wake(waiter: _Waiter, result: outcome.Outcome[Any]) -> None:
@@ -112,6 +192,8 @@ class _Session:
             trio.lowlevel.reschedule(waiter.task, result)
 
     async def write_loop(self) -> None:
+        inflight = self.inflight
+        send = self._send_raw if self.sock is not None else self.stream.send_all
         while True:
             if not self.queued:
                 self.wakeup = trio.Event()
@@ -120,21 +202,55 @@ class _Session:
             batch, self.queued = self.queued, []
             chunks = []
             for packed, waiter in batch:
-                if not waiter.abandoned:  # cancelled before it was written: never sent
+                if waiter is None:  # the rest of a direct write
                     chunks.append(packed)
-                    self.inflight.append(waiter)
+                elif not waiter.abandoned:  # cancelled before it was written: never sent
+                    chunks.append(packed)
+                    inflight.append(waiter)
             if chunks:
-                await self.stream.send_all(b"".join(chunks))
+                self.writing = True
+                await send(b"".join(chunks))
+                self.writing = False
+
+    async def _send_raw(self, data: bytes) -> None:
+        sock = self.sock
+        assert sock is not None
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[sock.send(view) :]
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(sock)
 
     async def read_loop(self) -> None:
         parser, inflight = self.parser, self.inflight
+        sock = self.sock
+        buf = bytearray(_CHUNK)
+        streak = 0
         while True:
-            data = await self.stream.receive_some(1 << 18)
-            if not data:
+            if sock is None:
+                data = await self.stream.receive_some(_CHUNK)
+                size = len(data)
+                parser.feed(data)
+            else:
+                try:
+                    size = sock.recv_into(buf)
+                except BlockingIOError:
+                    streak = 0
+                    await trio.lowlevel.wait_readable(sock)
+                    continue
+                parser.feed(buf, 0, size)
+                streak += 1
+                if streak >= _SYNC_READS:  # a long stream of replies: let others run
+                    streak = 0
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+            if not size:
                 raise trio.BrokenResourceError("server closed the connection")
-            parser.feed(data)
             while (reply := parser.gets()) is not False:
-                waiter = inflight.popleft()
+                try:
+                    waiter = inflight.popleft()
+                except IndexError:
+                    raise trio.BrokenResourceError(f"unexpected reply {reply!r}") from None
                 if not waiter.abandoned:
                     waiter.abandoned = True
                     trio.lowlevel.reschedule(waiter.task, outcome.Value(reply))
@@ -148,17 +264,23 @@ class _Session:
                     task_status.started()
         finally:
             self.fail(None)
-            with trio.CancelScope(shield=True):
-                with trio.move_on_after(1):
-                    try:
-                        await self.stream.aclose()
-                    except _TRANSPORT_ERRORS:
-                        pass
+            await self._close()
 
-    async def _guard(self, loop: Any) -> None:
+    async def _close(self) -> None:
+        if self.sock is not None:
+            trio.lowlevel.notify_closing(self.sock)
+            self.sock.close()
+            return
+        with trio.CancelScope(shield=True), trio.move_on_after(1):
+            try:
+                await self.stream.aclose()
+            except TRANSPORT_ERRORS:
+                pass
+
+    async def _guard(self, loop: Callable[[], Any]) -> None:
         try:
             await loop()
-        except _TRANSPORT_ERRORS as exc:
+        except TRANSPORT_ERRORS as exc:
             self.fail(exc)
 
 
@@ -174,56 +296,88 @@ class Connection:
         self._nursery = nursery
         self._session: _Session | None = None
         self._lock = trio.Lock()
+        self._attempts = 0  # connect attempts finished (success or not)
+        self._last_failure: ConnectionLost | None = None
         self._closed = False
         self.reconnects = 0
 
     async def execute(self, *args: Arg) -> Any:
-        """Send one command and return its reply; an error reply raises ``ServerError``."""
-        return await self.execute_packed(hiredis.pack_command(args))
+        """Send one command and return its reply; an error reply raises ``ServerError``.
+
+        Raises:
+            ConnectionLost: the socket dropped before the reply came (never replayed), or
+                no connection could be made within ``connect_timeout``.
+            ServerError: the server answered an error (after retrying transient ones).
+        """
+        packed = pack_command(args)
+        session = self._session
+        if session is not None and session.broken is None:  # the fast path
+            reply = await session.request(packed)
+            if not isinstance(reply, ReplyError):
+                return reply
+        return await self.execute_packed(packed)
 
     async def execute_packed(self, packed: bytes) -> Any:
+        """Like :meth:`execute`, for a command already packed with :func:`pack`."""
         deadline: float | None = None
-        delay = 0.02
+        delay = 0.01
         while True:
             session = self._session
             if session is None or session.broken is not None:
                 session = await self._connect()
             reply = await session.request(packed)
-            if isinstance(reply, ReplyError):
-                message = str(reply)
-                if message.encode().startswith(_TRANSIENT):
-                    now = trio.current_time()
-                    if deadline is None:
-                        deadline = now + self.config.connect_timeout
-                    if now + delay < deadline:
-                        await trio.sleep(delay)
-                        delay = min(delay * 2, 0.5)
-                        continue
-                raise ServerError(message)
-            return reply
+            if not isinstance(reply, ReplyError):
+                return reply
+            message = str(reply)
+            if is_transient(message):
+                now = trio.current_time()
+                if deadline is None:
+                    deadline = now + self.config.connect_timeout
+                if now + delay < deadline:
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    continue
+            raise ServerError(message)
 
     async def _connect(self) -> _Session:
+        attempt = self._attempts
         async with self._lock:
             if self._closed:
                 raise ConnectionLost("connection is closed")
             session = self._session
             if session is not None and session.broken is None:
                 return session
-            deadline = trio.current_time() + self.config.connect_timeout
-            delay = 0.02
-            while True:
-                try:
-                    return await self._open_session()
-                except (*_TRANSPORT_ERRORS, trio.TooSlowError) as exc:
-                    if trio.current_time() + delay >= deadline:
-                        raise ConnectionLost(
-                            f"cannot connect to {self.config.display}: {exc!r}"
-                        ) from exc
-                except ConnectionLost:
-                    if trio.current_time() + delay >= deadline:
-                        raise
-                await trio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+            if self._attempts != attempt and self._last_failure is not None:
+                # another caller tried (with backoff) while we waited: share its answer
+                raise self._last_failure
+            try:
+                session = await self._connect_with_backoff()
+            except ConnectionLost as exc:
+                self._last_failure = exc
+                raise
+            finally:
+                self._attempts += 1
+            self._last_failure = None
+            return session
+
+    async def _connect_with_backoff(self) -> _Session:
+        deadline = trio.current_time() + self.config.connect_timeout
+        delay = 0.02
+        while True:
+            try:
+                return await self._open_session()
+            except (*TRANSPORT_ERRORS, trio.TooSlowError) as exc:
+                if trio.current_time() + delay >= deadline:
+                    raise ConnectionLost(
+                        f"cannot connect to {self.config.display}: {exc!r}"
+                    ) from exc
+            except TLSRefused:
+                raise
+            except ConnectionLost:
+                if trio.current_time() + delay >= deadline:
+                    raise
+            await trio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def _open_session(self) -> _Session:
         stream = await open_stream(self.config)
@@ -231,9 +385,11 @@ class Connection:
         await self._nursery.start(session.run)
         try:
             for command in self._handshake():
-                reply = await session.request(hiredis.pack_command(command))
+                reply = await session.request(pack_command(command))
                 if isinstance(reply, ReplyError):
-                    raise ServerError(str(reply))
+                    if is_transient(str(reply)):
+                        raise ConnectionLost(f"{self.config.display} is not ready: {reply}")
+                    raise ServerError(f"{self.config.display}: {command[0]} failed: {reply}")
         except BaseException:
             session.fail(None)
             raise
@@ -242,16 +398,16 @@ class Connection:
         self._session = session
         return session
 
-    def _handshake(self) -> list[tuple[Arg, ...]]:
+    def _handshake(self) -> list[tuple[str, ...]]:
         config = self.config
-        commands: list[tuple[Arg, ...]] = []
+        commands: list[tuple[str, ...]] = []
         if config.password is not None:
             if config.username:
                 commands.append(("AUTH", config.username, config.password))
             else:
                 commands.append(("AUTH", config.password))
         if config.db:
-            commands.append(("SELECT", config.db))
+            commands.append(("SELECT", str(config.db)))
         if config.client_name:
             commands.append(("CLIENT", "SETNAME", config.client_name))
         return commands
@@ -284,8 +440,3 @@ async def connect(
         finally:
             await conn.aclose()
             nursery.cancel_scope.cancel()
-
-
-def pack(args: Sequence[Arg]) -> bytes:
-    """Pack one command as RESP bytes (hiredis)."""
-    return hiredis.pack_command(tuple(args))  # type: ignore[no-any-return]
