@@ -517,7 +517,11 @@ def _lazy(module: str, name: str, feature: str) -> Any:
 def _call_entry(
     args: argparse.Namespace, err: Console, module: str, name: str, **kwargs: Any
 ) -> int:
-    """Call a blocking (or async) entry point that answers an exit code."""
+    """Call a blocking (or async) entry point that answers an exit code.
+
+    Options the user did not give (None) are left out, so the entry point's defaults hold.
+    """
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
     try:
         entry = _lazy(module, name, args.command)
     except EchoMQError as exc:
@@ -578,7 +582,7 @@ def run_demo_command(args: argparse.Namespace, err: Console) -> int:
         err,
         "echomq.demo",
         "run_demo",
-        url=args.url or os.environ.get("ECHOMQ_URL") or "embedded://",
+        url=args.url or "embedded://",  # a demo never writes to $ECHOMQ_URL unasked
         duration=args.duration,
         port=args.port,
         dashboard=not args.no_dashboard,
@@ -685,23 +689,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("worker", "run a worker: module:queue names a Queue object")
     p.add_argument("target", help="module:attribute of an echomq.Queue (e.g. app.tasks:queue)")
-    p.add_argument("--concurrency", type=_positive_int, default=16)
-    p.add_argument("--recovery", choices=("reap", "stalled"), default="reap")
-    p.add_argument("--recovery-interval", type=float, default=5.0, help="seconds")
-    p.add_argument("--max-stalled", type=_positive_int, default=1)
-    p.add_argument("--grace", type=float, default=10.0, help="seconds for in-flight jobs")
+    p.add_argument("--concurrency", type=_positive_int, help="jobs at once (default 64)")
+    p.add_argument("--recovery", choices=("reap", "stalled"), help="(default reap)")
+    p.add_argument("--recovery-interval", type=float, help="seconds (default 5)")
+    p.add_argument("--max-stalled", type=_positive_int, help="stalls before dead (default 1)")
+    p.add_argument("--grace", type=float, help="seconds for in-flight jobs (default 10)")
     p.set_defaults(entry=run_worker_command)
 
     p = command("dashboard", "serve the live dashboard on loopback")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, help="(default 8000)")
     p.add_argument("--token", help="required by the operator buttons (default: generated)")
     p.add_argument("--queue", dest="queues", action="append", help="follow this queue (repeat)")
     p.set_defaults(entry=run_dashboard_command)
 
     p = command("demo", "a demo: producers, workers and the dashboard (embedded Redis)")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
-    p.add_argument("--port", type=int, default=8000, help="the dashboard's port")
+    p.add_argument("--port", type=int, help="the dashboard's port")
     p.add_argument("--no-dashboard", action="store_true")
     p.set_defaults(entry=run_demo_command)
     return parser
