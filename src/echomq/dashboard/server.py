@@ -314,14 +314,15 @@ async def serve_dashboard(
     token = token or secrets.token_urlsafe(18)
     async with _connection(url_or_conn) as conn:
         hub = Hub(conn, conn.config, queues=names, interval=interval, history=history)
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        for extra in listeners[1:]:
-            await extra.aclose()  # one address family is enough; its port is the one shown
-        listener = listeners[0]
-        bound_port: int = listener.socket.getsockname()[1]
-        server = _Server(hub=hub, gate=Gate(bind_host=host, port=bound_port), token=token)
         async with trio.open_nursery() as nursery:
-            await nursery.start(hub.run)
+            await nursery.start(hub.run)  # first: Redis unreachable fails before we listen
+            listeners = await trio.open_tcp_listeners(port, host=host)
+            for extra in listeners[1:]:
+                await extra.aclose()  # one address family is enough; its port is the one shown
+            listener = listeners[0]
+            bound_port: int = listener.socket.getsockname()[1]
+            gate = Gate(bind_host=host, port=bound_port)
+            server = _Server(hub=hub, gate=gate, token=token)
             await nursery.start(trio.serve_listeners, server.handle, [listener])
             task_status.started(DashboardInfo(host=host, port=bound_port, token=token))
 

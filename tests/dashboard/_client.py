@@ -1,0 +1,46 @@
+"""A websocket client for the protocol tests: reads typed messages with bounded waits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import trio
+import trio_websocket
+
+from echomq.dashboard import DashboardInfo
+
+
+class Client:
+    def __init__(self, ws: trio_websocket.WebSocketConnection) -> None:
+        self.ws = ws
+        self.ref = 0
+
+    async def next(self, kind: str, where: Callable[[dict[str, Any]], bool] | None = None,
+                   timeout: float = 5.0) -> dict[str, Any]:  # fmt: skip
+        """The next message of type ``kind`` (and matching ``where``); others are skipped."""
+        with trio.fail_after(timeout):
+            while True:
+                message = json.loads(await self.ws.get_message())
+                if message["type"] == kind and (where is None or where(message)):
+                    return message
+
+    async def send(self, **message: Any) -> None:
+        await self.ws.send_message(json.dumps(message))
+
+    async def command(self, action: str, queue: str, job: str | None = None,
+                      token: str | None = None) -> dict[str, Any]:  # fmt: skip
+        self.ref += 1
+        ref = self.ref
+        message: dict[str, Any] = {"type": "command", "ref": ref, "action": action, "queue": queue}
+        if job is not None:
+            message["job"] = job
+        if token is not None:
+            message["token"] = token
+        await self.send(**message)
+        return await self.next("result", lambda m: m["ref"] == ref)
+
+
+def ws_url(info: DashboardInfo) -> str:
+    return f"ws://127.0.0.1:{info.port}/ws"
