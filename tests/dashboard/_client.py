@@ -17,10 +17,11 @@ class Client:
         self.ws = ws
         self.ref = 0
 
-    async def next(self, kind: str, where: Callable[[dict[str, Any]], bool] | None = None,
-                   timeout: float = 5.0) -> dict[str, Any]:  # fmt: skip
+    async def next(
+        self, kind: str, where: Callable[[dict[str, Any]], bool] | None = None
+    ) -> dict[str, Any]:
         """The next message of type ``kind`` (and matching ``where``); others are skipped."""
-        with trio.fail_after(timeout):
+        with trio.fail_after(5):
             while True:
                 message = json.loads(await self.ws.get_message())
                 if message["type"] == kind and (where is None or where(message)):

@@ -76,7 +76,8 @@ def test_origin_gate_accepts_only_this_servers_loopback_origins() -> None:
 def test_parse_head_joins_repeated_headers_and_lowercases_names() -> None:
     """Header names are case-insensitive; repeats are comma-joined."""
     head = parse_head(
-        b"GET /ws?x=1 HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\nconnection: Upgrade\r\nUpgrade: websocket"
+        b"GET /ws?x=1 HTTP/1.1\r\nHost: h\r\nConnection: keep-alive\r\n"
+        b"connection: Upgrade\r\nUpgrade: websocket"
     )
     assert head.path == "/ws"
     assert head.headers["connection"] == "keep-alive, Upgrade"
