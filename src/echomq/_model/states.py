@@ -46,7 +46,11 @@ TRANSITIONS: dict[str, Moves] = {
         JobState.SCHEDULED: frozenset({JobState.PENDING}),
         JobState.PENDING: frozenset({JobState.ACTIVE}),
     },
-    "complete": {JobState.ACTIVE: frozenset({JobState.COMPLETED})},
+    # complete also applies the completed retention: it deletes the oldest completed rows
+    "complete": {
+        JobState.ACTIVE: frozenset({JobState.COMPLETED}),
+        JobState.COMPLETED: frozenset({None}),
+    },
     "fail": {JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD})},
     "reap": {JobState.ACTIVE: frozenset({JobState.PENDING})},
     "stalled_check": {JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD})},

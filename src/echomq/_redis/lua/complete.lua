@@ -10,7 +10,7 @@
            -1 no row | -3 not in active
   Errors   EMQSTALE   the token is not the row's attempts
   Events   completed
-  Moves    active -> completed
+  Moves    active -> completed; completed -> (none) (the retention trim, other rows)
   Retention: then deletes at most 100 of the oldest completed rows (and their logs) that
   are older than keep_age_ms or beyond keep_count; a row is deleted only while its state
   is still 'completed', so a trimmed id can never take a live row with it.

@@ -1,0 +1,153 @@
+"""Every Lua script's header agrees with its body, the reply table and TRANSITIONS.
+
+Checked for each ``_redis/lua/*.lua`` (no server needed):
+- the header block names KEYS, ARGV, Returns, Events and Moves;
+- every ``KEYS[n]`` / ``ARGV[n]`` the body reads is declared in the header;
+- every refusal (``return -N``, ``redis.error_reply``) is documented (Returns / Errors),
+  maps to a typed error in ``replies.py``, and comes before the first write;
+- the Moves line is exactly the script's row of ``_model/states.TRANSITIONS``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from echomq._model.states import TRANSITIONS, JobState, Moves
+from echomq._redis import replies
+from echomq._redis.scripts import SCRIPTS
+from echomq.errors import EchoMQError, ScriptError, ServerError
+
+FIELDS = ("KEYS", "ARGV", "Returns", "Errors", "Events", "Moves")
+REQUIRED = ("KEYS", "ARGV", "Returns", "Events", "Moves")
+WRITES = (
+    "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "
+    "HINCRBY DEL UNLINK SET SETNX INCR INCRBY RPUSH LPUSH LPOP RPOP LTRIM LREM EXPIRE PEXPIRE "
+    "PUBLISH"
+).split()
+_WRITE = re.compile(r"redis\.call\(\s*'(" + "|".join(WRITES) + r")'", re.IGNORECASE)
+_REFUSAL = re.compile(r"return\s+-\d+|redis\.error_reply\(")
+
+
+def _split(source: str) -> tuple[dict[str, str], str]:
+    match = re.match(r"\s*--\[\[\n(.*?)\n\]\]\n", source, re.DOTALL)
+    assert match, "the file must open with a --[[ ... ]] header block"
+    fields: dict[str, str] = {}
+    current: str | None = None
+    for line in match.group(1).splitlines():
+        head = re.match(r"  (" + "|".join(FIELDS) + r")\b\s*(.*)", line)
+        if head:
+            current = head.group(1)
+            fields[current] = head.group(2)
+        elif current and line.startswith("   "):
+            fields[current] += "\n" + line.strip()
+        else:
+            current = None
+    return fields, source[match.end() :]
+
+
+def _code_lines(body: str) -> list[str]:
+    return [line.split("--", 1)[0] for line in body.splitlines()]
+
+
+def _numbers(declared: str) -> set[int]:
+    return {int(n) for n in re.findall(r"(?:^|\s)(\d+)(?:\.\.)?\s+[A-Za-z_'(:]", declared)}
+
+
+def _parse_moves(text: str) -> Moves:
+    moves: Moves = {}
+    if text.strip() == "(none)":
+        return moves
+
+    def states(side: str) -> set[JobState | None]:
+        out: set[JobState | None] = set()
+        for token in side.split("|"):
+            word = token.strip().split()[0]
+            out.add(None if word == "(none)" else JobState(word))
+        return out
+
+    for clause in text.replace("\n", " ").split(";"):
+        left, right = clause.split("->")
+        for source in states(left):
+            moves[source] = frozenset(moves.get(source, frozenset()) | states(right))
+    return moves
+
+
+NAMES = sorted(SCRIPTS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_header_names_every_field(name: str) -> None:
+    """KEYS, ARGV, Returns, Events and Moves are in the header."""
+    fields, _ = _split(SCRIPTS[name].source)
+    missing = [f for f in REQUIRED if not fields.get(f, "").strip()]
+    assert not missing, f"{name}.lua header lacks {missing}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_body_reads_only_declared_keys_and_args(name: str) -> None:
+    """Every literal KEYS[n] and ARGV[n] in the body is declared in the header."""
+    fields, body = _split(SCRIPTS[name].source)
+    code = "\n".join(_code_lines(body))
+    for kind in ("KEYS", "ARGV"):
+        used = {int(n) for n in re.findall(kind + r"\[(\d+)\]", code)}
+        assert used <= _numbers(fields.get(kind, "")), f"{name}.lua: undeclared {kind} {used}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_refusals_are_documented_and_typed(name: str) -> None:
+    """Each refusal code is in Returns, each error prefix in Errors, and both map to a type."""
+    fields, body = _split(SCRIPTS[name].source)
+    code = "\n".join(_code_lines(body))
+    for number in set(re.findall(r"return\s+(-\d+)", code)):
+        assert number in fields["Returns"], f"{name}.lua: {number} not in Returns"
+        with pytest.raises(EchoMQError) as raised:
+            replies.check(int(number), name)
+        assert not isinstance(raised.value, ScriptError), f"{name}.lua: {number} is untyped"
+    for message in re.findall(r"redis\.error_reply\(\s*'([^']*)'", code):
+        prefix = message.split()[0]
+        assert prefix in fields.get("Errors", ""), f"{name}.lua: {prefix} not in Errors"
+        assert type(replies.translate(message)) is not ServerError, f"untyped {message!r}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_refusal_comes_before_the_first_write(name: str) -> None:
+    """Lua does not roll back: no refusal may follow a write."""
+    _, body = _split(SCRIPTS[name].source)
+    lines = _code_lines(body)
+    writes = [i for i, line in enumerate(lines) if _WRITE.search(line)]
+    refusals = [i for i, line in enumerate(lines) if _REFUSAL.search(line)]
+    if writes and refusals:
+        assert max(refusals) < min(writes), (
+            f"{name}.lua: refusal on line {max(refusals) + 1} after a write on {min(writes) + 1}"
+        )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_moves_line_matches_transitions(name: str) -> None:
+    """The header's Moves line is the script's row of TRANSITIONS (none when absent)."""
+    fields, _ = _split(SCRIPTS[name].source)
+    assert _parse_moves(fields["Moves"]) == TRANSITIONS.get(name, {})
+
+
+def test_every_transition_row_names_a_script_or_a_planned_one() -> None:
+    """TRANSITIONS has no row for a script that is neither present nor in DESIGN.md."""
+    planned = {"drain", "obliterate", "remove_job", "reprocess_job"}
+    assert set(TRANSITIONS) <= set(SCRIPTS) | planned
+
+
+def test_the_moves_parser_reads_the_header_forms() -> None:
+    """The parser reads notes, alternatives, several clauses and (none)."""
+    assert _parse_moves("scheduled -> pending (due); pending -> active") == {
+        JobState.SCHEDULED: frozenset({JobState.PENDING}),
+        JobState.PENDING: frozenset({JobState.ACTIVE}),
+    }
+    assert _parse_moves("(none) -> pending | scheduled") == {
+        None: frozenset({JobState.PENDING, JobState.SCHEDULED})
+    }
+    assert _parse_moves("dead | pending -> (none)") == {
+        JobState.DEAD: frozenset({None}),
+        JobState.PENDING: frozenset({None}),
+    }
+    assert _parse_moves("(none)") == {}
