@@ -1,0 +1,160 @@
+"""The page in a real headless Chromium (Debian's /usr/bin/chromium, driven by playwright).
+
+Playwright's sync API runs in a worker thread (``trio.to_thread``); the thread calls back
+into Trio (``trio.from_thread.run``) to move jobs while the page watches. Screenshots are
+kept under tests/artifacts/ (git-ignored).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import trio
+
+import echomq
+from echomq import admin, jobs
+from echomq.dashboard import DashboardInfo
+
+from .conftest import payload
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(),
+    reason="Debian's chromium is not installed at /usr/bin/chromium (the test command installs it)",
+)
+
+T = TypeVar("T")
+
+
+async def in_browser(url: str, shot: str, steps: Callable[[Any], T]) -> T:
+    """Open ``url`` in a fresh headless Chromium, run ``steps(page)``, keep a screenshot."""
+    from playwright.sync_api import sync_playwright
+
+    def run() -> T:
+        errors: list[str] = []
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1300, "height": 1000})
+                page.set_default_timeout(8000)
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                page.goto(url)
+                try:
+                    return steps(page)
+                finally:
+                    ARTIFACTS.mkdir(exist_ok=True)
+                    page.screenshot(path=str(ARTIFACTS / f"dashboard-{shot}.png"), full_page=True)
+                    assert errors == [], f"errors in the page: {errors}"
+            finally:
+                browser.close()
+
+    with trio.fail_after(60):
+        return await trio.to_thread.run_sync(run)
+
+
+def count_is(page: Any, state: str, value: int) -> None:
+    page.wait_for_function(
+        "([s, v]) => document.querySelector(`[data-count=${s}]`)?.textContent === String(v)",
+        arg=[state, value],
+    )
+
+
+async def test_page_counts_change_while_jobs_run(
+    dashboard: DashboardInfo, conn: echomq.Connection, queue: str
+) -> None:
+    """The count tiles follow claims and completions; without the token buttons are disabled."""
+    for i in range(5):
+        await jobs.enqueue(conn, queue, payload("demo.square", i))
+
+    async def run_three() -> None:
+        claimed = await jobs.claim(conn, queue, 30_000, count=3)
+        await jobs.update_progress(conn, queue, claimed[0].id, 60)
+        for job in claimed[1:]:
+            await jobs.complete(conn, queue, job.id, job.token, b"1")
+
+    def steps(page: Any) -> dict[str, Any]:
+        count_is(page, "pending", 5)
+        read_only = page.locator("#q-pause").is_disabled()
+        trio.from_thread.run(run_three)
+        count_is(page, "pending", 2)
+        count_is(page, "active", 1)
+        count_is(page, "completed", 2)
+        page.wait_for_selector("#active-body tr [role=progressbar][aria-valuenow='60']")
+        return {"read_only": read_only, "state": page.locator("#auth-state").text_content()}
+
+    seen = await in_browser(dashboard.url, "counts", steps)
+    assert seen == {"read_only": True, "state": "read-only"}
+
+
+async def test_pause_button_pauses_the_queue_in_redis(
+    dashboard: DashboardInfo, conn: echomq.Connection, queue: str
+) -> None:
+    """With the token from the URL fragment, Pause sets the gate; the page shows it paused."""
+    await jobs.enqueue(conn, queue, payload())
+
+    def steps(page: Any) -> str:
+        page.wait_for_selector("#auth-state[data-ok=true]")
+        page.click("#q-pause")
+        page.wait_for_selector("#q-paused:not([hidden])")
+        page.wait_for_selector("#q-resume:not([hidden])")
+        return str(page.evaluate("location.href"))
+
+    href = await in_browser(dashboard.login_url, "paused", steps)
+    assert await admin.is_paused(conn, queue) is True
+    assert dashboard.token not in href  # the page drops the token from its address
+
+
+async def test_reprocess_button_moves_a_dead_job_to_pending(
+    dashboard: DashboardInfo, conn: echomq.Connection, queue: str
+) -> None:
+    """Reprocess on a dead job's row sends it back to pending; the row leaves the dead table."""
+    job_id = await jobs.enqueue(conn, queue, payload("demo.flaky", "x"), max_attempts=1)
+    [claimed] = await jobs.claim(conn, queue, 30_000)
+    await jobs.add_log(conn, queue, job_id, "tried once")
+    await jobs.fail(conn, queue, job_id, claimed.token, "RuntimeError: flaky")
+    row = f"#dead-body tr[data-job='{job_id}']"
+
+    def steps(page: Any) -> str | None:
+        page.wait_for_selector("#auth-state[data-ok=true]")
+        page.wait_for_selector(f"{row} button[data-action=reprocess]:not([disabled])")
+        error = page.locator(f"{row} .err").text_content()
+        page.click(f"{row} button[data-action=reprocess]")
+        page.wait_for_selector(row, state="detached")
+        count_is(page, "pending", 1)
+        return error
+
+    error = await in_browser(dashboard.login_url, "reprocess", steps)
+    assert error == "RuntimeError: flaky"
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None and info.state is echomq.JobState.PENDING
+
+
+async def test_wrong_token_leaves_the_page_read_only(
+    dashboard: DashboardInfo, conn: echomq.Connection, queue: str
+) -> None:
+    """A wrong token typed into the form is refused; the buttons stay disabled."""
+    await jobs.enqueue(conn, queue, json.dumps({"task": "t", "args": [], "kwargs": {}}))
+
+    def steps(page: Any) -> bool:
+        count_is(page, "pending", 1)
+        page.fill("#token", "not-the-token")
+        page.click("#auth button")
+        page.wait_for_selector(".toast.bad")
+        return bool(page.locator("#q-pause").is_disabled())
+
+    assert await in_browser(dashboard.url, "wrong-token", steps) is True
+    assert await admin.is_paused(conn, queue) is False
