@@ -7,6 +7,9 @@ Accepted forms::
                                         &ssl_certfile=PATH&ssl_keyfile=PATH
     unix:///path/to/redis.sock[?db=N&password=...&username=...]
 
+Any form also takes ``?connect_timeout=SECONDS`` and ``?client_name=NAME``. User and
+password are percent-decoded (``redis://user:p%40ss@host``).
+
 ``embedded://`` is not a connection: it is resolved by :mod:`echomq.testing` (a private
 redis-server child process) before it reaches here.
 """
@@ -67,9 +70,22 @@ class ConnectionConfig:
 
 def _int(value: str, what: str) -> int:
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise InvalidArgument(f"{what} must be an integer, not {value!r}") from None
+    if number < 0:
+        raise InvalidArgument(f"{what} must not be negative, not {value!r}")
+    return number
+
+
+def _seconds(value: str, what: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise InvalidArgument(f"{what} must be a number of seconds, not {value!r}") from None
+    if not number > 0:
+        raise InvalidArgument(f"{what} must be positive, not {value!r}")
+    return number
 
 
 def parse_url(url: str | ConnectionConfig, **overrides: object) -> ConnectionConfig:
@@ -114,6 +130,8 @@ def parse_url(url: str | ConnectionConfig, **overrides: object) -> ConnectionCon
     if query.get("ssl_cert_reqs", "").lower() in ("none", "cert_none", "optional"):
         fields["ssl_verify"] = False
     if "connect_timeout" in query:
-        fields["connect_timeout"] = float(query["connect_timeout"])
+        fields["connect_timeout"] = _seconds(query["connect_timeout"], "connect_timeout")
+    if "client_name" in query:
+        fields["client_name"] = query["client_name"]
     fields.update(overrides)
     return ConnectionConfig(**fields)  # type: ignore[arg-type]

@@ -40,17 +40,30 @@ class RedisServerError(EchoMQError, RuntimeError):
     """redis-server is missing, or did not start."""
 
 
+class _PortTaken(Exception):
+    """The chosen port was taken between choosing it and binding it."""
+
+
 def find_redis_server() -> str:
-    """Path of the ``redis-server`` binary, or a clear error saying how to install it."""
-    found = shutil.which("redis-server") or next(
-        (p for p in ("/usr/bin/redis-server", "/usr/local/bin/redis-server") if os.path.exists(p)),
-        None,
-    )
+    """Path of the server binary, or a clear error saying how to install it.
+
+    ``$ECHOMQ_REDIS_SERVER`` names it explicitly (e.g. a ``valkey-server``); otherwise
+    ``redis-server``, then ``valkey-server``, is looked up on ``$PATH``.
+    """
+    explicit = os.environ.get("ECHOMQ_REDIS_SERVER")
+    if explicit:
+        found = shutil.which(explicit)
+        if found is None:
+            raise RedisServerError(
+                f"ECHOMQ_REDIS_SERVER={explicit!r} is not an executable redis-server"
+            )
+        return found
+    found = shutil.which("redis-server") or shutil.which("valkey-server")
     if found is None:
         raise RedisServerError(
             "redis-server was not found on PATH. Install Redis 7 (Debian/Ubuntu: "
             "`sudo apt-get install redis-server`; macOS: `brew install redis`) or Valkey, "
-            "or pass a redis:// URL."
+            "set ECHOMQ_REDIS_SERVER to its path, or pass a redis:// URL."
         )
     return found
 
@@ -64,25 +77,33 @@ def free_port() -> int:
 
 
 def _make_certs(directory: Path) -> dict[str, str]:
-    """A self-signed CA and a server certificate for 127.0.0.1/localhost, via openssl."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise RedisServerError("openssl is needed to make test certificates")
+    """A self-signed CA and a server certificate for 127.0.0.1/localhost, via openssl.
+
+    Made once per directory: a restarted server keeps the CA its clients already trust.
+    """
     ca_key, ca_crt = directory / "ca.key", directory / "ca.crt"
     key, csr, crt = directory / "server.key", directory / "server.csr", directory / "server.crt"
+    certs = {"ca": str(ca_crt), "cert": str(crt), "key": str(key)}
+    if crt.exists():
+        return certs
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise RedisServerError(
+            "openssl is needed to make test certificates (apt-get install openssl)"
+        )
     ext = directory / "ext.cnf"
     ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
 
     def run(*args: str) -> None:
         subprocess.run([openssl, *args], check=True, capture_output=True)
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=echomq-test-ca",
-        "-keyout", str(ca_key), "-out", str(ca_crt))  # fmt: skip
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        "-subj", "/CN=echomq-test-ca", "-keyout", str(ca_key), "-out", str(ca_crt))  # fmt: skip
     run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
         "-keyout", str(key), "-out", str(csr))  # fmt: skip
     run("x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key),
         "-CAcreateserial", "-days", "2", "-extfile", str(ext), "-out", str(crt))  # fmt: skip
-    return {"ca": str(ca_crt), "cert": str(crt), "key": str(key)}
+    return certs
 
 
 @attrs.define(eq=False)
@@ -140,13 +161,31 @@ class RedisServer:
         return [*args, *self.extra_args]
 
     def start(self) -> RedisServer:
+        """Start the process and wait until it answers PING (``startup_timeout``).
+
+        Raises:
+            RedisServerError: redis-server is missing, exited early (its own message is
+                included), or did not answer in time.
+        """
         if self.process is not None:
             raise RedisServerError("already started")
+        find_redis_server()  # a clear error before anything is made
         if self.dir is None:
             self.dir = Path(tempfile.mkdtemp(prefix="echomq-redis-"))
             self._owned_dir = True
-        if not self.port:
-            self.port = free_port()
+        chosen = not self.port
+        for attempt in range(3):
+            if chosen:
+                self.port = free_port()  # a port taken meanwhile: choose again
+            try:
+                self._spawn()
+                return self
+            except _PortTaken:
+                if not chosen or attempt == 2:
+                    raise RedisServerError(f"port {self.port} is in use") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _spawn(self) -> None:
         self.process = subprocess.Popen(
             self.command_line(),
             stdin=subprocess.DEVNULL,
@@ -154,20 +193,45 @@ class RedisServer:
             stderr=subprocess.PIPE,
             start_new_session=True,  # Ctrl-C in a terminal reaches us, not the child
         )
-        self._wait_ready()
-        return self
+        try:
+            self._wait_ready()
+        except BaseException:
+            self._reap()
+            raise
 
     def _wait_ready(self) -> None:
         assert self.process is not None
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RedisServerError(f"redis-server exited early: {self._log_tail()}")
+                detail = self._early_exit_detail()
+                if "Address already in use" in detail:
+                    raise _PortTaken
+                raise RedisServerError(f"redis-server exited early: {detail}")
             if self._ping():
                 return
             time.sleep(0.01)
-        self.stop()
         raise RedisServerError(f"redis-server did not answer PING in time: {self._log_tail()}")
+
+    def _early_exit_detail(self) -> str:
+        assert self.process is not None and self.process.stderr is not None
+        stderr = self.process.stderr.read().decode(errors="replace").strip()
+        return "\n".join(part for part in (stderr, self._log_tail().strip()) if part)[-2000:]
+
+    def _reap(self) -> None:
+        """Stop the process if it runs, and release its pipe."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+        self.process = None
 
     def _ping(self) -> bool:
         if self.tls:
@@ -188,7 +252,8 @@ class RedisServer:
 
     def _ping_on(self, s: socket.socket) -> bool:
         if self.password:
-            s.sendall(f"AUTH {self.password}\r\n".encode())
+            secret = self.password.encode()
+            s.sendall(b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(secret), secret))
             s.recv(64)
         s.sendall(b"PING\r\n")
         return s.recv(64).startswith(b"+PONG")
@@ -205,25 +270,18 @@ class RedisServer:
             self.process.wait(timeout=10)
 
     def restart(self) -> None:
-        """Start again on the same port and directory (after ``kill``)."""
+        """Start again on the same port and directory (killing it first if it runs).
+
+        With ``appendonly=True`` the data written before is still there; without, it is
+        gone. With ``tls=True`` the same CA signs the certificate.
+        """
         self.kill()
-        if self.process is not None and self.process.stderr is not None:
-            self.process.stderr.close()
-        self.process = None
+        self._reap()
         self.start()
 
     def stop(self) -> None:
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.terminate()
-                try:
-                    self.process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self.process.kill()
-                    self.process.wait()
-            if self.process.stderr is not None:
-                self.process.stderr.close()
-            self.process = None
+        """Terminate the process and remove the directory this server made."""
+        self._reap()
         if self._owned_dir and self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -242,9 +300,18 @@ class RedisServer:
 
 
 @asynccontextmanager
-async def open_redis_server(**options: object) -> AsyncIterator[RedisServer]:
+async def open_redis_server(
+    *,
+    appendonly: bool = False,
+    tls: bool = False,
+    password: str | None = None,
+    extra_args: Sequence[str] = (),
+    port: int = 0,
+) -> AsyncIterator[RedisServer]:
     """Start a private redis-server for the duration of an ``async with`` block."""
-    server = RedisServer(**options)  # type: ignore[arg-type]
+    server = RedisServer(
+        appendonly=appendonly, tls=tls, password=password, extra_args=extra_args, port=port
+    )
     await trio.to_thread.run_sync(server.start)
     try:
         yield server
@@ -254,9 +321,20 @@ async def open_redis_server(**options: object) -> AsyncIterator[RedisServer]:
 
 
 async def serve_redis_server(
-    *, task_status: trio.TaskStatus[RedisServer] = trio.TASK_STATUS_IGNORED, **options: object
+    *,
+    task_status: trio.TaskStatus[RedisServer] = trio.TASK_STATUS_IGNORED,
+    appendonly: bool = False,
+    tls: bool = False,
+    password: str | None = None,
+    extra_args: Sequence[str] = (),
+    port: int = 0,
 ) -> None:
-    """Run a private redis-server until cancelled; ``nursery.start`` answers the server."""
-    async with open_redis_server(**options) as server:
+    """Run a private redis-server until cancelled; ``nursery.start`` answers the server.
+
+    ``await nursery.start(functools.partial(serve_redis_server, tls=True))`` for options.
+    """
+    async with open_redis_server(
+        appendonly=appendonly, tls=tls, password=password, extra_args=extra_args, port=port
+    ) as server:
         task_status.started(server)
         await trio.sleep_forever()

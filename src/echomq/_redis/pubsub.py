@@ -1,9 +1,13 @@
 """A pub/sub connection of its own: subscribe to channels, iterate messages.
 
 Rule 1: a subscription survives a dropped socket: the connection is made again with
-backoff and every channel is subscribed again. Messages published in between are lost;
-events are fire-and-forget (at most once), as the seeds say.
-Rule 2: ``async for message in pubsub`` yields :class:`Message` values in arrival order.
+backoff and every channel and pattern is subscribed again. Messages published in between
+are lost; events are fire-and-forget (at most once), as the seeds say.
+Rule 2: ``subscribe`` returns once the server has confirmed every channel, so a message
+published after it returns is received.
+Rule 3: ``async for message in pubsub`` yields :class:`Message` values in arrival order. A
+consumer that falls more than ``buffer`` messages behind loses the newest ones rather
+than stalling the socket.
 """
 
 from __future__ import annotations
@@ -13,146 +17,166 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
-import hiredis
 import trio
 
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, ServerError
-from .connection import ReplyError, open_stream
+from .connection import TRANSPORT_ERRORS, Parser, ReplyError, new_parser, open_stream, pack
 
 __all__ = ["Message", "PubSub", "open_pubsub"]
 
-_TRANSPORT_ERRORS = (
-    OSError,
-    trio.BrokenResourceError,
-    trio.ClosedResourceError,
-    hiredis.ProtocolError,
-)
+_CONFIRMS = {b"subscribe": "channel", b"psubscribe": "pattern"}
 
 
 @attrs.frozen
 class Message:
+    """One published message: its channel, its bytes, and the pattern that matched (if any)."""
+
     channel: str
     data: bytes
     pattern: str | None = None
 
 
+class _Confirm:
+    """Set when the server confirms a subscription (or refuses it with ``error``)."""
+
+    __slots__ = ("error", "event")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.error: str | None = None
+
+
 class PubSub:
     """Open with :func:`open_pubsub`. Not for commands: use a ``Connection`` for those."""
 
-    def __init__(self, config: ConnectionConfig) -> None:
+    def __init__(self, config: ConnectionConfig, *, buffer: int = 1024) -> None:
         self.config = config
-        self._channels: set[str] = set()
-        self._patterns: set[str] = set()
+        self._wanted: dict[str, set[str]] = {"channel": set(), "pattern": set()}
         self._stream: trio.abc.Stream | None = None
-        self._send, self._receive = trio.open_memory_channel[Message](1024)
-        self._ready = trio.Event()
-        self._confirm: dict[str, trio.Event] = {}
+        self._send_lock = trio.Lock()  # one writer at a time; held across a handshake
+        self._send, self._receive = trio.open_memory_channel[Message](buffer)
+        self._confirm: dict[tuple[str, str], _Confirm] = {}
         self.reconnects = 0
+        self.dropped = 0  # messages lost to a slow consumer
+
+    @property
+    def channels(self) -> frozenset[str]:
+        return frozenset(self._wanted["channel"])
 
     async def subscribe(self, *channels: str) -> None:
         """Subscribe, and return once the server has confirmed every channel."""
-        new = set(channels) - self._channels
-        self._channels |= new
-        waits = [self._confirm.setdefault(c, trio.Event()) for c in new]
-        if new and self._stream is not None:
-            await self._send_command("SUBSCRIBE", *sorted(new))
-        for event in waits:
-            await event.wait()
-
-    async def unsubscribe(self, *channels: str) -> None:
-        gone = set(channels) & self._channels
-        self._channels -= gone
-        if gone and self._stream is not None:
-            await self._send_command("UNSUBSCRIBE", *sorted(gone))
+        await self._add("channel", "SUBSCRIBE", channels)
 
     async def psubscribe(self, *patterns: str) -> None:
         """Subscribe to patterns, and return once the server has confirmed each."""
-        new = set(patterns) - self._patterns
-        self._patterns |= new
-        waits = [self._confirm.setdefault(p, trio.Event()) for p in new]
-        if new and self._stream is not None:
-            await self._send_command("PSUBSCRIBE", *sorted(new))
-        for event in waits:
-            await event.wait()
+        await self._add("pattern", "PSUBSCRIBE", patterns)
 
-    async def _send_command(self, *args: str) -> None:
-        assert self._stream is not None
-        try:
-            await self._stream.send_all(hiredis.pack_command(args))
-        except _TRANSPORT_ERRORS:
-            pass  # the reader notices and resubscribes everything
+    async def unsubscribe(self, *channels: str) -> None:
+        await self._remove("channel", "UNSUBSCRIBE", channels)
 
-    async def wait_ready(self) -> None:
-        """Wait until the first connection is made and its subscriptions are sent."""
-        await self._ready.wait()
+    async def punsubscribe(self, *patterns: str) -> None:
+        await self._remove("pattern", "PUNSUBSCRIBE", patterns)
+
+    async def _add(self, kind: str, command: str, names: tuple[str, ...]) -> None:
+        wanted = self._wanted[kind]
+        new = sorted(set(names) - wanted)
+        wanted.update(new)
+        for name in new:
+            self._confirm[kind, name] = _Confirm()
+        # every name still unconfirmed, including one another task is subscribing
+        waits = [c for n in names if (c := self._confirm.get((kind, n))) is not None]
+        if new:
+            await self._write(command, *new)
+        for confirm in waits:
+            await confirm.event.wait()
+            if confirm.error is not None:
+                wanted.difference_update(names)
+                raise ServerError(f"{command} refused: {confirm.error}")
+
+    async def _remove(self, kind: str, command: str, names: tuple[str, ...]) -> None:
+        wanted = self._wanted[kind]
+        gone = sorted(set(names) & wanted)
+        wanted.difference_update(gone)
+        if gone:
+            await self._write(command, *gone)
+
+    async def _write(self, *args: str) -> None:
+        async with self._send_lock:
+            if self._stream is None:
+                return  # not connected: the next handshake subscribes to everything wanted
+            try:
+                await self._stream.send_all(pack(args))
+            except TRANSPORT_ERRORS:
+                pass  # the reader notices and resubscribes everything
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._receive.__aiter__()
 
     async def receive(self) -> Message:
+        """The next message (waits for one)."""
         return await self._receive.receive()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Keep the subscription alive until cancelled (started by :func:`open_pubsub`)."""
+        """Keep the subscription alive until cancelled (started by :func:`open_pubsub`).
+
+        The first connection must succeed (``ConnectionLost`` otherwise); later ones are
+        retried with backoff for as long as it runs.
+        """
         delay = 0.02
         started = False
         while True:
             try:
                 stream = await open_stream(self.config)
-            except (*_TRANSPORT_ERRORS, trio.TooSlowError):
+            except (*TRANSPORT_ERRORS, trio.TooSlowError, ConnectionLost) as exc:
                 if not started:
-                    raise ConnectionLost(f"cannot connect to {self.config.display}") from None
+                    raise ConnectionLost(
+                        f"cannot connect to {self.config.display}: {exc!r}"
+                    ) from exc
                 await trio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
             try:
-                await self._handshake(stream)
-                self._stream = stream
+                parser = new_parser()
+                async with self._send_lock:
+                    await self._handshake(stream, parser)
+                    self._stream = stream
                 if started:
                     self.reconnects += 1
-                delay = 0.02
-                self._ready.set()
-                if not started:
+                else:
                     started = True
                     task_status.started()
-                await self._read(stream)
-            except _TRANSPORT_ERRORS:
-                pass
+                delay = 0.02
+                await self._read(stream, parser)
+            except TRANSPORT_ERRORS:
+                if not started:
+                    raise ConnectionLost(f"cannot connect to {self.config.display}") from None
             finally:
                 self._stream = None
                 with trio.CancelScope(shield=True):
-                    await stream.aclose()
+                    await trio.aclose_forcefully(stream)
 
-    async def _handshake(self, stream: trio.abc.Stream) -> None:
-        commands: list[tuple[str, ...]] = []
+    async def _handshake(self, stream: trio.abc.Stream, parser: Parser) -> None:
+        """AUTH (its reply read here: a refusal is fatal), then subscribe to everything."""
         if self.config.password is not None:
             user = (self.config.username,) if self.config.username else ()
-            commands.append(("AUTH", *user, self.config.password))
-        if self._channels:
-            commands.append(("SUBSCRIBE", *sorted(self._channels)))
-        if self._patterns:
-            commands.append(("PSUBSCRIBE", *sorted(self._patterns)))
-        if not commands:
-            return
-        await stream.send_all(b"".join(hiredis.pack_command(c) for c in commands))
-        if self.config.password is not None:
-            # AUTH answers first; an error there is fatal, not transient
-            parser = hiredis.Reader(replyError=ReplyError)
-            self._pending_parser = parser
+            await stream.send_all(pack(("AUTH", *user, self.config.password)))
             while (reply := parser.gets()) is False:
                 data = await stream.receive_some(4096)
                 if not data:
                     raise trio.BrokenResourceError("closed during AUTH")
                 parser.feed(data)
             if isinstance(reply, ReplyError):
-                raise ServerError(str(reply))
+                raise ServerError(f"{self.config.display}: AUTH failed: {reply}")
+        commands = [
+            pack((command, *sorted(self._wanted[kind])))
+            for kind, command in (("channel", "SUBSCRIBE"), ("pattern", "PSUBSCRIBE"))
+            if self._wanted[kind]
+        ]
+        if commands:
+            await stream.send_all(b"".join(commands))
 
-    async def _read(self, stream: trio.abc.Stream) -> None:
-        parser: Any = getattr(self, "_pending_parser", None) or hiredis.Reader(
-            replyError=ReplyError
-        )
-        self._pending_parser = None
+    async def _read(self, stream: trio.abc.Stream, parser: Parser) -> None:
         while True:
             while (reply := parser.gets()) is not False:
                 self._dispatch(reply)
@@ -162,6 +186,12 @@ class PubSub:
             parser.feed(data)
 
     def _dispatch(self, reply: Any) -> None:
+        if isinstance(reply, ReplyError):  # e.g. NOPERM for a channel: fail the waiters
+            for confirm in self._confirm.values():
+                confirm.error = str(reply)
+                confirm.event.set()
+            self._confirm.clear()
+            return
         if not isinstance(reply, list) or not reply:
             return
         kind = reply[0]
@@ -170,24 +200,32 @@ class PubSub:
         elif kind == b"pmessage":
             msg = Message(reply[2].decode(), reply[3], pattern=reply[1].decode())
         else:
-            if kind in (b"subscribe", b"psubscribe"):
-                event = self._confirm.pop(reply[1].decode(), None)
-                if event is not None:
-                    event.set()
+            confirmed = _CONFIRMS.get(kind)
+            if confirmed is not None:
+                name: str = reply[1].decode()
+                waiting = self._confirm.pop((confirmed, name), None)
+                if waiting is not None:
+                    waiting.event.set()
             return
         try:
             self._send.send_nowait(msg)
         except trio.WouldBlock:
-            pass  # a slow consumer loses events rather than stalling the reader (at most once)
+            self.dropped += 1  # a slow consumer loses events rather than stalling the reader
 
 
 @asynccontextmanager
-async def open_pubsub(url: str | ConnectionConfig, *channels: str) -> AsyncIterator[PubSub]:
-    """A pub/sub connection subscribed to ``channels``; kept alive until the block exits."""
-    pubsub = PubSub(parse_url(url))
-    pubsub._channels.update(channels)
+async def open_pubsub(
+    url: str | ConnectionConfig, *channels: str, buffer: int = 1024
+) -> AsyncIterator[PubSub]:
+    """A pub/sub connection subscribed to ``channels``; kept alive until the block exits.
+
+    The block starts once the server has confirmed ``channels``.
+    """
+    pubsub = PubSub(parse_url(url), buffer=buffer)
     async with trio.open_nursery() as nursery:
         await nursery.start(pubsub.run)
+        if channels:
+            await pubsub.subscribe(*channels)
         try:
             yield pubsub
         finally:
