@@ -447,25 +447,24 @@ async def _watch_live(
     active: list[str],
     progress: dict[str, bytes | None],
 ) -> None:
+    from rich.console import Group
+    from rich.live import Live
     from rich.progress import BarColumn, Progress, TaskID, TextColumn
+    from rich.text import Text
 
     counts = {"completed": 0, "dead": 0, "retrying": 0}
     bars = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[note]}"),
-        console=out,
-        transient=True,
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[note]}")
     )
-    header = bars.add_task("", total=None, note="")
     tasks: dict[str, TaskID] = {}
 
-    def title() -> str:
-        return (
-            f"[bold]{escape(args.queue)}[/]  {len(tasks)} active  "
-            f"[green]{counts['completed']} completed[/]  "
-            f"[yellow]{counts['retrying']} retrying[/]  [red]{counts['dead']} dead[/]"
-        )
+    class Header:
+        def __rich__(self) -> Text:
+            return Text.from_markup(
+                f"[bold]{escape(args.queue)}[/]  {len(tasks)} active  "
+                f"[green]{counts['completed']} completed[/]  "
+                f"[yellow]{counts['retrying']} retrying[/]  [red]{counts['dead']} dead[/]"
+            )
 
     def show(job: str, value: Any) -> None:
         pct = _percent(value) if value is not None else None
@@ -475,10 +474,10 @@ async def _watch_live(
         bars.update(tasks[job], completed=pct or 0, note=note)
 
     for job in active:
-        show(job, None if progress[job] is None else progress[job].decode())  # type: ignore[union-attr]
-    bars.update(header, description=title())
+        value = progress[job]
+        show(job, None if value is None else value.decode())
     seen = 0
-    with bars:
+    with Live(Group(Header(), bars), console=out, transient=True, refresh_per_second=8) as live:
         async for event in events:
             name, job = event.event, event.job
             if name in ("active", "progress") and job:
@@ -492,10 +491,9 @@ async def _watch_live(
                 if name in ("dead", "retrying"):
                     error = event.fields.get("error", "")
                     style = "red" if name == "dead" else "yellow"
-                    bars.console.print(f"[{style}]{name}[/] {escape(job)} {escape(str(error))}")
+                    live.console.print(f"[{style}]{name}[/] {escape(job)} {escape(str(error))}")
             elif name == "cancel" and job:
-                bars.console.print(f"[magenta]cancel[/] {escape(job)}")
-            bars.update(header, description=title())
+                live.console.print(f"[magenta]cancel[/] {escape(job)}")
             seen += 1
             if args.count is not None and seen >= args.count:
                 return
