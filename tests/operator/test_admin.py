@@ -200,3 +200,14 @@ async def test_stats_counts_every_state(conn: echomq.Connection, queue: str) -> 
     assert (s.pending, s.scheduled, s.active, s.dead, s.completed) == (1, 1, 1, 1, 1)
     assert s.paused and s.jobs == 5
     assert (s.completed_total, s.failed_total, s.completed_last_minute) == (1, 1, 1)
+
+
+async def test_obliterate_stops_when_resumed_midway(conn: echomq.Connection, queue: str) -> None:
+    """A queue resumed between budgeted calls refuses the next call; the gate went last."""
+    await fill(conn, queue, 4)
+    await admin.pause(conn, queue)
+    assert await admin.obliterate(conn, queue, budget=2) is False
+    await admin.resume(conn, queue)
+    with pytest.raises(NotPaused):
+        await admin.obliterate_all(conn, queue, budget=2)
+    assert await conn.execute("ZCARD", Keyspace(queue).pending) == 2
