@@ -12,9 +12,10 @@ from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
 from ..errors import InvalidArgument
 
-__all__ = ["next_due_in", "wait_wake"]
+__all__ = ["next_due_in", "push_wake", "wait_wake"]
 
 _MIN_BLOCK = 0.01  # BLPOP's 0 means "forever": never send it
+_MAX_TOKENS = 64  # the scripts' bound on the list, kept here too
 
 
 async def next_due_in(conn: Connection, queue: str) -> float | None:
@@ -40,3 +41,14 @@ async def wait_wake(conn: Connection, queue: str, block: float) -> bool:
         raise InvalidArgument(f"block must be a positive number of seconds, not {block!r}")
     seconds = max(_MIN_BLOCK, round(float(block), 3))
     return await conn.execute("BLPOP", Keyspace(queue).wake, seconds) is not None
+
+
+async def push_wake(conn: Connection, queue: str) -> None:
+    """Push one wake token (the list stays at most 64 long).
+
+    For work the scripts do not announce on the list: a job scheduled (or retried with a
+    delay) while consumers block, whose due time may come before their timeout.
+    """
+    wake = Keyspace(queue).wake
+    await conn.execute("RPUSH", wake, 1)
+    await conn.execute("LTRIM", wake, -_MAX_TOKENS, -1)

@@ -20,7 +20,7 @@ import trio
 
 from .. import jobs
 from .._redis import validate as v
-from .._verbs.wake import next_due_in, wait_wake
+from .._verbs.wake import next_due_in, push_wake, wait_wake
 from ..errors import ConnectionLost
 from .cancellation import InFlight
 from .execution import JobRunner
@@ -47,6 +47,7 @@ class Consumer:
     _freed: trio.Event = attrs.field(factory=trio.Event, init=False)
     claims: int = 0
     idle_waits: int = 0
+    _idle_until: float | None = attrs.field(default=None, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._free = self.concurrency
@@ -84,4 +85,21 @@ class Consumer:
         self.idle_waits += 1
         due = await next_due_in(self.conn, self.queue)
         timeout = IDLE_CAP if due is None else min(IDLE_CAP, max(due, _MIN_IDLE))
-        await wait_wake(self.wake_conn, self.queue, timeout)
+        self._idle_until = trio.current_time() + timeout
+        try:
+            await wait_wake(self.wake_conn, self.queue, timeout)
+        finally:
+            self._idle_until = None
+
+    async def scheduled(self, due_in: float | None) -> None:
+        """A job was scheduled (or retried later): wake our idle wait if it is due sooner.
+
+        The scripts push wake tokens only for ready work; a BLPOP that started before
+        this job was scheduled would otherwise sleep past its due time (up to the cap).
+        """
+        until = self._idle_until
+        if until is None:
+            return  # busy: the next idle wait reads the schedule again
+        if due_in is not None and trio.current_time() + due_in >= until:
+            return
+        await push_wake(self.conn, self.queue)

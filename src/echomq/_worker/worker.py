@@ -198,6 +198,9 @@ class Worker:
                 runner.on_done = consumer.slot_freed
                 async with trio.open_nursery() as helpers:
                     await helpers.start(self._supervise, "cancel listener", self._listen(feed))
+                    await helpers.start(
+                        self._supervise, "schedule listener", self._watch_schedule(feed, consumer)
+                    )
                     await helpers.start(self._supervise, "lease keeper", keeper.run)
                     await helpers.start(self._supervise, "recovery", sweeper.run)
                     claiming = trio.CancelScope()
@@ -285,6 +288,22 @@ class Worker:
                             log.info("job %s: cancel requested (%s)", event.job, reason)
 
         return listen
+
+    def _watch_schedule(self, feed: EventFeed, consumer: Consumer) -> Loop:
+        async def watch(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with feed.listen(events=("scheduled", "retrying"), buffer=1024) as events:
+                task_status.started()
+                async for event in events:
+                    delay_ms = event.fields.get("delay_ms")
+                    due_in = delay_ms / 1000 if isinstance(delay_ms, int | float) else None
+                    if event.event == "retrying" and not due_in:
+                        continue  # retried at once: the script pushed a wake token
+                    try:
+                        await consumer.scheduled(due_in)
+                    except ConnectionLost:
+                        pass  # the idle cap still bounds the wait
+
+        return watch
 
     async def _supervise(
         self,
