@@ -50,6 +50,7 @@ local out = {}
 if #popped > 0 then
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
   local deadline = now + lease
+  local leases = {}  -- one variadic ZADD for the batch (count <= 1000: under unpack's limit)
   for i = 1, #popped, 2 do
     local id = popped[i]
     local row = base .. 'job:' .. id
@@ -57,7 +58,8 @@ if #popped > 0 then
     if fields[1] then  -- an id with no row leaves pending and is not claimed
       local token = redis.call('HINCRBY', row, 'attempts', 1)
       redis.call('HSET', row, 'state', 'active', 'lease_epoch', run_id, 'claimed_at', now)
-      redis.call('ZADD', active, deadline, id)
+      leases[#leases + 1] = deadline
+      leases[#leases + 1] = id
       redis.call('PUBLISH', channel,
         '{"event":"active","job":"' .. id .. '","attempt":' .. token .. '}')
       out[#out + 1] = id
@@ -66,6 +68,7 @@ if #popped > 0 then
       out[#out + 1] = tonumber(fields[2] or '0')
     end
   end
+  if #leases > 0 then redis.call('ZADD', active, unpack(leases)) end
 end
 if promoted > 0 and redis.call('ZCARD', pending) > 0 and redis.call('LLEN', wake) < 64 then
   redis.call('RPUSH', wake, promoted)

@@ -1,0 +1,38 @@
+"""The script runner: EVALSHA first, NOSCRIPT falls back once, unmapped errors stay ServerError."""
+
+from __future__ import annotations
+
+import pytest
+
+import echomq
+from echomq import jobs
+from echomq._redis.keyspace import Keyspace
+from echomq._redis.scripts import SCRIPTS
+from echomq.errors import ServerError
+
+
+async def test_scripts_reload_after_script_flush(conn: echomq.Connection, queue: str) -> None:
+    """After SCRIPT FLUSH a verb still runs (EVAL loads it), then EVALSHA finds it again."""
+    await conn.execute("SCRIPT", "FLUSH")
+    job_id = await jobs.enqueue(conn, queue, b"x")
+    assert await conn.execute("SCRIPT", "EXISTS", SCRIPTS["enqueue"].sha) == [1]
+    assert (await jobs.claim(conn, queue, 1_000))[0].id == job_id
+
+
+async def test_unmapped_server_error_is_a_server_error(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A key of the wrong type is a ServerError (WRONGTYPE), not a typed refusal."""
+    await conn.execute("SET", ks.pending, "not a zset")
+    with pytest.raises(ServerError, match="WRONGTYPE"):
+        await jobs.claim(conn, queue, 1_000)
+
+
+def test_every_script_is_loaded_with_its_sha() -> None:
+    """Each lua file is a Script named by its stem with the sha1 of its source."""
+    import hashlib
+
+    for name, script in SCRIPTS.items():
+        assert script.name == name
+        assert script.sha == hashlib.sha1(script.source.encode()).hexdigest()
+    assert {"enqueue", "claim", "complete", "fail", "extend_lock", "extend_locks"} <= set(SCRIPTS)
