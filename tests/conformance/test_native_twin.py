@@ -9,7 +9,7 @@ from typing import Any, cast
 import trio
 
 import echomq
-from echomq import jobs, stalled
+from echomq import admin, jobs, stalled
 from echomq._redis.functions import FunctionsConnection, library_source, load_library
 
 # Fields and sets whose values are server-clock times: compared by presence and order only.
@@ -65,7 +65,41 @@ async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
     await step("fail dead", lambda: jobs.fail(conn, q, "f", 2, "bad", dead=True))
     for job_id in "abcdef":
         await step(f"row {job_id}", lambda job_id=job_id: jobs.get_job(conn, q, job_id))
+    await operator_steps(conn, q, step)
     return log
+
+
+async def operator_steps(
+    conn: echomq.Connection, q: str, step: Callable[[str, Callable[[], Awaitable[Any]]], Any]
+) -> None:
+    """Seed 004's verbs, each through its success and refusal branches."""
+    await step("pause", lambda: admin.pause(conn, q))
+    await step("pause again", lambda: admin.pause(conn, q))
+    await step("paused?", lambda: admin.is_paused(conn, q))
+    await step("claim paused", lambda: jobs.claim(conn, q, 1_000))
+    await step("reprocess f", lambda: jobs.reprocess_job(conn, q, "f"))
+    await step("reprocess f again", lambda: jobs.reprocess_job(conn, q, "f"))
+    await step("reprocess gone", lambda: jobs.reprocess_job(conn, q, "zz"))
+    await step("data", lambda: jobs.update_data(conn, q, "f", b"F2"))
+    await step("data gone", lambda: jobs.update_data(conn, q, "zz", b"x"))
+    await step("progress", lambda: jobs.update_progress(conn, q, "f", "40"))
+    await step("progress gone", lambda: jobs.update_progress(conn, q, "zz", "1"))
+    await step("log 1", lambda: jobs.add_log(conn, q, "f", "one"))
+    await step("log 2", lambda: jobs.add_log(conn, q, "f", "two"))
+    await step("log keep", lambda: jobs.add_log(conn, q, "f", "three", keep=2))
+    await step("logs", lambda: jobs.get_job_logs(conn, q, "f"))
+    await step("logs none", lambda: jobs.get_job_logs(conn, q, "c"))
+    await step("logs gone", lambda: jobs.get_job_logs(conn, q, "zz"))
+    await step("lock a", lambda: conn.execute("SET", f"emq:{{{q}}}:job:a:lock", "op"))
+    await step("remove locked", lambda: jobs.remove_job(conn, q, "a"))
+    await step("remove d", lambda: jobs.remove_job(conn, q, "d"))
+    await step("remove gone", lambda: jobs.remove_job(conn, q, "d"))
+    await step("obliterate active", lambda: admin.obliterate(conn, q))
+    await step("drain", lambda: admin.drain(conn, q, include_schedule=True))
+    await step("resume", lambda: admin.resume(conn, q))
+    await step("obliterate running", lambda: admin.obliterate(conn, q, force=True))
+    await step("pause for the end", lambda: admin.pause(conn, q))
+    await step("obliterate forced", lambda: admin.obliterate(conn, q, force=True, budget=2))
 
 
 async def dump(conn: echomq.Connection, q: str) -> dict[str, Any]:
@@ -129,4 +163,8 @@ async def test_evalsha_and_fcall_agree(conn: echomq.Connection, queue: str) -> N
     assert steps["extend stale"] == "StaleToken"
     assert steps["complete c again"] is None
     assert steps["fail a"] == "retrying"
+    assert steps["remove locked"] == "JobLocked"
+    assert steps["reprocess f again"] == "NotDead"
+    assert steps["obliterate active"] == "ActiveJobs"
+    assert steps["obliterate running"] == "NotPaused"
     assert not any(str(value).startswith("ServerError") for _, value in scripted)
