@@ -301,10 +301,15 @@ async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> 
 
 
 async def claim(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
-    """Claim up to ``count`` ready jobs with a lease of ``lease_ms``.
+    """Claim up to ``count`` (1..1000) ready jobs with a lease of ``lease_ms``.
 
-    Empty when the queue is paused or nothing is ready. Due scheduled jobs are promoted
-    first. Each claim grows the row's ``attempts``: the returned ``token``.
+    Highest priority first, FIFO within a priority. Empty when the queue is paused (the
+    script reads the gate itself: one round trip) or nothing is ready. Due scheduled jobs
+    are promoted first. Each claim grows the row's ``attempts``: the returned ``token``,
+    and stamps ``lease_epoch`` with the server's run id.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
     """
     return await evaluate(conn, claim_call(queue, lease_ms, count))
 
@@ -377,7 +382,11 @@ async def release(
 
 
 async def reap(conn: Connection, queue: str, *, limit: int = 1000) -> list[str]:
-    """Return expired leases to pending, with no count (crash recovery); answer their ids."""
+    """Return expired leases to pending, with no count (crash recovery); answer their ids.
+
+    At most ``limit`` (1..1000) per call: call again while it answers a full page. An
+    expired id with no row leaves active and is not listed.
+    """
     return await evaluate(conn, reap_call(queue, limit=limit))
 
 
