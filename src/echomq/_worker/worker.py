@@ -65,6 +65,9 @@ class WorkerStatistics:
     cancelled: int
     lost: int
     released: int
+    sweeps: int
+    recovered: int
+    dead_lettered: int
     helper_restarts: int
     stopping: bool
 
@@ -112,6 +115,7 @@ class Worker:
         self._stop = trio.Event()
         self._hurry = trio.Event()
         self._runner: JobRunner | None = None
+        self._sweeper: Sweeper | None = None
         self._restarts = 0
         self._serving = False
 
@@ -144,6 +148,9 @@ class Worker:
             cancelled=c.cancelled if c else 0,
             lost=c.lost if c else 0,
             released=c.released if c else 0,
+            sweeps=self._sweeper.sweeps if self._sweeper else 0,
+            recovered=self._sweeper.recovered if self._sweeper else 0,
+            dead_lettered=self._sweeper.dead if self._sweeper else 0,
             helper_restarts=self._restarts,
             stopping=self.stopping,
         )
@@ -183,6 +190,7 @@ class Worker:
         self._runner = runner
         keeper = LeaseKeeper(conn, name, self.inflight, period)
         sweeper = Sweeper(conn, name, self.recovery, self.recovery_interval, self.max_stalled)
+        self._sweeper = sweeper
         try:
             async with trio.open_nursery() as jobs_nursery:
                 consumer = Consumer(

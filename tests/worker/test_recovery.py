@@ -1,0 +1,204 @@
+"""Leases and recovery: seed 000's worked example, crashed workers, stale holders, the guard."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+
+import echomq
+from echomq import jobs
+from echomq._verbs.guard import take_sweep_guard
+from echomq.errors import JobFailed
+
+from ._runtime import serving, wait_state, worker_process
+
+
+async def test_long_job_with_short_lease_completes_exactly_once(redis_url: str, queue: str) -> None:
+    """Seed 000, scaled down: lease 300 ms, a 1 s handler, a sweep every 50 ms: one run."""
+    q = echomq.Queue(queue, url=redis_url)
+    runs: list[int] = []
+
+    @q.task(lease=0.3)
+    async def long(job: echomq.Job) -> str:
+        runs.append(job.token)
+        for _ in range(10):
+            await trio.sleep(0.1)
+            await job.checkpoint()
+        return "done"
+
+    worker = echomq.Worker(q, recovery="stalled", recovery_interval=0.05, max_stalled=1)
+    with trio.fail_after(10):
+        async with q.open(), serving(worker):
+            handle = await long.delay()
+            assert await handle.result(timeout=5) == "done"
+            info = await handle.info()
+            completed = await q.connection.execute(
+                "HGET", f"emq:{{{queue}}}:metrics:completed", "count"
+            )
+    assert runs == [1]
+    assert info is not None and info.attempts == 1 and info.stalled == 0
+    assert completed == b"1"
+
+
+async def test_lease_keeper_renews_a_job_that_never_checkpoints(redis_url: str, queue: str) -> None:
+    """Without explicit checkpoints the keeper renews the lease: no sweep takes the job."""
+    q = echomq.Queue(queue, url=redis_url)
+    runs: list[int] = []
+
+    @q.task(lease=0.2)
+    async def quiet(job: echomq.Job) -> str:
+        runs.append(job.token)
+        await trio.sleep(0.8)
+        return "done"
+
+    worker = echomq.Worker(q, recovery="stalled", recovery_interval=0.05)
+    with trio.fail_after(10):
+        async with q.open(), serving(worker):
+            handle = await quiet.delay()
+            assert await handle.result(timeout=5) == "done"
+            info = await handle.info()
+    assert runs == [1]
+    assert info is not None and info.stalled == 0
+
+
+@pytest.mark.parametrize(("max_stalled", "outcome"), [(2, "recovered"), (1, "dead")])
+async def test_killed_worker_job_is_recovered_or_dead_lettered(
+    redis_url: str, queue: str, tmp_path: Path, max_stalled: int, outcome: str
+) -> None:
+    """SIGKILL mid-job: another worker's stalled sweep recovers it, or dead-letters it at max."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(name="sleepy", lease=0.3)
+    async def fast(seconds: float) -> str:
+        return "recovered by another worker"
+
+    with trio.fail_after(20):
+        async with q.open():
+            handle = await fast.delay(30)
+            log = tmp_path / "w.log"
+            # its recovery guard (taken at start) lapses within 0.1 s, so the rescuer may sweep
+            args = ("--recovery-interval", "0.1")
+            async with worker_process(redis_url, queue, log, *args, lease=0.3) as proc:
+                await wait_state(q.connection, queue, handle.id, "active", timeout=15)
+                proc.send_signal(signal.SIGKILL)
+                await proc.wait()
+            rescuer = echomq.Worker(
+                q, recovery="stalled", recovery_interval=0.05, max_stalled=max_stalled
+            )
+            async with serving(rescuer):
+                if outcome == "recovered":
+                    assert await handle.result(timeout=5) == "recovered by another worker"
+                else:
+                    with pytest.raises(JobFailed) as caught:
+                        await handle.result(timeout=5)
+                    assert caught.value.error == "stalled"
+            info = await handle.info()
+    assert info is not None and info.stalled == 1
+    assert info.attempts == (2 if outcome == "recovered" else 1)
+
+
+async def test_stale_holder_abandons_its_job_when_the_keeper_sees_the_takeover(
+    redis_url: str, queue: str
+) -> None:
+    """A holder whose lease was taken over is cancelled by its keeper and never settles."""
+    q = echomq.Queue(queue, url=redis_url)
+    executions: list[int] = []
+    gate = threading.Event()
+
+    @q.task(lease=0.3)
+    def blocking() -> str:
+        executions.append(echomq.current_job().token)
+        gate.wait(5)
+        return "from the stale holder"
+
+    worker = echomq.Worker(q, concurrency=1, recovery_interval=60)
+    try:
+        with trio.fail_after(10):
+            async with q.open(), serving(worker):
+                conn = q.connection
+                handle = await blocking.delay()
+                await wait_state(conn, queue, handle.id, "active")
+                # the takeover: the lease is handed back, and a new holder claims it
+                assert await jobs.release(conn, queue, [(handle.id, 1)]) == {handle.id: "ok"}
+                (claimed,) = await jobs.claim(conn, queue, 60_000)
+                assert claimed.token == 2
+                while worker.statistics().lost == 0:
+                    await trio.sleep(0.01)
+                gate.set()
+                await trio.sleep(0.1)  # the abandoned thread returns; nothing must settle
+                info = await handle.info()
+                assert info is not None and info.state == "active" and info.result is None
+                assert info.failures == 0 and info.attempts == 2
+                await jobs.complete(conn, queue, handle.id, 2, b'"from the new holder"')
+                assert await handle.result(timeout=5) == "from the new holder"
+    finally:
+        gate.set()
+    assert executions == [1]
+    stats = worker.statistics()
+    assert stats.completed == 0 and stats.failed == 0 and stats.retried == 0
+
+
+@pytest.mark.parametrize("ending", ["returns", "raises"])
+async def test_stale_holder_can_neither_complete_nor_fail(
+    redis_url: str, queue: str, ending: str
+) -> None:
+    """A holder that finishes after a takeover is refused by the fence: no commit of its own."""
+    q = echomq.Queue(queue, url=redis_url)
+    executions: list[int] = []
+    finish = trio.Event()
+
+    @q.task(lease=30.0, max_attempts=5)  # the keeper ticks every 10 s: it will not notice
+    async def slow(job: echomq.Job) -> str:
+        executions.append(job.token)
+        await finish.wait()
+        if ending == "raises":
+            raise RuntimeError("late failure")
+        return "late result"
+
+    worker = echomq.Worker(q, concurrency=1, recovery_interval=60)
+    with trio.fail_after(10):
+        async with q.open(), serving(worker):
+            conn = q.connection
+            handle = await slow.delay()
+            await wait_state(conn, queue, handle.id, "active")
+            await jobs.release(conn, queue, [(handle.id, 1)])
+            (claimed,) = await jobs.claim(conn, queue, 60_000)
+            finish.set()
+            while worker.statistics().lost == 0:
+                await trio.sleep(0.01)
+            info = await handle.info()
+            assert info is not None and info.state == "active"
+            assert info.result is None and info.failures == 0 and info.last_error is None
+            await jobs.complete(conn, queue, handle.id, claimed.token, b'"new holder"')
+            assert await handle.result(timeout=5) == "new holder"
+    assert executions == [1]
+    stats = worker.statistics()
+    assert stats.completed == 0 and stats.failed == 0 and stats.retried == 0
+
+
+async def test_sweep_guard_lets_one_worker_sweep_per_interval(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """The guard is taken once per interval: a second taker is refused until it lapses."""
+    assert await take_sweep_guard(conn, queue, "worker-a", 100)
+    assert not await take_sweep_guard(conn, queue, "worker-b", 100)
+    with trio.fail_after(2):
+        while not await take_sweep_guard(conn, queue, "worker-b", 100):
+            await trio.sleep(0.02)
+
+
+async def test_two_workers_share_one_sweep_per_interval(redis_url: str, queue: str) -> None:
+    """Two workers on one queue sweep about once per interval between them, not twice."""
+    q = echomq.Queue(queue, url=redis_url)
+    first, second = echomq.Worker(q, recovery_interval=0.1), echomq.Worker(q, recovery_interval=0.1)
+    with trio.fail_after(10):
+        async with q.open(), serving(first), serving(second):
+            start = trio.current_time()
+            await trio.sleep(0.6)
+            elapsed = trio.current_time() - start
+    sweeps = first.statistics().sweeps + second.statistics().sweeps
+    assert 1 <= sweeps <= elapsed / 0.09 + 2
