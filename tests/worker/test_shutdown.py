@@ -1,0 +1,116 @@
+"""Graceful shutdown: SIGTERM to a worker process; in-process shutdown(); immediate stop."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import trio
+
+import echomq
+from echomq import jobs
+
+from ._runtime import serving, wait_state, worker_process
+
+
+async def test_sigterm_lets_in_flight_jobs_finish_within_grace(
+    redis_url: str, queue: str, tmp_path: Path
+) -> None:
+    """SIGTERM: the worker stops claiming, its running jobs finish, and it exits 0."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(name="sleepy")
+    async def sleepy(seconds: float) -> str:
+        return "not this process"
+
+    with trio.fail_after(20):
+        async with q.open():
+            handles = [await sleepy.delay(0.5) for _ in range(2)]
+            log = tmp_path / "w.log"
+            async with worker_process(redis_url, queue, log, "--grace", "5") as proc:
+                for handle in handles:
+                    await wait_state(q.connection, queue, handle.id, "active", timeout=15)
+                proc.send_signal(signal.SIGTERM)
+                late = await sleepy.delay(0.0)  # enqueued after the signal: not claimed
+                assert await proc.wait() == 0
+            for handle in handles:
+                assert await handle.result(timeout=1) == "slept"
+            info = await late.info()
+    assert info is not None and info.state == "pending" and info.attempts == 0
+    assert "shutting down" in log.read_text()
+
+
+async def test_sigterm_past_grace_hands_jobs_back_at_once(
+    redis_url: str, queue: str, tmp_path: Path
+) -> None:
+    """Past grace the jobs are cancelled and back in pending at once; another worker runs them."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(name="sleepy")
+    async def quick(seconds: float) -> str:
+        return "finished elsewhere"
+
+    with trio.fail_after(20):
+        async with q.open():
+            handles = [await quick.delay(30) for _ in range(2)]
+            log = tmp_path / "w.log"
+            # a 30 s lease: only the release (not a lapse) can bring them back this soon
+            async with worker_process(redis_url, queue, log, "--grace", "0.2", lease=30) as proc:
+                for handle in handles:
+                    await wait_state(q.connection, queue, handle.id, "active", timeout=15)
+                proc.send_signal(signal.SIGTERM)
+                assert await proc.wait() == 0
+            for handle in handles:
+                info = await handle.info()
+                assert info is not None and info.state == "pending"
+                assert info.failures == 0 and info.stalled == 0 and info.attempts == 1
+            async with serving(echomq.Worker(q, recovery_interval=60)):
+                for handle in handles:
+                    assert await handle.result(timeout=5) == "finished elsewhere"
+    assert "handed 2 job(s) back to pending" in log.read_text()
+
+
+async def test_shutdown_in_process_releases_jobs_still_running(redis_url: str, queue: str) -> None:
+    """shutdown(grace=0) cancels running jobs and releases them with one fenced call."""
+    q = echomq.Queue(queue, url=redis_url)
+    started = 0
+
+    @q.task
+    async def forever() -> None:
+        nonlocal started
+        started += 1
+        await trio.sleep_forever()
+
+    with trio.fail_after(10):
+        async with q.open():
+            handles = [await forever.delay() for _ in range(3)]
+            worker = echomq.Worker(q, grace=0)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.serve)
+                for handle in handles:
+                    await wait_state(q.connection, queue, handle.id, "active")
+                worker.shutdown()
+            states = [await jobs.get_job(q.connection, queue, h.id) for h in handles]
+    assert started == 3
+    assert [s.state if s else None for s in states] == ["pending"] * 3
+    assert worker.statistics().released == 3
+
+
+async def test_cancelling_serve_from_outside_also_releases(redis_url: str, queue: str) -> None:
+    """A worker cancelled by its caller's scope hands its jobs back too."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task
+    async def forever() -> None:
+        await trio.sleep_forever()
+
+    with trio.fail_after(10):
+        async with q.open():
+            handle = await forever.delay()
+            worker = echomq.Worker(q)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.serve)
+                await wait_state(q.connection, queue, handle.id, "active")
+                nursery.cancel_scope.cancel()
+            info = await handle.info()
+    assert info is not None and info.state == "pending"
