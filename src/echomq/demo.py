@@ -313,7 +313,7 @@ def run_demo(*, url: str | None = None, duration: float | None = None, port: int
         print("echomq demo: --duration must be > 0", file=sys.stderr)
         return 2
     try:
-        with quiet_logs(Console(stderr=True, highlight=False, soft_wrap=True)):
+        with quiet_logs(Console(highlight=False, soft_wrap=True)):
             trio.run(demo_main, url, duration, port, dashboard)
     except (EchoMQError, OSError, BaseExceptionGroup) as exc:
         from .dashboard.server import first_error
