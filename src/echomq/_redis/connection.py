@@ -366,16 +366,16 @@ class Connection:
         while True:
             try:
                 return await self._open_session()
+            except TLSRefused:
+                raise  # retrying cannot help
+            except ConnectionLost:  # (an OSError too) the server is not ready yet
+                if trio.current_time() + delay >= deadline:
+                    raise
             except (*TRANSPORT_ERRORS, trio.TooSlowError) as exc:
                 if trio.current_time() + delay >= deadline:
                     raise ConnectionLost(
                         f"cannot connect to {self.config.display}: {exc!r}"
                     ) from exc
-            except TLSRefused:
-                raise
-            except ConnectionLost:
-                if trio.current_time() + delay >= deadline:
-                    raise
             await trio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
