@@ -365,7 +365,7 @@ def run_dashboard(
     *,
     url: str | None = None,
     host: str = "127.0.0.1",
-    port: int = 8000,
+    port: int | None = 8000,
     token: str | None = None,
     queues: Sequence[str] | None = None,
 ) -> int:
@@ -375,6 +375,7 @@ def run_dashboard(
     starts a private redis-server for the session.
     """
     url = url or os.environ.get("ECHOMQ_URL") or DEFAULT_URL
+    port = 8000 if port is None else port
     options = {
         "host": host,
         "port": port,
