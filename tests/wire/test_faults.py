@@ -245,3 +245,13 @@ async def test_error_words_that_start_like_transient_ones_are_not_retried(
     await conn.execute("XGROUP", "CREATE", queue, "g", "$", "MKSTREAM")
     with trio.fail_after(1), pytest.raises(ServerError, match=r"^BUSYGROUP"):
         await conn.execute("XGROUP", "CREATE", queue, "g", "$", "MKSTREAM")
+
+
+async def test_error_reply_after_a_write_is_not_replayed(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """A script that wrote and then failed ran once: the error is raised, nothing is re-sent."""
+    script = "redis.call('INCR', KEYS[1]); return redis.error_reply('ERR after the write')"
+    with pytest.raises(ServerError, match="after the write"):
+        await conn.execute("EVAL", script, 1, queue)
+    assert await conn.execute("GET", queue) == b"1"

@@ -311,17 +311,30 @@ class Connection:
         """
         packed = pack_command(args)
         session = self._session
-        if session is not None and session.broken is None:  # the fast path
-            reply = await session.request(packed)
-            if not isinstance(reply, ReplyError):
-                return reply
-        return await self.execute_packed(packed)
+        if session is None or session.broken is not None:
+            session = await self._connect()
+        reply = await session.request(packed)
+        if isinstance(reply, ReplyError):
+            return await self._after_error(packed, str(reply))
+        return reply
 
     async def execute_packed(self, packed: bytes) -> Any:
         """Like :meth:`execute`, for a command already packed with :func:`pack`."""
-        deadline: float | None = None
+        session = self._session
+        if session is None or session.broken is not None:
+            session = await self._connect()
+        reply = await session.request(packed)
+        if isinstance(reply, ReplyError):
+            return await self._after_error(packed, str(reply))
+        return reply
+
+    async def _after_error(self, packed: bytes, message: str) -> Any:
+        """Raise ``ServerError``; but a transient refusal (not run) is sent again, with backoff."""
+        deadline = trio.current_time() + self.config.connect_timeout
         delay = 0.01
-        while True:
+        while is_transient(message) and trio.current_time() + delay < deadline:
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.5)
             session = self._session
             if session is None or session.broken is not None:
                 session = await self._connect()
@@ -329,15 +342,7 @@ class Connection:
             if not isinstance(reply, ReplyError):
                 return reply
             message = str(reply)
-            if is_transient(message):
-                now = trio.current_time()
-                if deadline is None:
-                    deadline = now + self.config.connect_timeout
-                if now + delay < deadline:
-                    await trio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
-                    continue
-            raise ServerError(message)
+        raise ServerError(message)
 
     async def _connect(self) -> _Session:
         attempt = self._attempts
