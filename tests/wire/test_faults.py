@@ -252,6 +252,7 @@ async def test_error_reply_after_a_write_is_not_replayed(
 ) -> None:
     """A script that wrote and then failed ran once: the error is raised, nothing is re-sent."""
     script = "redis.call('INCR', KEYS[1]); return redis.error_reply('ERR after the write')"
+    await conn.execute("PING")  # connected: the call below takes the everyday path
     with pytest.raises(ServerError, match="after the write"):
         await conn.execute("EVAL", script, 1, queue)
     assert await conn.execute("GET", queue) == b"1"
