@@ -88,15 +88,25 @@ def test_parse_head_joins_repeated_headers_and_lowercases_names() -> None:
 
 def test_throughput_is_per_second_from_counter_deltas_on_the_server_clock() -> None:
     """Two seconds and 10 completions apart read as 5/s; a counter that drops reads as 0."""
-    tp = Throughput(history=3)
+    tp = Throughput(history=3, window=5.0)
     tp.add(stats(1_000, 100, 7))
     assert tp.series("q") == {"completed": [], "failed": []}
     tp.add(stats(3_000, 110, 8))
-    tp.add(stats(4_000, 0, 0))  # obliterated
+    tp.add(stats(4_000, 0, 0))  # obliterated: the window restarts
     assert tp.series("q") == {"completed": [5.0, 0.0], "failed": [0.5, 0.0]}
     for t in range(5, 9):
         tp.add(stats(t * 1000, 0, 0))
     assert len(tp.series("q")["completed"]) == 3
+
+
+def test_throughput_averages_bursts_over_the_window() -> None:
+    """Bursts every other second read as their average over the window, not a zig-zag."""
+    tp = Throughput(history=100, window=4.0)
+    total = 0
+    for second in range(12):
+        total += 10 if second % 2 else 0
+        tp.add(stats(second * 1000, total, 0))
+    assert tp.series("q")["completed"][-4:] == [5.0, 5.0, 5.0, 5.0]
 
 
 def test_failure_log_keeps_the_latest_retrying_and_dead_events() -> None:

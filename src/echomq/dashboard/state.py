@@ -187,28 +187,42 @@ async def _dead_jobs(conn: Connection, ks: Keyspace, limit: int, log_lines: int)
 class Throughput:
     """Per-queue rates (jobs per second) from successive metrics totals.
 
-    Each poll adds one point per queue: ``(total now - total before) / seconds between``,
-    on the server clock. A counter that went down (an obliterated queue) reads as 0.
+    Each poll adds one point per queue: the counter's growth since the sample about
+    ``window`` seconds earlier (or the oldest one kept), divided by the seconds between
+    them, on the server clock: a moving average that does not zig-zag with bursty
+    producers. A counter that went down (an obliterated queue) restarts the window.
     """
 
-    def __init__(self, history: int) -> None:
+    def __init__(self, history: int, window: float = 5.0) -> None:
         self.history = history
-        self._last: dict[str, tuple[int, int, int]] = {}
+        self.window_ms = int(window * 1000)
+        self._samples: dict[str, collections.deque[tuple[int, int, int]]] = {}
         self._series: dict[str, tuple[collections.deque[float], collections.deque[float]]] = {}
 
     def add(self, counts: QueueStats) -> None:
-        now_ms = counts.now_ms
+        now = counts.now_ms
+        sample = (now, counts.completed_total, counts.failed_total)
+        samples = self._samples.setdefault(counts.queue, collections.deque())
         done, failed = self._series.setdefault(
             counts.queue,
             (collections.deque(maxlen=self.history), collections.deque(maxlen=self.history)),
         )
-        last = self._last.get(counts.queue)
-        self._last[counts.queue] = (now_ms, counts.completed_total, counts.failed_total)
-        if last is None or now_ms <= last[0]:
+        if samples and (sample[1] < samples[-1][1] or sample[2] < samples[-1][2]):
+            samples.clear()  # the counters were reset
+        if samples and now <= samples[-1][0]:
             return
-        seconds = (now_ms - last[0]) / 1000
-        done.append(round(max(0, counts.completed_total - last[1]) / seconds, 2))
-        failed.append(round(max(0, counts.failed_total - last[2]) / seconds, 2))
+        samples.append(sample)
+        while len(samples) > 2 and now - samples[1][0] >= self.window_ms:
+            samples.popleft()
+        if len(samples) < 2:
+            if done or failed:
+                done.append(0.0)
+                failed.append(0.0)
+            return
+        first = samples[0]
+        seconds = (now - first[0]) / 1000
+        done.append(round((sample[1] - first[1]) / seconds, 2))
+        failed.append(round((sample[2] - first[2]) / seconds, 2))
 
     def series(self, queue: str) -> dict[str, list[float]]:
         done, failed = self._series.get(queue, ((), ()))

@@ -22,6 +22,7 @@
     openLogs: new Set(), // dead job ids whose logs are open
     armed: new Map(), // "action:queue:job" -> expiry (two-step confirm)
     feed: [],
+    leaseSpan: new Map(), // job id -> longest lease time left seen (ms)
   };
 
   // -- small helpers -------------------------------------------------------------------
@@ -438,7 +439,10 @@
 
   function leaseCell(job) {
     const left = job.lease_deadline_ms - serverNow();
-    const span = Math.max(1, job.lease_deadline_ms - (job.claimed_at_ms || job.lease_deadline_ms - 30000));
+    // the lease length is not on the row: the longest time left seen is a good stand-in
+    const span = Math.max(1, left, app.leaseSpan.get(job.id) || 0);
+    app.leaseSpan.set(job.id, span);
+    if (app.leaseSpan.size > 2000) app.leaseSpan.clear();
     const pct = Math.max(0, Math.min(100, (left / span) * 100));
     const bar = h("div", { class: `bar lease ${pct < 25 ? "low" : ""}` }, h("span"));
     bar.firstChild.style.width = `${pct}%`;
