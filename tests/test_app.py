@@ -205,3 +205,18 @@ async def test_event_feed_fans_one_subscription_out_by_job_and_name(
     assert (first.event, first.job) == ("enqueued", "a")
     assert names == ["a"]
     assert seen == ["enqueued", "scheduled"]
+
+
+async def test_errors_leave_queue_open_unwrapped(redis_url: str, queue: str) -> None:
+    """An error raised inside `async with queue.open()` arrives as itself, not in a group."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task
+    async def doomed() -> None: ...
+
+    with trio.fail_after(5), pytest.raises(JobFailed):
+        async with q.open():
+            handle = await doomed.delay()
+            (claimed,) = await jobs.claim(q.connection, queue, 10_000)
+            await jobs.fail(q.connection, queue, handle.id, claimed.token, "kaput", dead=True)
+            await handle.result(timeout=1)

@@ -11,8 +11,7 @@ import echomq
 from echomq import cancel, jobs
 from echomq._worker.cancellation import InFlight, Stop
 from echomq.errors import JobCancelled, JobGone, NotCancellable
-
-from worker._runtime import serving, wait_state
+from worker._runtime import serving, until, wait_state
 
 
 def test_cancel_token_is_a_flag_whose_first_reason_wins() -> None:
@@ -79,8 +78,7 @@ async def test_cancel_active_job_interrupts_it_at_its_next_checkpoint(
         async with q.open(), serving(worker):
             handle = await long.delay()
             await wait_state(q.connection, queue, handle.id, "active")
-            while not reached:
-                await trio.sleep(0.01)
+            await until(lambda: bool(reached))
             assert await handle.cancel("user asked") == "signalled"
             with pytest.raises(JobCancelled) as caught:
                 await handle.result(timeout=5)
@@ -103,8 +101,7 @@ async def test_shielded_section_finishes_before_the_cancel_lands(
     async def careful(job: echomq.Job) -> None:
         with job.shielded():
             steps.append("shield entered")
-            while not job.cancelled:
-                await trio.sleep(0.01)
+            await until(lambda: job.cancelled)
             await trio.sleep(0.1)  # still inside: not interrupted
             steps.append("shield finished")
         await trio.sleep(30)
@@ -113,8 +110,7 @@ async def test_shielded_section_finishes_before_the_cancel_lands(
     with trio.fail_after(5):
         async with q.open(), serving(echomq.Worker(q)):
             handle = await careful.delay()
-            while not steps:
-                await trio.sleep(0.01)
+            await until(lambda: bool(steps))
             await handle.cancel("stop")
             with pytest.raises(JobCancelled):
                 await handle.result(timeout=5)
@@ -130,9 +126,8 @@ async def test_handler_that_never_awaits_after_the_cancel_completes_normally(
     @q.task
     async def stubborn(job: echomq.Job) -> str:
         with job.shielded():
-            while not job.cancelled:
-                await trio.sleep(0.01)
-        time.sleep(0.05)  # busy work, no await: no checkpoint after the cancel
+            await until(lambda: job.cancelled)
+        time.sleep(0.05)  # noqa: ASYNC251 - busy work with no checkpoint after the cancel
         return "finished anyway"
 
     with trio.fail_after(5):

@@ -30,15 +30,20 @@ async def serving(worker: echomq.Worker) -> AsyncIterator[echomq.Worker]:
             worker.shutdown(grace=0)
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
-    """Wait (bounded) until ``check()`` answers True."""
-    with trio.fail_after(timeout):
-        while not await check():
+async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 5.0) -> None:
+    """Poll (bounded) until ``check()`` answers True: for state with no event to wait on."""
+    with trio.fail_after(within):
+        while True:
+            answer = check()
+            if not isinstance(answer, bool):
+                answer = await answer
+            if answer:
+                return
             await trio.sleep(0.01)
 
 
 async def wait_state(
-    conn: echomq.Connection, queue: str, job_id: str, state: str, timeout: float = 5.0
+    conn: echomq.Connection, queue: str, job_id: str, state: str, within: float = 5.0
 ) -> echomq.JobInfo:
     """Wait until the job's row is in ``state``; answer the row."""
     found: list[echomq.JobInfo] = []
@@ -50,7 +55,7 @@ async def wait_state(
             return True
         return False
 
-    await eventually(check, timeout)
+    await until(check, within)
     return found[0]
 
 
@@ -67,7 +72,7 @@ async def worker_process(
         PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
     )
     command = [sys.executable, "-m", "echomq._worker.main", "_proc_tasks:queue", *args]
-    with open(log_path, "wb") as log:
+    with open(log_path, "wb") as log:  # noqa: ASYNC230 - a local file, before the child starts
         proc = await trio.lowlevel.open_process(
             command, env=env, stdout=log, stderr=subprocess.STDOUT
         )

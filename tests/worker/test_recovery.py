@@ -14,7 +14,7 @@ from echomq import jobs
 from echomq._verbs.guard import take_sweep_guard
 from echomq.errors import JobFailed
 
-from ._runtime import serving, wait_state, worker_process
+from ._runtime import serving, until, wait_state, worker_process
 
 
 async def test_long_job_with_short_lease_completes_exactly_once(redis_url: str, queue: str) -> None:
@@ -83,7 +83,7 @@ async def test_killed_worker_job_is_recovered_or_dead_lettered(
             # its recovery guard (taken at start) lapses within 0.1 s, so the rescuer may sweep
             args = ("--recovery-interval", "0.1")
             async with worker_process(redis_url, queue, log, *args, lease=0.3) as proc:
-                await wait_state(q.connection, queue, handle.id, "active", timeout=15)
+                await wait_state(q.connection, queue, handle.id, "active", within=15)
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
             rescuer = echomq.Worker(
@@ -126,8 +126,7 @@ async def test_stale_holder_abandons_its_job_when_the_keeper_sees_the_takeover(
                 assert await jobs.release(conn, queue, [(handle.id, 1)]) == {handle.id: "ok"}
                 (claimed,) = await jobs.claim(conn, queue, 60_000)
                 assert claimed.token == 2
-                while worker.statistics().lost == 0:
-                    await trio.sleep(0.01)
+                await until(lambda: worker.statistics().lost > 0)
                 gate.set()
                 await trio.sleep(0.1)  # the abandoned thread returns; nothing must settle
                 info = await handle.info()
@@ -168,8 +167,7 @@ async def test_stale_holder_can_neither_complete_nor_fail(
             await jobs.release(conn, queue, [(handle.id, 1)])
             (claimed,) = await jobs.claim(conn, queue, 60_000)
             finish.set()
-            while worker.statistics().lost == 0:
-                await trio.sleep(0.01)
+            await until(lambda: worker.statistics().lost > 0)
             info = await handle.info()
             assert info is not None and info.state == "active"
             assert info.result is None and info.failures == 0 and info.last_error is None
@@ -186,9 +184,7 @@ async def test_sweep_guard_lets_one_worker_sweep_per_interval(
     """The guard is taken once per interval: a second taker is refused until it lapses."""
     assert await take_sweep_guard(conn, queue, "worker-a", 100)
     assert not await take_sweep_guard(conn, queue, "worker-b", 100)
-    with trio.fail_after(2):
-        while not await take_sweep_guard(conn, queue, "worker-b", 100):
-            await trio.sleep(0.02)
+    await until(lambda: take_sweep_guard(conn, queue, "worker-b", 100), within=2)
 
 
 async def test_two_workers_share_one_sweep_per_interval(redis_url: str, queue: str) -> None:

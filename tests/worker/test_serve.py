@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import pytest
@@ -11,7 +12,7 @@ import echomq
 from echomq import jobs
 from echomq.errors import InvalidArgument, JobFailed
 
-from ._runtime import serving, wait_state
+from ._runtime import serving, until, wait_state
 
 
 async def test_delay_runs_the_task_and_result_answers_its_value(redis_url: str, queue: str) -> None:
@@ -86,7 +87,7 @@ async def test_failures_retry_with_backoff_then_dead(redis_url: str, queue: str)
             logs = await jobs.get_job_logs(q.connection, queue, handle.id)
     assert caught.value.error == "ValueError: boom 3"
     assert [a for a, _ in attempts] == [1, 2, 3]
-    gaps = [later - earlier for (_, earlier), (_, later) in zip(attempts, attempts[1:])]
+    gaps = [later - earlier for (_, earlier), (_, later) in itertools.pairwise(attempts)]
     assert gaps[0] >= 0.09 and gaps[1] >= 0.19  # 0.1 s after the first failure, 0.2 s after
     assert info is not None and info.state == "dead" and info.failures == 3
     assert len(logs) == 3 and "ValueError: boom 1" in logs[0]  # a traceback per failure
@@ -162,8 +163,7 @@ async def test_higher_priority_runs_first(redis_url: str, queue: str) -> None:
             async with serving(echomq.Worker(q, concurrency=1)):
                 await last.result(timeout=5)
                 await wait_state(q.connection, queue, last.id, "completed")
-                while len(order) < 4:
-                    await trio.sleep(0.01)
+                await until(lambda: len(order) == 4)
     assert order == ["high", "mid-1", "mid-2", "low-1"]
 
 

@@ -10,7 +10,11 @@ import trio
 import echomq
 from echomq import jobs
 
-from ._runtime import serving, wait_state, worker_process
+from ._runtime import serving, until, wait_state, worker_process
+
+
+async def _contains(path: trio.Path, text: str) -> bool:
+    return text in await path.read_text()
 
 
 async def test_sigterm_lets_in_flight_jobs_finish_within_grace(
@@ -29,9 +33,11 @@ async def test_sigterm_lets_in_flight_jobs_finish_within_grace(
             log = tmp_path / "w.log"
             async with worker_process(redis_url, queue, log, "--grace", "5") as proc:
                 for handle in handles:
-                    await wait_state(q.connection, queue, handle.id, "active", timeout=15)
+                    await wait_state(q.connection, queue, handle.id, "active", within=15)
                 proc.send_signal(signal.SIGTERM)
-                late = await sleepy.delay(0.0)  # enqueued after the signal: not claimed
+                logged = trio.Path(log)
+                await until(lambda: _contains(logged, "stopped claiming"))
+                late = await sleepy.delay(0.0)  # enqueued once it stopped claiming: not run
                 assert await proc.wait() == 0
             for handle in handles:
                 assert await handle.result(timeout=1) == "slept"
@@ -57,7 +63,7 @@ async def test_sigterm_past_grace_hands_jobs_back_at_once(
             # a 30 s lease: only the release (not a lapse) can bring them back this soon
             async with worker_process(redis_url, queue, log, "--grace", "0.2", lease=30) as proc:
                 for handle in handles:
-                    await wait_state(q.connection, queue, handle.id, "active", timeout=15)
+                    await wait_state(q.connection, queue, handle.id, "active", within=15)
                 proc.send_signal(signal.SIGTERM)
                 assert await proc.wait() == 0
             for handle in handles:

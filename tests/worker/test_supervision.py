@@ -11,7 +11,7 @@ import trio
 import echomq
 from echomq import stalled
 
-from ._runtime import serving
+from ._runtime import serving, until
 
 
 async def test_crashing_helper_is_logged_and_restarted(
@@ -38,8 +38,7 @@ async def test_crashing_helper_is_logged_and_restarted(
     worker = echomq.Worker(q, recovery="stalled", recovery_interval=0.05)
     with trio.fail_after(5), caplog.at_level(logging.ERROR, logger="echomq.worker"):
         async with q.open(), serving(worker):
-            while calls < 4:
-                await trio.sleep(0.01)
+            await until(lambda: calls >= 4)
             assert await (await ping.delay()).result(timeout=5) == "pong"
     assert worker.statistics().helper_restarts == 1
     crash = [r for r in caplog.records if "crashed" in r.getMessage()]

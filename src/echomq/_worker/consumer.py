@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from .. import jobs
+from .._model.job import Claimed
 from .._redis import validate as v
 from .._verbs.wake import next_due_in, push_wake, wait_wake
 from ..errors import ConnectionLost
@@ -29,6 +30,7 @@ __all__ = ["Consumer"]
 
 log = logging.getLogger("echomq.worker")
 
+CLAIM_TIMEOUT = 10.0  # a claim with no reply by then is treated as a lost connection
 IDLE_CAP = 1.0  # the longest an idle consumer blocks before claiming again
 _MIN_IDLE = 0.05  # a due-but-unclaimable job (a paused queue) must not make us spin
 
@@ -66,7 +68,7 @@ class Consumer:
                 await self._freed.wait()
             want = min(self._free, v.MAX_COUNT)
             try:
-                claimed = await jobs.claim(self.conn, self.queue, self.claim_lease_ms, count=want)
+                claimed = await self._claim(want)
                 self.claims += 1
                 for job in claimed:
                     self._free -= 1
@@ -80,6 +82,15 @@ class Consumer:
                 log.warning("claim loop: %s; retrying in %.2f s", exc, delay)
                 await trio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+    async def _claim(self, want: int) -> list[Claimed]:
+        # Shielded: a claim cancelled after it was sent would still run on the server and
+        # its jobs would wait for a lease to lapse (and count as stalled). Stopping waits
+        # for the reply instead (bounded), and the jobs it brings are run or handed back.
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(CLAIM_TIMEOUT):
+                return await jobs.claim(self.conn, self.queue, self.claim_lease_ms, count=want)
+        raise ConnectionLost(f"claim on {self.queue!r}: no reply in {CLAIM_TIMEOUT} s")
 
     async def _idle(self) -> None:
         self.idle_waits += 1

@@ -238,6 +238,7 @@ class Worker:
     ) -> None:
         with claiming:
             await self._supervise("claim loop", consumer.run, task_status=task_status)
+        log.info("stopped claiming on %r", self.queue.name)
 
     async def _drain(self) -> None:
         """Wait up to grace for held jobs, then cancel the rest (handed back by _release)."""
