@@ -316,7 +316,7 @@ def run_demo(*, url: str | None = None, duration: float | None = None, port: int
         with quiet_logs(Console(highlight=False, soft_wrap=True)):
             trio.run(demo_main, url, duration, port, dashboard)
     except (EchoMQError, OSError, BaseExceptionGroup) as exc:
-        from .dashboard.server import first_error
+        from .dashboard.hub import first_error
 
         error = first_error(exc)
         if not isinstance(error, EchoMQError | OSError):

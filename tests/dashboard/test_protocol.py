@@ -288,3 +288,32 @@ async def test_unreachable_redis_fails_the_start_with_connection_lost(
 
     with trio.fail_after(10), pytest.RaisesGroup(ConnectionLost, flatten_subgroups=True):
         await nursery.start(serve_dashboard, closed_port_url)
+
+
+async def test_redis_outage_is_reported_and_the_dashboard_recovers(
+    nursery: trio.Nursery,
+) -> None:
+    """A killed Redis turns status to not ok (the server lives); back up, status is ok again."""
+    from echomq.dashboard import serve_dashboard
+    from echomq.testing import RedisServer
+
+    with RedisServer() as server:
+        url = server.url + "?connect_timeout=0.5"
+        async with echomq.connect(url) as conn:
+            await jobs.enqueue(conn, "outage", payload())
+            info: DashboardInfo = await nursery.start(
+                lambda task_status: serve_dashboard(
+                    url, queues=["outage"], interval=0.1, task_status=task_status
+                )
+            )
+            async with trio_websocket.open_websocket_url(ws_url(info)) as ws:
+                client = Client(ws)
+                await client.next("snapshot")
+                await trio.to_thread.run_sync(server.kill)
+                down = await client.next("status", lambda m: not m["ok"])
+                assert down["error"]
+                await trio.to_thread.run_sync(server.restart)
+                await client.next("status", lambda m: m["ok"])
+                snap = await client.next("snapshot")
+                assert view(snap, "outage")["counts"]["pending"] == 0  # no persistence
+        nursery.cancel_scope.cancel()

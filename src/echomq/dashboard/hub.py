@@ -27,7 +27,7 @@ from ..errors import EchoMQError
 from .messages import EventItem, QueueView, events_message, snapshot_message, status_message
 from .state import FailureLog, Throughput, discover_queues, read_queue, server_now_ms
 
-__all__ = ["Hub"]
+__all__ = ["Hub", "first_error"]
 
 log = logging.getLogger("echomq.dashboard")
 
@@ -35,6 +35,13 @@ EVENT_BATCH = 100
 EVENT_FLUSH = 0.2  # seconds between event batches
 DISCOVER_EVERY = 5  # polls between two SCANs for new queues (when not given a list)
 CLIENT_BUFFER = 32
+
+
+def first_error(error: BaseException) -> BaseException:
+    """The first leaf of a (nested) exception group, or the exception itself."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 class Hub:
@@ -132,6 +139,8 @@ class Hub:
             await self._poll(discover=discover)
 
     async def _poll(self, *, discover: bool) -> None:
+        failure: BaseException | None = None
+        views: list[QueueView | None] = []
         try:
             if discover:
                 found = await discover_queues(self.conn)
@@ -139,7 +148,7 @@ class Hub:
                 self.queues = sorted(set(self.queues) | set(found))
             now_ms = await server_now_ms(self.conn)
             self._now_ms, self._now_at = now_ms, trio.current_time()
-            views: list[QueueView | None] = [None] * len(self.queues)
+            views = [None] * len(self.queues)
 
             async def one(i: int, name: str) -> None:
                 views[i] = await read_queue(
@@ -149,9 +158,11 @@ class Hub:
             async with trio.open_nursery() as nursery:
                 for i, name in enumerate(self.queues):
                     nursery.start_soon(one, i, name)
-        except EchoMQError as exc:
-            log.warning("dashboard poll failed: %s", exc)
-            self._set_status(status_message(ok=False, error=str(exc)))
+        except* EchoMQError as group:
+            failure = first_error(group)
+        if failure is not None:
+            log.warning("dashboard poll failed: %s", failure)
+            self._set_status(status_message(ok=False, error=str(failure)))
             return
         self._set_status(status_message(ok=True))
         self.snapshot = snapshot_message(

@@ -37,7 +37,7 @@ from ..errors import EchoMQError
 from .commands import CommandRefused, run_command, token_matches
 from .http_io import ASSETS, BadRequest, Head, ReplayStream, load_asset, read_head, respond
 from .http_io import security_headers as _security_headers
-from .hub import Hub
+from .hub import Hub, first_error
 from .messages import (
     AuthRequest,
     BadMessage,
@@ -352,13 +352,6 @@ def _announce(info: DashboardInfo, embedded: str | None = None) -> None:
     if embedded:
         print(f"  (embedded redis-server at {embedded})", flush=True)
     print("Press Ctrl-C to stop.", flush=True)
-
-
-def first_error(group: BaseException) -> BaseException:
-    """The first leaf of a (nested) exception group, or the exception itself."""
-    while isinstance(group, BaseExceptionGroup):
-        group = group.exceptions[0]
-    return group
 
 
 def run_dashboard(
