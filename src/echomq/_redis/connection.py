@@ -137,6 +137,7 @@ class _Session:
         self.queued: list[tuple[bytes, _Waiter | None]] = []
         self.inflight: deque[_Waiter] = deque()
         self.writing = False
+        self.alone = True  # the last batch of replies woke one caller: serial use
         self.wakeup = trio.Event()
         self.broken: ConnectionLost | None = None
         self.scope = trio.CancelScope()
@@ -146,9 +147,16 @@ class _Session:
             raise self.broken
         sock = self.sock
         waiter = _Waiter()
-        if sock is not None and not self.inflight and not self.queued and not self.writing:
-            # The pipe is idle: write now, from this task. Checked first, so a caller
-            # cancelled before it got here sends nothing.
+        if (
+            self.alone
+            and sock is not None
+            and not self.inflight
+            and not self.queued
+            and not self.writing
+        ):
+            # The pipe is idle and the last reply woke only its own caller (no company
+            # expected in this tick): write now, from this task. Checked first, so a
+            # caller cancelled before it got here sends nothing.
             await trio.lowlevel.checkpoint_if_cancelled()
             try:
                 sent = sock.send(packed)
@@ -246,6 +254,7 @@ class _Session:
                     await trio.lowlevel.cancel_shielded_checkpoint()
             if not size:
                 raise trio.BrokenResourceError("server closed the connection")
+            woken = 0
             while (reply := parser.gets()) is not False:
                 try:
                     waiter = inflight.popleft()
@@ -254,6 +263,9 @@ class _Session:
                 if not waiter.abandoned:
                     waiter.abandoned = True
                     trio.lowlevel.reschedule(waiter.task, outcome.Value(reply))
+                    woken += 1
+            if woken:
+                self.alone = woken == 1
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
