@@ -47,6 +47,7 @@ log = logging.getLogger("echomq.worker")
 _RESTART_MIN = 0.1
 _RESTART_MAX = 5.0
 _RELEASE_TIMEOUT = 5.0
+_HEALTHY = 30.0  # a helper that ran this long before crashing restarts fast
 
 Loop = Callable[..., Awaitable[None]]
 
@@ -179,6 +180,8 @@ class Worker:
         self, conn: Any, wake_conn: Any, feed: EventFeed, task_status: trio.TaskStatus[None]
     ) -> None:
         name = self.queue.name
+        if not self.queue.tasks:
+            log.warning("queue %r has no registered tasks: every job will fail", name)
         claim_lease_ms, period = self._leases()
         runner = JobRunner(
             queue=self.queue,
@@ -328,6 +331,7 @@ class Worker:
         delay = _RESTART_MIN
         started = False
         while True:
+            began = trio.current_time()
             try:
                 async with trio.open_nursery() as nursery:
                     await nursery.start(loop)
@@ -339,6 +343,8 @@ class Worker:
                 if not started:
                     raise
                 self._restarts += 1
+                if trio.current_time() - began > _HEALTHY:
+                    delay = _RESTART_MIN  # it ran well for a while: start the backoff over
                 log.exception("worker helper %r crashed; restarting in %.1f s", name, delay)
                 await trio.sleep(delay)
                 delay = min(delay * 2, _RESTART_MAX)
