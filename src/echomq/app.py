@@ -34,6 +34,7 @@ from ._model.states import CANCELLED_PREFIX, JobState
 from ._redis import validate as v
 from ._redis.connection import Connection, connect
 from ._redis.keyspace import check_id, check_queue
+from ._trio import open_service_nursery
 from ._worker.backoff import Backoff, check_backoff
 from .cancel import CancelOutcome, CancelToken
 from .cancel import request as cancel_request
@@ -293,24 +294,6 @@ def cancelled_result(reason: str | None) -> bytes:
     return (CANCELLED_PREFIX + (reason or "")).encode()
 
 
-@contextmanager
-def _single_errors() -> Iterator[None]:
-    """Let one error from the block leave as itself, not inside an ExceptionGroup.
-
-    The connection and the event feed keep helper tasks in nurseries that enclose the
-    user's block; without this, a ``JobFailed`` from ``result()`` would arrive wrapped.
-    """
-    try:
-        yield
-    except BaseExceptionGroup as group:
-        leaf: BaseException = group
-        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
-            leaf = leaf.exceptions[0]
-        if isinstance(leaf, BaseExceptionGroup) or not isinstance(leaf, Exception):
-            raise
-        raise leaf from leaf.__cause__
-
-
 class Queue:
     """A named queue and its registered tasks. No I/O until :meth:`open`.
 
@@ -423,14 +406,12 @@ class Queue:
         if self._conn is not None:
             yield self
             return
-        with _single_errors():
-            async with connect(self.url) as conn, trio.open_nursery() as nursery:
-                self._conn, self._nursery = conn, nursery
-                try:
-                    yield self
-                finally:
-                    self._conn = self._nursery = self._feed = None
-                    nursery.cancel_scope.cancel()
+        async with connect(self.url) as conn, open_service_nursery() as nursery:
+            self._conn, self._nursery = conn, nursery
+            try:
+                yield self
+            finally:
+                self._conn = self._nursery = self._feed = None
 
     async def event_feed(self) -> EventFeed:
         """The queue's one event subscription, opened on first use."""

@@ -20,6 +20,7 @@ import trio
 
 from ._redis.keyspace import Keyspace
 from ._redis.pubsub import PubSub, open_pubsub
+from ._trio import open_service_nursery
 from .config import ConnectionConfig
 
 __all__ = ["Event", "EventFeed", "open_event_feed"]
@@ -158,9 +159,6 @@ async def open_event_feed(url: str | ConnectionConfig, queue: str) -> AsyncItera
     async with open_pubsub(url) as pubsub:
         await pubsub.subscribe(channel)  # returns once the server confirmed it
         feed = EventFeed(queue, pubsub)
-        async with trio.open_nursery() as nursery:
+        async with open_service_nursery() as nursery:
             nursery.start_soon(feed._pump)
-            try:
-                yield feed
-            finally:
-                nursery.cancel_scope.cancel()
+            yield feed

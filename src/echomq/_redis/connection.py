@@ -32,6 +32,7 @@ import hiredis
 import outcome
 import trio
 
+from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, ServerError
 
@@ -450,10 +451,9 @@ async def connect(
     (``connect_timeout``, ``ssl_context``, ``client_name``...).
     """
     config = parse_url(url, **options)
-    async with trio.open_nursery() as nursery:
+    async with open_service_nursery() as nursery:
         conn = Connection(config, nursery)
         try:
             yield conn
         finally:
             await conn.aclose()
-            nursery.cancel_scope.cancel()

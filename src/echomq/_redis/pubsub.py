@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, ServerError
 from .connection import TRANSPORT_ERRORS, Parser, ReplyError, new_parser, open_stream, pack
@@ -222,11 +223,8 @@ async def open_pubsub(
     The block starts once the server has confirmed ``channels``.
     """
     pubsub = PubSub(parse_url(url), buffer=buffer)
-    async with trio.open_nursery() as nursery:
+    async with open_service_nursery() as nursery:
         await nursery.start(pubsub.run)
         if channels:
             await pubsub.subscribe(*channels)
-        try:
-            yield pubsub
-        finally:
-            nursery.cancel_scope.cancel()
+        yield pubsub
