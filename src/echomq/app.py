@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import attrs
 import trio
@@ -50,6 +50,9 @@ from .errors import (
     StaleToken,
 )
 from .events import EventFeed, open_event_feed
+
+if TYPE_CHECKING:
+    from .sync import SyncConnection
 
 __all__ = ["Job", "Queue", "Task", "TaskHandle", "TaskOptions", "current_job"]
 
@@ -180,21 +183,62 @@ class Task:
             SerializationError, InvalidKey, InvalidArgument: before any I/O.
             RuntimeError: the queue is not open.
         """
+        new = self.new_job(
+            args, kwargs, delay=delay, at=at, priority=priority, job_id=job_id,
+            max_attempts=max_attempts,
+        )  # fmt: skip
+        return await self.queue.enqueue_new(new, task=self.name)
+
+    def delay_sync(self, *args: Any, **kwargs: Any) -> str:
+        """The blocking twin of :meth:`delay` (redis-py, for code that is not async).
+
+        Answers the job id. Needs no ``queue.open()``: it uses ``echomq.sync``.
+        """
+        return self.apply_sync(args, kwargs)
+
+    def apply_sync(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        delay: float | None = None,
+        at: dt.datetime | float | None = None,
+        priority: int | None = None,
+        job_id: str | None = None,
+        max_attempts: int | None = None,
+    ) -> str:
+        """The blocking twin of :meth:`apply`; answers the job id (an existing one: dedupe)."""
+        new = self.new_job(
+            args, kwargs, delay=delay, at=at, priority=priority, job_id=job_id,
+            max_attempts=max_attempts,
+        )  # fmt: skip
+        return self.queue.enqueue_new_sync(new)
+
+    def new_job(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        delay: float | None = None,
+        at: dt.datetime | float | None = None,
+        priority: int | None = None,
+        job_id: str | None = None,
+        max_attempts: int | None = None,
+    ) -> jobs.NewJob:
+        """The job :meth:`apply` would enqueue: arguments encoded and gated, no I/O."""
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise InvalidArgument("args must be a sequence (a tuple or a list)")
         kwargs = {} if kwargs is None else kwargs
         if not isinstance(kwargs, Mapping):
             raise InvalidArgument("kwargs must be a mapping")
         payload = self.queue.codec.encode_call(self.name, args, kwargs)
-        delay_ms = to_ms("delay", _delay_seconds(delay, at))
-        new = jobs.NewJob(
+        return jobs.NewJob(
             payload=payload,
             job_id=check_id(job_id) if job_id is not None else None,
-            delay_ms=delay_ms,
+            delay_ms=to_ms("delay", _delay_seconds(delay, at)),
             priority=self.options.priority if priority is None else priority,
             max_attempts=self.options.max_attempts if max_attempts is None else max_attempts,
         )
-        return await self.queue.enqueue_new(new, task=self.name)
 
 
 def _delay_seconds(delay: float | None, at: dt.datetime | float | None) -> float:
@@ -312,6 +356,7 @@ class Queue:
         self._nursery: trio.Nursery | None = None
         self._feed: EventFeed | None = None
         self._feed_lock = trio.Lock()
+        self._sync: SyncConnection | None = None  # the blocking producer, made on first use
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, tasks={sorted(self.tasks)})"
@@ -446,6 +491,18 @@ class Queue:
             assert new.job_id is not None
             return TaskHandle(new.job_id, self, task, deduplicated=True)
         return TaskHandle(ids[0], self, task)
+
+    def enqueue_new_sync(self, new: jobs.NewJob) -> str:
+        """Blocking :meth:`enqueue_new` through ``echomq.sync``; answers the job id."""
+        from . import sync
+
+        if self._sync is None:
+            self._sync = sync.connect(self.url)
+        try:
+            return self._sync.enqueue_many(self.name, [new])[0]
+        except DuplicateJob:
+            assert new.job_id is not None
+            return new.job_id
 
 
 @attrs.define(eq=False)
