@@ -26,7 +26,9 @@ PEERS: dict[str, Peer] = {
     p.name: p
     for p in (
         Peer("arq", ("arq", "redis"), ("arq", "redis")),
-        Peer("saq", ("saq", "redis"), ("saq", "redis")),
+        # saq imports typing_extensions undeclared; with redis-py 8 (pool capped at 100 connections
+        # by default) its worker at concurrency 100 fails with MaxConnectionsError: pin redis < 6
+        Peer("saq", ("saq", "redis<6", "typing_extensions"), ("saq", "redis")),
         Peer("rq", ("rq", "redis"), ("rq", "redis")),
         Peer("celery", ("celery[redis]",), ("celery", "kombu", "redis")),
         Peer("taskiq", ("taskiq", "taskiq-redis", "redis"), ("taskiq", "taskiq-redis", "redis")),

@@ -27,10 +27,18 @@ def ensure(peer: Peer, *, upgrade: bool = False) -> Path:
     if not py.exists():
         subprocess.run([sys.executable, "-m", "venv", str(PEERS_DIR / peer.name)], check=True)
     subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-U",
-         *peer.requirements],
+        [
+            str(py),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "-U",
+            *peer.requirements,
+        ],
         check=True,
-    )  # fmt: skip
+    )
     marker.write_text(json.dumps(versions(peer)))
     return py
 

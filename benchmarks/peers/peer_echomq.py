@@ -1,0 +1,76 @@
+"""echomq itself, run exactly like the peers: ``echomq.Worker(queue, concurrency=100)`` in a
+worker process started the way DESIGN.md section 1 shows (``trio.run(worker.serve)``), a
+producer that calls ``noop.delay(...)``, and ``handle.result()`` for the latency figure.
+
+This file runs in echomq's own venv (the harness gives it ``sys.executable``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import redis
+import trio
+
+import echomq
+from echomq._redis.keyspace import Keyspace
+
+RUNNER = "trio"
+NAME = "bench"
+URL = os.environ.get("BENCH_URL", "redis://127.0.0.1:6379/0")
+queue = echomq.Queue(NAME, url=URL)  # type: ignore[attr-defined]
+PAYLOAD = "x" * 100
+
+
+@queue.task(name="noop")
+async def noop(payload: str) -> str:
+    return "ok"
+
+
+def worker(args: Any) -> None:
+    queue.url = args.url
+    w = echomq.Worker(queue, concurrency=args.concurrency)  # type: ignore[attr-defined]
+    trio.run(w.serve)
+
+
+class Client:
+    sleep = staticmethod(trio.sleep)
+
+    def __init__(self, args: Any) -> None:
+        queue.url = args.url
+        self.sync = redis.Redis.from_url(args.url)
+        self.metrics = Keyspace(NAME).metrics_completed
+        self.enqueued = 0
+
+    async def open(self) -> None:
+        self._cm = queue.open()
+        await self._cm.__aenter__()
+
+    async def enqueue_one(self) -> str:
+        self.enqueued += 1
+        return str((await noop.delay(PAYLOAD)).id)
+
+    async def enqueue_batch(self, k: int) -> list[str]:
+        ids: list[str] = []
+
+        async def one() -> None:
+            ids.append(await self.enqueue_one())
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(k):
+                nursery.start_soon(one)
+        return ids
+
+    async def done(self, ids: list[str]) -> int:
+        # rows of completed jobs are trimmed by retention, so count the completed metric;
+        # every job enqueued before ``ids`` has already been waited for (the warm-up)
+        count = int(self.sync.hget(self.metrics, "count") or 0)
+        return max(0, count - (self.enqueued - len(ids)))
+
+    async def roundtrip(self) -> None:
+        handle = await noop.delay(PAYLOAD)
+        await handle.result(timeout=30)
+
+    async def close(self) -> None:
+        await self._cm.__aexit__(None, None, None)
