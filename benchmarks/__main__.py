@@ -9,6 +9,7 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
   peers     the same end-to-end workload on arq, saq, rq, celery, taskiq, streaq, bullmq,
             dramatiq, huey (each in benchmarks/.peers/<name>, made from PyPI at run time)
   all       verbs, e2e and peers, in that order
+  report    print the tables and issue 6's targets from saved result files (--from)
 Results print as tables (median over --reps, and each figure's ratio to its ceiling) and are
 saved as JSON under benchmarks/results/ (ignored by git).
 """
@@ -56,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("what", choices=["verbs", "first", "e2e", "peers", "all"])
+    p.add_argument("what", choices=["verbs", "first", "e2e", "peers", "all", "report"])
     p.add_argument("--reps", type=int, default=5, help="repetitions (medians are reported)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every operation count")
     p.add_argument("--quick", action="store_true", help="a small validation run (--scale 0.1)")
@@ -66,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--concurrency", type=int, default=100, help="worker concurrency (all)")
     p.add_argument("--peer", action="append", help="only these peers (repeatable)")
     p.add_argument("--json", type=Path, help="where to save the results (default: results/)")
+    p.add_argument(
+        "--from", dest="sources", type=Path, nargs="*", default=[], help="result files for `report`"
+    )
     return p.parse_args(argv)
 
 
@@ -100,14 +104,26 @@ async def amain(args: argparse.Namespace) -> Results:
     return total
 
 
+def report(sources: list[Path]) -> None:
+    from .targets import load, render, targets_table
+
+    figures = load(sources)
+    print(render(targets_table(figures)))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.what == "report":
+        report(args.sources)
+        return
     if args.quick and args.jobs == 10_000:
         args.jobs, args.latency_jobs = 1_000, 100
     results = trio.run(amain, args)
     path = args.json or RESULTS_DIR / f"{args.what}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     results.save(path)
     log(f"saved {path}")
+    if args.what == "all":
+        report([path])
 
 
 if __name__ == "__main__":
