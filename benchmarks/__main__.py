@@ -48,7 +48,31 @@ def machine() -> dict[str, str]:
         "load_average_at_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "redis": redis.strip(),
         "echomq": echomq.__version__,
+        "echomq_source": str(Path(echomq.__file__).parent),
+        "echomq_commit": _commit(Path(echomq.__file__).parent),
     }
+
+
+def _commit(where: Path) -> str:
+    """The git commit of the echomq being measured ('+dirty' if its tree has edits)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "."],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout: see the snapshot notes in README)"
+    return head + ("+dirty" if dirty else "")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
