@@ -60,7 +60,9 @@ def _env(name: str, url: str, args: argparse.Namespace) -> dict[str, str]:
     bindir = str(_python(name).parent)
     env.update(BENCH_URL=url, BENCH_CONCURRENCY=str(args.concurrency), PYTHONUNBUFFERED="1")
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
-    env["PYTHONPATH"] = str(HERE)
+    # adapters import as ``peer_<name>``; echomq's own adapter keeps the caller's PYTHONPATH
+    # (a snapshot's src/ when measuring a fixed commit)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
     env.pop("VIRTUAL_ENV", None)
     return env
 
