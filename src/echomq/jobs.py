@@ -10,9 +10,11 @@ from __future__ import annotations
 from ._model.job import Claimed, JobInfo
 from ._redis.replies import ExtendResult
 from ._verbs.lifecycle import (
+    ClaimBatch,
     FailOutcome,
     NewJob,
     claim,
+    claim_batch,
     complete,
     enqueue,
     enqueue_many,
@@ -36,6 +38,8 @@ from ._verbs.rows import (
 )
 
 __all__ = [
+    "ClaimBatch",
+    "claim_batch",
     "Claimed",
     "ExtendResult",
     "FailOutcome",

@@ -12,21 +12,10 @@ from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
 from ..errors import InvalidArgument
 
-__all__ = ["next_due_in", "push_wake", "wait_wake"]
+__all__ = ["push_wake", "wait_wake"]
 
 _MIN_BLOCK = 0.01  # BLPOP's 0 means "forever": never send it
 _MAX_TOKENS = 64  # the scripts' bound on the list, kept here too
-
-
-async def next_due_in(conn: Connection, queue: str) -> float | None:
-    """Seconds (server clock) until the earliest scheduled job is due; None when none is."""
-    ks = Keyspace(queue)
-    first = await conn.execute("ZRANGE", ks.schedule, 0, 0, "WITHSCORES")
-    if not first:
-        return None
-    seconds, micros = await conn.execute("TIME")
-    now_ms = int(seconds) * 1000 + int(micros) // 1000
-    return max(0.0, (float(first[1]) - now_ms) / 1000.0)
 
 
 async def wait_wake(conn: Connection, queue: str, block: float) -> bool:

@@ -19,10 +19,10 @@ import attrs
 import trio
 
 from .. import jobs
-from .._model.job import Claimed
 from .._redis import validate as v
-from .._verbs.wake import next_due_in, push_wake, wait_wake
+from .._verbs.wake import push_wake, wait_wake
 from ..errors import ConnectionLost
+from ..jobs import ClaimBatch
 from .cancellation import InFlight
 from .execution import JobRunner
 
@@ -68,7 +68,8 @@ class Consumer:
                 await self._freed.wait()
             want = min(self._free, v.MAX_COUNT)
             try:
-                claimed = await self._claim(want)
+                batch = await self._claim(want)
+                claimed = batch.jobs
                 self.claims += 1
                 for job in claimed:
                     self._free -= 1
@@ -76,25 +77,27 @@ class Consumer:
                     self.runner.counters.claimed += 1
                     self.jobs_nursery.start_soon(self.runner.run, job, held, name=f"job {job.id}")
                 if len(claimed) < want:
-                    await self._idle()
+                    await self._idle(batch.next_due_ms)
                 delay = 0.02
             except ConnectionLost as exc:
                 log.warning("claim loop: %s; retrying in %.2f s", exc, delay)
                 await trio.sleep(delay)
                 delay = min(delay * 2, 2.0)
 
-    async def _claim(self, want: int) -> list[Claimed]:
+    async def _claim(self, want: int) -> ClaimBatch:
         # Shielded: a claim cancelled after it was sent would still run on the server and
         # its jobs would wait for a lease to lapse (and count as stalled). Stopping waits
         # for the reply instead (bounded), and the jobs it brings are run or handed back.
         with trio.CancelScope(shield=True):
             with trio.move_on_after(CLAIM_TIMEOUT):
-                return await jobs.claim(self.conn, self.queue, self.claim_lease_ms, count=want)
+                return await jobs.claim_batch(
+                    self.conn, self.queue, self.claim_lease_ms, count=want
+                )
         raise ConnectionLost(f"claim on {self.queue!r}: no reply in {CLAIM_TIMEOUT} s")
 
-    async def _idle(self) -> None:
+    async def _idle(self, next_due_ms: int | None) -> None:
         self.idle_waits += 1
-        due = await next_due_in(self.conn, self.queue)
+        due = None if next_due_ms is None else next_due_ms / 1000.0
         timeout = IDLE_CAP if due is None else min(IDLE_CAP, max(due, _MIN_IDLE))
         self._idle_until = trio.current_time() + timeout
         try:

@@ -6,7 +6,9 @@
         4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count
-  Returns  flat array: id, payload, token (attempts), failures, ... | {} when paused or empty
+  Returns  flat array: id, payload, token (attempts), failures, ... and, when fewer than
+           `count` jobs were claimed, one trailing element: ms until the earliest scheduled
+           job is due (0 when due now), or -1 when none is scheduled | {} when paused
   Errors   (none)
   Events   promoted (per due scheduled job); active (per claimed job, with its attempt)
   Moves    scheduled -> pending (due); pending -> active
@@ -72,5 +74,10 @@ if #popped > 0 then
 end
 if promoted > 0 and redis.call('ZCARD', pending) > 0 and redis.call('LLEN', wake) < 64 then
   redis.call('RPUSH', wake, promoted)
+end
+-- under-filled: tell an idle consumer how long it may block before a scheduled job is due
+if #out < count * 4 then
+  local first = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
+  out[#out + 1] = first[2] and math.max(0, tonumber(first[2]) - now) or -1
 end
 return out
