@@ -55,6 +55,9 @@ def machine() -> dict[str, str]:
 
 def _commit(where: Path) -> str:
     """The git commit of the echomq being measured ('+dirty' if its tree has edits)."""
+    stamp = where.parent.parent / "COMMIT"  # written by benchmarks/snapshot.sh
+    if stamp.exists():
+        return stamp.read_text().strip() + " (snapshot)"
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],

@@ -1,12 +1,17 @@
 """A steady load for py-spy: one verb at C callers on one connection, for a fixed time.
 
-    sudo-less: .venv/bin/py-spy record --format raw -o claim.txt -- \
-        .venv/bin/python -m benchmarks.profile_claim --verb claim --callers 64 --seconds 10
+It prints ``steady <pid>`` once the queue is filled, so a profiler attaches to the steady
+phase only (not the prefill)::
+
+    .venv/bin/python -m benchmarks.profile_claim --verb claim --callers 64 --seconds 12 &
+    # after "steady <pid>":
+    .venv/bin/py-spy record --pid <pid> --duration 8 --format raw -o claim.txt
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import trio
@@ -22,9 +27,10 @@ async def main(verb: str, callers: int, seconds: float) -> None:
     with RedisServer() as server:
         async with echomq.connect(server.url) as conn:
             q = "profile"
-            await prefill(conn, q, 400_000 if verb == "claim" else 1_000)
+            await prefill(conn, q, 300_000 if verb == "claim" else 1_000)
             held = [(c.id, c.token) for c in await jobs.claim(conn, q, LEASE_MS, count=200)]
             done = 0
+            print(f"steady {os.getpid()}", flush=True)
             deadline = time.perf_counter() + seconds
 
             async def caller(i: int) -> None:
@@ -41,11 +47,32 @@ async def main(verb: str, callers: int, seconds: float) -> None:
                         await conn.execute("PING")
                     done += 1
 
+            before = await stats(conn)
             t0 = time.perf_counter()
             async with trio.open_nursery() as nursery:
                 for i in range(callers):
                     nursery.start_soon(caller, i)
-            print(f"{verb}: {done / (time.perf_counter() - t0):,.0f}/s at {callers} callers")
+            seconds = time.perf_counter() - t0
+            after = await stats(conn)
+            d = {k: after[k] - before[k] for k in after}
+            print(
+                f"{verb}: {done / seconds:,.0f}/s at {callers} callers; server side: "
+                f"{d['total_commands_processed'] / max(1, d['total_reads_processed']):.1f} "
+                f"commands per read, {d['total_reads_processed'] / seconds:,.0f} reads/s, "
+                f"server CPU {(d['used_cpu_sys'] + d['used_cpu_user']) / seconds:.0%}"
+            )
+
+
+async def stats(conn: echomq.Connection) -> dict[str, float]:
+    """Counters from INFO (stats, cpu): the server's view of how deep the pipeline was."""
+    text = (await conn.execute("INFO", "all")).decode()
+    keep = ("total_commands_processed", "total_reads_processed", "used_cpu_sys", "used_cpu_user")
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in keep:
+            out[key] = float(value)
+    return out
 
 
 if __name__ == "__main__":
