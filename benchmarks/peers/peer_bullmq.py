@@ -25,7 +25,10 @@ async def _serve(url: str, concurrency: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     w = Worker(NAME, noop, {"connection": url, "concurrency": concurrency})
     await stop.wait()
-    await w.close()
+    try:  # close() can hang like QueueEvents.close() (bullmq 3.4.4): bounded
+        await asyncio.wait_for(w.close(), 5)
+    except TimeoutError:
+        pass
 
 
 def worker(args: Any) -> None:
