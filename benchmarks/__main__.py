@@ -132,10 +132,11 @@ async def amain(args: argparse.Namespace) -> Results:
 
 
 def report(sources: list[Path]) -> None:
-    from .targets import load, render, targets_table
+    from .targets import E2E_HEAD, TARGET_HEAD, e2e_rows, load, markdown, targets_table
 
     figures = load(sources)
-    print(render(targets_table(figures)))
+    print(markdown(E2E_HEAD, e2e_rows(figures)), end="\n\n")
+    print(markdown(TARGET_HEAD, targets_table(figures)))
 
 
 def main(argv: list[str] | None = None) -> None:

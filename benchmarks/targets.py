@@ -112,3 +112,51 @@ def render(rows: list[tuple[str, str, str, str]]) -> str:
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     return "\n".join(lines)
+
+
+def e2e_rows(figs: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
+    """One row per system: jobs/s end to end, x best peer, enqueue/s, latency p50 and p99."""
+    systems = sorted(
+        {n.split(":")[0] for n in figs if n.endswith(": end-to-end no-op")},
+        key=lambda s: -_median(figs, f"{s}: end-to-end no-op"),
+    )
+    _, best = _best(figs, ": end-to-end no-op")
+    rows: list[tuple[str, ...]] = []
+    for s in systems:
+        jobs = figs[f"{s}: end-to-end no-op"]
+        spread = f"{min(jobs['values']):,.0f}..{max(jobs['values']):,.0f}"
+        enq = _median(figs, f"{s}: enqueue, one at a time")
+        p50 = _median(figs, f"{s}: enqueue->result p50")
+        p99 = _median(figs, f"{s}: enqueue->result p99")
+        rows.append(
+            (
+                s,
+                f"{jobs['median']:,.0f}",
+                spread,
+                f"{jobs['median'] / best:.2f}",
+                "" if math.isnan(enq) else f"{enq:,.0f}",
+                "" if math.isnan(p50) else f"{p50:.2f}",
+                "" if math.isnan(p99) else f"{p99:.2f}",
+                str(len(jobs["values"])),
+            )
+        )
+    return rows
+
+
+def markdown(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+E2E_HEAD = (
+    "system",
+    "no-op jobs/s (median)",
+    "range",
+    "x best peer",
+    "enqueue/s one at a time",
+    "enqueue->result p50 ms",
+    "p99 ms",
+    "n",
+)
+TARGET_HEAD = ("target (issue 6)", "measured (median)", "against", "")
