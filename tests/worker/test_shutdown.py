@@ -120,3 +120,24 @@ async def test_cancelling_serve_from_outside_also_releases(redis_url: str, queue
                 nursery.cancel_scope.cancel()
             info = await handle.info()
     assert info is not None and info.state == "pending"
+
+
+async def test_stopping_an_idle_worker_leaves_new_work_pending(redis_url: str, queue: str) -> None:
+    """An idle worker stops without taking work: a job enqueued afterwards stays pending."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(name="noop")
+    async def noop() -> None:
+        return None
+
+    worker = echomq.Worker(q, concurrency=4)
+    with trio.fail_after(10):
+        async with q.open(), trio.open_nursery() as nursery:
+            await nursery.start(worker.serve)
+            await trio.sleep(0.2)  # idle: blocked in the pipelined wait
+            worker.shutdown()
+        async with echomq.connect(redis_url) as conn:
+            job_id = await jobs.enqueue(conn, queue, b'{"task":"noop","args":[],"kwargs":{}}')
+            await trio.sleep(0.1)
+            info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None and info.state is echomq.JobState.PENDING

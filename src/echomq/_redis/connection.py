@@ -120,11 +120,23 @@ def _detach(stream: trio.abc.Stream) -> socket.socket | None:
 
 
 class _Waiter:
-    __slots__ = ("abandoned", "task")
+    """One caller waiting for ``expect`` replies (more than one: a pipeline, see
+    :meth:`Connection.execute_pipeline`, whose replies gather in ``replies``)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("abandoned", "expect", "replies", "task")
+
+    def __init__(self, expect: int = 1) -> None:
         self.task = trio.lowlevel.current_task()
         self.abandoned = False
+        self.expect = expect
+        self.replies: list[Any] | None = [] if expect > 1 else None
+
+    def enqueue_on(self, inflight: deque[_Waiter]) -> None:
+        """Take ``expect`` places in line: one per reply."""
+        if self.expect == 1:
+            inflight.append(self)
+        else:
+            inflight.extend([self] * self.expect)
 
 
 class _Session:
@@ -143,11 +155,13 @@ class _Session:
         self.broken: ConnectionLost | None = None
         self.scope = trio.CancelScope()
 
-    async def request(self, packed: bytes) -> Any:
+    async def request(self, packed: bytes, expect: int = 1) -> Any:
+        """Send ``packed`` (``expect`` commands) and answer the reply (a list of replies
+        when ``expect`` > 1)."""
         if self.broken is not None:
             raise self.broken
         sock = self.sock
-        waiter = _Waiter()
+        waiter = _Waiter(expect)
         if (
             self.alone
             and sock is not None
@@ -165,7 +179,7 @@ class _Session:
                 sent = 0
             except OSError as exc:
                 raise self.fail(exc) from exc
-            self.inflight.append(waiter)
+            waiter.enqueue_on(self.inflight)
             if sent < len(packed):  # the writer sends the rest before anything else
                 self.queued.append((packed[sent:], None))
                 self.wakeup.set()
@@ -215,7 +229,7 @@ class _Session:
                     chunks.append(packed)
                 elif not waiter.abandoned:  # cancelled before it was written: never sent
                     chunks.append(packed)
-                    inflight.append(waiter)
+                    waiter.enqueue_on(inflight)
             if chunks:
                 self.writing = True
                 await send(b"".join(chunks))
@@ -262,6 +276,12 @@ class _Session:
                 except IndexError:
                     raise trio.BrokenResourceError(f"unexpected reply {reply!r}") from None
                 if not waiter.abandoned:
+                    gathered = waiter.replies
+                    if gathered is not None:  # a pipeline: wake its caller at the last reply
+                        gathered.append(reply)
+                        if len(gathered) < waiter.expect:
+                            continue
+                        reply = gathered
                     waiter.abandoned = True
                     trio.lowlevel.reschedule(waiter.task, outcome.Value(reply))
                     woken += 1
@@ -330,6 +350,30 @@ class Connection:
         if isinstance(reply, ReplyError):
             return await self._after_error(packed, str(reply))
         return reply
+
+    async def execute_pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """Send several commands in one write, in order; answer all their replies.
+
+        An error reply is answered in place as a ``ServerError`` instance (not raised), and
+        nothing is retried: the caller decides. One use: a command behind a blocking one
+        (``BLPOP`` then a script) runs on the server the moment the first unblocks, with
+        no round trip between them. If the caller is cancelled once the bytes are
+        written, the server still runs every command.
+
+        Raises:
+            ConnectionLost: as :meth:`execute`.
+        """
+        if not commands:
+            return []
+        packed = b"".join(pack_command(tuple(command)) for command in commands)
+        session = self._session
+        if session is None or session.broken is not None:
+            session = await self._connect()
+        if len(commands) == 1:
+            replies = [await session.request(packed)]
+        else:
+            replies = await session.request(packed, len(commands))
+        return [ServerError(str(r)) if isinstance(r, ReplyError) else r for r in replies]
 
     async def execute_packed(self, packed: bytes) -> Any:
         """Like :meth:`execute`, for a command already packed with :func:`pack`."""

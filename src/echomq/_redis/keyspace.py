@@ -83,6 +83,10 @@ class Keyspace:
     def wake(self) -> str:
         return self.base + "wake"
 
+    def wake_direct(self, consumer: str) -> str:
+        """One consumer's own wake list: a token here wakes that consumer and no other."""
+        return f"{self.base}wake:{check_id(consumer)}"
+
     @property
     def metrics_completed(self) -> str:
         return self.base + "metrics:completed"

@@ -89,6 +89,19 @@ async def evaluate(conn: AsyncExecutor, sc: ScriptCall[T]) -> T:
     return sc.read(reply)
 
 
+async def evaluate_reply(conn: AsyncExecutor, sc: ScriptCall[T], reply: Any) -> T:
+    """Read the reply ``sc`` got inside a pipeline (``Connection.execute_pipeline``).
+
+    ``NOSCRIPT`` means it did not run: it is run now through :func:`evaluate` on ``conn``
+    (which loads it). Any other error reply raises its typed error.
+    """
+    if isinstance(reply, ServerError):
+        if str(reply).startswith("NOSCRIPT"):
+            return await evaluate(conn, sc)
+        raise translate(str(reply))
+    return sc.read(reply)
+
+
 @contextmanager
 def sync_errors() -> Iterator[None]:
     """Translate redis-py's exceptions into echomq's (``echomq.sync``).

@@ -1,43 +1,70 @@
 """The wake list: idle consumers block on it instead of polling.
 
 Everything that makes work claimable pushes a token on ``emq:{q}:wake`` (the scripts keep
-the list short). An idle consumer BLPOPs it on a connection of its own, with a timeout no
-later than the next scheduled job's due time (so the claim promotes it in time) and
-never longer than the cap.
+the list short). An idle consumer blocks on it with :func:`wait_then_claim`, on a
+connection of its own: ``BLPOP`` and the claim script go out in one write, so the server
+runs the claim the moment a token (or the timeout) unblocks the ``BLPOP``, with no round
+trip between them. The timeout is no later than the next scheduled job's due time (so the
+claim promotes it in time).
+
+Each consumer also blocks on a list of its own (``emq:{q}:wake:<consumer>``): a token
+there (:func:`nudge`) wakes that consumer alone, to stop it, or because a job it knows of
+is due sooner than its timeout.
 """
 
 from __future__ import annotations
 
 from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
-from ..errors import InvalidArgument
+from .._redis.scripts import evaluate_reply
+from ..errors import InvalidArgument, ServerError
+from .lifecycle import ClaimBatch, claim_batch_call
 
-__all__ = ["push_wake", "wait_wake"]
+__all__ = ["nudge", "wait_then_claim"]
 
 _MIN_BLOCK = 0.01  # BLPOP's 0 means "forever": never send it
-_MAX_TOKENS = 64  # the scripts' bound on the list, kept here too
+_NUDGE_TTL_MS = 10_000  # a nudge nobody took does not linger
 
 
-async def wait_wake(conn: Connection, queue: str, block: float) -> bool:
-    """Block up to ``block`` seconds for a wake token; True when one was taken.
+async def wait_then_claim(
+    wake_conn: Connection,
+    conn: Connection,
+    queue: str,
+    consumer: str,
+    block: float,
+    lease_ms: int,
+    count: int,
+) -> ClaimBatch:
+    """Block up to ``block`` seconds for a wake token, then claim up to ``count`` jobs.
 
-    Use a connection of its own: BLPOP holds the connection while it waits.
+    ``wake_conn`` must be a connection of its own (BLPOP holds it). The claim runs on the
+    server whatever unblocks the BLPOP (a token, a nudge, the timeout): the caller must
+    take its reply, so do not cancel this call (shield it); to end it early, :func:`nudge`.
+    ``conn`` runs the claim again only if the server did not know the script (NOSCRIPT).
 
     Raises:
         InvalidArgument: ``block`` is not a positive number (before any I/O).
+        ConnectionLost: the reply was lost: the claim may have run; its jobs' leases lapse
+            and recovery returns them.
     """
     if not isinstance(block, int | float) or isinstance(block, bool) or not block > 0:
         raise InvalidArgument(f"block must be a positive number of seconds, not {block!r}")
+    ks = Keyspace(queue)
+    sc = claim_batch_call(queue, lease_ms, count)
     seconds = max(_MIN_BLOCK, round(float(block), 3))
-    return await conn.execute("BLPOP", Keyspace(queue).wake, seconds) is not None
+    popped, reply = await wake_conn.execute_pipeline(
+        [("BLPOP", ks.wake, ks.wake_direct(consumer), seconds), sc.evalsha_args()]
+    )
+    batch = await evaluate_reply(conn, sc, reply)  # the claim first: its jobs must be taken
+    if isinstance(popped, ServerError) and not batch.jobs:
+        raise popped  # (with jobs in hand, they are answered; the next wait raises it)
+    return batch
 
 
-async def push_wake(conn: Connection, queue: str) -> None:
-    """Push one wake token (the list stays at most 64 long).
-
-    For work the scripts do not announce on the list: a job scheduled (or retried with a
-    delay) while consumers block, whose due time may come before their timeout.
-    """
-    wake = Keyspace(queue).wake
-    await conn.execute("RPUSH", wake, 1)
-    await conn.execute("LTRIM", wake, -_MAX_TOKENS, -1)
+async def nudge(conn: Connection, queue: str, consumer: str) -> None:
+    """Wake one consumer blocked in :func:`wait_then_claim` (and no other)."""
+    key = Keyspace(queue).wake_direct(consumer)
+    replies = await conn.execute_pipeline([("RPUSH", key, 1), ("PEXPIRE", key, _NUDGE_TTL_MS)])
+    for reply in replies:
+        if isinstance(reply, ServerError):
+            raise reply

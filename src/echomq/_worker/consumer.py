@@ -3,9 +3,13 @@
 Rule 1: at most ``concurrency`` jobs are held at once. The loop claims as many jobs as
 there are free slots in one script call, and starts each in the jobs nursery.
 Rule 2: when a claim answers fewer jobs than asked, the queue is (for now) empty or
-paused: the loop blocks on the wake list (BLPOP, on a connection of its own) until a
+paused: the next claim waits behind a BLPOP on the wake list (``wait_then_claim``: both
+go out in one write, on a connection of its own), so it runs on the server the moment a
 token arrives, the next scheduled job is due, or the idle cap passes. It never spins.
-Rule 3: ``ConnectionLost`` is transient: the loop backs off and tries again. A claim
+Rule 3: a claim is never abandoned once sent: its reply is awaited under a shield (a
+bounded one), and the jobs it brings are run, or handed back when the consumer stops.
+To stop an idle wait at once, the consumer nudges its own wake list.
+Rule 4: ``ConnectionLost`` is transient: the loop backs off and tries again. A claim
 whose reply was lost leaves its jobs active on the server: their leases lapse and the
 recovery sweep returns them.
 """
@@ -13,6 +17,7 @@ recovery sweep returns them.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import attrs
@@ -20,7 +25,7 @@ import trio
 
 from .. import jobs
 from .._redis import validate as v
-from .._verbs.wake import push_wake, wait_wake
+from .._verbs.wake import nudge, wait_then_claim
 from ..errors import ConnectionLost
 from ..jobs import ClaimBatch
 from .cancellation import InFlight
@@ -45,11 +50,14 @@ class Consumer:
     jobs_nursery: trio.Nursery
     concurrency: int
     claim_lease_ms: int
+    id: str = attrs.field(factory=lambda: uuid.uuid4().hex[:16])
     _free: int = attrs.field(init=False)
     _freed: trio.Event = attrs.field(factory=trio.Event, init=False)
     claims: int = 0
     idle_waits: int = 0
     _idle_until: float | None = attrs.field(default=None, init=False)
+    _stopping: bool = attrs.field(default=False, init=False)
+    _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._free = self.concurrency
@@ -62,27 +70,48 @@ class Consumer:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         delay = 0.02
-        while True:
-            while self._free <= 0:
-                self._freed = trio.Event()
-                await self._freed.wait()
-            want = min(self._free, v.MAX_COUNT)
-            try:
-                batch = await self._claim(want)
-                claimed = batch.jobs
-                self.claims += 1
-                for job in claimed:
-                    self._free -= 1
-                    held = self.inflight.add(job.id, job.token, self.claim_lease_ms)
-                    self.runner.counters.claimed += 1
-                    self.jobs_nursery.start_soon(self.runner.run, job, held, name=f"job {job.id}")
-                if len(claimed) < want:
-                    await self._idle(batch.next_due_ms)
+        idle_for: float | None = None  # set: the last claim was under-filled
+        try:
+            while not self._stopping:
+                while self._free <= 0:
+                    self._freed = trio.Event()
+                    await self._freed.wait()
+                want = min(self._free, v.MAX_COUNT)
+                try:
+                    if idle_for is None:
+                        batch = await self._claim(want)
+                    else:
+                        batch = await self._claim_when_woken(want, idle_for)
+                except ConnectionLost as exc:
+                    log.warning("claim loop: %s; retrying in %.2f s", exc, delay)
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    idle_for = None
+                    continue
                 delay = 0.02
-            except ConnectionLost as exc:
-                log.warning("claim loop: %s; retrying in %.2f s", exc, delay)
-                await trio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                self._take(batch)
+                idle_for = self._idle_time(batch) if len(batch.jobs) < want else None
+                await trio.lowlevel.checkpoint()
+        finally:
+            self._stopped.set()
+
+    def _take(self, batch: ClaimBatch) -> None:
+        """Start each claimed job (no checkpoint here: nothing claimed is dropped)."""
+        self.claims += 1
+        for job in batch.jobs:
+            if self._stopping:  # claimed as we stop: straight back to pending
+                self.runner.to_release.append((job.id, job.token))
+                continue
+            self._free -= 1
+            held = self.inflight.add(job.id, job.token, self.claim_lease_ms)
+            self.runner.counters.claimed += 1
+            self.jobs_nursery.start_soon(self.runner.run, job, held, name=f"job {job.id}")
+
+    @staticmethod
+    def _idle_time(batch: ClaimBatch) -> float:
+        if batch.next_due_ms is None:
+            return IDLE_CAP
+        return min(IDLE_CAP, max(batch.next_due_ms / 1000.0, _MIN_IDLE))
 
     async def _claim(self, want: int) -> ClaimBatch:
         # Shielded: a claim cancelled after it was sent would still run on the server and
@@ -95,25 +124,48 @@ class Consumer:
                 )
         raise ConnectionLost(f"claim on {self.queue!r}: no reply in {CLAIM_TIMEOUT} s")
 
-    async def _idle(self, next_due_ms: int | None) -> None:
+    async def _claim_when_woken(self, want: int, block: float) -> ClaimBatch:
         self.idle_waits += 1
-        due = None if next_due_ms is None else next_due_ms / 1000.0
-        timeout = IDLE_CAP if due is None else min(IDLE_CAP, max(due, _MIN_IDLE))
-        self._idle_until = trio.current_time() + timeout
+        self._idle_until = trio.current_time() + block
         try:
-            await wait_wake(self.wake_conn, self.queue, timeout)
+            with trio.CancelScope(shield=True):  # see _claim; stop() nudges it awake
+                with trio.move_on_after(block + CLAIM_TIMEOUT):
+                    return await wait_then_claim(
+                        self.wake_conn,
+                        self.conn,
+                        self.queue,
+                        self.id,
+                        block,
+                        self.claim_lease_ms,
+                        want,
+                    )
+            # No reply at all: drop the socket, so a claim still queued behind the
+            # BLPOP is discarded by the server rather than run for nobody.
+            self.wake_conn.drop()
+            raise ConnectionLost(f"idle claim on {self.queue!r}: no reply")
         finally:
             self._idle_until = None
+
+    async def stop(self) -> None:
+        """Stop claiming: an idle wait is woken at once; jobs it claims are handed back."""
+        self._stopping = True
+        if self._idle_until is not None:
+            try:
+                await nudge(self.conn, self.queue, self.id)
+            except ConnectionLost as exc:
+                log.warning("stop: could not wake the idle claim (%s); it ends by itself", exc)
+        with trio.move_on_after(CLAIM_TIMEOUT):
+            await self._stopped.wait()
 
     async def scheduled(self, due_in: float | None) -> None:
         """A job was scheduled (or retried later): wake our idle wait if it is due sooner.
 
-        The scripts push wake tokens only for ready work; a BLPOP that started before
+        The scripts push wake tokens only for ready work; a wait that started before
         this job was scheduled would otherwise sleep past its due time (up to the cap).
         """
         until = self._idle_until
         if until is None:
-            return  # busy: the next idle wait reads the schedule again
+            return  # busy: the next claim reads the schedule again
         if due_in is not None and trio.current_time() + due_in >= until:
             return
-        await push_wake(self.conn, self.queue)
+        await nudge(self.conn, self.queue, self.id)

@@ -226,6 +226,7 @@ class Worker:
                     )
                     task_status.started()
                     await self._stop.wait()
+                    await consumer.stop()
                     claiming.cancel()
                     await self._drain()
                     helpers.cancel_scope.cancel()
