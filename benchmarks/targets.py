@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -143,7 +144,7 @@ def e2e_rows(figs: dict[str, dict[str, Any]]) -> list[tuple[str, ...]]:
     return rows
 
 
-def markdown(head: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def markdown(head: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
