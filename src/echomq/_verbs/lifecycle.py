@@ -7,7 +7,7 @@ error. ``echomq.sync`` runs the same ``*_call`` builders on redis-py.
 
 from __future__ import annotations
 
-import uuid
+import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
@@ -50,8 +50,12 @@ DEFAULT_KEEP_COMPLETED_MS = 24 * 3600 * 1000
 
 
 def new_id() -> str:
-    """A fresh job id: 32 hex characters."""
-    return uuid.uuid4().hex
+    """A fresh job id: 32 hex characters (128 random bits, as a uuid4 carries 122).
+
+    ``os.urandom(16).hex()`` costs a seventh of ``uuid.uuid4().hex`` and bulk enqueues
+    make one per job.
+    """
+    return os.urandom(16).hex()
 
 
 @attrs.frozen(kw_only=True)
