@@ -167,6 +167,8 @@ def record(res: Results, name: str, workers: int, figs: dict[str, Any], best: fl
         ceiling=best,
         of="best peer (this run)" if best else "",
     )
+    if "enqueue_s" in figs:  # near 1.0: the producer, not the worker, set the pace
+        res.add(f"{label}: producer share of the run", figs["enqueue_s"] / figs["total_s"], "")
     if "enqueue_per_s" in figs:
         res.add(f"{label}: enqueue, one at a time", figs["enqueue_per_s"], "jobs/s")
     if "latency_p50_ms" in figs:
