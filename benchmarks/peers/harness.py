@@ -177,9 +177,17 @@ def record(res: Results, name: str, workers: int, figs: dict[str, Any], best: fl
 
 
 async def run_peers(args: argparse.Namespace, *, log: Callable[[str], None]) -> Results:
-    names = args.peer or list(PEERS)
+    import echomq
+
+    from ..runtime import runtime_available
+
+    # echomq runs in the same rotation, so "x best peer" is a ratio within one run
+    names = args.peer or (["echomq"] if runtime_available() else []) + list(PEERS)
     res = Results()
     for name in names:
+        if name == "echomq":
+            res.meta["versions.echomq"] = {"echomq": echomq.__version__}
+            continue
         try:
             await trio.to_thread.run_sync(ensure, PEERS[name])
             res.meta[f"versions.{name}"] = versions(PEERS[name])
