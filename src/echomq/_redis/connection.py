@@ -342,14 +342,7 @@ class Connection:
                 no connection could be made within ``connect_timeout``.
             ServerError: the server answered an error (after retrying transient ones).
         """
-        packed = pack_command(args)
-        session = self._session
-        if session is None or session.broken is not None:
-            session = await self._connect()
-        reply = await session.request(packed)
-        if isinstance(reply, ReplyError):
-            return await self._after_error(packed, str(reply))
-        return reply
+        return await self.execute_packed(pack_command(args))
 
     async def execute_pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         """Send several commands in one write, in order; answer all their replies.
