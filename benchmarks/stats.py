@@ -119,6 +119,7 @@ class Results:
             mine.values += fig.values
             mine.ratios += fig.ratios
         self.notes += other.notes
+        self.meta.update(other.meta)
 
 
 def rate(count: float, seconds: float) -> float:
