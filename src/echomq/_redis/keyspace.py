@@ -8,13 +8,14 @@ Rule 2: queue names and job ids are gated here, before any I/O: 1..128 character
 
 from __future__ import annotations
 
+import functools
 import re
 
 import attrs
 
 from ..errors import InvalidKey
 
-__all__ = ["Keyspace", "check_id", "check_queue", "PREFIX"]
+__all__ = ["Keyspace", "keyspace", "check_id", "check_queue", "PREFIX"]
 
 PREFIX = "emq"
 _VALID = re.compile(r"[A-Za-z0-9._~-]{1,128}")
@@ -121,3 +122,19 @@ class Keyspace:
 def queues_pattern() -> str:
     """A SCAN pattern that finds every queue's meta hash."""
     return f"{PREFIX}:{{*}}:meta"
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached(queue: str) -> Keyspace:
+    return Keyspace(queue)
+
+
+def keyspace(queue: object) -> Keyspace:
+    """``Keyspace(queue)``, memoised per name: the hot verbs build one per call.
+
+    Raises:
+        InvalidKey: as ``Keyspace`` (a bad name is never cached).
+    """
+    if not isinstance(queue, str):
+        raise InvalidKey(f"queue name must be a str, not {type(queue).__name__}")
+    return _cached(queue)

@@ -16,7 +16,7 @@ import attrs
 from .._model.job import Claimed, JobInfo
 from .._redis import validate as v
 from .._redis.connection import Connection
-from .._redis.keyspace import Keyspace, check_id
+from .._redis.keyspace import Keyspace, check_id, keyspace
 from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check, text
 from .._redis.scripts import ScriptCall, call, evaluate
 from ..errors import InvalidArgument, ScriptError
@@ -73,7 +73,7 @@ class NewJob:
 
 
 def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
-    ks = Keyspace(queue)
+    ks = keyspace(queue)
     if isinstance(jobs, NewJob) or not jobs:
         raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
     ids: list[str] = []
@@ -147,7 +147,7 @@ def _read_claim(reply: Any) -> ClaimBatch:
 
 
 def claim_batch_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[ClaimBatch]:
-    ks = Keyspace(queue)
+    ks = keyspace(queue)
     v.positive_int("lease_ms", lease_ms, v.MAX_MS)
     v.int_in("count", count, 1, v.MAX_COUNT)
     keys = [ks.pending, ks.active, ks.schedule, ks.meta, ks.wake]
@@ -168,7 +168,7 @@ def complete_call(
     keep_count: int = DEFAULT_KEEP_COMPLETED,
     keep_age_ms: int = DEFAULT_KEEP_COMPLETED_MS,
 ) -> ScriptCall[None]:
-    ks = Keyspace(queue)
+    ks = keyspace(queue)
     keys = [ks.job(job_id), ks.active, ks.completed, ks.metrics_completed]
     if keep_count != -1:
         v.non_negative_int("keep_count", keep_count)
@@ -190,7 +190,7 @@ def complete_call(
 def fail_call(
     queue: str, job_id: str, token: int, error: str, *, retry_delay_ms: int = 0, dead: bool = False
 ) -> ScriptCall[FailOutcome]:
-    ks = Keyspace(queue)
+    ks = keyspace(queue)
     keys = [
         ks.job(job_id),
         ks.active,
@@ -225,7 +225,7 @@ def fail_call(
 
 
 def extend_lock_call(queue: str, job_id: str, token: int, lease_ms: int) -> ScriptCall[None]:
-    ks = Keyspace(queue)
+    ks = keyspace(queue)
     argv = [job_id, v.token_str(token), v.positive_int("lease_ms", lease_ms, v.MAX_MS)]
 
     def read(reply: Any) -> None:
@@ -251,7 +251,7 @@ def _read_codes(ids: list[str], what: str) -> Callable[[Any], dict[str, ExtendRe
 def extend_locks_call(
     queue: str, held: Iterable[tuple[str, int]], lease_ms: int
 ) -> ScriptCall[dict[str, ExtendResult]]:
-    ks = Keyspace(queue)
+    ks = keyspace(queue)
     v.positive_int("lease_ms", lease_ms, v.MAX_MS)
     ids, pairs = v.held_pairs(held)
     return call(
@@ -262,7 +262,7 @@ def extend_locks_call(
 def release_call(
     queue: str, held: Iterable[tuple[str, int]]
 ) -> ScriptCall[dict[str, ExtendResult]]:
-    ks = Keyspace(queue)
+    ks = keyspace(queue)
     ids, pairs = v.held_pairs(held)
     return call(
         "release", [ks.active, ks.pending, ks.wake], [ks.base, *pairs], _read_codes(ids, "release")
@@ -276,7 +276,7 @@ def _read_ids(reply: Any) -> list[str]:
 
 
 def reap_call(queue: str, *, limit: int = 1000) -> ScriptCall[list[str]]:
-    ks = Keyspace(queue)
+    ks = keyspace(queue)
     v.int_in("limit", limit, 1, v.MAX_BATCH)
     return call("reap", [ks.active, ks.pending, ks.wake], [ks.base, limit], _read_ids)
 
