@@ -7,24 +7,35 @@
   Events   (none)
   Moves    (none)
   Per pair the checks run in extend_lock's order (row, token, membership), and every
-  pair is checked before the first write. One TIME, one INFO and one ZADD per 256 ids;
-  lease_epoch is written only on rows whose stamp differs from the server's run_id.
+  pair is checked before the first write. One ZMSCORE, one TIME, one INFO and one ZADD
+  per 256 ids; lease_epoch is written only on rows whose stamp differs from the run_id.
 ]]
 local active, base = KEYS[1], ARGV[1]
 local lease = tonumber(ARGV[2])
-local codes, ok_ids, restamp = {}, {}, {}
+-- reads first: every row's token and stamp, then membership of all ids in one ZMSCORE
+local ids, rows = {}, {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  local f = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'lease_epoch')
+  ids[#ids + 1] = id
+  rows[#rows + 1] = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'lease_epoch')
+end
+local scores = {}
+for first = 1, #ids, 256 do  -- (unpack stays well under Lua's stack limit)
+  local part = redis.call('ZMSCORE', active, unpack(ids, first, math.min(first + 255, #ids)))
+  for _, score in ipairs(part) do scores[#scores + 1] = score end
+end
+local codes, ok_ids, restamp = {}, {}, {}
+for n, id in ipairs(ids) do
+  local f = rows[n]
   local code = 1
   if not f[1] then code = -1
-  elseif f[1] ~= ARGV[i + 1] then code = -2
-  elseif not redis.call('ZSCORE', active, id) then code = -3
+  elseif f[1] ~= ARGV[2 + 2 * n] then code = -2
+  elseif not scores[n] then code = -3
   else
     ok_ids[#ok_ids + 1] = id
     restamp[#ok_ids] = f[2]
   end
-  codes[#codes + 1] = code
+  codes[n] = code
 end
 if #ok_ids > 0 then
   local t = redis.call('TIME')
