@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import trio
 
@@ -23,7 +23,7 @@ from .._model.codec import JSON
 from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace, check_queue, queues_pattern
 from ..admin import QueueStats
-from ..errors import SerializationError
+from ..errors import SerializationError, ServerError
 from .messages import ActiveJob, DeadJob, QueueView, RecentFailure
 
 __all__ = [
@@ -35,24 +35,19 @@ __all__ = [
     "server_now_ms",
 ]
 
-T = TypeVar("T")
 
 #: The states counted per queue, in the order the page shows them.
 COUNT_NAMES = ("pending", "active", "scheduled", "dead", "completed")
 CALL_PREVIEW = 120
 
 
-async def _gather(calls: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
-    """Run calls concurrently: the wire pipelines them into one write."""
-    results: list[Any] = [None] * len(calls)
-
-    async def run(i: int, fn: Callable[[], Awaitable[T]]) -> None:
-        results[i] = await fn()
-
-    async with trio.open_nursery() as nursery:
-        for i, fn in enumerate(calls):
-            nursery.start_soon(run, i, fn)
-    return results
+async def _read_many(conn: Connection, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Read-only commands in one write (``execute_pipeline``); an error reply raises."""
+    replies = await conn.execute_pipeline(commands)
+    for reply in replies:
+        if isinstance(reply, ServerError):
+            raise reply
+    return replies
 
 
 def _text(value: Any) -> str | None:
@@ -128,14 +123,11 @@ def _pairs(flat: list[Any]) -> list[tuple[str, int]]:
 async def _active_jobs(conn: Connection, ks: Keyspace, limit: int) -> list[ActiveJob]:
     members = _pairs(await conn.execute("ZRANGE", ks.active, 0, limit - 1, "WITHSCORES"))
     fields = ("payload", "attempts", "progress", "claimed_at")
-
-    def row(job_id: str) -> Callable[[], Awaitable[Any]]:
-        return lambda: conn.execute("HMGET", ks.job(job_id), *fields)
-
-    def last_log(job_id: str) -> Callable[[], Awaitable[Any]]:
-        return lambda: conn.execute("LINDEX", ks.logs(job_id), -1)
-
-    rows = await _gather([row(j) for j, _ in members] + [last_log(j) for j, _ in members])
+    rows = await _read_many(
+        conn,
+        [("HMGET", ks.job(j), *fields) for j, _ in members]
+        + [("LINDEX", ks.logs(j), -1) for j, _ in members],
+    )
     jobs = []
     for i, (job_id, deadline) in enumerate(members):
         payload, attempts, progress, claimed_at = rows[i]
@@ -158,14 +150,11 @@ async def _active_jobs(conn: Connection, ks: Keyspace, limit: int) -> list[Activ
 async def _dead_jobs(conn: Connection, ks: Keyspace, limit: int, log_lines: int) -> list[DeadJob]:
     members = _pairs(await conn.execute("ZREVRANGE", ks.dead, 0, limit - 1, "WITHSCORES"))
     fields = ("payload", "failures", "last_error", "finished_at")
-
-    def row(job_id: str) -> Callable[[], Awaitable[Any]]:
-        return lambda: conn.execute("HMGET", ks.job(job_id), *fields)
-
-    def logs(job_id: str) -> Callable[[], Awaitable[Any]]:
-        return lambda: conn.execute("LRANGE", ks.logs(job_id), -log_lines, -1)
-
-    rows = await _gather([row(j) for j, _ in members] + [logs(j) for j, _ in members])
+    rows = await _read_many(
+        conn,
+        [("HMGET", ks.job(j), *fields) for j, _ in members]
+        + [("LRANGE", ks.logs(j), -log_lines, -1) for j, _ in members],
+    )
     jobs = []
     for i, (job_id, died_at) in enumerate(members):
         payload, failures, last_error, finished_at = rows[i]
