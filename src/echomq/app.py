@@ -101,6 +101,7 @@ class TaskOptions:
     timeout: float | None = None
     lease: float = DEFAULT_LEASE
     priority: int = 0
+    process: bool = False
 
     def __attrs_post_init__(self) -> None:
         v.positive_int("max_attempts", self.max_attempts)
@@ -377,6 +378,7 @@ class Queue:
         timeout: float | None = None,
         lease: float = DEFAULT_LEASE,
         priority: int = 0,
+        process: bool = False,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -390,6 +392,7 @@ class Queue:
         timeout: float | None = None,
         lease: float = DEFAULT_LEASE,
         priority: int = 0,
+        process: bool = False,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a coroutine function (or a plain one, run in a thread) as a task.
 
@@ -402,6 +405,9 @@ class Queue:
             timeout: seconds the handler may run; past it the attempt fails.
             lease: seconds of each lease; the worker renews it every third of that.
             priority: default priority of this task's jobs (higher runs first).
+            process: run a CPU-bound plain function in the worker's process pool
+                (``spawn``: a module-level function; no ``Job`` parameter; arguments and
+                result cross by pickle). Default: plain functions run in a thread.
 
         Raises:
             InvalidArgument: a bad option, or the name is taken on this queue.
@@ -412,11 +418,19 @@ class Queue:
             timeout=timeout,
             lease=lease,
             priority=priority,
+            process=process,
         )
 
         def register(fn: Callable[..., Any]) -> Task:
             if not callable(fn):
                 raise InvalidArgument(f"@queue.task needs a function, not {fn!r}")
+            if process and (inspect.iscoroutinefunction(fn) or _wants_job(fn)):
+                raise InvalidArgument(
+                    "process=True needs a plain function without a Job parameter "
+                    "(a coroutine, or the Job context, cannot cross to another process)"
+                )
+            if process and "<locals>" in fn.__qualname__:
+                raise InvalidArgument("process=True needs a module-level function")
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             if not isinstance(task_name, str) or not task_name:
                 raise InvalidArgument("a task name must be a non-empty str")

@@ -39,6 +39,7 @@ from ..errors import (
 )
 from .backoff import default_backoff, delay_for
 from .cancellation import Held, InFlight, Stop
+from .processes import ProcessPool
 
 __all__ = ["Counters", "JobRunner", "Settlement"]
 
@@ -89,6 +90,7 @@ class JobRunner:
     settle_timeout: float = 10.0
     counters: Counters = attrs.field(factory=Counters)
     to_release: list[tuple[str, int]] = attrs.field(factory=list)
+    processes: ProcessPool = attrs.field(factory=ProcessPool)
 
     async def run(self, claimed: Claimed, held: Held) -> None:
         """Execute, settle, and free the slot; hand the job back if it was not settled."""
@@ -171,8 +173,8 @@ class JobRunner:
             return None
         return settlement
 
-    @staticmethod
     async def _invoke(
+        self,
         task: Task,
         held: Held,
         job: Job,
@@ -187,9 +189,13 @@ class JobRunner:
         # A thread cannot be interrupted: a cancel request waits for it (the code may poll
         # current_job().cancel_token); a lost lease, a shutdown past grace or the timeout
         # abandon it (it runs on, but its outcome is never used).
+        # A process task is the same, in a child process (``process=True``).
         hard = trio.CancelScope(shield=True, deadline=math.inf if deadline is None else deadline)
         held.hard_scope = hard
         with hard:
+            if task.options.process:
+                fn = task.fn
+                return await self.processes.run(fn.__module__, fn.__qualname__, args, kwargs)
             return await trio.to_thread.run_sync(
                 functools.partial(task.fn, *args, **kwargs), abandon_on_cancel=True
             )

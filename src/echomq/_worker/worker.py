@@ -232,6 +232,7 @@ class Worker:
                     helpers.cancel_scope.cancel()
         finally:
             await self._release(conn, runner)
+            await runner.processes.aclose()
 
     async def _claim_until_stopped(
         self,
