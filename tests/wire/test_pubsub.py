@@ -97,7 +97,7 @@ async def test_pubsub_resubscribes_after_server_restart(own_server: RedisServer)
         with trio.fail_after(10):
             await _publish_until_heard(conn, "events", b"after")
             assert (await ps.receive()).data == b"after"
-        assert ps.reconnects == 1
+        assert ps.reconnects >= 1  # (a restart may cost more than one attempt)
 
 
 async def test_subscribe_during_an_outage_returns_once_resubscribed(
