@@ -262,6 +262,19 @@ async def measure(
         )
 
 
+# (label, ceiling key, items per call, unit, compared with, its label)
+CEILING_ROWS = (
+    ("ceiling: claim.lua count=1 (deep pending)", "claim1", 1, "calls/s", "ping", "PING -P16"),
+    ("ceiling: claim.lua paused (gate only)", "claim_paused", 1, "calls/s", "ping", "PING -P16"),
+    ("ceiling: claim.lua count=100", "claim100", 100, "jobs/s", "claim1",
+     "claim.lua count=1 calls/s"),
+    ("ceiling: extend_lock.lua", "extend1", 1, "leases/s", "ping", "PING -P16"),
+    ("ceiling: extend_locks.lua x100", "extend100", 100, "leases/s", "extend1",
+     "extend_lock.lua calls/s"),
+    ("ceiling: enqueue.lua x1", "enqueue1", 1, "calls/s", "ping", "PING -P16"),
+)  # fmt: skip
+
+
 async def run_verbs(
     url: str, port: int, scale: Scale, reps: int, *, log: Callable[[str], None]
 ) -> Results:
@@ -270,48 +283,8 @@ async def run_verbs(
         for rep in range(reps):
             ceil = await ceilings(conn, port, scale, rep)
             res.add("ceiling: PING", ceil["ping"], "calls/s")
-            res.add(
-                "ceiling: claim.lua count=1 (deep pending)",
-                ceil["claim1"],
-                "calls/s",
-                ceiling=ceil["ping"],
-                of="PING -P16",
-            )
-            res.add(
-                "ceiling: claim.lua paused (gate only)",
-                ceil["claim_paused"],
-                "calls/s",
-                ceiling=ceil["ping"],
-                of="PING -P16",
-            )
-            res.add(
-                "ceiling: claim.lua count=100",
-                ceil["claim100"] * 100,
-                "jobs/s",
-                ceiling=ceil["claim1"],
-                of="claim.lua count=1 calls/s",
-            )
-            res.add(
-                "ceiling: extend_lock.lua",
-                ceil["extend1"],
-                "leases/s",
-                ceiling=ceil["ping"],
-                of="PING -P16",
-            )
-            res.add(
-                "ceiling: extend_locks.lua x100",
-                ceil["extend100"] * 100,
-                "leases/s",
-                ceiling=ceil["extend1"],
-                of="extend_lock.lua calls/s",
-            )
-            res.add(
-                "ceiling: enqueue.lua x1",
-                ceil["enqueue1"],
-                "calls/s",
-                ceiling=ceil["ping"],
-                of="PING -P16",
-            )
+            for label, key, per_call, unit, against, of in CEILING_ROWS:
+                res.add(label, ceil[key] * per_call, unit, ceiling=ceil[against], of=of)
             await measure(conn, scale, rep, ceil, res)
             log(f"verbs: repetition {rep + 1}/{reps} done")
         await conn.execute("FLUSHALL")
