@@ -87,7 +87,7 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
             v.payload_bytes(job.payload),
             v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
             v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
-            v.positive_int("max_attempts", job.max_attempts),
+            v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
         ]
         ids.append(job_id)
 
