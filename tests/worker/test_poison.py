@@ -561,3 +561,16 @@ async def test_the_poison_cases_leave_the_worker_statistics_sane(
             await until(lambda: worker.statistics().held == 0)
     stats = worker.statistics()
     assert stats.failed == 5 and stats.completed == 1
+
+
+async def test_a_deeply_nested_event_is_skipped_and_the_worker_lives(
+    redis_url: str, queue: str
+) -> None:
+    """Junk published on the queue's events channel (nested too deeply) is skipped."""
+    q, ok = healthy_queue(queue, redis_url)
+    with trio.fail_after(10):
+        async with q.open(), serving(echomq.Worker(q)):
+            junk = b"[" * DEEP + b"]" * DEEP
+            assert await q.connection.execute("PUBLISH", f"emq:{{{queue}}}:events", junk) >= 1
+            await still_serves(ok)
+            await still_serves(ok)

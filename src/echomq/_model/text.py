@@ -7,11 +7,14 @@ Rule 2: a cut says where and how much: ``... [truncated 12,345 chars]``. An erro
 its head (the type and the start of the message); a traceback keeps its head and its tail
 (the outermost frames, and the innermost ones with the exception line).
 Rule 3: describing an exception never raises, whatever its ``__str__`` does.
+Rule 4: stored bytes (a payload, a result, a progress value written by another producer)
+are shown without parsing them: UTF-8 as text, anything else with its bytes escaped
+(``\\xff``), so an operator's view never fails on what it displays.
 """
 
 from __future__ import annotations
 
-__all__ = ["clip", "error_text", "safe_str"]
+__all__ = ["clip", "error_text", "raw_text", "safe_str", "show_bytes"]
 
 _MARK_ROOM = 64  # bytes kept free for the marker
 
@@ -78,3 +81,17 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
         else:
             found.append(exc)
     return found
+
+
+def raw_text(data: bytes) -> str:
+    """Bytes as text: UTF-8 where it is, ``\\xNN`` escapes where it is not."""
+    return data.decode("utf-8", "backslashreplace")
+
+
+def show_bytes(data: bytes, limit: int) -> str:
+    """Stored bytes for people, at most about ``limit`` bytes: text, or marked raw."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        return f"(not UTF-8, {len(data):,} bytes) " + clip(raw_text(data), limit)
+    return clip(text, limit)

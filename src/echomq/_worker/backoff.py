@@ -117,5 +117,5 @@ def backoff_ms(backoff: Backoff, failures: int) -> int:
         raise NoDelay(f"backoff raised {error_text(exc, 512)}") from exc
     problem = _problem(seconds)
     if problem is not None:
-        raise NoDelay(f"backoff({failures}) answered {problem}")
+        raise NoDelay(f"backoff({failures}): {problem}")
     return max(0, round(float(seconds) * 1000))
