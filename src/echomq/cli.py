@@ -695,7 +695,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=_positive_int, help="jobs at once (default 64)")
     p.add_argument("--recovery", choices=("reap", "stalled"), help="(default reap)")
     p.add_argument("--recovery-interval", type=float, help="seconds (default 5)")
-    p.add_argument("--max-stalled", type=_positive_int, help="stalls before dead (default 1)")
+    p.add_argument(
+        "--max-stalled",
+        type=_positive_int,
+        help="recovery bound (default 1): stalled = dead at N stalls; reap = recovered N times",
+    )
     p.add_argument("--grace", type=float, help="seconds for in-flight jobs (default 10)")
     p.set_defaults(entry=run_worker_command)
 
