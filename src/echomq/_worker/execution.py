@@ -158,7 +158,7 @@ class JobRunner:
         try:
             call = queue.codec.decode_call(claimed.payload)
         except Exception as exc:  # a custom codec's own error is the job's too
-            return self._undecodable(exc, "the payload could not be decoded")
+            return self._undecodable(claimed.id, exc, "the payload could not be decoded")
         task = queue.tasks.get(call.task)
         if task is None:
             error = f"TaskNotRegistered: no task named {call.task!r} on queue {queue.name!r}"
@@ -195,7 +195,9 @@ class JobRunner:
                 try:
                     result = queue.codec.encode_result(value)
                 except Exception as exc:  # as for decoding
-                    settlement = self._undecodable(exc, "the result could not be encoded")
+                    settlement = self._undecodable(
+                        claimed.id, exc, "the result could not be encoded"
+                    )
                 else:
                     settlement = Settlement(complete=True, result=result)
         if settlement is None:  # the scope caught a cancellation of ours
@@ -232,13 +234,14 @@ class JobRunner:
         return self._failure(task, claimed, error_text(failure), tb)
 
     @staticmethod
-    def _undecodable(exc: Exception, what: str) -> Settlement:
+    def _undecodable(job_id: str, exc: Exception, what: str) -> Settlement:
         """Dead at once: a payload that cannot be decoded, a result that cannot be encoded."""
         error = error_text(exc)
         if not isinstance(exc, SerializationError):  # a custom codec's bug: say where it hit
             error = _with_reason(error, what)
-        log.warning("job failed: %s", clip(error, MAX_ERROR_TEXT))
-        return Settlement(complete=False, error=clip(error, MAX_ERROR_TEXT), dead=True)
+        error = clip(error, MAX_ERROR_TEXT)
+        log.warning("job %s: %s", job_id, error)
+        return Settlement(complete=False, error=error, dead=True)
 
     def _failure(self, task: Task, claimed: Claimed, error: str, tb: str | None) -> Settlement:
         try:
