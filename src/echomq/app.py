@@ -31,11 +31,12 @@ from . import jobs
 from ._model.codec import JSON, Codec
 from ._model.job import JobInfo
 from ._model.states import CANCELLED_PREFIX, JobState
+from ._model.text import clip, safe_str
 from ._redis import validate as v
 from ._redis.connection import Connection, connect
 from ._redis.keyspace import check_id, check_queue
 from ._trio import open_service_nursery
-from ._worker.backoff import Backoff, check_backoff
+from ._worker.backoff import MAX_DELAY, Backoff, check_backoff
 from .cancel import CancelOutcome, CancelToken
 from .cancel import request as cancel_request
 from .config import DEFAULT_URL
@@ -79,11 +80,15 @@ def current_job() -> Job:
         raise RuntimeError("current_job() was called outside a running job") from None
 
 
-def _seconds(name: str, value: object, *, allow_zero: bool = True) -> float:
+def _seconds(
+    name: str, value: object, *, allow_zero: bool = True, high: float | None = None
+) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise InvalidArgument(f"{name} must be a finite number of seconds, not {value!r}")
     if value < 0 or (value == 0 and not allow_zero):
         raise InvalidArgument(f"{name} must be {'>=' if allow_zero else '>'} 0, not {value!r}")
+    if high is not None and value > high:
+        raise InvalidArgument(f"{name} must be at most {high:.0f} seconds, not {value!r}")
     return float(value)
 
 
@@ -104,10 +109,11 @@ class TaskOptions:
     process: bool = False
 
     def __attrs_post_init__(self) -> None:
-        v.positive_int("max_attempts", self.max_attempts)
+        # the caps the scripts enforce, checked now rather than when a job fails
+        v.positive_int("max_attempts", self.max_attempts, v.MAX_ATTEMPTS)
         if self.timeout is not None:
-            _seconds("timeout", self.timeout, allow_zero=False)
-        _seconds("lease", self.lease, allow_zero=False)
+            _seconds("timeout", self.timeout, allow_zero=False, high=MAX_DELAY)
+        _seconds("lease", self.lease, allow_zero=False, high=MAX_DELAY)
         if self.lease < 0.003:
             raise InvalidArgument(f"lease must be at least 3 ms, not {self.lease!r}")
         v.int_in("priority", self.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY)
@@ -334,9 +340,16 @@ def cancelled_reason(result: bytes | None) -> str | None:
     return reason or None
 
 
-def cancelled_result(reason: str | None) -> bytes:
-    """The result a cancelled job completes with."""
-    return (CANCELLED_PREFIX + (reason or "")).encode()
+MAX_REASON = 4096  # bytes of a cancel reason kept in the result
+
+
+def cancelled_result(reason: object) -> bytes:
+    """The result a cancelled job completes with (a reason that is not a str becomes text)."""
+    if reason is None:
+        text = ""
+    else:
+        text = safe_str(reason)
+    return (CANCELLED_PREFIX + clip(text, MAX_REASON)).encode()
 
 
 class Queue:
@@ -399,11 +412,15 @@ class Queue:
         Args:
             name: the task's name on the wire (default ``module.qualname``).
             max_attempts: handler failures allowed before the job is dead (retries =
-                max_attempts - 1). A ``Retry`` counts as a failure.
+                max_attempts - 1; at most 1,000,000). A ``Retry`` counts as a failure.
             backoff: seconds between attempts, or a callable ``failures -> seconds``
-                (default: 1 s doubling, capped at 300 s).
+                (default: 1 s doubling, capped at 300 s). A delay that cannot be
+                scheduled at run time (the callable raised, answered NaN, inf or more
+                than ``MAX_DELAY``) makes the job dead with that reason.
             timeout: seconds the handler may run; past it the attempt fails.
             lease: seconds of each lease; the worker renews it every third of that.
+                Delays, leases and timeouts are at most ``MAX_DELAY`` (2^40 ms, ~34.8
+                years: the scripts' cap).
             priority: default priority of this task's jobs (higher runs first).
             process: run a CPU-bound plain function in the worker's process pool
                 (``spawn``: a module-level function; no ``Job`` parameter; arguments and

@@ -32,6 +32,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from . import admin, jobs
+from ._model.text import raw_text, show_bytes
 from ._redis.connection import Connection, connect
 from ._redis.keyspace import PREFIX, Keyspace
 from .config import DEFAULT_URL, parse_url
@@ -146,10 +147,14 @@ def _utc(ms: int | None) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S") + "Z"
 
 
+SHOW_LIMIT = 64 * 1024  # bytes of a payload or result `job` prints
+
+
 def _show(data: bytes | None) -> str:
+    """A payload or result as stored, never parsed: text, or raw bytes marked as such."""
     if data is None:
         return "-"
-    return data.decode("utf-8", "replace")
+    return show_bytes(data, SHOW_LIMIT)
 
 
 # -- queue scope ----------------------------------------------------------------------------
@@ -430,7 +435,7 @@ async def _watch_plain(
     print(f"watching {args.queue}: {len(active)} active", flush=True)
     for job in active:
         value = progress[job]
-        suffix = f" progress={value.decode()}" if value is not None else ""
+        suffix = f" progress={raw_text(value)}" if value is not None else ""
         print(f"active {job}{suffix}", flush=True)
     seen = 0
     async for event in events:
@@ -475,7 +480,7 @@ async def _watch_live(
 
     for job in active:
         value = progress[job]
-        show(job, None if value is None else value.decode())
+        show(job, None if value is None else raw_text(value))
     seen = 0
     with Live(Group(Header(), bars), console=out, transient=True, refresh_per_second=8) as live:
         async for event in events:
@@ -690,7 +695,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=_positive_int, help="jobs at once (default 64)")
     p.add_argument("--recovery", choices=("reap", "stalled"), help="(default reap)")
     p.add_argument("--recovery-interval", type=float, help="seconds (default 5)")
-    p.add_argument("--max-stalled", type=_positive_int, help="stalls before dead (default 1)")
+    p.add_argument(
+        "--max-stalled",
+        type=_positive_int,
+        help="recovery bound (default 1): stalled = dead at N stalls; reap = recovered N times",
+    )
     p.add_argument("--grace", type=float, help="seconds for in-flight jobs (default 10)")
     p.set_defaults(entry=run_worker_command)
 

@@ -152,7 +152,9 @@ class JobCancelled(EchoMQError):
 class Retry(Exception):
     """Raised by a task to ask for a retry after ``delay`` seconds (None: the task's backoff).
 
-    A retry counts as a failure against ``max_attempts``, as in Celery and arq.
+    A retry counts as a failure against ``max_attempts``, as in Celery and arq. A delay
+    that cannot be scheduled (not a real number, NaN, inf, or more than 2^40 ms) makes
+    the job dead with that reason; a negative delay means "now".
     """
 
     def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:

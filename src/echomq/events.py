@@ -121,7 +121,7 @@ class EventFeed:
             return  # nobody listens: skip the decode (a busy queue publishes a lot)
         try:
             fields = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested too deeply: skipped
             return
         if not isinstance(fields, dict):
             return

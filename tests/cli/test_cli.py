@@ -282,3 +282,31 @@ async def test_watch_stops_after_duration(redis_url: str, queue: str) -> None:
     """watch --duration exits 0 by itself when no event arrives."""
     p = await run(redis_url, "watch", queue, "--duration", "0.3")
     assert p.returncode == 0 and out(p).startswith(f"watching {queue}: 0 active")
+
+
+DEEP = b"[" * 40_000 + b"]" * 40_000  # 80 KB: more than `job` prints
+GARBAGE = b"\xff\xfe\x80garbage"
+
+
+async def test_job_explain_and_watch_show_undecodable_data_raw(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """A payload, result or progress that is not UTF-8 (or nested too deeply to parse)
+    is shown raw and marked; job, explain and watch exit 0 with no traceback."""
+    deep = await jobs.enqueue(conn, queue, b'{"task":"t","args":[' + DEEP + b"]}")
+    garbage = await jobs.enqueue(conn, queue, GARBAGE)
+    claimed = {c.id: c for c in await jobs.claim(conn, queue, 30_000, count=2)}
+    await jobs.complete(conn, queue, deep, claimed[deep].token, DEEP)
+    await conn.execute("HSET", Keyspace(queue).job(garbage), "progress", GARBAGE)
+    p = await run(redis_url, "job", garbage, "-q", queue)
+    assert p.returncode == 0 and "Traceback" not in err(p), err(p)
+    assert "not UTF-8, 10 bytes" in out(p) and "\\xff\\xfe\\x80garbage" in out(p)
+    p = await run(redis_url, "job", deep, "-q", queue)
+    assert p.returncode == 0 and "Traceback" not in err(p), err(p)
+    assert '{"task":"t","args":[[[[' in out(p) and "[truncated" in out(p)
+    for job_id in (deep, garbage):
+        p = await run(redis_url, "explain", job_id, "-q", queue)
+        assert p.returncode == 0 and "Traceback" not in err(p), err(p)
+    p = await run(redis_url, "watch", queue, "--duration", "0.3")
+    assert p.returncode == 0 and "Traceback" not in err(p), err(p)
+    assert f"active {garbage} progress=\\xff\\xfe\\x80garbage" in out(p)

@@ -317,3 +317,32 @@ async def test_redis_outage_is_reported_and_the_dashboard_recovers(
                 snap = await client.next("snapshot")
                 assert view(snap, "outage")["counts"]["pending"] == 0  # no persistence
         nursery.cancel_scope.cancel()
+
+
+DEEP_CALL = b'{"task":"deep","args":[' + b"[" * 5_000 + b"]" * 5_000 + b"]}"
+GARBAGE = b"\xff\xfe\x80garbage"
+
+
+async def test_undecodable_payloads_show_raw_and_the_dashboard_lives(
+    dashboard: DashboardInfo, conn: echomq.Connection, queue: str
+) -> None:
+    """A payload nested too deeply or not UTF-8 shows as a raw preview; snapshots go on."""
+    async with trio_websocket.open_websocket_url(ws_url(dashboard)) as ws:
+        client = Client(ws)
+        await client.next("snapshot")
+        ids = [await jobs.enqueue(conn, queue, raw) for raw in (DEEP_CALL, GARBAGE)]
+        claimed = await jobs.claim(conn, queue, 30_000, count=2)
+        await jobs.fail(conn, queue, claimed[0].id, claimed[0].token, "poison", dead=True)
+        await conn.execute("HSET", f"emq:{{{queue}}}:job:{claimed[1].id}", "progress", GARBAGE)
+        await conn.execute("PUBLISH", f"emq:{{{queue}}}:events", b"[" * 5_000 + b"]" * 5_000)
+        snap = await client.next(
+            "snapshot", lambda m: bool(view(m, queue)["dead"] and view(m, queue)["active"])
+        )
+        [dead], [active] = view(snap, queue)["dead"], view(snap, queue)["active"]
+        later = await jobs.enqueue(conn, queue, payload("demo.after"))
+        await client.next("snapshot", lambda m: view(m, queue)["counts"]["pending"] == 1)
+    shown = {dead["id"]: dead, active["id"]: active}
+    deep, garbage = shown[ids[0]], shown[ids[1]]
+    assert deep["task"] == "?" and deep["call"].startswith('{"task":"deep","args":[[[[')
+    assert garbage["task"] == "?" and garbage["call"].startswith("\\xff\\xfe\\x80garbage")
+    assert later

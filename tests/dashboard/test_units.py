@@ -131,6 +131,19 @@ def test_describe_payload_previews_the_call() -> None:
     assert task == "t" and len(call) == 120 and call.endswith("…")
 
 
+@pytest.mark.parametrize("depth", [*range(900, 1001, 10), 5_000, 100_000])
+def test_describe_payload_of_deeply_nested_json_is_a_raw_preview(depth: int) -> None:
+    """JSON nested past Python's recursion limit never raises: it shows raw."""
+    payload = b'{"task":"t","args":[' + b"[" * depth + b"]" * depth + b"]}"
+    task, call = describe_payload(payload)
+    assert call.startswith('{"task":"t","args":[[[') or task == "t"
+
+
+def test_describe_payload_of_binary_garbage_shows_its_bytes() -> None:
+    """Bytes that are not UTF-8 show escaped, not as replacement characters."""
+    assert describe_payload(b"\xff\xfeok\x80") == ("?", "\\xff\\xfeok\\x80")
+
+
 def test_dashboard_info_urls_carry_the_token_only_in_the_fragment() -> None:
     """login_url puts the token after '#', which browsers never send to the server."""
     info = DashboardInfo(host="127.0.0.1", port=8000, token="abc")

@@ -61,7 +61,11 @@ async def test_scheduled_recovered_and_released_events(
         await jobs.enqueue(conn, queue, b"", job_id="later", delay_ms=60_000)
         await jobs.enqueue(conn, queue, b"", job_id="now")
         [held] = await jobs.claim(conn, queue, 1)
-        await eventually(lambda: jobs.reap(conn, queue))
+
+        async def reaped() -> list[str]:
+            return (await jobs.reap(conn, queue)).recovered
+
+        await eventually(reaped)
         [held] = await jobs.claim(conn, queue, 60_000)
         await jobs.release(conn, queue, [(held.id, held.token)])
         got = await _take(ps, 6)

@@ -1,4 +1,4 @@
-"""reap (crash recovery) and release (shutdown hand-back): back to pending, no count."""
+"""reap (crash recovery: counted, bounded) and release (shutdown hand-back: no count)."""
 
 from __future__ import annotations
 
@@ -9,24 +9,66 @@ from echomq import jobs
 from echomq._redis.keyspace import Keyspace
 from echomq.jobs import ExtendResult
 
-from ._support import claim_one, field, lapse, snapshot
+from ._support import claim_one, field, lapse, run_id, snapshot
 
 
-async def test_reap_returns_expired_leases_without_counting(
+async def test_reap_returns_expired_leases_counting_a_stall(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
-    """An expired lease goes back to pending; attempts, failures, stalled are unchanged."""
+    """An expired lease goes back to pending with one stall counted; attempts, failures kept."""
     job_id = await jobs.enqueue(conn, queue, b"x")
     await claim_one(conn, queue, lease_ms=20)
     await lapse(conn, ks, job_id)
     await conn.execute("DEL", ks.wake)
-    assert await jobs.reap(conn, queue) == [job_id]
+    sweep = await jobs.reap(conn, queue)
+    assert (sweep.recovered, sweep.dead) == ([job_id], [])
     info = await jobs.get_job(conn, queue, job_id)
     assert info is not None
     assert info.state is echomq.JobState.PENDING
-    assert (info.attempts, info.failures, info.stalled) == (1, 0, 0)
+    assert (info.attempts, info.failures, info.stalled) == (1, 0, 1)
     assert await conn.execute("ZSCORE", ks.active, job_id) is None
     assert await conn.execute("LRANGE", ks.wake, 0, -1) == [b"1"]
+
+
+@pytest.mark.parametrize("max_recoveries", [0, 1, 3])
+async def test_reap_dead_letters_a_job_past_max_recoveries(
+    conn: echomq.Connection, queue: str, ks: Keyspace, max_recoveries: int
+) -> None:
+    """A job whose claims keep ending in a crash is recovered max_recoveries times, then dead."""
+    job_id = await jobs.enqueue(conn, queue, b"x", max_attempts=10)
+    for stall in range(1, max_recoveries + 2):
+        await claim_one(conn, queue, lease_ms=20)
+        await lapse(conn, ks, job_id)
+        sweep = await jobs.reap(conn, queue, max_recoveries=max_recoveries)
+        if stall <= max_recoveries:
+            assert (sweep.recovered, sweep.dead) == ([job_id], [])
+    assert (sweep.recovered, sweep.dead) == ([], [job_id])
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None and info.state is echomq.JobState.DEAD
+    assert info.last_error == "stalled" and info.stalled == max_recoveries + 1
+    assert info.failures == 0 and info.finished_at is not None
+    assert await conn.execute("ZSCORE", ks.dead, job_id) is not None
+    assert await conn.execute("ZSCORE", ks.pending, job_id) is None
+    assert await conn.execute("HGET", ks.metrics_failed, "count") == b"1"
+
+
+@pytest.mark.parametrize("epoch", ["another-run", None])
+async def test_reap_recovers_a_lease_from_before_a_restart_without_counting(
+    conn: echomq.Connection, queue: str, ks: Keyspace, epoch: str | None
+) -> None:
+    """lease_epoch of another server run (or none): recovered, never counted, never dead."""
+    job_id = await jobs.enqueue(conn, queue, b"x")
+    await claim_one(conn, queue, lease_ms=20)
+    assert await field(conn, ks, job_id, "lease_epoch") == (await run_id(conn)).encode()
+    if epoch is None:
+        await conn.execute("HDEL", ks.job(job_id), "lease_epoch")
+    else:
+        await conn.execute("HSET", ks.job(job_id), "lease_epoch", epoch)
+    await lapse(conn, ks, job_id)
+    sweep = await jobs.reap(conn, queue, max_recoveries=0)
+    assert (sweep.recovered, sweep.dead) == ([job_id], [])
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None and info.state is echomq.JobState.PENDING and info.stalled == 0
 
 
 async def test_reap_leaves_live_leases_and_drops_ghosts(
@@ -36,7 +78,7 @@ async def test_reap_leaves_live_leases_and_drops_ghosts(
     live = await jobs.enqueue(conn, queue, b"x")
     await claim_one(conn, queue, lease_ms=60_000)
     await conn.execute("ZADD", ks.active, 0, "ghost")
-    assert await jobs.reap(conn, queue) == []
+    assert (await jobs.reap(conn, queue)).recovered == []
     assert await conn.execute("ZRANGE", ks.active, 0, -1) == [live.encode()]
     assert await conn.execute("EXISTS", ks.job("ghost")) == 0
     assert await conn.execute("ZSCORE", ks.pending, "ghost") is None

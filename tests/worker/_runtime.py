@@ -61,9 +61,14 @@ async def wait_state(
 
 @asynccontextmanager
 async def worker_process(
-    redis_url: str, queue: str, log_path: Path, *args: str, lease: float = 30.0
+    redis_url: str,
+    queue: str,
+    log_path: Path,
+    *args: str,
+    lease: float = 30.0,
+    target: str = "_proc_tasks:queue",
 ) -> AsyncIterator[trio.Process]:
-    """A worker subprocess serving ``_proc_tasks:queue``; killed on the way out if alive."""
+    """A worker subprocess serving ``target``; killed on the way out if alive."""
     env = dict(os.environ)
     env.update(
         ECHOMQ_URL=redis_url,
@@ -71,7 +76,7 @@ async def worker_process(
         EMQ_TEST_LEASE=str(lease),
         PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
     )
-    command = [sys.executable, "-m", "echomq._worker.main", "_proc_tasks:queue", *args]
+    command = [sys.executable, "-m", "echomq._worker.main", target, *args]
     with open(log_path, "wb") as log:  # noqa: ASYNC230 - a local file, before the child starts
         proc = await trio.lowlevel.open_process(
             command, env=env, stdout=log, stderr=subprocess.STDOUT

@@ -5,13 +5,15 @@ from __future__ import annotations
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 import echomq
-from echomq import jobs
+from echomq import jobs, stalled
 from echomq._verbs.guard import take_sweep_guard
+from echomq._worker.execution import JobRunner
 from echomq.errors import JobFailed
 
 from ._runtime import serving, until, wait_state, worker_process
@@ -198,3 +200,49 @@ async def test_two_workers_share_one_sweep_per_interval(redis_url: str, queue: s
             elapsed = trio.current_time() - start
     sweeps = first.statistics().sweeps + second.statistics().sweeps
     assert 1 <= sweeps <= elapsed / 0.09 + 2
+
+
+async def test_a_failing_worker_leaves_its_jobs_to_recovery_counted(
+    redis_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error escaping serve is a crash: held jobs are not released uncounted; their
+    leases are cut, and the next sweep counts them as stalls (dead at max_stalled=1)."""
+    q = echomq.Queue(queue, url=redis_url)
+    started = trio.Event()
+
+    @q.task(name="quick")
+    async def quick() -> str:
+        await started.wait()
+        return "done"
+
+    @q.task(name="slow")
+    async def slow() -> None:
+        started.set()
+        await trio.sleep_forever()
+
+    async def buggy_settle(self: JobRunner, held: Any, settlement: Any) -> bool:
+        raise RuntimeError("a bug in the worker")
+
+    monkeypatch.setattr(JobRunner, "_settle", buggy_settle)
+    worker = echomq.Worker(q, concurrency=2, recovery_interval=60)
+    with trio.fail_after(10):
+        async with q.open():
+            conn = q.connection
+            first = await slow.delay()
+            second = await quick.delay()
+            with pytest.RaisesGroup(
+                pytest.RaisesExc(RuntimeError, match="a bug in the worker"), flatten_subgroups=True
+            ):
+                await worker.serve()
+            for handle in (first, second):
+                info = await handle.info()
+                assert info is not None and info.state == "active"  # not handed back
+            assert worker.statistics().released == 0
+            dead: list[str] = []
+
+            async def swept() -> bool:
+                dead.extend((await stalled.check(conn, queue, max_stalled=1)).dead)
+                return len(dead) == 2
+
+            await until(swept, within=2)  # the leases were cut to 1 ms
+    assert sorted(dead) == sorted([first.id, second.id])

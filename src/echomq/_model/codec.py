@@ -6,6 +6,9 @@ A job's payload names the task and carries its arguments::
 
 Results are stored as JSON text. Encoding happens before any I/O, so an argument that
 cannot be encoded raises :class:`~echomq.errors.SerializationError` and nothing is sent.
+Every way a value or a payload can be refused is that one error, including JSON nested
+too deeply for Python's recursive codec (a ``RecursionError`` never leaves this module):
+valid JSON from another producer may nest deeper than a Python process can follow.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import attrs
 from ..errors import SerializationError
 
 __all__ = ["Call", "Codec", "JsonCodec", "JSON"]
+
+_DEEP = "nested too deeply (RecursionError)"
 
 
 @attrs.frozen(kw_only=True)
@@ -48,6 +53,8 @@ class JsonCodec:
     def _dumps(self, value: Any, what: str) -> bytes:
         try:
             return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        except RecursionError:
+            raise SerializationError(f"{what} cannot be encoded as JSON: {_DEEP}") from None
         except (TypeError, ValueError) as exc:
             raise SerializationError(f"{what} cannot be encoded as JSON: {exc}") from None
 
@@ -62,7 +69,9 @@ class JsonCodec:
             task = data["task"]
             args = data.get("args", [])
             kwargs = data.get("kwargs", {})
-        except (ValueError, TypeError, KeyError) as exc:
+        except RecursionError:
+            raise SerializationError(f"payload is not an echomq call: {_DEEP}") from None
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
             raise SerializationError(f"payload is not an echomq call: {exc}") from None
         if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise SerializationError("payload is not an echomq call: bad field types")
@@ -74,6 +83,8 @@ class JsonCodec:
     def decode_result(self, data: bytes) -> Any:
         try:
             return json.loads(data)
+        except RecursionError:
+            raise SerializationError(f"result is not JSON: {_DEEP}") from None
         except ValueError as exc:
             raise SerializationError(f"result is not JSON: {exc}") from None
 

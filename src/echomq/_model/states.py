@@ -52,7 +52,7 @@ TRANSITIONS: dict[str, Moves] = {
         JobState.COMPLETED: frozenset({None}),
     },
     "fail": {JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD})},
-    "reap": {JobState.ACTIVE: frozenset({JobState.PENDING})},
+    "reap": {JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD})},
     "stalled_check": {JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD})},
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
     # the operator plane (seed 004)

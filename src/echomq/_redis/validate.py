@@ -15,6 +15,7 @@ from ..errors import InvalidArgument, SerializationError
 from .keyspace import check_id
 
 __all__ = [
+    "MAX_ATTEMPTS",
     "MAX_BATCH",
     "MAX_COUNT",
     "MAX_MS",
@@ -32,6 +33,7 @@ MAX_PRIORITY = 4095  # priority * 2^40 + seq must stay exact in a double score
 MAX_COUNT = 1000  # jobs per claim
 MAX_BATCH = 1000  # ids per reap / stalled sweep (the script unpacks them)
 MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a double
+MAX_ATTEMPTS = 1_000_000  # handler failures a job may have; a sane bound, not arithmetic
 
 
 def _is_int(value: object) -> bool:

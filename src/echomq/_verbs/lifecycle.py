@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
-from .._model.job import Claimed, JobInfo
+from .._model.job import Claimed, JobInfo, Sweep
 from .._redis import validate as v
 from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace, check_id, keyspace
@@ -22,6 +22,7 @@ from .._redis.scripts import ScriptCall, call, evaluate
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
+    "DEFAULT_MAX_RECOVERIES",
     "ClaimBatch",
     "claim_batch",
     "Claimed",
@@ -45,6 +46,7 @@ __all__ = [
 ]
 
 FailOutcome = Literal["retrying", "dead"]
+DEFAULT_MAX_RECOVERIES = 1  # reap: the seed's "recover-once path"
 DEFAULT_KEEP_COMPLETED = 10_000
 DEFAULT_KEEP_COMPLETED_MS = 24 * 3600 * 1000
 
@@ -87,7 +89,7 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
             v.payload_bytes(job.payload),
             v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
             v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
-            v.positive_int("max_attempts", job.max_attempts),
+            v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
         ]
         ids.append(job_id)
 
@@ -269,16 +271,22 @@ def release_call(
     )
 
 
-def _read_ids(reply: Any) -> list[str]:
-    if not isinstance(reply, list):
-        raise ScriptError(f"unexpected reply {reply!r}")
-    return [text(x) for x in reply]
+def _read_sweep(reply: Any) -> Sweep:
+    if not (
+        isinstance(reply, list) and len(reply) == 2 and all(isinstance(x, list) for x in reply)
+    ):
+        raise ScriptError(f"reap: unexpected reply {reply!r}")
+    return Sweep(recovered=[text(x) for x in reply[0]], dead=[text(x) for x in reply[1]])
 
 
-def reap_call(queue: str, *, limit: int = 1000) -> ScriptCall[list[str]]:
+def reap_call(
+    queue: str, *, limit: int = 1000, max_recoveries: int = DEFAULT_MAX_RECOVERIES
+) -> ScriptCall[Sweep]:
     ks = keyspace(queue)
     v.int_in("limit", limit, 1, v.MAX_BATCH)
-    return call("reap", [ks.active, ks.pending, ks.wake], [ks.base, limit], _read_ids)
+    v.non_negative_int("max_recoveries", max_recoveries, v.MAX_ATTEMPTS)
+    keys = [ks.active, ks.pending, ks.dead, ks.metrics_failed, ks.wake]
+    return call("reap", keys, [ks.base, limit, max_recoveries], _read_sweep)
 
 
 # -- verbs ------------------------------------------------------------------------------------
@@ -410,13 +418,26 @@ async def release(
     return await evaluate(conn, release_call(queue, held))
 
 
-async def reap(conn: Connection, queue: str, *, limit: int = 1000) -> list[str]:
-    """Return expired leases to pending, with no count (crash recovery); answer their ids.
+async def reap(
+    conn: Connection,
+    queue: str,
+    *,
+    limit: int = 1000,
+    max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+) -> Sweep:
+    """Crash recovery: return expired leases to pending, counting each as a stall.
 
-    At most ``limit`` (1..1000) per call: call again while it answers a full page. An
-    expired id with no row leaves active and is not listed.
+    A job is recovered while its ``stalled`` count is at most ``max_recoveries`` (default
+    1: recovered once); the stall after that dead-letters it (``last_error = "stalled"``),
+    so a job that crashes every worker that runs it is bounded. A lease stamped before the
+    server's last restart is recovered without counting. At most ``limit`` (1..1000)
+    leases per call: call again while it answers a full page. An expired id with no row
+    leaves active and is listed nowhere.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
     """
-    return await evaluate(conn, reap_call(queue, limit=limit))
+    return await evaluate(conn, reap_call(queue, limit=limit, max_recoveries=max_recoveries))
 
 
 def get_job_args(queue: str, job_id: str) -> tuple[str, str]:

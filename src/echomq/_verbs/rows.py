@@ -230,7 +230,8 @@ class Explanation:
                 )
             return (
                 f"lease expired {_span(left)} ago: its holder stopped checkpointing (crashed or "
-                f"stuck); reap or the stalled sweep returns it (stalls so far {job.stalled})"
+                f"stuck); the next recovery sweep counts a stall (so far {job.stalled}) and "
+                "returns it, or dead-letters it past the bound"
             )
         if state is JobState.DEAD:
             if job.last_error == "stalled":

@@ -8,9 +8,16 @@ Rule 2: the outcome is settled under a shielded scope with a bounded timeout;
 ``ConnectionLost`` is retried with backoff inside that bound (``complete`` is idempotent
 for the same token; a ``fail`` that did land answers ``NotActive``/``StaleToken`` the
 second time, which also means "done"). A refusal means the lease was lost: logged, never
-retried, never forced.
-Rule 3: a handler error is the job's failure, never the worker's: it is logged with its
-traceback and written to the job's log list; ``last_error`` is ``Type: message``.
+retried, never forced. Any other error while settling (a server error, a result the
+verb refuses) is logged and the job is failed dead instead, with that reason; if even
+that is refused, the lease lapses and recovery counts the job as stalled.
+Rule 3: a job's failure is never the worker's. Whatever leaves user code (any exception,
+``SystemExit`` and ``KeyboardInterrupt`` included, alone or in an exception group), the
+codec (a payload it cannot decode, a result it cannot encode) or a retry delay that
+cannot be scheduled ends as that job's failure; only trio's own ``Cancelled`` passes.
+``last_error`` is ``Type: message``, at most :data:`MAX_ERROR_TEXT` bytes; the traceback
+goes to the worker's log and to the job's log list, at most one log line (head and tail
+kept). A cut says where: ``... [truncated 12,345 chars]``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import trio
 
 from .. import jobs
 from .._model.job import Claimed
+from .._model.text import clip, error_text, safe_str
+from .._verbs.rows import MAX_LOG_LINE
 from ..app import Job, Queue, Task, cancelled_result
 from ..errors import (
     ConnectionLost,
@@ -37,20 +46,26 @@ from ..errors import (
     SerializationError,
     StaleToken,
 )
-from .backoff import default_backoff, delay_for
+from .backoff import NoDelay, backoff_ms, default_backoff, delay_ms
 from .cancellation import Held, InFlight, Stop
 from .processes import ProcessPool
 
-__all__ = ["Counters", "JobRunner", "Settlement"]
+__all__ = ["MAX_ERROR_TEXT", "Counters", "JobRunner", "Settlement"]
 
 log = logging.getLogger("echomq.worker")
 
 _LOST = (StaleToken, NotActive, JobGone)
 
+MAX_ERROR_TEXT = 8 * 1024  # bytes of a job's last_error (and of its events' error field)
+_REASON_ROOM = 1024  # bytes of an error text kept for "(not retried: ...)"
+
 
 @attrs.frozen(kw_only=True)
 class Settlement:
-    """How a job ends this attempt: ``complete`` (with a result) or ``fail``."""
+    """How a job ends this attempt: ``complete`` (with a result) or ``fail``.
+
+    ``fallback``: this is already the dead-letter that replaced a refused settlement.
+    """
 
     complete: bool
     result: bytes = b""
@@ -59,6 +74,7 @@ class Settlement:
     dead: bool = False
     cancelled: bool = False
     traceback: str | None = None
+    fallback: bool = False
 
 
 @attrs.define
@@ -74,9 +90,36 @@ class Counters:
     released: int = 0
 
 
-def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+def _with_reason(error: str, reason: str) -> str:
+    """``error (reason)``, the whole at most MAX_ERROR_TEXT bytes, the reason kept."""
+    note = clip(f" ({reason})", _REASON_ROOM)
+    return clip(error, MAX_ERROR_TEXT - len(note.encode())) + note
+
+
+def _failure_of(exc: BaseException) -> BaseException | None:
+    """The part of ``exc`` that is the job's failure; None when it is only trio's Cancelled.
+
+    A group is split: its Cancelled parts belong to trio (a cancellation is level-triggered:
+    the next checkpoint of a still-cancelled scope raises it again), the rest is the job's.
+    A group left with a single exception is that exception.
+    """
+    if isinstance(exc, trio.Cancelled):
+        return None
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    _, rest = exc.split(trio.Cancelled)
+    while isinstance(rest, BaseExceptionGroup) and len(rest.exceptions) == 1:
+        rest = rest.exceptions[0]
+    return rest
+
+
+def _traceback_line(exc: BaseException) -> str:
+    """The traceback as one log line: at most MAX_LOG_LINE bytes, head and tail kept."""
+    try:
+        text = "".join(traceback.format_exception(exc)).rstrip()
+    except Exception:  # a traceback that cannot be formatted: its type then
+        text = error_text(exc)
+    return clip(text, MAX_LOG_LINE, tail=MAX_LOG_LINE // 2)
 
 
 @attrs.define(eq=False)
@@ -114,13 +157,15 @@ class JobRunner:
         queue = self.queue
         try:
             call = queue.codec.decode_call(claimed.payload)
-        except SerializationError as exc:
-            return Settlement(complete=False, error=_error_text(exc), dead=True)
+        except Exception as exc:  # a custom codec's own error is the job's too
+            return self._undecodable(claimed.id, exc, "the payload could not be decoded")
         task = queue.tasks.get(call.task)
         if task is None:
             error = f"TaskNotRegistered: no task named {call.task!r} on queue {queue.name!r}"
-            delay = delay_for(default_backoff, claimed.failures + 1)
-            return Settlement(complete=False, error=error, retry_delay_ms=round(delay * 1000))
+            delay = backoff_ms(default_backoff, claimed.failures + 1)
+            return Settlement(
+                complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay
+            )
         held.lease_ms = task.options.lease_ms
         job = Job(
             id=claimed.id,
@@ -135,35 +180,24 @@ class JobRunner:
         )
         settlement: Settlement | None = None
         timeout = task.options.timeout
+        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        limit = None if timeout is None else deadline
         with held.scope, job._bind():
             try:
-                if timeout is None:
-                    value = await self._invoke(task, held, job, call.args, call.kwargs, None)
-                else:
-                    deadline = trio.current_time() + timeout
-                    with trio.fail_at(deadline):
-                        value = await self._invoke(
-                            task, held, job, call.args, call.kwargs, deadline
-                        )
-            except Retry as ask:
-                settlement = self._retry(task, claimed, ask)
-            except JobCancelled as exc:
-                reason = exc.reason if exc.reason is not None else held.cancel_token.reason
-                settlement = Settlement(
-                    complete=True, result=cancelled_result(reason), cancelled=True
-                )
-            except trio.TooSlowError:
-                settlement = self._failure(
-                    task, claimed, f"TimeoutError: ran longer than {timeout:g} s", None
-                )
-            except Exception as exc:
-                log.warning("job %s (%s) raised", claimed.id, task.name, exc_info=True)
-                settlement = self._failure(task, claimed, _error_text(exc), traceback.format_exc())
+                with trio.fail_at(deadline):
+                    value = await self._invoke(task, held, job, call.args, call.kwargs, limit)
+            except BaseException as exc:  # rule 3: only trio's Cancelled passes
+                failure = _failure_of(exc)
+                if failure is None:
+                    raise
+                settlement = self._outcome(task, claimed, held, failure, exc, limit)
             else:
                 try:
                     result = queue.codec.encode_result(value)
-                except SerializationError as exc:
-                    settlement = Settlement(complete=False, error=_error_text(exc), dead=True)
+                except Exception as exc:  # as for decoding
+                    settlement = self._undecodable(
+                        claimed.id, exc, "the result could not be encoded"
+                    )
                 else:
                     settlement = Settlement(complete=True, result=result)
         if settlement is None:  # the scope caught a cancellation of ours
@@ -172,6 +206,65 @@ class JobRunner:
                 return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)
             return None
         return settlement
+
+    def _outcome(
+        self,
+        task: Task,
+        claimed: Claimed,
+        held: Held,
+        failure: BaseException,
+        raised: BaseException,
+        deadline: float | None,
+    ) -> Settlement:
+        """What an exception out of the task means for the job."""
+        if isinstance(failure, Retry):
+            return self._retry(task, claimed, failure)
+        if isinstance(failure, JobCancelled):
+            reason = failure.reason if failure.reason is not None else held.cancel_token.reason
+            return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)
+        if (
+            isinstance(failure, trio.TooSlowError)
+            and deadline is not None
+            and trio.current_time() >= deadline
+        ):
+            error = f"TimeoutError: ran longer than {task.options.timeout:g} s"
+            return self._failure(task, claimed, error, None)
+        tb = _traceback_line(raised)
+        log.warning("job %s (%s) raised:\n%s", claimed.id, task.name, tb)
+        return self._failure(task, claimed, error_text(failure), tb)
+
+    @staticmethod
+    def _undecodable(job_id: str, exc: Exception, what: str) -> Settlement:
+        """Dead at once: a payload that cannot be decoded, a result that cannot be encoded."""
+        error = error_text(exc)
+        if not isinstance(exc, SerializationError):  # a custom codec's bug: say where it hit
+            error = _with_reason(error, what)
+        error = clip(error, MAX_ERROR_TEXT)
+        log.warning("job %s: %s", job_id, error)
+        return Settlement(complete=False, error=error, dead=True)
+
+    def _failure(self, task: Task, claimed: Claimed, error: str, tb: str | None) -> Settlement:
+        try:
+            delay = backoff_ms(task.options.backoff, claimed.failures + 1)
+        except NoDelay as why:
+            error = _with_reason(error, f"not retried: {why}")
+            return Settlement(complete=False, error=error, dead=True, traceback=tb)
+        return Settlement(
+            complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay, traceback=tb
+        )
+
+    def _retry(self, task: Task, claimed: Claimed, ask: Retry) -> Settlement:
+        error = f"Retry: {safe_str(ask.reason)}"
+        try:
+            if ask.delay is not None:
+                delay = delay_ms(ask.delay)
+            else:
+                delay = backoff_ms(task.options.backoff, claimed.failures + 1)
+        except NoDelay as why:
+            return Settlement(
+                complete=False, error=_with_reason(error, f"not retried: {why}"), dead=True
+            )
+        return Settlement(complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay)
 
     async def _invoke(
         self,
@@ -201,28 +294,17 @@ class JobRunner:
             )
         await trio.lowlevel.checkpoint()  # abandoned: deliver the cancel that caused it
 
-    def _failure(self, task: Task, claimed: Claimed, error: str, tb: str | None) -> Settlement:
-        delay = delay_for(task.options.backoff, claimed.failures + 1)
-        return Settlement(
-            complete=False, error=error, retry_delay_ms=round(delay * 1000), traceback=tb
-        )
-
-    def _retry(self, task: Task, claimed: Claimed, ask: Retry) -> Settlement:
-        if ask.delay is not None:
-            delay = max(0.0, float(ask.delay))
-        else:
-            delay = delay_for(task.options.backoff, claimed.failures + 1)
-        return Settlement(
-            complete=False, error=f"Retry: {ask.reason}", retry_delay_ms=round(delay * 1000)
-        )
-
     async def _settle(self, held: Held, settlement: Settlement) -> bool:
         """Record the outcome; True once the server took it (or already had it)."""
+        s = settlement
         with trio.CancelScope(shield=True), trio.move_on_after(self.settle_timeout):
             delay = 0.02
             while True:
                 try:
-                    await self._apply(held, settlement)
+                    if s.traceback is not None:
+                        await self._write_log(held, s.traceback)
+                        s = attrs.evolve(s, traceback=None)
+                    await self._apply(held, s)
                     return True
                 except _LOST as exc:
                     self.counters.lost += 1
@@ -234,12 +316,35 @@ class JobRunner:
                     log.warning("job %s: settling failed (%s); retrying", held.id, exc)
                     await trio.sleep(delay)
                     delay = min(delay * 2, 1.0)
+                except Exception as exc:  # not transient: fail the job instead
+                    why = error_text(exc, _REASON_ROOM)
+                    if s.fallback:
+                        log.error(
+                            "job %s: settling refused again (%s); its lease will lapse and "
+                            "recovery counts it as stalled",
+                            held.id,
+                            why,
+                        )
+                        return True
+                    log.error("job %s: settling refused (%s); failing it dead", held.id, why)
+                    s = _fallback(s, why)
         log.error(
             "job %s: could not settle within %.1f s; its lease will lapse and recovery returns it",
             held.id,
             self.settle_timeout,
         )
         return True  # do not also hand it back: the recovery sweep owns it now
+
+    async def _write_log(self, held: Held, line: str) -> None:
+        """Append the traceback to the job's logs; only ConnectionLost is worth a retry."""
+        try:
+            await jobs.add_log(self.conn, self.queue.name, held.id, line)
+        except ConnectionLost:
+            raise
+        except JobGone:
+            pass  # the fail that follows says so
+        except Exception as exc:  # the failure matters more than its log
+            log.error("job %s: its traceback was not logged (%s)", held.id, error_text(exc, 512))
 
     async def _apply(self, held: Held, s: Settlement) -> None:
         conn, name = self.conn, self.queue.name
@@ -250,11 +355,6 @@ class JobRunner:
             else:
                 self.counters.completed += 1
             return
-        if s.traceback is not None:
-            try:
-                await jobs.add_log(conn, name, held.id, s.traceback.rstrip())
-            except JobGone:
-                pass
         outcome = await jobs.fail(
             conn, name, held.id, held.token, s.error, retry_delay_ms=s.retry_delay_ms, dead=s.dead
         )
@@ -262,3 +362,13 @@ class JobRunner:
             self.counters.failed += 1
         else:
             self.counters.retried += 1
+
+
+def _fallback(s: Settlement, why: str) -> Settlement:
+    """The dead-letter that replaces a settlement the server refused."""
+    if s.complete:
+        what = "the cancellation" if s.cancelled else "the result"
+        error = clip(f"{what} could not be stored: {why}", MAX_ERROR_TEXT)
+    else:
+        error = _with_reason(s.error, f"not retried: settling failed: {why}")
+    return Settlement(complete=False, error=error, dead=True, fallback=True)

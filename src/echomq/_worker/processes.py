@@ -9,6 +9,9 @@ send by reference, so the child calls ``Task.fn`` itself. Arguments and the resu
 the process boundary by pickle (they are already JSON values, decoded by the worker).
 Rule 3: a running call cannot be interrupted: like a thread, a cancel request waits for
 it; a lost lease, a shutdown past grace or a timeout abandon it (its result is dropped).
+Rule 4: a child that dies (``os._exit``, a crash) breaks the pool: the calls it was running
+fail with ``BrokenProcessPool`` (their jobs' failure), and the pool is dropped so that the
+next call starts a fresh one. The worker process itself lives on.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import concurrent.futures
 import importlib
 import multiprocessing
 import os
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import trio
@@ -49,11 +53,25 @@ class ProcessPool:
 
     async def run(self, module: str, qualname: str, args: tuple[Any, ...], kwargs: Any) -> Any:
         """Run the call in a child process; abandoned (not interrupted) when cancelled."""
-        future = self._get().submit(call_by_name, module, qualname, args, dict(kwargs))
+        pool = self._get()
+        try:
+            future = pool.submit(call_by_name, module, qualname, args, dict(kwargs))
+        except BrokenProcessPool:
+            self._drop(pool)
+            future = self._get().submit(call_by_name, module, qualname, args, dict(kwargs))
         try:
             return await trio.to_thread.run_sync(future.result, abandon_on_cancel=True)
+        except BrokenProcessPool:
+            self._drop(pool)
+            raise
         finally:
             future.cancel()  # not started yet: never runs; running: its result is dropped
+
+    def _drop(self, pool: concurrent.futures.ProcessPoolExecutor) -> None:
+        """Forget a broken pool (its children are gone or going); the next call makes one."""
+        if self._pool is pool:
+            self._pool = None
+            pool.shutdown(wait=False, cancel_futures=True)
 
     async def aclose(self) -> None:
         if self._pool is not None:

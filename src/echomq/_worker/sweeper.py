@@ -4,6 +4,10 @@ Rule 1: each tick first takes the queue's sweep guard (SET NX PX), so however ma
 workers serve a queue, one of them sweeps per interval; the others skip the tick.
 Rule 2: the first tick runs at start, so a restarted fleet recovers its predecessors'
 jobs at once; a sweep that fills its page runs again at once (a few pages at most).
+Rule 3: both modes count an expired lease as a stall (except a lease from before a Redis
+restart), so a job that crashes its worker is bounded: ``stalled`` dead-letters at
+``max_stalled`` stalls, ``reap`` recovers a job ``max_stalled`` times and dead-letters it
+at the next stall.
 """
 
 from __future__ import annotations
@@ -59,22 +63,22 @@ class Sweeper:
         self.sweeps += 1
         for _ in range(_MAX_PAGES):
             if self.recovery == "reap":
-                ids = await jobs.reap(self.conn, self.queue, limit=_PAGE)
-                if ids:
-                    log.info("recovery: %d expired lease(s) back to pending: %s", len(ids), ids)
-                self.recovered += len(ids)
-                if len(ids) < _PAGE:
-                    break
+                sweep = await jobs.reap(
+                    self.conn, self.queue, limit=_PAGE, max_recoveries=self.max_stalled
+                )
             else:
                 sweep = await stalled.check(
                     self.conn, self.queue, max_stalled=self.max_stalled, limit=_PAGE
                 )
-                if sweep.recovered or sweep.dead:
-                    log.info(
-                        "stalled sweep: recovered %s, dead-lettered %s", sweep.recovered, sweep.dead
-                    )
-                self.recovered += len(sweep.recovered)
-                self.dead += len(sweep.dead)
-                if len(sweep.recovered) + len(sweep.dead) < _PAGE:
-                    break
+            if sweep.recovered or sweep.dead:
+                log.info(
+                    "recovery (%s): expired leases back to pending %s, dead-lettered %s",
+                    self.recovery,
+                    sweep.recovered,
+                    sweep.dead,
+                )
+            self.recovered += len(sweep.recovered)
+            self.dead += len(sweep.dead)
+            if len(sweep.recovered) + len(sweep.dead) < _PAGE:
+                break
         return True

@@ -16,6 +16,9 @@ Shutdown (``shutdown()``, or SIGINT/SIGTERM through ``run_worker``): stop claimi
 up to ``grace`` seconds for held jobs (the lease keeper keeps renewing them); cancel the
 rest and hand them back to pending at once with one fenced ``release``; then stop the
 helpers. A second ``shutdown(grace=0)`` cuts the wait short.
+
+A worker that fails (an error leaves ``serve``) is a crash: its held jobs are not handed
+back uncounted, their leases are cut so that recovery collects them as stalls at once.
 """
 
 from __future__ import annotations
@@ -79,10 +82,13 @@ class Worker:
     Args:
         queue: the :class:`~echomq.Queue` whose registered tasks this worker runs.
         concurrency: jobs held at once.
-        recovery: ``"reap"`` (expired leases back to pending, uncounted) or ``"stalled"``
-            (counted: below ``max_stalled`` back to pending, at it dead).
+        recovery: how expired leases (a crashed or stuck worker) come back; both count a
+            stall, except for a lease from before a Redis restart. ``"reap"``: back to
+            pending until a job has been recovered ``max_stalled`` times, dead at its next
+            stall. ``"stalled"`` (seed 000's sweep): dead at ``max_stalled`` stalls.
         recovery_interval: seconds between sweeps (one worker per queue sweeps each interval).
-        max_stalled: the stalled sweep's threshold.
+        max_stalled: the recovery threshold (see ``recovery``; default 1: reap recovers
+            a job once, the stalled sweep dead-letters its first stall).
         grace: seconds in-flight jobs get to finish at shutdown.
         settle_timeout: the bound on recording one outcome (retried on ConnectionLost).
 
@@ -194,6 +200,7 @@ class Worker:
         keeper = LeaseKeeper(conn, name, self.inflight, period)
         sweeper = Sweeper(conn, name, self.recovery, self.recovery_interval, self.max_stalled)
         self._sweeper = sweeper
+        crashed = False
         try:
             async with trio.open_nursery() as jobs_nursery:
                 consumer = Consumer(
@@ -230,8 +237,14 @@ class Worker:
                     claiming.cancel()
                     await self._drain()
                     helpers.cancel_scope.cancel()
+        except BaseException as exc:
+            crashed = _is_crash(exc)
+            raise
         finally:
-            await self._release(conn, runner)
+            if crashed:
+                await self._abandon(conn, runner)
+            else:
+                await self._release(conn, runner)
             await runner.processes.aclose()
 
     async def _claim_until_stopped(
@@ -287,6 +300,33 @@ class Worker:
             released = [job_id for job_id, answer in answers.items() if answer == "ok"]
             runner.counters.released += len(released)
             log.info("shutdown: handed %d job(s) back to pending", len(released))
+
+    async def _abandon(self, conn: Any, runner: JobRunner) -> None:
+        """The worker failed: leave held jobs to recovery as crashed (counted as stalls).
+
+        Their leases are cut to 1 ms, so the next sweep (any worker's, or this one's when
+        it restarts) collects them at once and counts them, as it would after a SIGKILL:
+        a job that takes its worker down is bounded by ``max_stalled``. Nothing is
+        handed back uncounted.
+        """
+        held = runner.to_release
+        if not held:
+            return
+        runner.to_release = []
+        with trio.CancelScope(shield=True), trio.move_on_after(_RELEASE_TIMEOUT):
+            try:
+                await jobs.extend_locks(conn, self.queue.name, held, 1)
+            except Exception as exc:  # the worker is failing already; recovery still runs
+                log.error(
+                    "worker failed: could not cut the leases of %d job(s) (%s); they return "
+                    "when their leases lapse",
+                    len(held),
+                    exc,
+                )
+                return
+        log.error(
+            "worker failed holding %d job(s): left to recovery as stalled (counted)", len(held)
+        )
 
     def _listen(self, feed: EventFeed) -> Loop:
         async def listen(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -350,6 +390,13 @@ class Worker:
                 log.exception("worker helper %r crashed; restarting in %.1f s", name, delay)
                 await trio.sleep(delay)
                 delay = min(delay * 2, _RESTART_MAX)
+
+
+def _is_crash(exc: BaseException) -> bool:
+    """An error (not a cancellation, KeyboardInterrupt or SystemExit) is leaving serve."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_is_crash(e) for e in exc.exceptions)
+    return isinstance(exc, Exception)
 
 
 def _positive(name: str, value: object) -> float:

@@ -182,7 +182,7 @@ class Hub:
                 continue
             try:
                 event = json.loads(message.data)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested too deeply: skipped
                 continue
             if not isinstance(event, dict) or "event" not in event:
                 continue

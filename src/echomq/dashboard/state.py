@@ -20,6 +20,7 @@ import trio
 
 from .. import admin
 from .._model.codec import JSON
+from .._model.text import raw_text
 from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace, check_queue, queues_pattern
 from ..admin import QueueStats
@@ -66,16 +67,20 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def describe_payload(payload: bytes | None) -> tuple[str, str]:
-    """``(task, call preview)`` of a payload, e.g. ``("send", "send('a@b.c', n=2)")``."""
+    """``(task, call preview)`` of a payload, e.g. ``("send", "send('a@b.c', n=2)")``.
+
+    A payload that is not an echomq call (not UTF-8, not JSON, nested too deeply) is
+    ``("?", raw preview)`` with its bytes escaped (``\\xff``).
+    """
     if not payload:
         return "?", ""
+    raw = raw_text(payload[:CALL_PREVIEW])  # a cut multi-byte character shows escaped
     try:
         call = JSON.decode_call(payload)
-    except SerializationError:
-        raw = payload[:CALL_PREVIEW].decode("utf-8", "replace")
-        return "?", raw
-    parts = [json.dumps(a, ensure_ascii=False) for a in call.args]
-    parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.kwargs.items()]
+        parts = [json.dumps(a, ensure_ascii=False) for a in call.args]
+        parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.kwargs.items()]
+    except (SerializationError, RecursionError, ValueError, TypeError):
+        return "?", raw  # undecodable (or too deep to show): the raw bytes, never an error
     preview = f"{call.task}({', '.join(parts)})"
     if len(preview) > CALL_PREVIEW:
         preview = preview[: CALL_PREVIEW - 1] + "…"

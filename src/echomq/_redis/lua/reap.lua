@@ -1,34 +1,64 @@
 --[[
-  Crash recovery: every expired lease goes back to pending, with no count.
+  Crash recovery, the forgiving path: every expired lease goes back to pending, counted,
+  until a job has been recovered max_recoveries times; its next stall dead-letters it.
   KEYS  1 active   ZSET  claimed ids; score = lease deadline ms
         2 pending  ZSET  ready ids
-        3 wake     LIST  wake tokens
-  ARGV  1 queue base   2 limit
-  Returns  the ids returned to pending (an id with no row leaves active, listed nowhere)
+        3 dead     ZSET  dead-lettered ids
+        4 metrics  HASH  emq:{q}:metrics:failed; field count
+        5 wake     LIST  wake tokens
+  ARGV  1 queue base   2 limit   3 max_recoveries
+  Returns  {recovered ids, dead ids}
   Errors   (none)
-  Events   recovered (per job)
-  Moves    active -> pending (first in its priority band)
+  Per expired lease (at most limit): leave active; a lease stamped before the server's
+  last restart (lease_epoch missing or another run_id) is recovered without counting;
+  otherwise count `stalled` (a claim followed by a crash is never free, so a job that
+  kills its worker is bounded): back to pending while stalled <= max_recoveries, dead past
+  it with last_error 'stalled'. stalled_check is the same sweep, dead at its threshold.
+  An id with no row leaves active, is listed nowhere, and no row is written for it.
+  Events   recovered | dead (per job)
+  Moves    active -> pending | dead
 ]]
-local active, pending, wake = KEYS[1], KEYS[2], KEYS[3]
+local active, pending, dead, metrics, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
+local max_recoveries = tonumber(ARGV[3])
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-if #expired == 0 then return {} end
--- reads first
-local priorities = {}
+if #expired == 0 then return {{}, {}} end
+local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+
+-- reads first: each row's epoch, stall count and priority
+local rows = {}
 for i, id in ipairs(expired) do
-  priorities[i] = redis.call('HGET', base .. 'job:' .. id, 'priority')
+  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'lease_epoch', 'stalled', 'priority')
 end
-local recovered = {}
+
+local recovered, died = {}, {}
+local channel = base .. 'events'
 redis.call('ZREM', active, unpack(expired))
 for i, id in ipairs(expired) do
-  if priorities[i] then
-    redis.call('ZADD', pending, -tonumber(priorities[i]) * 1099511627776, id)
-    redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
-    redis.call('PUBLISH', base .. 'events', '{"event":"recovered","job":"' .. id .. '"}')
-    recovered[#recovered + 1] = id
+  local f = rows[i]
+  if f[1] then
+    local jk = base .. 'job:' .. id
+    local to_dead = false
+    if f[2] == run_id then
+      local stalled = tonumber(f[3] or '0') + 1
+      redis.call('HSET', jk, 'stalled', stalled)
+      to_dead = stalled > max_recoveries
+    end
+    if to_dead then
+      redis.call('HSET', jk, 'state', 'dead', 'last_error', 'stalled', 'finished_at', now)
+      redis.call('ZADD', dead, now, id)
+      redis.call('HINCRBY', metrics, 'count', 1)
+      redis.call('PUBLISH', channel, '{"event":"dead","job":"' .. id .. '","error":"stalled"}')
+      died[#died + 1] = id
+    else
+      redis.call('HSET', jk, 'state', 'pending')
+      redis.call('ZADD', pending, -tonumber(f[4] or '0') * 1099511627776, id)
+      redis.call('PUBLISH', channel, '{"event":"recovered","job":"' .. id .. '"}')
+      recovered[#recovered + 1] = id
+    end
   end
 end
 if #recovered > 0 and redis.call('LLEN', wake) < 64 then redis.call('RPUSH', wake, #recovered) end
-return recovered
+return {recovered, died}
