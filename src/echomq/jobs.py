@@ -24,6 +24,7 @@ from ._verbs.lifecycle import (
     get_job,
     new_id,
     reap,
+    reap_counted,
     release,
 )
 from ._verbs.rows import (
@@ -55,6 +56,7 @@ __all__ = [
     "get_job",
     "new_id",
     "reap",
+    "reap_counted",
     "release",
     "update_data",
     "update_progress",

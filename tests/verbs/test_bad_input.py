@@ -100,7 +100,7 @@ CASES: list[tuple[str, Verb, type[Exception]]] = [
     ("release token", lambda c: jobs.release(c, "q", [("j", True)]), InvalidArgument),
     ("reap limit", lambda c: jobs.reap(c, "q", limit=0), InvalidArgument),
     ("reap limit high", lambda c: jobs.reap(c, "q", limit=1001), InvalidArgument),
-    ("reap recoveries", lambda c: jobs.reap(c, "q", max_recoveries=-1), InvalidArgument),
+    ("reap recoveries", lambda c: jobs.reap_counted(c, "q", max_recoveries=-2), InvalidArgument),
     ("stalled max", lambda c: stalled.check(c, "q", max_stalled=0), InvalidArgument),
     ("stalled limit", lambda c: stalled.check(c, "q", limit=1001), InvalidArgument),
     ("stalled queue", lambda c: stalled.check(c, "no spaces"), InvalidKey),

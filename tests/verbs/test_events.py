@@ -63,7 +63,7 @@ async def test_scheduled_recovered_and_released_events(
         [held] = await jobs.claim(conn, queue, 1)
 
         async def reaped() -> list[str]:
-            return (await jobs.reap(conn, queue)).recovered
+            return await jobs.reap(conn, queue)
 
         await eventually(reaped)
         [held] = await jobs.claim(conn, queue, 60_000)

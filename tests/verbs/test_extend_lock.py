@@ -55,7 +55,7 @@ async def test_stale_token_on_id_that_left_active_answers_stale_not_not_active(
     job_id = await jobs.enqueue(conn, queue, b"x")
     first = await claim_one(conn, queue, lease_ms=20)
     await lapse(conn, ks, job_id)
-    assert (await jobs.reap(conn, queue)).recovered == [job_id]
+    assert await jobs.reap(conn, queue) == [job_id]
     second = await claim_one(conn, queue)
     await jobs.complete(conn, queue, job_id, second.token, b"done")
     assert await conn.execute("ZSCORE", ks.active, job_id) is None
@@ -74,7 +74,7 @@ async def test_lapsed_but_uncollected_lease_still_extends(
     await lapse(conn, ks, job_id)
     await jobs.extend_lock(conn, queue, job_id, held.token, 60_000)
     assert float(await conn.execute("ZSCORE", ks.active, job_id)) > await server_now_ms(conn)
-    assert (await jobs.reap(conn, queue)).recovered == []
+    assert await jobs.reap(conn, queue) == []
 
 
 async def test_reaped_lease_answers_not_active_and_is_not_revived(
@@ -84,7 +84,7 @@ async def test_reaped_lease_answers_not_active_and_is_not_revived(
     job_id = await jobs.enqueue(conn, queue, b"x")
     held = await claim_one(conn, queue, lease_ms=20)
     await lapse(conn, ks, job_id)
-    assert (await jobs.reap(conn, queue)).recovered == [job_id]
+    assert await jobs.reap(conn, queue) == [job_id]
     before = await snapshot(conn, ks)
     with pytest.raises(NotActive):
         await jobs.extend_lock(conn, queue, job_id, held.token, 60_000)
@@ -115,7 +115,7 @@ async def test_extend_locks_answers_id_by_id(
     await jobs.extend_locks(
         conn, queue, [(ok_id, claimed[ok_id].token), (stale_id, claimed[stale_id].token)], 60_000
     )
-    assert (await jobs.reap(conn, queue)).recovered == [reaped_id]
+    assert await jobs.reap(conn, queue) == [reaped_id]
     for job_id in (ok_id, stale_id):
         await conn.execute("HSET", ks.job(job_id), "lease_epoch", "an-earlier-run")
     stale_score = await conn.execute("ZSCORE", ks.active, stale_id)

@@ -12,15 +12,33 @@ from echomq.jobs import ExtendResult
 from ._support import claim_one, field, lapse, run_id, snapshot
 
 
-async def test_reap_returns_expired_leases_counting_a_stall(
+async def test_reap_returns_expired_leases_without_counting(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
-    """An expired lease goes back to pending with one stall counted; attempts, failures kept."""
+    """The contract's reap: an expired lease goes back to pending, no stall counted."""
+    job_id = await jobs.enqueue(conn, queue, b"x")
+    for _ in range(3):  # never dead, however often
+        await claim_one(conn, queue, lease_ms=20)
+        await lapse(conn, ks, job_id)
+        await conn.execute("DEL", ks.wake)
+        assert await jobs.reap(conn, queue) == [job_id]
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None
+    assert info.state is echomq.JobState.PENDING
+    assert (info.attempts, info.failures, info.stalled) == (3, 0, 0)
+    assert await conn.execute("ZSCORE", ks.active, job_id) is None
+    assert await conn.execute("LRANGE", ks.wake, 0, -1) == [b"1"]
+
+
+async def test_reap_counted_returns_expired_leases_counting_a_stall(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """The worker's reap: back to pending with one stall counted; attempts, failures kept."""
     job_id = await jobs.enqueue(conn, queue, b"x")
     await claim_one(conn, queue, lease_ms=20)
     await lapse(conn, ks, job_id)
     await conn.execute("DEL", ks.wake)
-    sweep = await jobs.reap(conn, queue)
+    sweep = await jobs.reap_counted(conn, queue)
     assert (sweep.recovered, sweep.dead) == ([job_id], [])
     info = await jobs.get_job(conn, queue, job_id)
     assert info is not None
@@ -39,7 +57,7 @@ async def test_reap_dead_letters_a_job_past_max_recoveries(
     for stall in range(1, max_recoveries + 2):
         await claim_one(conn, queue, lease_ms=20)
         await lapse(conn, ks, job_id)
-        sweep = await jobs.reap(conn, queue, max_recoveries=max_recoveries)
+        sweep = await jobs.reap_counted(conn, queue, max_recoveries=max_recoveries)
         if stall <= max_recoveries:
             assert (sweep.recovered, sweep.dead) == ([job_id], [])
     assert (sweep.recovered, sweep.dead) == ([], [job_id])
@@ -65,7 +83,7 @@ async def test_reap_recovers_a_lease_from_before_a_restart_without_counting(
     else:
         await conn.execute("HSET", ks.job(job_id), "lease_epoch", epoch)
     await lapse(conn, ks, job_id)
-    sweep = await jobs.reap(conn, queue, max_recoveries=0)
+    sweep = await jobs.reap_counted(conn, queue, max_recoveries=0)
     assert (sweep.recovered, sweep.dead) == ([job_id], [])
     info = await jobs.get_job(conn, queue, job_id)
     assert info is not None and info.state is echomq.JobState.PENDING and info.stalled == 0
@@ -78,7 +96,7 @@ async def test_reap_leaves_live_leases_and_drops_ghosts(
     live = await jobs.enqueue(conn, queue, b"x")
     await claim_one(conn, queue, lease_ms=60_000)
     await conn.execute("ZADD", ks.active, 0, "ghost")
-    assert (await jobs.reap(conn, queue)).recovered == []
+    assert await jobs.reap(conn, queue) == []
     assert await conn.execute("ZRANGE", ks.active, 0, -1) == [live.encode()]
     assert await conn.execute("EXISTS", ks.job("ghost")) == 0
     assert await conn.execute("ZSCORE", ks.pending, "ghost") is None

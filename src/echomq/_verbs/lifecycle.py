@@ -42,11 +42,13 @@ __all__ = [
     "new_id",
     "read_job",
     "reap",
+    "reap_counted",
     "release",
 ]
 
 FailOutcome = Literal["retrying", "dead"]
-DEFAULT_MAX_RECOVERIES = 1  # reap: the seed's "recover-once path"
+DEFAULT_MAX_RECOVERIES = 1  # the worker's reap mode: recovered once, dead at the next stall
+NO_COUNT = -1  # reap_call's max_recoveries for the contract's uncounted reap
 DEFAULT_KEEP_COMPLETED = 10_000
 DEFAULT_KEEP_COMPLETED_MS = 24 * 3600 * 1000
 
@@ -282,9 +284,11 @@ def _read_sweep(reply: Any) -> Sweep:
 def reap_call(
     queue: str, *, limit: int = 1000, max_recoveries: int = DEFAULT_MAX_RECOVERIES
 ) -> ScriptCall[Sweep]:
+    """``max_recoveries`` = ``NO_COUNT`` (-1): recover every expired lease, count nothing."""
     ks = keyspace(queue)
     v.int_in("limit", limit, 1, v.MAX_BATCH)
-    v.non_negative_int("max_recoveries", max_recoveries, v.MAX_ATTEMPTS)
+    if max_recoveries != NO_COUNT:
+        v.non_negative_int("max_recoveries", max_recoveries, v.MAX_ATTEMPTS)
     keys = [ks.active, ks.pending, ks.dead, ks.metrics_failed, ks.wake]
     return call("reap", keys, [ks.base, limit, max_recoveries], _read_sweep)
 
@@ -423,16 +427,33 @@ async def reap(
     queue: str,
     *,
     limit: int = 1000,
+) -> list[str]:
+    """Crash recovery (the contract's verb): expired leases back to pending, no count.
+
+    Answers the recovered ids. At most ``limit`` (1..1000) leases per call: call again while
+    it answers a full page. An expired id with no row leaves active and is listed nowhere.
+    The worker's ``recovery="reap"`` mode uses :func:`reap_counted` instead, so a job that
+    crashes every worker that runs it is bounded (docs/runtime.md, "Recovery").
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    sweep = await evaluate(conn, reap_call(queue, limit=limit, max_recoveries=NO_COUNT))
+    return sweep.recovered
+
+
+async def reap_counted(
+    conn: Connection,
+    queue: str,
+    *,
+    limit: int = 1000,
     max_recoveries: int = DEFAULT_MAX_RECOVERIES,
 ) -> Sweep:
-    """Crash recovery: return expired leases to pending, counting each as a stall.
+    """:func:`reap`, counting each expired lease as a stall on the row.
 
     A job is recovered while its ``stalled`` count is at most ``max_recoveries`` (default
-    1: recovered once); the stall after that dead-letters it (``last_error = "stalled"``),
-    so a job that crashes every worker that runs it is bounded. A lease stamped before the
-    server's last restart is recovered without counting. At most ``limit`` (1..1000)
-    leases per call: call again while it answers a full page. An expired id with no row
-    leaves active and is listed nowhere.
+    1: recovered once); the stall after that dead-letters it (``last_error = "stalled"``).
+    A lease stamped before the server's last restart is recovered without counting.
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O.

@@ -63,7 +63,7 @@ class Sweeper:
         self.sweeps += 1
         for _ in range(_MAX_PAGES):
             if self.recovery == "reap":
-                sweep = await jobs.reap(
+                sweep = await jobs.reap_counted(
                     self.conn, self.queue, limit=_PAGE, max_recoveries=self.max_stalled
                 )
             else:

@@ -6,7 +6,8 @@
         3 dead     ZSET  dead-lettered ids
         4 metrics  HASH  emq:{q}:metrics:failed; field count
         5 wake     LIST  wake tokens
-  ARGV  1 queue base   2 limit   3 max_recoveries
+  ARGV  1 queue base   2 limit   3 max_recoveries (-1: count nothing, never dead: the
+        contract's plain reap)
   Returns  {recovered ids, dead ids}
   Errors   (none)
   Per expired lease (at most limit): leave active; a lease stamped before the server's
@@ -41,7 +42,7 @@ for i, id in ipairs(expired) do
   if f[1] then
     local jk = base .. 'job:' .. id
     local to_dead = false
-    if f[2] == run_id then
+    if f[2] == run_id and max_recoveries >= 0 then
       local stalled = tonumber(f[3] or '0') + 1
       redis.call('HSET', jk, 'stalled', stalled)
       to_dead = stalled > max_recoveries
