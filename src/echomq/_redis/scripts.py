@@ -24,7 +24,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from ..errors import ConnectionLost, ServerError
+from ..errors import ClusterDown, ConnectionLost, NotACluster, ServerError
 from .replies import translate
 
 __all__ = [
@@ -160,9 +160,15 @@ def sync_errors() -> Iterator[None]:
 
     try:
         yield
+    except redis.exceptions.ClusterDownError as exc:
+        raise ClusterDown(f"CLUSTERDOWN {exc}") from None
     except redis.exceptions.ResponseError as exc:
         raise translate(str(exc)) from None
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise ConnectionLost(str(exc)) from exc
+    except redis.exceptions.RedisClusterException as exc:  # the layout could not be read
+        if "cluster mode is not enabled" in str(exc).lower():
+            raise NotACluster(str(exc)) from None
         raise ConnectionLost(str(exc)) from exc
 
 
