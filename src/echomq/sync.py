@@ -88,8 +88,11 @@ class SyncConnection:
     """
 
     def __init__(self, config: ConnectionConfig) -> None:
+        if config.ssl_context is not None:  # (checked again by make_client) before any I/O
+            raise InvalidArgument("echomq.sync cannot use an ssl_context; use the ssl_* settings")
         self.config = config
-        self._client: redis.Redis | RedisCluster | None = None
+        # one server: made now (redis-py connects on first use); a cluster: on first use
+        self._client = None if config.cluster else make_client(config)
 
     @property
     def client(self) -> redis.Redis | RedisCluster:
