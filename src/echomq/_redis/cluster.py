@@ -40,7 +40,7 @@ import trio
 from ..config import ConnectionConfig
 from ..errors import ClusterDown, ClusterError, ConnectionLost, CrossSlot, NotACluster, ServerError
 from .connection import Arg, Connection, ReplyError, pack, pack_command
-from .slots import ALL_MASTERS, ANY_MASTER, command_slot, pipeline_slot
+from .slots import ALL_MASTERS, ANY_MASTER, command_slot, key_slot, pipeline_slot
 from .topology import Address, SlotMap, parse_redirect, parse_shards, parse_slots
 
 __all__ = ["ClusterConnection"]
@@ -124,6 +124,14 @@ class ClusterConnection(Connection):
         if slot == ALL_MASTERS:
             return await self._every_master(args)
         reply = (await self._run((args,), slot, wait=_WAIT))[0]
+        if isinstance(reply, ReplyError):
+            raise cluster_error(str(reply))
+        return reply
+
+    async def execute_at(self, key: Arg, *args: Arg) -> Any:
+        """Run ``args`` (a keyless command: ``INFO``, ``SCRIPT EXISTS``...) on the master
+        that serves ``key``'s slot, e.g. the node of a queue (``Keyspace(q).meta``)."""
+        reply = (await self._run((args,), key_slot(key), wait=_WAIT))[0]
         if isinstance(reply, ReplyError):
             raise cluster_error(str(reply))
         return reply
