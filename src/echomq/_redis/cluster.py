@@ -123,7 +123,23 @@ class ClusterConnection(Connection):
         slot = command_slot(args)
         if slot == ALL_MASTERS:
             return await self._every_master(args)
-        reply = (await self._run((args,), slot, wait=_WAIT))[0]
+        sent: tuple[Address, list[Any]] | None = None
+        layout = self._map
+        if slot >= 0 and layout is not None and not self._closed:
+            # the common case, kept short: the slot's master is known and connected
+            owner = layout.owners[slot]
+            node = self._nodes.get(owner) if owner is not None else None
+            session = node._session if node is not None else None
+            if owner is not None and session is not None and session.broken is None:
+                try:
+                    reply = await session.request(pack_command(args))
+                except ConnectionLost:
+                    self._suspect(owner)
+                    raise
+                if not isinstance(reply, ReplyError):
+                    return reply
+                sent = (owner, [reply])
+        reply = (await self._run((args,), slot, wait=_WAIT, sent=sent))[0]
         if isinstance(reply, ReplyError):
             raise cluster_error(str(reply))
         return reply
@@ -306,10 +322,16 @@ class ClusterConnection(Connection):
             raise
 
     async def _run(
-        self, commands: Sequence[Sequence[Arg]], slot: int, *, wait: frozenset[str]
+        self,
+        commands: Sequence[Sequence[Arg]],
+        slot: int,
+        *,
+        wait: frozenset[str],
+        sent: tuple[Address, list[Any]] | None = None,
     ) -> list[Any]:
         """Send ``commands`` (all of ``slot``) where the slot is served, following
-        redirects; answer the raw replies (``ReplyError`` values in place)."""
+        redirects; answer the raw replies (``ReplyError`` values in place). ``sent``: they
+        were sent once already, to that node, with these replies."""
         if self._closed:
             raise ConnectionLost("connection is closed")
         replies: list[Any] = [None] * len(commands)
@@ -320,7 +342,11 @@ class ClusterConnection(Connection):
         deadline = trio.current_time() + self.config.connect_timeout
         last_lost: ConnectionLost | None = None
         while True:
-            if ask is not None:
+            got: list[Any] | None = None
+            if sent is not None:
+                address, got = sent
+                sent = None
+            elif ask is not None:
                 address = ask
                 packed = b"".join(_ASKING + pack_command(tuple(commands[i])) for i in todo)
                 expect = 2 * len(todo)
@@ -348,22 +374,23 @@ class ClusterConnection(Connection):
                 else:
                     packed = b"".join(pack_command(tuple(commands[i])) for i in todo)
                 expect = len(todo)
-            try:
-                got = await self._send(address, packed, expect)
-            except _NotSent as exc:
-                last_lost = exc.lost
-                self._suspects[address] = None
-                ask = None
-                if trio.current_time() + delay >= deadline:
-                    raise last_lost from None
-                await trio.sleep(delay)
-                delay = min(delay * 2, 0.5)
-                await self._try_refresh()
-                continue
-            if expect == 1:
-                got = [got]
-            elif ask is not None:
-                got = got[1::2]  # the ASKING replies
+            if got is None:
+                try:
+                    got = await self._send(address, packed, expect)
+                except _NotSent as exc:
+                    last_lost = exc.lost
+                    self._suspects[address] = None
+                    ask = None
+                    if trio.current_time() + delay >= deadline:
+                        raise last_lost from None
+                    await trio.sleep(delay)
+                    delay = min(delay * 2, 0.5)
+                    await self._try_refresh()
+                    continue
+                if expect == 1:
+                    got = [got]
+                elif ask is not None:
+                    got = got[1::2]  # the ASKING replies
             ask = None
             again: list[int] = []
             decision = ""
