@@ -7,10 +7,10 @@ Rules that keep the suite deterministic and fast:
 - Leases in tests are tens to hundreds of milliseconds; every wait is bounded with
   ``trio.fail_after``. Speed is measured in ``benchmarks/``, never asserted here.
 - A test that needs to kill or restart Redis starts a server of its own (``RedisServer``).
-- The verb and worker tests (``tests/verbs``, ``tests/worker``) run twice: ``[single]``
-  against one server and ``[cluster]`` against a private 3-master Redis Cluster
-  (``redis_url`` is parametrized there). A test that only makes sense on one server is
-  marked ``@pytest.mark.single_node("why")``.
+- The verb, worker and cancel tests (``tests/verbs``, ``tests/worker``,
+  ``tests/cancellation``) run twice: ``[single]`` against one server and ``[cluster]``
+  against a private 3-master Redis Cluster (``redis_url`` is parametrized there). A test
+  that only makes sense on one server is marked ``@pytest.mark.single_node("why")``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import echomq
 from echomq.testing import RedisCluster, RedisServer
 
 BACKENDS = ("single", "cluster")
-BOTH_BACKENDS = ("verbs", "worker")  # the test directories whose redis_url is parametrized
+BOTH_BACKENDS = ("verbs", "worker", "cancellation")  # redis_url parametrized there
 
 
 def pytest_configure(config: pytest.Config) -> None:
