@@ -12,7 +12,8 @@ import echomq.sync
 from echomq._redis.cluster import ClusterConnection
 from echomq._redis.scripts import SCRIPTS
 from echomq._redis.slots import key_slot
-from echomq.errors import ClusterDown, ConnectionLost, CrossSlot, NotACluster
+from echomq.errors import ClusterDown, ConnectionLost, CrossSlot, NotACluster, ServerError
+from echomq.events import open_event_feed
 from echomq.testing import RedisCluster, RedisServer, free_port, open_redis_cluster
 
 from ._support import error_replies, until
@@ -122,3 +123,18 @@ async def test_uncovered_slots_retry_within_the_bound_then_raise_cluster_down() 
                 assert not got
                 node.execute("CLUSTER", "ADDSLOTSRANGE", 0, 99)
             assert got == [b"1"]
+
+
+async def test_a_password_reaches_every_node_and_a_wrong_one_is_refused_at_once() -> None:
+    async with open_redis_cluster(masters=2, password="s3cr3t") as cluster:
+        queue = f"pw-{uuid.uuid4().hex[:8]}"
+        async with echomq.connect(cluster.url) as conn, open_event_feed(cluster.url, queue) as feed:
+            with feed.listen() as events:
+                job_id = await echomq.jobs.enqueue(conn, queue, b"x")
+                with trio.fail_after(5):
+                    assert (await events.receive()).job == job_id
+        assert echomq.sync.connect(cluster.url).get_job(queue, job_id) is not None
+        wrong = cluster.url.replace("s3cr3t", "wrong")
+        async with echomq.connect(wrong, connect_timeout=10) as conn:
+            with trio.fail_after(5), pytest.raises(ServerError, match="WRONGPASS"):
+                await conn.execute("PING")

@@ -39,7 +39,7 @@ import trio
 
 from ..config import ConnectionConfig
 from ..errors import ClusterDown, ClusterError, ConnectionLost, CrossSlot, NotACluster, ServerError
-from .connection import Arg, Connection, ReplyError, pack, pack_command
+from .connection import Arg, Connection, ReplyError, is_transient, pack, pack_command
 from .slots import ALL_MASTERS, ANY_MASTER, command_slot, key_slot, pipeline_slot
 from .topology import Address, SlotMap, parse_redirect, parse_shards, parse_slots
 
@@ -221,6 +221,7 @@ class ClusterConnection(Connection):
 
         Raises:
             NotACluster: a node answered that cluster mode is off.
+            ServerError: a node refused (``AUTH`` failed...) and none gave the layout.
             ConnectionLost: no node answered.
         """
         version = self._version
@@ -231,6 +232,7 @@ class ClusterConnection(Connection):
             seeds += [s for s in self.config.cluster_nodes if s not in seeds]
             seeds.sort(key=lambda a: a in self._suspects)  # failed lately: last
             failures: list[str] = []
+            refusals: list[ServerError] = []
             for address in seeds:
                 try:
                     layout = await self._read_layout(address)
@@ -238,12 +240,20 @@ class ClusterConnection(Connection):
                     raise
                 except (ConnectionLost, ServerError) as exc:
                     failures.append(f"{address[0]}:{address[1]}: {exc}")
+                    if (
+                        isinstance(exc, ServerError)
+                        and not isinstance(exc, ClusterError)
+                        and not is_transient(str(exc))
+                    ):
+                        refusals.append(exc)  # e.g. AUTH refused: an answer, not a fault
                     continue
                 self._map = layout
                 self._version += 1
                 self.layouts += 1
                 self._suspects.pop(address, None)
                 return layout
+            if refusals:  # a node answered no (a wrong password): not worth retrying
+                raise refusals[0]
             raise ConnectionLost(
                 f"no node of {self.config.display} answered with the cluster layout: "
                 + "; ".join(failures)
