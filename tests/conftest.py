@@ -7,17 +7,41 @@ Rules that keep the suite deterministic and fast:
 - Leases in tests are tens to hundreds of milliseconds; every wait is bounded with
   ``trio.fail_after``. Speed is measured in ``benchmarks/``, never asserted here.
 - A test that needs to kill or restart Redis starts a server of its own (``RedisServer``).
+- The verb, worker and cancel tests (``tests/verbs``, ``tests/worker``,
+  ``tests/cancellation``) run twice: ``[single]`` against one server and ``[cluster]``
+  against a private 3-master Redis Cluster (``redis_url`` is parametrized there). A test
+  that only makes sense on one server is marked ``@pytest.mark.single_node("why")``.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 import echomq
-from echomq.testing import RedisServer
+from echomq.testing import RedisCluster, RedisServer
+
+BACKENDS = ("single", "cluster")
+BOTH_BACKENDS = ("verbs", "worker", "cancellation")  # redis_url parametrized there
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "single_node(reason): run only against one server, not the cluster"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "redis_url" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("single_node") is not None:
+        return
+    parts = metafunc.definition.path.relative_to(Path(__file__).parent).parts
+    if parts and parts[0] in BOTH_BACKENDS:
+        metafunc.parametrize("redis_url", BACKENDS, indirect=True)
 
 
 @pytest.fixture(scope="session")
@@ -26,9 +50,21 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """A private 3-master Redis Cluster for the session (started on first use, ~2 s)."""
+    with RedisCluster() as cluster:
+        yield cluster
+
+
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    return redis_server.url
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """The server's URL; ``[cluster]``-parametrized tests get the cluster's."""
+    if getattr(request, "param", "single") == "cluster":
+        cluster: RedisCluster = request.getfixturevalue("redis_cluster")
+        return cluster.url
+    server: RedisServer = request.getfixturevalue("redis_server")
+    return server.url
 
 
 @pytest.fixture

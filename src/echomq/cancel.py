@@ -21,6 +21,7 @@ from . import jobs
 from ._model.states import JobState
 from ._redis.connection import Connection
 from ._redis.keyspace import Keyspace
+from ._redis.scripts import is_sharded
 from .errors import JobCancelled, JobGone, NotCancellable
 
 __all__ = ["CancelOutcome", "CancelToken", "request"]
@@ -98,6 +99,7 @@ async def request(
             return await request(conn, queue, job_id, reason)
         return CancelOutcome.REMOVED
     if state is JobState.ACTIVE:
-        await conn.execute("PUBLISH", ks.events, cancel_event(job_id, reason))
+        publish = "SPUBLISH" if is_sharded(conn) else "PUBLISH"  # a cluster: its shard
+        await conn.execute(publish, ks.events, cancel_event(job_id, reason))
         return CancelOutcome.SIGNALLED
     raise NotCancellable(f"cancel {job_id}: the job is {state}")

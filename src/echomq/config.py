@@ -6,6 +6,9 @@ Accepted forms::
     rediss://...                       TLS; ?ssl_ca_certs=PATH&ssl_cert_reqs=none|required
                                         &ssl_certfile=PATH&ssl_keyfile=PATH
     unix:///path/to/redis.sock[?db=N&password=...&username=...]
+    redis+cluster://[[user]:password@]host:port[,host:port...][/]
+    rediss+cluster://...               a Redis Cluster (TLS): the nodes are seeds; the
+                                        layout is read from them (docs/wire.md)
 
 Any form also takes ``?connect_timeout=SECONDS`` and ``?client_name=NAME``. User and
 password are percent-decoded (``redis://user:p%40ss@host``).
@@ -46,10 +49,23 @@ class ConnectionConfig:
     ssl_context: ssl.SSLContext | None = attrs.field(default=None, eq=False, repr=False)
     connect_timeout: float = 5.0
     client_name: str | None = None
+    cluster_nodes: tuple[tuple[str, int], ...] = ()  # seeds of a Redis Cluster; () = one node
+
+    @property
+    def cluster(self) -> bool:
+        """Whether this names a Redis Cluster (``redis+cluster://``)."""
+        return bool(self.cluster_nodes)
+
+    def for_node(self, host: str, port: int) -> ConnectionConfig:
+        """The same settings for one node of a cluster (a plain single-node config)."""
+        return attrs.evolve(self, host=host, port=port, cluster_nodes=())
 
     @property
     def display(self) -> str:
         """The address without credentials, for logs and messages."""
+        if self.cluster_nodes:
+            scheme = "rediss+cluster" if self.tls else "redis+cluster"
+            return f"{scheme}://{','.join(f'{h}:{p}' for h, p in self.cluster_nodes)}/"
         if self.unix_path:
             return f"unix://{self.unix_path}"
         scheme = "rediss" if self.tls else "redis"
@@ -101,6 +117,8 @@ def parse_url(url: str | ConnectionConfig, **overrides: object) -> ConnectionCon
     parts = urlsplit(url)
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     fields: dict[str, object] = {}
+    if parts.scheme in ("redis+cluster", "rediss+cluster"):
+        return _parse_cluster_url(url, parts.scheme, query, overrides)
     if parts.scheme in ("redis", "rediss"):
         fields["tls"] = parts.scheme == "rediss"
         fields["host"] = parts.hostname or "127.0.0.1"
@@ -122,6 +140,13 @@ def parse_url(url: str | ConnectionConfig, **overrides: object) -> ConnectionCon
         fields["username"] = unquote(parts.username)
     if parts.password is not None:
         fields["password"] = unquote(parts.password)
+    return _finish(fields, query, overrides)
+
+
+def _finish(
+    fields: dict[str, object], query: dict[str, str], overrides: dict[str, object]
+) -> ConnectionConfig:
+    """Apply the query parameters every form shares, then ``overrides``."""
     if "db" in query:
         fields["db"] = _int(query["db"], "db")
     for name in ("username", "password", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
@@ -135,3 +160,50 @@ def parse_url(url: str | ConnectionConfig, **overrides: object) -> ConnectionCon
         fields["client_name"] = query["client_name"]
     fields.update(overrides)
     return ConnectionConfig(**fields)  # type: ignore[arg-type]
+
+
+def _seed(text: str, url: str) -> tuple[str, int]:
+    """One ``host:port`` (``[::1]:port`` for IPv6) of a cluster URL; the port defaults to 6379."""
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise InvalidArgument(f"bad node address {text!r} in {url!r}")
+        port_text = rest[1:]
+    else:
+        host, _, port_text = text.partition(":")
+    if not host:
+        raise InvalidArgument(f"empty host in {url!r}")
+    port = _int(port_text, "port") if port_text else 6379
+    if not 0 < port < 65536:
+        raise InvalidArgument(f"bad port {port_text!r} in {url!r}")
+    return host, port
+
+
+def _parse_cluster_url(
+    url: str, scheme: str, query: dict[str, str], overrides: dict[str, object]
+) -> ConnectionConfig:
+    """``redis+cluster://[user:pass@]h1:p1,h2:p2/``: the nodes are seeds for the layout."""
+    rest = url.split("://", 1)[1]
+    netloc = rest.split("/", 1)[0].split("?", 1)[0]
+    path = rest[len(netloc) :].split("?", 1)[0].strip("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not at:
+        hosts = netloc
+    seeds = tuple(_seed(part.strip(), url) for part in hosts.split(",") if part.strip())
+    if not seeds:
+        raise InvalidArgument(f"a cluster URL names at least one host:port: {url!r}")
+    if (path and path != "0") or query.get("db", "0") != "0":
+        raise InvalidArgument(f"a Redis Cluster has only database 0: {url!r}")
+    fields: dict[str, object] = {
+        "tls": scheme == "rediss+cluster",
+        "host": seeds[0][0],
+        "port": seeds[0][1],
+        "cluster_nodes": seeds,
+    }
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if user:
+            fields["username"] = unquote(user)
+        if colon:
+            fields["password"] = unquote(password)
+    return _finish(fields, query, overrides)

@@ -5,9 +5,13 @@
     EchoMQError
     ├── InvalidKey           bad job id / queue name (also ValueError), before any I/O
     ├── InvalidArgument      a bad lease, count, priority... (also ValueError), before any I/O
+    │   └── CrossSlot        a cluster pipeline whose keys span slots, refused before any I/O
     ├── ConnectionLost       the wire dropped a command in flight; never replayed silently
     ├── ServerError          Redis answered an error we do not map
-    │   └── ScriptError      a script answered a reply we cannot decode
+    │   ├── ScriptError      a script answered a reply we cannot decode
+    │   └── ClusterError     a Redis Cluster could not serve the command
+    │       ├── NotACluster  a redis+cluster:// URL names a node with cluster mode off
+    │       └── ClusterDown  slots not covered (CLUSTERDOWN), still after connect_timeout
     ├── JobGone              no such row (also LookupError)
     ├── StaleToken           the caller's fencing token is not the row's attempts
     ├── NotActive            the id has left the active set (a reaped lease is not revived)
@@ -36,6 +40,10 @@ __all__ = [
     "ConnectionLost",
     "ServerError",
     "ScriptError",
+    "CrossSlot",
+    "ClusterError",
+    "NotACluster",
+    "ClusterDown",
     "JobGone",
     "StaleToken",
     "NotActive",
@@ -85,6 +93,30 @@ class ServerError(EchoMQError):
 
 class ScriptError(ServerError):
     """A script answered a reply whose shape the verb cannot decode."""
+
+
+class CrossSlot(InvalidArgument):
+    """A pipeline on a Redis Cluster names keys of more than one slot.
+
+    Every command of a pipeline goes to one node; echomq's keys of one queue share a slot
+    (the ``{q}`` hash tag). Raised before any I/O.
+    """
+
+
+class ClusterError(ServerError):
+    """A Redis Cluster could not serve the command (see the subclasses)."""
+
+
+class NotACluster(ClusterError):
+    """A ``redis+cluster://`` URL names a server whose cluster mode is off.
+
+    Use a ``redis://`` URL for a single server.
+    """
+
+
+class ClusterDown(ClusterError):
+    """The cluster answered ``CLUSTERDOWN`` (a slot has no master: not covered, or a
+    failover is under way) for longer than ``connect_timeout``."""
 
 
 class JobGone(EchoMQError, LookupError):

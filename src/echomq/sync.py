@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
 from ._model.job import JobInfo
@@ -41,12 +42,15 @@ from .errors import InvalidArgument
 __all__ = ["NewJob", "SyncConnection", "connect", "make_client"]
 
 
-def make_client(config: ConnectionConfig) -> redis.Redis:
+def make_client(config: ConnectionConfig) -> redis.Redis | RedisCluster:
     """A redis-py client for ``config`` (host/port or unix socket, db, ACL user, TLS).
 
     RESP2 (as the trio wire speaks) and no retries (scripts are not idempotent). Raises
     InvalidArgument for an ``ssl_context`` object, which redis-py cannot take: use the
-    ``ssl_*`` URL parameters instead.
+    ``ssl_*`` URL parameters instead. A ``redis+cluster://`` config answers redis-py's
+    ``RedisCluster`` (it reads the layout at once: :class:`SyncConnection` makes it on
+    first use); it follows MOVED/ASK itself and, with no retries, never re-sends a command
+    whose connection dropped.
     """
     if config.ssl_context is not None:
         raise InvalidArgument("echomq.sync cannot use an ssl_context; use the ssl_* settings")
@@ -70,6 +74,10 @@ def make_client(config: ConnectionConfig) -> redis.Redis:
             ssl_cert_reqs="required" if config.ssl_verify else "none",
             ssl_check_hostname=config.ssl_verify,
         )
+    if config.cluster:
+        del options["db"]
+        nodes = [ClusterNode(host, port) for host, port in config.cluster_nodes]  # type: ignore[no-untyped-call]
+        return RedisCluster(startup_nodes=nodes, **options)
     return redis.Redis(host=config.host, port=config.port, **options)
 
 
@@ -80,8 +88,19 @@ class SyncConnection:
     """
 
     def __init__(self, config: ConnectionConfig) -> None:
+        if config.ssl_context is not None:  # (checked again by make_client) before any I/O
+            raise InvalidArgument("echomq.sync cannot use an ssl_context; use the ssl_* settings")
         self.config = config
-        self.client = make_client(config)
+        # one server: made now (redis-py connects on first use); a cluster: on first use
+        self._client = None if config.cluster else make_client(config)
+
+    @property
+    def client(self) -> redis.Redis | RedisCluster:
+        """The redis-py client, made on first use (a cluster's reads its layout then)."""
+        if self._client is None:
+            with sync_errors():
+                self._client = make_client(self.config)
+        return self._client
 
     def enqueue(
         self,
@@ -108,11 +127,11 @@ class SyncConnection:
             priority=priority,
             max_attempts=max_attempts,
         )
-        return evaluate_sync(self.client, sc)
+        return evaluate_sync(self.client, sc, sharded=self.config.cluster)
 
     def enqueue_many(self, queue: str, jobs: Sequence[NewJob]) -> list[str]:
         """Add many jobs in one script call (all or nothing); answer their ids in order."""
-        return evaluate_sync(self.client, enqueue_call(queue, jobs))
+        return evaluate_sync(self.client, enqueue_call(queue, jobs), sharded=self.config.cluster)
 
     def get_job(self, queue: str, job_id: str) -> JobInfo | None:
         """The job's row, or None when there is none."""
@@ -124,7 +143,8 @@ class SyncConnection:
 
     def close(self) -> None:
         """Close the client's sockets."""
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
 
     def __enter__(self) -> SyncConnection:
         return self

@@ -7,11 +7,12 @@ the queue's pattern), so a test compares the whole queue before and after.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import trio
 
 import echomq
+from echomq._redis.cluster import ClusterConnection
 from echomq._redis.keyspace import Keyspace
 
 T = TypeVar("T")
@@ -34,8 +35,16 @@ async def server_now_ms(conn: echomq.Connection) -> int:
     return int(seconds) * 1000 + int(micros) // 1000
 
 
-async def run_id(conn: echomq.Connection) -> str:
-    info: bytes = await conn.execute("INFO", "server")
+async def on_queue_node(conn: echomq.Connection, ks: Keyspace, *args: Any) -> Any:
+    """Run a keyless command (INFO, SCRIPT EXISTS) where the queue lives (its cluster node)."""
+    if isinstance(conn, ClusterConnection):
+        return await conn.execute_at(ks.meta, *args)
+    return await conn.execute(*args)
+
+
+async def run_id(conn: echomq.Connection, ks: Keyspace) -> str:
+    """The run_id of the server that holds the queue (a cluster has one per node)."""
+    info: bytes = await on_queue_node(conn, ks, "INFO", "server")
     for line in info.decode().splitlines():
         if line.startswith("run_id:"):
             return line.split(":", 1)[1].strip()

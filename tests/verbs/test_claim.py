@@ -70,7 +70,7 @@ async def test_claim_stamps_lease_epoch_with_server_run_id(
     """lease_epoch on a claimed row is the run_id of INFO server."""
     job_id = await jobs.enqueue(conn, queue, b"x")
     await jobs.claim(conn, queue, 1_000)
-    assert await field(conn, ks, job_id, "lease_epoch") == (await run_id(conn)).encode()
+    assert await field(conn, ks, job_id, "lease_epoch") == (await run_id(conn, ks)).encode()
 
 
 async def test_paused_queue_claims_nothing_and_keeps_its_backlog(

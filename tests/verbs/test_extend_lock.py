@@ -100,7 +100,7 @@ async def test_extend_stamps_lease_epoch_with_server_run_id(
     held = await claim_one(conn, queue)
     await conn.execute("HSET", ks.job(job_id), "lease_epoch", "an-earlier-run")
     await jobs.extend_lock(conn, queue, job_id, held.token, 5_000)
-    assert await field(conn, ks, job_id, "lease_epoch") == (await run_id(conn)).encode()
+    assert await field(conn, ks, job_id, "lease_epoch") == (await run_id(conn, ks)).encode()
 
 
 async def test_extend_locks_answers_id_by_id(
@@ -144,7 +144,7 @@ async def test_extend_locks_answers_id_by_id(
     assert await conn.execute("ZSCORE", ks.active, stale_id) == stale_score
     assert await conn.execute("ZSCORE", ks.active, reaped_id) is None
     assert await conn.execute("EXISTS", ks.job("never-enqueued")) == 0
-    current = (await run_id(conn)).encode()
+    current = (await run_id(conn, ks)).encode()
     assert await field(conn, ks, ok_id, "lease_epoch") == current
     assert await field(conn, ks, stale_id, "lease_epoch") == b"an-earlier-run"
 

@@ -77,7 +77,7 @@ async def test_reap_recovers_a_lease_from_before_a_restart_without_counting(
     """lease_epoch of another server run (or none): recovered, never counted, never dead."""
     job_id = await jobs.enqueue(conn, queue, b"x")
     await claim_one(conn, queue, lease_ms=20)
-    assert await field(conn, ks, job_id, "lease_epoch") == (await run_id(conn)).encode()
+    assert await field(conn, ks, job_id, "lease_epoch") == (await run_id(conn, ks)).encode()
     if epoch is None:
         await conn.execute("HDEL", ks.job(job_id), "lease_epoch")
     else:

@@ -7,15 +7,24 @@ import pytest
 import echomq
 from echomq import jobs
 from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import SCRIPTS
+from echomq._redis.scripts import SCRIPTS, is_sharded
 from echomq.errors import ServerError
 
+from ._support import on_queue_node
 
-async def test_scripts_reload_after_script_flush(conn: echomq.Connection, queue: str) -> None:
-    """After SCRIPT FLUSH a verb still runs (EVAL loads it), then EVALSHA finds it again."""
+
+async def test_scripts_reload_after_script_flush(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """After SCRIPT FLUSH a verb still runs (EVAL loads it), then EVALSHA finds it again.
+
+    On a cluster the flush reaches every master, and the script loaded is the sharded twin
+    (SPUBLISH), on the queue's node.
+    """
     await conn.execute("SCRIPT", "FLUSH")
     job_id = await jobs.enqueue(conn, queue, b"x")
-    assert await conn.execute("SCRIPT", "EXISTS", SCRIPTS["enqueue"].sha) == [1]
+    sha = SCRIPTS["enqueue"].variant(is_sharded(conn)).sha
+    assert await on_queue_node(conn, ks, "SCRIPT", "EXISTS", sha) == [1]
     assert (await jobs.claim(conn, queue, 1_000))[0].id == job_id
 
 

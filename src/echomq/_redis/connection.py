@@ -324,6 +324,8 @@ class Connection:
     commands (BLPOP) and for pub/sub (:mod:`echomq._redis.pubsub`).
     """
 
+    sharded_pubsub = False  # True on a cluster: scripts publish with SPUBLISH (scripts.py)
+
     def __init__(self, config: ConnectionConfig, nursery: trio.Nursery) -> None:
         self.config = config
         self._nursery = nursery
@@ -486,10 +488,16 @@ async def connect(
 
     ``options`` override fields of :class:`~echomq.config.ConnectionConfig`
     (``connect_timeout``, ``ssl_context``, ``client_name``...).
+    A ``redis+cluster://`` URL answers a ``ClusterConnection`` (``_redis/cluster.py``).
     """
     config = parse_url(url, **options)
     async with open_service_nursery() as nursery:
-        conn = Connection(config, nursery)
+        if config.cluster:
+            from .cluster import ClusterConnection  # (it imports this module)
+
+            conn: Connection = ClusterConnection(config, nursery)
+        else:
+            conn = Connection(config, nursery)
         try:
             yield conn
         finally:

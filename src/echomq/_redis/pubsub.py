@@ -159,16 +159,7 @@ class PubSub:
 
     async def _handshake(self, stream: trio.abc.Stream, parser: Parser) -> None:
         """AUTH (its reply read here: a refusal is fatal), then subscribe to everything."""
-        if self.config.password is not None:
-            user = (self.config.username,) if self.config.username else ()
-            await stream.send_all(pack(("AUTH", *user, self.config.password)))
-            while (reply := parser.gets()) is False:
-                data = await stream.receive_some(4096)
-                if not data:
-                    raise trio.BrokenResourceError("closed during AUTH")
-                parser.feed(data)
-            if isinstance(reply, ReplyError):
-                raise ServerError(f"{self.config.display}: AUTH failed: {reply}")
+        await authenticate(stream, parser, self.config)
         commands = [
             pack((command, *sorted(self._wanted[kind])))
             for kind, command in (("channel", "SUBSCRIBE"), ("pattern", "PSUBSCRIBE"))
@@ -214,15 +205,37 @@ class PubSub:
             self.dropped += 1  # a slow consumer loses events rather than stalling the reader
 
 
+async def authenticate(stream: trio.abc.Stream, parser: Parser, config: ConnectionConfig) -> None:
+    """Send AUTH when ``config`` has a password and read its reply (a refusal raises)."""
+    if config.password is None:
+        return
+    user = (config.username,) if config.username else ()
+    await stream.send_all(pack(("AUTH", *user, config.password)))
+    while (reply := parser.gets()) is False:
+        data = await stream.receive_some(4096)
+        if not data:
+            raise trio.BrokenResourceError("closed during AUTH")
+        parser.feed(data)
+    if isinstance(reply, ReplyError):
+        raise ServerError(f"{config.display}: AUTH failed: {reply}")
+
+
 @asynccontextmanager
 async def open_pubsub(
     url: str | ConnectionConfig, *channels: str, buffer: int = 1024
 ) -> AsyncIterator[PubSub]:
     """A pub/sub connection subscribed to ``channels``; kept alive until the block exits.
 
-    The block starts once the server has confirmed ``channels``.
+    The block starts once the server has confirmed ``channels``. On a Redis Cluster
+    (``redis+cluster://``) the subscriptions are sharded (``_redis/cluster_pubsub.py``).
     """
-    pubsub = PubSub(parse_url(url), buffer=buffer)
+    config = parse_url(url)
+    if config.cluster:
+        from .cluster_pubsub import ClusterPubSub  # (it imports this module)
+
+        pubsub: PubSub = ClusterPubSub(config, buffer=buffer)
+    else:
+        pubsub = PubSub(config, buffer=buffer)
     async with open_service_nursery() as nursery:
         await nursery.start(pubsub.run)
         if channels:

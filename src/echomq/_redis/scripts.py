@@ -6,11 +6,17 @@ first call is an EVALSHA; on ``NOSCRIPT`` the script's source is sent once with 
 Rule 2: a :class:`ScriptCall` is plain data (script, keys, argv, and the function that
 reads the reply): the verbs build one without I/O, and the trio and sync drivers both run
 it through :func:`evaluate` / :func:`evaluate_sync`.
+Rule 3: every script that publishes has a sharded twin (``Script.sharded``), built here
+from the same source with ``redis.call('PUBLISH'`` spelled ``redis.call('SPUBLISH'``, with
+its own sha. On a Redis Cluster (a connection whose ``sharded_pubsub`` is true) the twin
+runs, so events go to the queue's own shard (its ``emq:{q}:events`` channel hashes to the
+queue's slot); on one server the script runs byte for byte as written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -18,10 +24,21 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from ..errors import ConnectionLost, ServerError
+from ..errors import ClusterDown, ConnectionLost, NotACluster, ServerError
 from .replies import translate
 
-__all__ = ["Script", "ScriptCall", "SCRIPTS", "call", "evaluate", "evaluate_sync", "sync_errors"]
+__all__ = [
+    "Script",
+    "ScriptCall",
+    "SCRIPTS",
+    "call",
+    "evaluate",
+    "evaluate_sync",
+    "is_sharded",
+    "make_script",
+    "sharded_source",
+    "sync_errors",
+]
 
 T = TypeVar("T")
 
@@ -33,6 +50,28 @@ class Script:
     name: str
     source: str = attrs.field(repr=False)
     sha: str
+    sharded: Script | None = attrs.field(default=None, repr=False, eq=False)
+
+    def variant(self, sharded: bool) -> Script:
+        """The script to run: the sharded twin on a cluster (when it publishes), else self."""
+        return self.sharded if sharded and self.sharded is not None else self
+
+
+_PUBLISH = re.compile(r"""redis\.call\((\s*)(['"])PUBLISH\2""")
+
+
+def sharded_source(source: str) -> str:
+    """``source`` with every ``redis.call('PUBLISH', ...)`` turned into ``SPUBLISH``."""
+    return _PUBLISH.sub(lambda m: f"redis.call({m[1]}{m[2]}SPUBLISH{m[2]}", source)
+
+
+def make_script(name: str, source: str) -> Script:
+    """A :class:`Script` and, when it publishes, its sharded twin."""
+    twin = None
+    spublish = sharded_source(source)
+    if spublish != source:
+        twin = Script(f"{name}@sharded", spublish, hashlib.sha1(spublish.encode()).hexdigest())
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), twin)
 
 
 def _load_all() -> Mapping[str, Script]:
@@ -40,8 +79,7 @@ def _load_all() -> Mapping[str, Script]:
     for entry in resources.files(__package__).joinpath("lua").iterdir():
         if entry.name.endswith(".lua"):
             source = entry.read_text(encoding="utf-8")
-            sha = hashlib.sha1(source.encode()).hexdigest()
-            found[entry.name[:-4]] = Script(entry.name[:-4], source, sha)
+            found[entry.name[:-4]] = make_script(entry.name[:-4], source)
     return found
 
 
@@ -57,11 +95,14 @@ class ScriptCall(Generic[T]):
     argv: Sequence[str | bytes | int | float]
     read: Callable[[Any], T]
 
-    def evalsha_args(self) -> tuple[str | bytes | int | float, ...]:
-        return ("EVALSHA", self.script.sha, len(self.keys), *self.keys, *self.argv)
+    def evalsha_args(self, sharded: bool = False) -> tuple[str | bytes | int | float, ...]:
+        """``EVALSHA`` of the script (of its sharded twin when ``sharded``: a cluster)."""
+        sha = self.script.variant(sharded).sha
+        return ("EVALSHA", sha, len(self.keys), *self.keys, *self.argv)
 
-    def eval_args(self) -> tuple[str | bytes | int | float, ...]:
-        return ("EVAL", self.script.source, len(self.keys), *self.keys, *self.argv)
+    def eval_args(self, sharded: bool = False) -> tuple[str | bytes | int | float, ...]:
+        source = self.script.variant(sharded).source
+        return ("EVAL", source, len(self.keys), *self.keys, *self.argv)
 
 
 def call(
@@ -75,15 +116,21 @@ class AsyncExecutor(Protocol):
     async def execute(self, *args: Any) -> Any: ...
 
 
+def is_sharded(conn: object) -> bool:
+    """Whether ``conn`` is a cluster's (its scripts publish with SPUBLISH)."""
+    return bool(getattr(conn, "sharded_pubsub", False))
+
+
 async def evaluate(conn: AsyncExecutor, sc: ScriptCall[T]) -> T:
     """Run ``sc`` on a trio connection; script refusals raise their typed errors."""
+    sharded = is_sharded(conn)
     try:
         try:
-            reply = await conn.execute(*sc.evalsha_args())
+            reply = await conn.execute(*sc.evalsha_args(sharded))
         except ServerError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-            reply = await conn.execute(*sc.eval_args())
+            reply = await conn.execute(*sc.eval_args(sharded))
     except ServerError as exc:
         raise translate(str(exc)) from None
     return sc.read(reply)
@@ -113,19 +160,28 @@ def sync_errors() -> Iterator[None]:
 
     try:
         yield
+    except redis.exceptions.ClusterDownError as exc:
+        raise ClusterDown(f"CLUSTERDOWN {exc}") from None
     except redis.exceptions.ResponseError as exc:
         raise translate(str(exc)) from None
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         raise ConnectionLost(str(exc)) from exc
+    except redis.exceptions.RedisClusterException as exc:  # the layout could not be read
+        if "cluster mode is not enabled" in str(exc).lower():
+            raise NotACluster(str(exc)) from None
+        raise ConnectionLost(str(exc)) from exc
 
 
-def evaluate_sync(client: Any, sc: ScriptCall[T]) -> T:
-    """Run ``sc`` on a redis-py client (``echomq.sync``); same replies, same errors."""
+def evaluate_sync(client: Any, sc: ScriptCall[T], *, sharded: bool = False) -> T:
+    """Run ``sc`` on a redis-py client (``echomq.sync``); same replies, same errors.
+
+    ``sharded``: the client is a ``RedisCluster`` (the sharded twin runs).
+    """
     import redis
 
     with sync_errors():
         try:
-            reply = client.execute_command(*sc.evalsha_args())
+            reply = client.execute_command(*sc.evalsha_args(sharded))
         except redis.exceptions.NoScriptError:
-            reply = client.execute_command(*sc.eval_args())
+            reply = client.execute_command(*sc.eval_args(sharded))
     return sc.read(reply)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
-from .._redis.scripts import evaluate_reply
+from .._redis.scripts import evaluate_reply, is_sharded
 from ..errors import InvalidArgument, ServerError
 from .lifecycle import ClaimBatch, claim_batch_call
 
@@ -53,7 +53,7 @@ async def wait_then_claim(
     sc = claim_batch_call(queue, lease_ms, count)
     seconds = max(_MIN_BLOCK, round(float(block), 3))
     popped, reply = await wake_conn.execute_pipeline(
-        [("BLPOP", ks.wake, ks.wake_direct(consumer), seconds), sc.evalsha_args()]
+        [("BLPOP", ks.wake, ks.wake_direct(consumer), seconds), sc.evalsha_args(is_sharded(conn))]
     )
     batch = await evaluate_reply(conn, sc, reply)  # the claim first: its jobs must be taken
     if isinstance(popped, ServerError) and not batch.jobs:

@@ -1,0 +1,5 @@
+"""Private redis-server processes: one server (``single``) or a cluster of them (``cluster``).
+
+Production code (the demo, the dashboard's embedded mode) and ``echomq.testing`` both
+build on these modules; nothing here imports ``echomq.testing``.
+"""
