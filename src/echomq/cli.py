@@ -8,7 +8,8 @@ Rule 3: tables and progress bars come from ``rich``; when stdout is not a termin
 output stays plain (no colour, and ``watch`` prints one line per event).
 
 ``--url`` (or ``$ECHOMQ_URL``, else redis://127.0.0.1:6379/0) picks the server; job
-commands take ``--queue`` (or ``$ECHOMQ_QUEUE``, else ``default``).
+commands take ``--queue`` (or ``$ECHOMQ_QUEUE``, else ``default``). ``echomq worker
+module:queue`` tries the queue's own ``Queue(url=...)`` before that default.
 """
 
 from __future__ import annotations
@@ -556,7 +557,7 @@ def run_worker_command(args: argparse.Namespace, err: Console) -> int:
         "echomq._worker.main",
         "run_worker",
         target=args.target,
-        url=_url(args),
+        url=args.url or os.environ.get("ECHOMQ_URL"),  # None: the queue's own url
         concurrency=args.concurrency,
         recovery=args.recovery,
         recovery_interval=args.recovery_interval,

@@ -6,9 +6,12 @@
     ├── InvalidKey           bad job id / queue name (also ValueError), before any I/O
     ├── InvalidArgument      a bad lease, count, priority... (also ValueError), before any I/O
     │   └── CrossSlot        a cluster pipeline whose keys span slots, refused before any I/O
-    ├── ConnectionLost       the wire dropped a command in flight; never replayed silently
+    ├── ConnectionLost       the wire dropped a command in flight, or could not connect
+    ├── TLSError             the TLS handshake failed (certificate, protocol); not retried
     ├── ServerError          Redis answered an error we do not map
     │   ├── ScriptError      a script answered a reply we cannot decode
+    │   ├── AuthenticationError  wrong or missing credentials (WRONGPASS, NOAUTH); not retried
+    │   ├── PermissionDenied an ACL user may not run that command or touch that key (NOPERM)
     │   └── ClusterError     a Redis Cluster could not serve the command
     │       ├── NotACluster  a redis+cluster:// URL names a node with cluster mode off
     │       └── ClusterDown  slots not covered (CLUSTERDOWN), still after connect_timeout
@@ -28,7 +31,9 @@
 
     Retry(delay=...)         raised by a task to ask for a retry; not an error
 
-Script refusals reach these classes through one table, ``_redis/replies.py``.
+Script refusals and server error replies reach these classes through one table,
+``_redis/replies.py``. Only ``ConnectionLost`` is transient: code that retries on it never
+loops on a bad password, a missing permission or a certificate nobody trusts.
 """
 
 from __future__ import annotations
@@ -37,10 +42,13 @@ __all__ = [
     "EchoMQError",
     "InvalidKey",
     "InvalidArgument",
+    "CrossSlot",
     "ConnectionLost",
+    "TLSError",
     "ServerError",
     "ScriptError",
-    "CrossSlot",
+    "AuthenticationError",
+    "PermissionDenied",
     "ClusterError",
     "NotACluster",
     "ClusterDown",
@@ -87,12 +95,28 @@ class ConnectionLost(EchoMQError, ConnectionError):
     """
 
 
+class TLSError(EchoMQError):
+    """The TLS handshake failed: the certificate did not verify, or the peer does not
+    speak TLS as configured. Not a ``ConnectionLost``: trying again cannot fix it.
+    """
+
+
 class ServerError(EchoMQError):
     """Redis answered an error reply that echomq does not map to a typed refusal."""
 
 
 class ScriptError(ServerError):
     """A script answered a reply whose shape the verb cannot decode."""
+
+
+class AuthenticationError(ServerError):
+    """The server refused the credentials (``WRONGPASS``), or needs some and none were
+    given (``NOAUTH``). Not a ``ConnectionLost``: trying again cannot fix it.
+    """
+
+
+class PermissionDenied(ServerError):
+    """The ACL user may not run that command, or touch that key or channel (``NOPERM``)."""
 
 
 class CrossSlot(InvalidArgument):
