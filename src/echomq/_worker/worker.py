@@ -38,6 +38,7 @@ from .. import jobs, stalled
 from .._redis import validate as v
 from .._redis.connection import connect
 from ..app import Queue, to_ms
+from ..config import parse_url
 from ..errors import ConnectionLost, InvalidArgument
 from ..events import EventFeed
 from .cancellation import InFlight
@@ -232,8 +233,10 @@ class Worker:
                     claiming = trio.CancelScope()
                     await helpers.start(self._claim_until_stopped, claiming, consumer)
                     log.info(
-                        "worker serving %r: tasks %s, concurrency %d, recovery %s every %.1f s",
+                        "worker serving %r at %s: tasks %s, concurrency %d, "
+                        "recovery %s every %.1f s",
                         name,
+                        parse_url(self.queue.url).display,
                         sorted(self.queue.tasks),
                         self.concurrency,
                         self.recovery,
