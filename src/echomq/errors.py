@@ -26,6 +26,7 @@
     ├── DuplicateJob         enqueue with a job_id whose row already exists
     ├── TaskNotRegistered    a claimed job names a task this worker does not know
     ├── SerializationError   a payload that cannot be encoded or decoded (also ValueError)
+    │   └── PayloadTooLarge  a payload or result over the size limit, before any write
     ├── JobFailed            from handle.result(): the job is dead; carries the error text
     └── JobCancelled         from handle.result() and CancelToken.check()
 
@@ -37,6 +38,8 @@ loops on a bad password, a missing permission or a certificate nobody trusts.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "EchoMQError",
@@ -63,6 +66,7 @@ __all__ = [
     "DuplicateJob",
     "TaskNotRegistered",
     "SerializationError",
+    "PayloadTooLarge",
     "JobFailed",
     "JobCancelled",
     "Retry",
@@ -187,6 +191,22 @@ class SerializationError(EchoMQError, ValueError):
     """A payload or result cannot be encoded (or decoded) by the queue's codec."""
 
 
+class PayloadTooLarge(SerializationError):
+    """A payload or result is over the size limit (``echomq.config.max_payload()``).
+
+    Raised before any write; ``size`` and ``limit`` are in bytes.
+    """
+
+    def __init__(self, name: str, size: int, limit: int) -> None:
+        super().__init__(f"{name} is {size} bytes, over the limit of {limit} bytes")
+        self.name = name
+        self.size = size
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.size, self.limit))
+
+
 class JobFailed(EchoMQError):
     """The job was dead-lettered; ``error`` carries its last error text."""
 
@@ -194,6 +214,9 @@ class JobFailed(EchoMQError):
         super().__init__(f"job {job_id} failed: {error}")
         self.job_id = job_id
         self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job_id, self.error))
 
 
 class JobCancelled(EchoMQError):
@@ -203,6 +226,9 @@ class JobCancelled(EchoMQError):
         super().__init__(f"job {job_id} cancelled: {reason}" if job_id else f"cancelled: {reason}")
         self.reason = reason
         self.job_id = job_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_cancelled, (type(self), self.reason, self.job_id))
 
 
 class Retry(Exception):
@@ -217,3 +243,11 @@ class Retry(Exception):
         super().__init__(reason)
         self.delay = delay
         self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.delay, self.reason))
+
+
+def _cancelled(cls: type[JobCancelled], reason: str | None, job_id: str | None) -> JobCancelled:
+    """Unpickle a JobCancelled (its job_id is keyword-only)."""
+    return cls(reason, job_id=job_id)
