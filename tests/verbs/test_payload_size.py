@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import trio
 
 import echomq
 import echomq.sync
@@ -118,3 +119,31 @@ async def test_task_delay_refuses_a_huge_argument(
         with pytest.raises(PayloadTooLarge):
             send.delay_sync("x" * small_limit)
         assert await snapshot(q.connection, Keyspace(queue)) == {}
+
+
+async def test_a_task_returning_a_result_over_the_limit_fails_dead_and_the_worker_lives(
+    redis_url: str, queue: str, small_limit: int
+) -> None:
+    """The complete verb refuses the result before writing; the job ends dead with the
+    reason, and the worker goes on with the next job."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task
+    async def huge() -> str:
+        return "x" * small_limit
+
+    @q.task
+    async def fine() -> str:
+        return "ok"
+
+    worker = echomq.Worker(q, concurrency=2)
+    with trio.fail_after(15):
+        async with q.open(), trio.open_nursery() as nursery:
+            await nursery.start(worker.serve)
+            big = await huge.delay()
+            with pytest.raises(echomq.JobFailed) as caught:
+                await big.result(timeout=10)
+            assert await (await fine.delay()).result(timeout=10) == "ok"
+            worker.shutdown(grace=0)
+    assert caught.value.error is not None and "PayloadTooLarge" in caught.value.error
+    assert "over the limit of 1024 bytes" in caught.value.error
