@@ -9,7 +9,7 @@ Layout (imports point down):
 
 from __future__ import annotations
 
-from . import admin, cancel, errors, jobs, stalled
+from . import admin, cancel, config, errors, jobs, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
 from ._redis.connection import Connection, connect
@@ -19,34 +19,83 @@ from .app import Job, Queue, TaskHandle, current_job
 from .cancel import CancelToken
 from .config import ConnectionConfig, parse_url
 from .errors import (
+    ActiveJobs,
+    AuthenticationError,
+    ClusterDown,
+    ClusterError,
+    ConnectionLost,
+    CrossSlot,
+    DuplicateJob,
     EchoMQError,
+    InvalidArgument,
+    InvalidKey,
     JobCancelled,
     JobFailed,
+    JobGone,
+    JobLocked,
+    NotACluster,
+    NotActive,
+    NotCancellable,
+    NotDead,
+    NotPaused,
+    PayloadTooLarge,
+    PermissionDenied,
     Retry,
+    ScriptError,
+    SerializationError,
+    ServerError,
+    StaleToken,
+    TaskNotRegistered,
+    TLSError,
 )
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ActiveJobs",
+    "AuthenticationError",
     "CancelToken",
     "Claimed",
+    "ClusterDown",
+    "ClusterError",
     "Connection",
     "ConnectionConfig",
+    "ConnectionLost",
+    "CrossSlot",
+    "DuplicateJob",
     "EchoMQError",
     "ExtendResult",
+    "InvalidArgument",
+    "InvalidKey",
     "Job",
     "JobCancelled",
     "JobFailed",
+    "JobGone",
     "JobInfo",
+    "JobLocked",
     "JobState",
+    "NotACluster",
+    "NotActive",
+    "NotCancellable",
+    "NotDead",
+    "NotPaused",
+    "PayloadTooLarge",
+    "PermissionDenied",
     "Queue",
     "Retry",
+    "ScriptError",
+    "SerializationError",
+    "ServerError",
+    "StaleToken",
     "Sweep",
+    "TLSError",
     "TaskHandle",
+    "TaskNotRegistered",
     "Worker",
     "__version__",
     "admin",
     "cancel",
+    "config",
     "connect",
     "current_job",
     "errors",
@@ -54,3 +103,15 @@ __all__ = [
     "parse_url",
     "stalled",
 ]
+
+
+def _fixup_module_metadata() -> None:
+    """The error tree reads ``echomq.JobGone`` in tracebacks, as it is spelled by users
+    (trio's ``fixup_module_metadata``). Only the exceptions: an attrs class resolves its
+    string annotations through its own module."""
+    for name in errors.__all__:
+        getattr(errors, name).__module__ = __name__
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata

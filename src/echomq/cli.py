@@ -8,7 +8,8 @@ Rule 3: tables and progress bars come from ``rich``; when stdout is not a termin
 output stays plain (no colour, and ``watch`` prints one line per event).
 
 ``--url`` (or ``$ECHOMQ_URL``, else redis://127.0.0.1:6379/0) picks the server; job
-commands take ``--queue`` (or ``$ECHOMQ_QUEUE``, else ``default``).
+commands take ``--queue`` (or ``$ECHOMQ_QUEUE``, else ``default``). ``echomq worker
+module:queue`` tries the queue's own ``Queue(url=...)`` before that default.
 """
 
 from __future__ import annotations
@@ -556,7 +557,7 @@ def run_worker_command(args: argparse.Namespace, err: Console) -> int:
         "echomq._worker.main",
         "run_worker",
         target=args.target,
-        url=_url(args),
+        url=args.url or os.environ.get("ECHOMQ_URL"),  # None: the queue's own url
         concurrency=args.concurrency,
         recovery=args.recovery,
         recovery_interval=args.recovery_interval,
@@ -576,6 +577,7 @@ def run_dashboard_command(args: argparse.Namespace, err: Console) -> int:
         port=args.port,
         token=args.token,
         queues=args.queues or None,
+        allowed_hosts=args.allow_hosts or None,
     )
 
 
@@ -608,6 +610,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535 (0: any free port), not {value}")
     return value
 
 
@@ -704,15 +716,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(entry=run_worker_command)
 
     p = command("dashboard", "serve the live dashboard on loopback")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, help="(default 8000)")
-    p.add_argument("--token", help="required by the operator buttons (default: generated)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; others: --allow-host)")  # fmt: skip
+    p.add_argument("--port", type=_port, help="0..65535, 0 for any free port (default 8000)")
+    p.add_argument("--token", help="required by the operator buttons: 8..256 of "
+                   "[A-Za-z0-9._~-] (default: generated)")  # fmt: skip
     p.add_argument("--queue", dest="queues", action="append", help="follow this queue (repeat)")
+    p.add_argument("--allow-host", dest="allow_hosts", action="append", metavar="NAME",
+                   help="a Host name browsers may use besides loopback (repeat; needed to "
+                   "bind a non-loopback --host)")  # fmt: skip
     p.set_defaults(entry=run_dashboard_command)
 
     p = command("demo", "a demo: producers, workers and the dashboard (embedded Redis)")
     p.add_argument("--duration", type=float, help="stop after this many seconds")
-    p.add_argument("--port", type=int, help="the dashboard's port")
+    p.add_argument("--port", type=_port, help="the dashboard's port")
     p.add_argument("--no-dashboard", action="store_true")
     p.set_defaults(entry=run_demo_command)
     return parser

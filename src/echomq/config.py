@@ -15,6 +15,9 @@ password are percent-decoded (``redis://user:p%40ss@host``).
 
 ``embedded://`` is not a connection: it is resolved by :mod:`echomq.testing` (a private
 redis-server child process) before it reaches here.
+
+The payload size limit lives here too (:func:`set_max_payload`): one process-wide
+number that every verb checks before it writes a payload, a result or new job data.
 """
 
 from __future__ import annotations
@@ -26,9 +29,51 @@ import attrs
 
 from .errors import InvalidArgument
 
-__all__ = ["ConnectionConfig", "parse_url", "DEFAULT_URL"]
+__all__ = [
+    "ConnectionConfig",
+    "parse_url",
+    "DEFAULT_URL",
+    "DEFAULT_MAX_PAYLOAD",
+    "MAX_BATCH_BYTES",
+    "max_payload",
+    "set_max_payload",
+]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+DEFAULT_MAX_PAYLOAD = 64 * 2**20  # bytes; well below Redis's proto-max-bulk-len (512 MiB)
+_HIGHEST_MAX_PAYLOAD = 512 * 2**20  # Redis's default proto-max-bulk-len
+MAX_BATCH_BYTES = 512 * 2**20  # payload bytes in one enqueue_many (client-query-buffer 1 GiB)
+_max_payload = DEFAULT_MAX_PAYLOAD
+
+
+def max_payload() -> int:
+    """The largest payload, result or job data a verb writes, in bytes (:func:`set_max_payload`)."""
+    return _max_payload
+
+
+def set_max_payload(nbytes: int) -> None:
+    """Set the process-wide payload size limit, in bytes (default 64 MiB, at most 512 MiB).
+
+    Every verb that writes a payload (``enqueue``, ``enqueue_many``, ``update_data``, the
+    sync producer) or a result (``complete``) raises
+    :class:`~echomq.errors.PayloadTooLarge` over it, before any write. Set it where the
+    queue is defined, so producers and workers importing that module agree. Keep it below
+    the server's ``proto-max-bulk-len``.
+
+    Raises:
+        InvalidArgument: not an int in 1..512 MiB.
+    """
+    global _max_payload
+    if (
+        isinstance(nbytes, bool)
+        or not isinstance(nbytes, int)
+        or not 1 <= nbytes <= _HIGHEST_MAX_PAYLOAD
+    ):
+        raise InvalidArgument(
+            f"max payload must be an int in 1..{_HIGHEST_MAX_PAYLOAD} bytes, not {nbytes!r}"
+        )
+    _max_payload = nbytes
 
 
 @attrs.frozen(kw_only=True)

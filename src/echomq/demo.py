@@ -284,6 +284,8 @@ async def demo_main(
         queue = build_queue(real_url, state, rng)
         worker = Worker(queue, concurrency=8, grace=1.0)
         async with queue.open(), trio.open_nursery() as outer:
+            # a worker waits for its Redis; the demo would rather say at once it is not there
+            await queue.connection.execute("PING")
             await outer.start(worker.serve)
             async with trio.open_nursery() as nursery:
                 if dashboard:

@@ -6,9 +6,12 @@
     ├── InvalidKey           bad job id / queue name (also ValueError), before any I/O
     ├── InvalidArgument      a bad lease, count, priority... (also ValueError), before any I/O
     │   └── CrossSlot        a cluster pipeline whose keys span slots, refused before any I/O
-    ├── ConnectionLost       the wire dropped a command in flight; never replayed silently
+    ├── ConnectionLost       the wire dropped a command in flight, or could not connect
+    ├── TLSError             the TLS handshake failed (certificate, protocol); not retried
     ├── ServerError          Redis answered an error we do not map
     │   ├── ScriptError      a script answered a reply we cannot decode
+    │   ├── AuthenticationError  wrong or missing credentials (WRONGPASS, NOAUTH); not retried
+    │   ├── PermissionDenied an ACL user may not run that command or touch that key (NOPERM)
     │   └── ClusterError     a Redis Cluster could not serve the command
     │       ├── NotACluster  a redis+cluster:// URL names a node with cluster mode off
     │       └── ClusterDown  slots not covered (CLUSTERDOWN), still after connect_timeout
@@ -23,24 +26,32 @@
     ├── DuplicateJob         enqueue with a job_id whose row already exists
     ├── TaskNotRegistered    a claimed job names a task this worker does not know
     ├── SerializationError   a payload that cannot be encoded or decoded (also ValueError)
+    │   └── PayloadTooLarge  a payload or result over the size limit, before any write
     ├── JobFailed            from handle.result(): the job is dead; carries the error text
     └── JobCancelled         from handle.result() and CancelToken.check()
 
     Retry(delay=...)         raised by a task to ask for a retry; not an error
 
-Script refusals reach these classes through one table, ``_redis/replies.py``.
+Script refusals and server error replies reach these classes through one table,
+``_redis/replies.py``. Only ``ConnectionLost`` is transient: code that retries on it never
+loops on a bad password, a missing permission or a certificate nobody trusts.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "EchoMQError",
     "InvalidKey",
     "InvalidArgument",
+    "CrossSlot",
     "ConnectionLost",
+    "TLSError",
     "ServerError",
     "ScriptError",
-    "CrossSlot",
+    "AuthenticationError",
+    "PermissionDenied",
     "ClusterError",
     "NotACluster",
     "ClusterDown",
@@ -55,6 +66,7 @@ __all__ = [
     "DuplicateJob",
     "TaskNotRegistered",
     "SerializationError",
+    "PayloadTooLarge",
     "JobFailed",
     "JobCancelled",
     "Retry",
@@ -87,12 +99,28 @@ class ConnectionLost(EchoMQError, ConnectionError):
     """
 
 
+class TLSError(EchoMQError):
+    """The TLS handshake failed: the certificate did not verify, or the peer does not
+    speak TLS as configured. Not a ``ConnectionLost``: trying again cannot fix it.
+    """
+
+
 class ServerError(EchoMQError):
     """Redis answered an error reply that echomq does not map to a typed refusal."""
 
 
 class ScriptError(ServerError):
     """A script answered a reply whose shape the verb cannot decode."""
+
+
+class AuthenticationError(ServerError):
+    """The server refused the credentials (``WRONGPASS``), or needs some and none were
+    given (``NOAUTH``). Not a ``ConnectionLost``: trying again cannot fix it.
+    """
+
+
+class PermissionDenied(ServerError):
+    """The ACL user may not run that command, or touch that key or channel (``NOPERM``)."""
 
 
 class CrossSlot(InvalidArgument):
@@ -163,6 +191,22 @@ class SerializationError(EchoMQError, ValueError):
     """A payload or result cannot be encoded (or decoded) by the queue's codec."""
 
 
+class PayloadTooLarge(SerializationError):
+    """A payload or result is over the size limit (``echomq.config.max_payload()``).
+
+    Raised before any write; ``size`` and ``limit`` are in bytes.
+    """
+
+    def __init__(self, name: str, size: int, limit: int) -> None:
+        super().__init__(f"{name} is {size} bytes, over the limit of {limit} bytes")
+        self.name = name
+        self.size = size
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.size, self.limit))
+
+
 class JobFailed(EchoMQError):
     """The job was dead-lettered; ``error`` carries its last error text."""
 
@@ -170,6 +214,9 @@ class JobFailed(EchoMQError):
         super().__init__(f"job {job_id} failed: {error}")
         self.job_id = job_id
         self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job_id, self.error))
 
 
 class JobCancelled(EchoMQError):
@@ -179,6 +226,9 @@ class JobCancelled(EchoMQError):
         super().__init__(f"job {job_id} cancelled: {reason}" if job_id else f"cancelled: {reason}")
         self.reason = reason
         self.job_id = job_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_cancelled, (type(self), self.reason, self.job_id))
 
 
 class Retry(Exception):
@@ -193,3 +243,11 @@ class Retry(Exception):
         super().__init__(reason)
         self.delay = delay
         self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.delay, self.reason))
+
+
+def _cancelled(cls: type[JobCancelled], reason: str | None, job_id: str | None) -> JobCancelled:
+    """Unpickle a JobCancelled (its job_id is keyword-only)."""
+    return cls(reason, job_id=job_id)

@@ -100,7 +100,7 @@ def test_acl_user_and_db_from_the_url(redis_server: RedisServer, queue: str) -> 
         assert admin.exists(key) == 0
         admin.execute_command("SELECT", 3)
         assert admin.exists(key) == 1
-        with pytest.raises(echomq.errors.EchoMQError):
+        with pytest.raises(echomq.errors.AuthenticationError):
             echomq.sync.connect(f"redis://{user}:wrong@127.0.0.1:{redis_server.port}/0").enqueue(
                 queue, b""
             )
@@ -128,9 +128,9 @@ def test_tls_url(queue: str) -> None:
             job_id = mq.enqueue(queue, b"secret")
             info = mq.get_job(queue, job_id)
             assert info is not None and info.payload == b"secret"
-        # without the CA the certificate is not trusted: the call fails, nothing replayed
+        # without the CA the certificate is not trusted: TLSError, nothing replayed
         plain = server.url.split("?")[0]
-        with pytest.raises(ConnectionLost):
+        with pytest.raises(echomq.errors.TLSError):
             echomq.sync.connect(plain).enqueue(queue, b"")
 
 

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 import echomq
-from echomq.errors import ConnectionLost, ServerError
+from echomq.errors import AuthenticationError, ConnectionLost, PermissionDenied, TLSError
 from echomq.testing import RedisServer
 
 
@@ -47,10 +47,11 @@ async def test_tls_many_callers_share_one_tls_connection(tls_server: RedisServer
 async def test_tls_certificate_that_fails_verification_is_refused_at_once(
     tls_server: RedisServer,
 ) -> None:
-    """Without the test CA the certificate is untrusted: ConnectionLost, no retry loop."""
+    """Without the test CA the certificate is untrusted: TLSError (not a ConnectionLost),
+    no retry loop."""
     url = f"rediss://127.0.0.1:{tls_server.port}/0"
     async with echomq.connect(url, connect_timeout=5) as conn:
-        with trio.fail_after(2), pytest.raises(ConnectionLost, match="certificate"):
+        with trio.fail_after(2), pytest.raises(TLSError, match="certificate"):
             await conn.execute("PING")
 
 
@@ -85,17 +86,17 @@ async def test_password_only_auth(password_server: RedisServer) -> None:
 
 
 async def test_wrong_password_is_a_clear_error(password_server: RedisServer) -> None:
-    """A wrong password raises ServerError naming AUTH and WRONGPASS, without retrying."""
+    """A wrong password raises AuthenticationError naming AUTH and WRONGPASS, at once."""
     url = f"redis://:nope@127.0.0.1:{password_server.port}/0"
     async with echomq.connect(url, connect_timeout=5) as conn:
-        with trio.fail_after(2), pytest.raises(ServerError, match="AUTH failed: WRONGPASS"):
+        with trio.fail_after(2), pytest.raises(AuthenticationError, match="AUTH failed: WRONGPASS"):
             await conn.execute("PING")
 
 
 async def test_missing_password_is_noauth(password_server: RedisServer) -> None:
-    """No password for a server that needs one: the command is refused with NOAUTH."""
+    """No password for a server that needs one: AuthenticationError saying NOAUTH."""
     async with echomq.connect(f"redis://127.0.0.1:{password_server.port}/0") as conn:
-        with pytest.raises(ServerError, match="NOAUTH"):
+        with pytest.raises(AuthenticationError, match="NOAUTH"):
             await conn.execute("PING")
 
 
@@ -118,17 +119,17 @@ async def test_acl_user_login(password_server: RedisServer, acl_user: tuple[str,
     async with echomq.connect(url) as conn:
         assert await conn.execute("ACL", "WHOAMI") == user.encode()
         assert await conn.execute("SET", "app:x", "1") == b"OK"
-        with pytest.raises(ServerError, match="NOPERM"):
+        with pytest.raises(PermissionDenied, match="NOPERM"):
             await conn.execute("SET", "other:x", "1")
 
 
 async def test_acl_user_with_wrong_password_is_refused(
     password_server: RedisServer, acl_user: tuple[str, str]
 ) -> None:
-    """The right user with the wrong password: ServerError with WRONGPASS."""
+    """The right user with the wrong password: AuthenticationError with WRONGPASS."""
     user, _ = acl_user
     async with echomq.connect(f"redis://{user}:wrong@127.0.0.1:{password_server.port}/0") as conn:
-        with pytest.raises(ServerError, match="WRONGPASS"):
+        with pytest.raises(AuthenticationError, match="WRONGPASS"):
             await conn.execute("PING")
 
 

@@ -141,3 +141,64 @@ async def test_stopping_an_idle_worker_leaves_new_work_pending(redis_url: str, q
             await trio.sleep(0.1)
             info = await jobs.get_job(conn, queue, job_id)
     assert info is not None and info.state is echomq.JobState.PENDING
+
+
+async def test_sigterm_with_every_slot_busy_starts_the_grace_at_once(
+    redis_url: str, queue: str, tmp_path: Path
+) -> None:
+    """Every slot busy: SIGTERM starts the grace at once (it used to wait ~10 s for the
+    claim loop, blocked on a free slot, to notice), then hands the jobs back."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(name="sleepy")
+    async def sleepy(seconds: float) -> str:
+        return "not this process"
+
+    log = tmp_path / "w.log"
+    with trio.fail_after(30):
+        async with q.open():
+            handles = [await sleepy.delay(30) for _ in range(2)]
+            args = ("--concurrency", "2", "--grace", "0.3")
+            async with worker_process(redis_url, queue, log, *args) as proc:
+                for handle in handles:
+                    await wait_state(q.connection, queue, handle.id, "active", within=15)
+                proc.send_signal(signal.SIGTERM)
+                with trio.fail_after(6):  # grace 0.3 s; before the fix: ~10.3 s
+                    assert await proc.wait() == 0
+            for handle in handles:
+                info = await handle.info()
+                assert info is not None and info.state == "pending" and info.failures == 0
+    assert "handed 2 job(s) back to pending" in log.read_text()
+
+
+async def test_second_sigterm_with_every_slot_busy_skips_the_grace(
+    redis_url: str, queue: str, tmp_path: Path
+) -> None:
+    """A second SIGTERM (or SIGINT) cuts a long grace short: cancel and release at once."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(name="sleepy")
+    async def sleepy(seconds: float) -> str:
+        return "not this process"
+
+    log = tmp_path / "w.log"
+    logged = trio.Path(log)
+    with trio.fail_after(30):
+        async with q.open():
+            handles = [await sleepy.delay(30) for _ in range(2)]
+            args = ("--concurrency", "2", "--grace", "60")
+            async with worker_process(redis_url, queue, log, *args) as proc:
+                for handle in handles:
+                    await wait_state(q.connection, queue, handle.id, "active", within=15)
+                proc.send_signal(signal.SIGTERM)
+                # the grace starts at once (before the fix: ~10 s later)
+                await until(lambda: _contains(logged, "waiting up to 60.0 s for 2 job(s)"), 5)
+                proc.send_signal(signal.SIGINT)
+                with trio.fail_after(5):
+                    assert await proc.wait() == 0
+            for handle in handles:
+                info = await handle.info()
+                assert info is not None and info.state == "pending" and info.failures == 0
+    text = log.read_text()
+    assert "again: stopping without grace" in text
+    assert "handed 2 job(s) back to pending" in text

@@ -40,6 +40,7 @@ import trio
 from ..config import ConnectionConfig
 from ..errors import ClusterDown, ClusterError, ConnectionLost, CrossSlot, NotACluster, ServerError
 from .connection import Arg, Connection, ReplyError, is_transient, pack, pack_command
+from .replies import server_error
 from .slots import ALL_MASTERS, ANY_MASTER, command_slot, key_slot, pipeline_slot
 from .topology import Address, SlotMap, parse_redirect, parse_shards, parse_slots
 
@@ -78,7 +79,7 @@ def cluster_error(message: str) -> ServerError:
         return ClusterDown(message)
     if word in ("MOVED", "ASK", "TRYAGAIN"):
         return ClusterError(message)
-    return ServerError(message)
+    return server_error(message)
 
 
 class ClusterConnection(Connection):

@@ -24,10 +24,11 @@ from typing import Any
 import trio
 
 from ..config import ConnectionConfig
-from ..errors import ConnectionLost, InvalidArgument, NotACluster, ServerError
+from ..errors import ConnectionLost, InvalidArgument, NotACluster, TLSError
 from .cluster import ClusterConnection
 from .connection import TRANSPORT_ERRORS, Parser, ReplyError, connect, new_parser, open_stream, pack
 from .pubsub import Message, PubSub, _Confirm, authenticate
+from .replies import server_error
 from .slots import key_slot
 from .topology import Address, parse_redirect
 
@@ -71,7 +72,9 @@ class _Shard:
                 task_status.started()
                 started = True
                 await self._read(stream, parser)
-            except (*TRANSPORT_ERRORS, ConnectionLost, trio.TooSlowError) as exc:
+            except (*TRANSPORT_ERRORS, ConnectionLost, trio.TooSlowError, TLSError) as exc:
+                if isinstance(exc, TLSError) and not started:
+                    raise  # a certificate nobody trusts: retrying cannot help
                 log.debug("sharded subscription on %s:%s ended: %r", *self.address, exc)
         finally:
             self.closed = True
@@ -133,7 +136,7 @@ class ClusterPubSub(PubSub):
             await confirm.event.wait()
             if confirm.error is not None:
                 wanted.difference_update(channels)
-                raise ServerError(f"SSUBSCRIBE refused: {confirm.error}")
+                raise server_error(confirm.error, "SSUBSCRIBE refused")
 
     async def unsubscribe(self, *channels: str) -> None:
         wanted = self._wanted["channel"]

@@ -34,9 +34,19 @@ import trio
 
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
-from ..errors import ConnectionLost, ServerError
+from ..errors import ConnectionLost, TLSError
+from .replies import server_error
 
-__all__ = ["Connection", "connect", "open_stream", "ReplyError", "Arg", "pack", "new_parser"]
+__all__ = [
+    "Arg",
+    "Connection",
+    "ReplyError",
+    "connect",
+    "new_parser",
+    "open_stream",
+    "pack",
+    "probe",
+]
 
 Arg = str | bytes | int | float
 
@@ -48,16 +58,14 @@ TRANSPORT_ERRORS = (
     trio.ClosedResourceError,
     hiredis.ProtocolError,
 )
+# a TLS peer that hung up mid-handshake: the server may be restarting (transient)
+_SSL_TRANSIENT = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 _CHUNK = 1 << 16  # receive size: large reads cost an allocation each (see docs/wire.md)
 _SYNC_READS = 16  # consecutive reads without a checkpoint before the reader yields
 
 
 class ReplyError(Exception):
     """An error reply as hiredis hands it over (also inside arrays); see ``ServerError``."""
-
-
-class TLSRefused(ConnectionLost):
-    """The server's TLS certificate failed verification: not retried."""
 
 
 class Parser(Protocol):
@@ -100,11 +108,16 @@ async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:
                 await tls.do_handshake()
             except trio.BrokenResourceError as exc:
                 await trio.aclose_forcefully(tls)
-                if isinstance(exc.__cause__, ssl.SSLCertVerificationError):
-                    # not transient: retrying cannot help
-                    raise TLSRefused(
-                        f"TLS certificate check failed for {config.display}: {exc.__cause__}"
-                    ) from exc
+                cause = exc.__cause__
+                if isinstance(cause, ssl.SSLError) and not isinstance(cause, _SSL_TRANSIENT):
+                    # a certificate nobody trusts, a peer that does not speak TLS: retrying
+                    # cannot help (a peer that hung up mid-handshake may be restarting)
+                    what = (
+                        "certificate check"
+                        if isinstance(cause, ssl.SSLCertVerificationError)
+                        else "handshake"
+                    )
+                    raise TLSError(f"TLS {what} failed for {config.display}: {cause}") from exc
                 raise
             stream = tls
         return stream
@@ -342,6 +355,9 @@ class Connection:
         Raises:
             ConnectionLost: the socket dropped before the reply came (never replayed), or
                 no connection could be made within ``connect_timeout``.
+            TLSError: the TLS handshake failed (not retried).
+            AuthenticationError: wrong or missing credentials (a ``ServerError``).
+            PermissionDenied: the ACL user may not do that (a ``ServerError``).
             ServerError: the server answered an error (after retrying transient ones).
         """
         return await self.execute_packed(pack_command(args))
@@ -368,7 +384,7 @@ class Connection:
             replies = [await session.request(packed)]
         else:
             replies = await session.request(packed, len(commands))
-        return [ServerError(str(r)) if isinstance(r, ReplyError) else r for r in replies]
+        return [server_error(str(r)) if isinstance(r, ReplyError) else r for r in replies]
 
     async def execute_packed(self, packed: bytes) -> Any:
         """Like :meth:`execute`, for a command already packed with :func:`pack`."""
@@ -381,7 +397,8 @@ class Connection:
         return reply
 
     async def _after_error(self, packed: bytes, message: str) -> Any:
-        """Raise ``ServerError``; but a transient refusal (not run) is sent again, with backoff."""
+        """Raise the reply's error (:func:`~echomq._redis.replies.server_error`); but a
+        transient refusal (not run) is sent again, with backoff."""
         deadline = trio.current_time() + self.config.connect_timeout
         delay = 0.01
         while is_transient(message) and trio.current_time() + delay < deadline:
@@ -394,7 +411,7 @@ class Connection:
             if not isinstance(reply, ReplyError):
                 return reply
             message = str(reply)
-        raise ServerError(message)
+        raise server_error(message)
 
     async def _connect(self) -> _Session:
         attempt = self._attempts
@@ -423,8 +440,6 @@ class Connection:
         while True:
             try:
                 return await self._open_session()
-            except TLSRefused:
-                raise  # retrying cannot help
             except ConnectionLost:  # (an OSError too) the server is not ready yet
                 if trio.current_time() + delay >= deadline:
                     raise
@@ -446,7 +461,7 @@ class Connection:
                 if isinstance(reply, ReplyError):
                     if is_transient(str(reply)):
                         raise ConnectionLost(f"{self.config.display} is not ready: {reply}")
-                    raise ServerError(f"{self.config.display}: {command[0]} failed: {reply}")
+                    raise server_error(str(reply), f"{self.config.display}: {command[0]} failed")
         except BaseException:
             session.fail(None)
             raise
@@ -478,6 +493,32 @@ class Connection:
         self._closed = True
         self.drop()
         await trio.lowlevel.checkpoint()
+
+
+async def probe(url: str | ConnectionConfig, **options: Any) -> None:
+    """One attempt, without backoff: connect, handshake (AUTH, SELECT...), PING, close.
+
+    For callers that run their own retry loop (a worker waiting for Redis to come up).
+
+    Raises:
+        ConnectionLost: nothing answered, or the server is not ready (``LOADING``...).
+        TLSError, AuthenticationError, PermissionDenied, ServerError: as :meth:`Connection.execute`.
+    """
+    config = parse_url(url, **options)
+    async with open_service_nursery() as nursery:
+        conn = Connection(config, nursery)
+        try:
+            try:
+                session = await conn._open_session()
+            except (*TRANSPORT_ERRORS, trio.TooSlowError) as exc:
+                raise ConnectionLost(f"cannot connect to {config.display}: {exc!r}") from exc
+            reply = await session.request(pack_command(("PING",)))
+            if isinstance(reply, ReplyError):
+                if is_transient(str(reply)):
+                    raise ConnectionLost(f"{config.display} is not ready: {reply}")
+                raise server_error(str(reply), f"{config.display}: PING failed")
+        finally:
+            await conn.aclose()
 
 
 @asynccontextmanager

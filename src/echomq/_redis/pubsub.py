@@ -21,8 +21,9 @@ import trio
 
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
-from ..errors import ConnectionLost, ServerError
+from ..errors import ConnectionLost, TLSError
 from .connection import TRANSPORT_ERRORS, Parser, ReplyError, new_parser, open_stream, pack
+from .replies import server_error
 
 __all__ = ["Message", "PubSub", "open_pubsub"]
 
@@ -93,7 +94,7 @@ class PubSub:
             await confirm.event.wait()
             if confirm.error is not None:
                 wanted.difference_update(names)
-                raise ServerError(f"{command} refused: {confirm.error}")
+                raise server_error(confirm.error, f"{command} refused")
 
     async def _remove(self, kind: str, command: str, names: tuple[str, ...]) -> None:
         wanted = self._wanted[kind]
@@ -129,8 +130,10 @@ class PubSub:
         while True:
             try:
                 stream = await open_stream(self.config)
-            except (*TRANSPORT_ERRORS, trio.TooSlowError, ConnectionLost) as exc:
+            except (*TRANSPORT_ERRORS, trio.TooSlowError, ConnectionLost, TLSError) as exc:
                 if not started:
+                    if isinstance(exc, TLSError):
+                        raise
                     raise ConnectionLost(
                         f"cannot connect to {self.config.display}: {exc!r}"
                     ) from exc
@@ -217,7 +220,7 @@ async def authenticate(stream: trio.abc.Stream, parser: Parser, config: Connecti
             raise trio.BrokenResourceError("closed during AUTH")
         parser.feed(data)
     if isinstance(reply, ReplyError):
-        raise ServerError(f"{config.display}: AUTH failed: {reply}")
+        raise server_error(str(reply), f"{config.display}: AUTH failed")
 
 
 @asynccontextmanager

@@ -2,7 +2,9 @@
 
 Scripts refuse in two ways, both before their first write: a small negative integer
 (``Code``), or an error reply whose first word names the refusal (``EMQSTALE``,
-``EMQSTATE ...``). This module is the only place that knows either.
+``EMQSTATE ...``). This module is the only place that knows either. It also names the
+server's own refusals that have a type of their own: credentials (``WRONGPASS``, ``NOAUTH``)
+and ACL permissions (``NOPERM``); see :func:`server_error`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 from ..errors import (
     ActiveJobs,
+    AuthenticationError,
     DuplicateJob,
     EchoMQError,
     JobGone,
@@ -20,12 +23,13 @@ from ..errors import (
     NotCancellable,
     NotDead,
     NotPaused,
+    PermissionDenied,
     ScriptError,
     ServerError,
     StaleToken,
 )
 
-__all__ = ["Code", "ExtendResult", "translate", "check", "text", "as_int"]
+__all__ = ["Code", "ExtendResult", "translate", "server_error", "check", "text", "as_int"]
 
 
 class Code(enum.IntEnum):
@@ -74,11 +78,46 @@ _ERROR_PREFIXES: tuple[tuple[str, type[EchoMQError]], ...] = (
 
 
 def translate(message: str) -> EchoMQError:
-    """The typed error for a server error reply (ServerError when unknown)."""
+    """The typed error for a server error reply (:func:`server_error` when no script's)."""
     for prefix, cls in _ERROR_PREFIXES:
         if message.startswith(prefix):
             return cls(message)
-    return ServerError(message)
+    return server_error(message)
+
+
+# The server's own refusals with a type of their own. redis-py drops the first word of an
+# error reply; the second column matches what it leaves.
+_NOAUTH_HINT = (
+    "the server requires a password and none was given: "
+    "put it in the URL (redis://:PASSWORD@host, or redis://USER:PASSWORD@host)"
+)
+
+
+_AUTH_REFUSED = (
+    "ERR AUTH",  # AUTH <password> called without any password configured
+    "ERR invalid password",  # Redis < 6
+    "ERR Client sent AUTH, but no password is set",  # Redis < 6
+    "AUTH <password> called",  # as redis-py words the first
+)
+
+
+def server_error(message: str, context: str = "") -> ServerError:
+    """The error for a server's error reply: ``AuthenticationError`` for wrong or missing
+    credentials, ``PermissionDenied`` for an ACL refusal, else ``ServerError``.
+
+    ``context`` (e.g. ``"redis://host:6379/0: AUTH failed"``) prefixes the message.
+    """
+    text = f"{context}: {message}" if context else message
+    first = message.split(" ", 1)[0]
+    if first == "NOAUTH" or "Protocol error: unauthenticated" in message:
+        # A client that has not authenticated may not send a long command: the server
+        # answers "Protocol error: unauthenticated multibulk length" (and closes).
+        return AuthenticationError(f"NOAUTH: {_NOAUTH_HINT} ({text})")
+    if first == "WRONGPASS" or message.startswith(_AUTH_REFUSED):
+        return AuthenticationError(text)
+    if first == "NOPERM":
+        return PermissionDenied(text)
+    return ServerError(text)
 
 
 def check(reply: Any, what: str) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import ssl
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -24,8 +25,17 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from ..errors import ClusterDown, ConnectionLost, NotACluster, ServerError
-from .replies import translate
+from ..errors import (
+    AuthenticationError,
+    ClusterDown,
+    ConnectionLost,
+    EchoMQError,
+    NotACluster,
+    PermissionDenied,
+    ServerError,
+    TLSError,
+)
+from .replies import server_error, translate
 
 __all__ = [
     "Script",
@@ -132,8 +142,13 @@ async def evaluate(conn: AsyncExecutor, sc: ScriptCall[T]) -> T:
                 raise
             reply = await conn.execute(*sc.eval_args(sharded))
     except ServerError as exc:
-        raise translate(str(exc)) from None
+        raise _typed(exc) from None
     return sc.read(reply)
+
+
+def _typed(exc: ServerError) -> ServerError | EchoMQError:
+    """A script's refusal as its typed error; the wire already typed the server's own."""
+    return translate(str(exc)) if type(exc) is ServerError else exc
 
 
 async def evaluate_reply(conn: AsyncExecutor, sc: ScriptCall[T], reply: Any) -> T:
@@ -145,16 +160,42 @@ async def evaluate_reply(conn: AsyncExecutor, sc: ScriptCall[T], reply: Any) -> 
     if isinstance(reply, ServerError):
         if str(reply).startswith("NOSCRIPT"):
             return await evaluate(conn, sc)
-        raise translate(str(reply))
+        raise _typed(reply)
     return sc.read(reply)
+
+
+def _ssl_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error under a redis-py ConnectionError, unless the peer just hung up."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ssl.SSLError):
+            transient = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
+            return None if isinstance(cause, transient) else cause
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _auth_error(message: str) -> AuthenticationError:
+    """redis-py drops an error reply's first word: put it back, word it as the wire does."""
+    if message.startswith("Authentication required"):
+        message = f"NOAUTH {message}"
+    elif message.startswith("invalid username-password"):
+        message = f"WRONGPASS {message}"
+    error = server_error(message)
+    return error if isinstance(error, AuthenticationError) else AuthenticationError(message)
 
 
 @contextmanager
 def sync_errors() -> Iterator[None]:
-    """Translate redis-py's exceptions into echomq's (``echomq.sync``).
+    """Translate redis-py's exceptions into echomq's (``echomq.sync``), one type per cause
+    as on the trio wire.
 
-    A dropped or unreachable connection is :class:`ConnectionLost`, as on the trio wire;
-    an error reply goes through the reply table.
+    A dropped or unreachable connection is :class:`ConnectionLost`; refused credentials
+    :class:`AuthenticationError` (redis-py calls them a ConnectionError); an ACL refusal
+    :class:`PermissionDenied`; a failed TLS handshake :class:`TLSError`; any other error
+    reply goes through the reply table.
     """
     import redis
 
@@ -162,9 +203,16 @@ def sync_errors() -> Iterator[None]:
         yield
     except redis.exceptions.ClusterDownError as exc:
         raise ClusterDown(f"CLUSTERDOWN {exc}") from None
+    except redis.exceptions.AuthenticationError as exc:  # WRONGPASS, NOAUTH (a ConnectionError)
+        raise _auth_error(str(exc)) from None
+    except redis.exceptions.NoPermissionError as exc:
+        raise PermissionDenied(f"NOPERM {exc}") from None
     except redis.exceptions.ResponseError as exc:
         raise translate(str(exc)) from None
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        tls = _ssl_failure(exc)
+        if tls is not None:
+            raise TLSError(f"TLS handshake failed: {tls}") from exc
         raise ConnectionLost(str(exc)) from exc
     except redis.exceptions.RedisClusterException as exc:  # the layout could not be read
         if "cluster mode is not enabled" in str(exc).lower():

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..errors import InvalidArgument, SerializationError
+from .. import config
+from ..errors import InvalidArgument, PayloadTooLarge, SerializationError
 from .keyspace import check_id
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_MS",
     "MAX_PRIORITY",
+    "batch_bytes",
     "held_pairs",
     "int_in",
     "non_negative_int",
@@ -76,15 +78,27 @@ def text_arg(name: str, value: object) -> str:
 
 
 def payload_bytes(value: object, name: str = "payload") -> bytes:
-    """A payload or result as bytes; a str is UTF-8 encoded; anything else is refused."""
+    """A payload or result as bytes; a str is UTF-8 encoded; anything else is refused, and
+    so is anything over ``config.max_payload()`` bytes (:class:`PayloadTooLarge`)."""
     if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
+        data = value
+    elif isinstance(value, str):
         try:
-            return value.encode()
+            data = value.encode()
         except UnicodeEncodeError as exc:
             raise SerializationError(f"{name} is not encodable as UTF-8: {exc}") from None
-    raise SerializationError(f"{name} must be bytes or str, not {type(value).__name__}")
+    else:
+        raise SerializationError(f"{name} must be bytes or str, not {type(value).__name__}")
+    limit = config.max_payload()
+    if len(data) > limit:
+        raise PayloadTooLarge(name, len(data), limit)
+    return data
+
+
+def batch_bytes(total: int) -> None:
+    """Refuse a batch whose payloads add up past ``config.MAX_BATCH_BYTES``."""
+    if total > config.MAX_BATCH_BYTES:
+        raise PayloadTooLarge("the batch's payloads", total, config.MAX_BATCH_BYTES)
 
 
 def held_pairs(held: Iterable[object]) -> tuple[list[str], list[str]]:

@@ -82,18 +82,22 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
         raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
     ids: list[str] = []
     argv: list[Any] = [ks.base, len(jobs)]
+    total = 0
     for job in jobs:
         if not isinstance(job, NewJob):
             raise InvalidArgument(f"enqueue_many takes NewJob values, not {type(job).__name__}")
         job_id = check_id(job.job_id) if job.job_id is not None else new_id()
+        payload = v.payload_bytes(job.payload)
+        total += len(payload)
         argv += [
             job_id,
-            v.payload_bytes(job.payload),
+            payload,
             v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
             v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
             v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
         ]
         ids.append(job_id)
+    v.batch_bytes(total)
 
     def read(reply: Any) -> list[str]:
         if reply != len(ids):

@@ -73,9 +73,11 @@ class Consumer:
         idle_for: float | None = None  # set: the last claim was under-filled
         try:
             while not self._stopping:
-                while self._free <= 0:
+                while self._free <= 0 and not self._stopping:
                     self._freed = trio.Event()
-                    await self._freed.wait()
+                    await self._freed.wait()  # a finished job, or stop()
+                if self._stopping:
+                    break
                 want = min(self._free, v.MAX_COUNT)
                 try:
                     if idle_for is None:
@@ -147,8 +149,13 @@ class Consumer:
             self._idle_until = None
 
     async def stop(self) -> None:
-        """Stop claiming: an idle wait is woken at once; jobs it claims are handed back."""
+        """Stop claiming: an idle wait is woken at once; jobs it claims are handed back.
+
+        A loop waiting for a free slot (every slot busy) is woken too: the grace period
+        must start now, not when a job happens to finish.
+        """
         self._stopping = True
+        self._freed.set()
         if self._idle_until is not None:
             try:
                 await nudge(self.conn, self.queue, self.id)

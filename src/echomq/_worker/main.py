@@ -4,8 +4,12 @@
 ``attr`` from ``module`` (a :class:`~echomq.Queue`, or a ready :class:`~echomq.Worker`),
 runs it under ``trio.run``, and maps signals through ``trio.open_signal_receiver``: the
 first SIGINT/SIGTERM is a graceful shutdown (stop claiming, wait ``grace``, hand the rest
-back to pending); the second cuts the wait short. Exit codes: 0 after a clean stop,
-1 when the worker failed, 2 when the target cannot be loaded.
+back to pending); the second cuts the wait short. Exit codes: 0 after a clean stop
+(also while still waiting for Redis), 1 when the worker failed (a refused password, an
+ACL refusal or a TLS failure: one line, no traceback), 2 when the target cannot be loaded.
+
+The URL: ``--url``, else ``$ECHOMQ_URL``, else the queue's own ``Queue(url=...)``, else
+``redis://127.0.0.1:6379/0``.
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ from collections.abc import Sequence
 import trio
 
 from ..app import Queue
-from ..errors import EchoMQError
+from ..errors import AuthenticationError, EchoMQError, PermissionDenied, TLSError
 from .sweeper import Recovery
 from .worker import Worker
 
-__all__ = ["load_target", "main", "run_worker"]
+__all__ = ["load_target", "main", "resolve_url", "run_worker"]
 
 log = logging.getLogger("echomq.worker")
 
@@ -91,6 +95,7 @@ def run_worker(
     """Load ``target`` and serve it until signalled; answer the process exit code.
 
     When ``target`` names a Worker, its own options are used and only ``url`` applies.
+    ``url`` None keeps the queue's own (``Queue(url=...)``); see :func:`resolve_url`.
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(
@@ -119,16 +124,35 @@ def run_worker(
         return 2
     try:
         trio.run(serve_until_signalled, worker)
-    except Exception:
+    except Exception as exc:
+        leaf = _leaf(exc)
+        if isinstance(leaf, AuthenticationError | PermissionDenied | TLSError):
+            # not transient: one clear line, not a traceback (docs/wire.md)
+            log.error("cannot serve %r: %s", worker.queue.name, leaf)
+            return 1
         log.exception("worker failed")
         return 1
     return 0
 
 
+def _leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def resolve_url(flag: str | None) -> str | None:
+    """The URL a worker uses: ``--url``, else ``$ECHOMQ_URL``, else None (the queue's own
+    ``Queue(url=...)``, whose default is ``redis://127.0.0.1:6379/0``)."""
+    return flag or os.environ.get("ECHOMQ_URL") or None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m echomq._worker.main")
     parser.add_argument("target", help="module:attribute naming a Queue or a Worker")
-    parser.add_argument("--url", default=None, help="Redis URL (default: the queue's)")
+    parser.add_argument(
+        "--url", default=None, help="Redis URL (default: $ECHOMQ_URL, else the queue's own)"
+    )
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--recovery", choices=("reap", "stalled"), default="reap")
     parser.add_argument("--recovery-interval", type=float, default=5.0)
@@ -137,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     return run_worker(
         args.target,
-        url=args.url,
+        url=resolve_url(args.url),
         concurrency=args.concurrency,
         recovery=args.recovery,
         recovery_interval=args.recovery_interval,

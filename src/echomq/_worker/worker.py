@@ -12,6 +12,9 @@ Layout::
         ├── recovery supervisor   sweeper.py
         └── cancel listener       cancel events -> InFlight.request_cancel
 
+Start: until Redis answers, ``serve`` waits with backoff (startup.py), one log line per
+attempt; a stop asked meanwhile ends it cleanly.
+
 Shutdown (``shutdown()``, or SIGINT/SIGTERM through ``run_worker``): stop claiming; wait
 up to ``grace`` seconds for held jobs (the lease keeper keeps renewing them); cancel the
 rest and hand them back to pending at once with one fenced ``release``; then stop the
@@ -35,12 +38,14 @@ from .. import jobs, stalled
 from .._redis import validate as v
 from .._redis.connection import connect
 from ..app import Queue, to_ms
+from ..config import parse_url
 from ..errors import ConnectionLost, InvalidArgument
 from ..events import EventFeed
 from .cancellation import InFlight
 from .consumer import Consumer
 from .execution import JobRunner
 from .lease import LeaseKeeper
+from .startup import wait_for_redis
 from .sweeper import Recovery, Sweeper
 
 __all__ = ["Worker", "WorkerStatistics"]
@@ -176,7 +181,11 @@ class Worker:
         self._serving = True
         try:
             async with self.queue.open() as queue:
-                feed = await queue.event_feed()
+                # Redis may not be up yet (a fleet booting): wait for it, or for a stop
+                feed = await wait_for_redis(queue.url, self._stop, queue.event_feed)
+                if feed is None:
+                    log.info("stopped while waiting for redis")
+                    return
                 async with connect(queue.url) as wake_conn:
                     await self._serve(queue.connection, wake_conn, feed, task_status)
         finally:
@@ -224,8 +233,10 @@ class Worker:
                     claiming = trio.CancelScope()
                     await helpers.start(self._claim_until_stopped, claiming, consumer)
                     log.info(
-                        "worker serving %r: tasks %s, concurrency %d, recovery %s every %.1f s",
+                        "worker serving %r at %s: tasks %s, concurrency %d, "
+                        "recovery %s every %.1f s",
                         name,
+                        parse_url(self.queue.url).display,
                         sorted(self.queue.tasks),
                         self.concurrency,
                         self.recovery,

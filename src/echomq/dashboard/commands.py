@@ -5,13 +5,14 @@ Rule 1: a command without the right token is refused before anything else happen
 Rule 2: the dashboard calls the public verbs (``echomq.admin``, ``echomq.jobs``,
 ``echomq.cancel``), looked up when the command runs, so it knows no script and no key.
 A verb that is not installed answers a clear error instead of breaking the page.
+Rule 3: commands (and ``logs`` reads) reach only the queues this dashboard shows.
 """
 
 from __future__ import annotations
 
 import hmac
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from .._redis.connection import Connection
@@ -19,7 +20,7 @@ from .._redis.keyspace import check_id, check_queue
 from ..errors import EchoMQError
 from .messages import CommandRequest
 
-__all__ = ["CommandRefused", "VERBS", "run_command", "token_matches"]
+__all__ = ["CommandRefused", "VERBS", "not_shown", "run_command", "token_matches"]
 
 
 class CommandRefused(Exception):
@@ -46,6 +47,10 @@ def token_matches(expected: str, given: str) -> bool:
     return bool(given) and hmac.compare_digest(expected.encode(), given.encode())
 
 
+def not_shown(queue: str) -> str:
+    return f"queue {queue!r} is not one this dashboard shows"
+
+
 def _verb(action: str) -> Callable[..., Awaitable[Any]]:
     module_name, name = VERBS[action]
     try:
@@ -64,11 +69,19 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-async def run_command(conn: Connection, request: CommandRequest, token: str) -> Any:
+async def run_command(
+    conn: Connection,
+    request: CommandRequest,
+    token: str,
+    queues: Collection[str] | None = None,
+) -> Any:
     """Run one operator command; answer a JSON-able value.
 
+    ``queues``: the queues this dashboard shows; a command on another is refused.
+
     Raises:
-        CommandRefused: wrong token, unknown queue name or job id, verb missing.
+        CommandRefused: wrong token, bad queue name or job id, a queue this dashboard
+            does not show, verb missing.
         EchoMQError: the verb refused (e.g. ``NotDead``); nothing changed.
     """
     if not token_matches(token, request.token):
@@ -78,6 +91,8 @@ async def run_command(conn: Connection, request: CommandRequest, token: str) -> 
         job = check_id(request.job) if request.job is not None else None
     except EchoMQError as exc:
         raise CommandRefused(str(exc), "invalid") from None
+    if queues is not None and queue not in queues:
+        raise CommandRefused(not_shown(queue), "unknown_queue")
     verb = _verb(request.action)
     if job is None:
         return _plain(await verb(conn, queue))

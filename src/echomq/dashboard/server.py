@@ -1,10 +1,11 @@
 """The dashboard server: the page, its assets and the websocket on one loopback port.
 
 Rule 1: loopback by default. A websocket handshake whose ``Origin`` is not this server's
-own (``http://127.0.0.1:PORT``, ``http://localhost:PORT``, ``http://[::1]:PORT`` or the
-bound host) is refused with 403 before trio-websocket sees it; a handshake with no Origin
-(not a browser) is accepted. Plain requests must name one of those hosts too (DNS
-rebinding).
+own (``http://127.0.0.1:PORT``, ``http://localhost:PORT``, ``http://[::1]:PORT``, the
+bound address, or a name given in ``allowed_hosts``) is refused with 403 before
+trio-websocket sees it; a handshake with no Origin (not a browser) is accepted. Every
+request must name one of those hosts in ``Host`` (DNS rebinding): that check is never
+off. Binding anything but loopback needs an explicit ``allowed_hosts`` list, and warns.
 Rule 2: reading is open to whoever reaches the port; every operator command needs the
 token (printed at start, or given). The page takes it from the URL fragment
 (``#token=...``), which browsers never send to a server.
@@ -15,8 +16,10 @@ first snapshot is ready.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import re
 import secrets
 import signal
 import sys
@@ -33,8 +36,8 @@ from .. import __version__, jobs
 from .._redis.connection import Connection, connect
 from .._redis.keyspace import check_queue
 from ..config import DEFAULT_URL, ConnectionConfig
-from ..errors import EchoMQError
-from .commands import CommandRefused, run_command, token_matches
+from ..errors import EchoMQError, InvalidArgument
+from .commands import CommandRefused, not_shown, run_command, token_matches
 from .http_io import ASSETS, BadRequest, Head, ReplayStream, load_asset, read_head, respond
 from .http_io import security_headers as _security_headers
 from .hub import Hub, first_error
@@ -50,7 +53,7 @@ from .messages import (
     result_reply,
 )
 
-__all__ = ["DashboardInfo", "run_dashboard", "serve_dashboard"]
+__all__ = ["DashboardInfo", "check_options", "run_dashboard", "serve_dashboard"]
 
 log = logging.getLogger("echomq.dashboard")
 
@@ -68,6 +71,9 @@ _GONE = (
     trio_websocket.HandshakeError,
 )
 _LOOPBACK_NAMES = {"127.0.0.1", "localhost", "[::1]"}
+_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
+_HOST_NAME = re.compile(rf"{_LABEL}(\.{_LABEL})*\.?")
+_TOKEN = re.compile(r"[A-Za-z0-9._~-]{8,256}")
 
 
 @attrs.frozen(kw_only=True)
@@ -98,21 +104,74 @@ def _host_name(host_header: str) -> str:
     return host_header.rsplit(":", 1)[0] if ":" in host_header else host_header
 
 
+def is_loopback(host: str) -> bool:
+    """``localhost``, ``127.x.x.x`` or ``::1``: only this machine can connect."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_allowed_host(name: object) -> str:
+    """A host name or address a browser may use for this dashboard, lower case (an IPv6
+    address in brackets); anything else (``*``, a URL, a port) is InvalidArgument."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgument(f"an allowed host must be a host name or address, not {name!r}")
+    text = name.lower()
+    try:
+        address = ipaddress.ip_address(text.strip("[]"))
+    except ValueError:
+        if not _HOST_NAME.fullmatch(text) or len(text) > 253:
+            raise InvalidArgument(
+                f"{name!r} is not a host name or address (no scheme, port or wildcard: "
+                "the Host check is never off)"
+            ) from None
+        return text.rstrip(".")
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
+def check_token(token: object) -> str:
+    """An operator token: 8..256 characters of ``[A-Za-z0-9._~-]`` (it travels in URLs)."""
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+        raise InvalidArgument(  # the rejected value is not echoed: it may be a secret
+            "the token must be 8..256 characters of letters, digits and . _ ~ - "
+            "(it travels in the page's URL)"
+        )
+    return token
+
+
+def check_port(port: object) -> int:
+    """A TCP port, 0..65535 (0: any free port)."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise InvalidArgument(f"port must be an int in 0..65535 (0: any free port), not {port!r}")
+    return port
+
+
 @attrs.frozen(kw_only=True)
 class Gate:
-    """Which Host and Origin values this server answers to."""
+    """Which Host and Origin values this server answers to.
+
+    ``allowed``: host names given by the operator (``--allow-host``); a browser may use
+    them on any port and scheme (a reverse proxy in front). Loopback names and the bound
+    address must come with this server's own port.
+    """
 
     bind_host: str
     port: int
+    allowed: frozenset[str] = frozenset()
+
+    @property
+    def own_names(self) -> set[str]:
+        bound = f"[{self.bind_host}]" if ":" in self.bind_host else self.bind_host.lower()
+        return _LOOPBACK_NAMES | ({bound} if self.bind_host not in _WILDCARDS else set())
 
     @property
     def names(self) -> set[str]:
-        bound = f"[{self.bind_host}]" if ":" in self.bind_host else self.bind_host
-        return _LOOPBACK_NAMES | ({bound} if self.bind_host not in _WILDCARDS else set())
+        return self.own_names | self.allowed
 
     def host_ok(self, head: Head) -> bool:
-        if self.bind_host in _WILDCARDS:
-            return True
         host = head.headers.get("host")
         return host is None or _host_name(host.lower()) in self.names
 
@@ -121,10 +180,10 @@ class Gate:
         if origin is None:
             return True  # not a browser: no ambient credentials to abuse
         origin = origin.lower()
-        if origin in {f"http://{name}:{self.port}" for name in self.names}:
+        if origin in {f"http://{name}:{self.port}" for name in self.own_names}:
             return True
-        # bound to a wildcard: the page's own origin is whatever host the browser used
-        return self.bind_host in _WILDCARDS and origin == f"http://{head.headers.get('host', '')}"
+        scheme, sep, rest = origin.partition("://")
+        return bool(sep) and scheme in ("http", "https") and _host_name(rest) in self.allowed
 
 
 @attrs.define(eq=False)
@@ -245,13 +304,16 @@ class _Server:
         if isinstance(request, AuthRequest):
             return auth_reply(token_matches(self.token, request.token))
         if isinstance(request, LogsRequest):
+            if request.queue not in self.hub.queues:
+                error = not_shown(request.queue)
+                return result_reply(request.ref, ok=False, error=error, kind="unknown_queue")
             try:
                 lines = await jobs.get_job_logs(self.hub.conn, request.queue, request.job)
             except EchoMQError as exc:
                 return result_reply(request.ref, ok=False, error=str(exc), kind=_kind(exc))
             return result_reply(request.ref, ok=True, value=lines)
         try:
-            value = await run_command(self.hub.conn, request, self.token)
+            value = await run_command(self.hub.conn, request, self.token, self.hub.queues)
         except CommandRefused as exc:
             log.warning("refused %s on %s: %s", request.action, request.queue, exc)
             return result_reply(request.ref, ok=False, error=str(exc), kind=exc.kind)
@@ -286,6 +348,7 @@ async def serve_dashboard(
     queues: Sequence[str] | None = None,
     interval: float = 1.0,
     history: int = DEFAULT_HISTORY,
+    allowed_hosts: Sequence[str] = (),
     task_status: trio.TaskStatus[DashboardInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the live dashboard until cancelled.
@@ -293,24 +356,30 @@ async def serve_dashboard(
     Args:
         url_or_conn: a redis URL, a ``ConnectionConfig``, or an open ``Connection`` (its
             settings are used for the pub/sub connection too).
-        host, port: where to listen; loopback and a free port by default.
-        token: the operator token; a random one when None (read it from the answered
-            :class:`DashboardInfo`).
+        host, port: where to listen; loopback and a free port by default. Any other
+            address needs ``allowed_hosts`` (and logs a warning: anyone who reaches the
+            port reads every queue's payloads).
+        token: the operator token (8..256 of ``[A-Za-z0-9._~-]``); a random one when None
+            (read it from the answered :class:`DashboardInfo`).
         queues: the queues to show; all queues found in Redis (rescanned) when None.
+            Commands and log reads reach only the queues shown.
         interval: seconds between two polls of the counts.
         history: throughput points kept per queue (one per poll).
+        allowed_hosts: host names (or addresses) browsers may use besides loopback, e.g.
+            ``["dash.example.com"]``; requests naming another ``Host`` get 421.
 
     Raises:
         InvalidKey: a bad queue name, before any I/O.
-        InvalidArgument: a bad interval or history.
+        InvalidArgument: a bad port, token, interval, history or allowed host, or a
+            non-loopback ``host`` without ``allowed_hosts``.
     """
-    from ..errors import InvalidArgument
-
-    names = [check_queue(q) for q in queues] if queues is not None else None
+    names, token, allowed = check_options(
+        host=host, port=port, token=token, queues=queues, allowed_hosts=allowed_hosts
+    )
     if not interval > 0 or not 1 <= history <= 10_000:
         raise InvalidArgument("interval must be > 0 and history in 1..10000")
-    if token is not None and not token:
-        raise InvalidArgument("token must not be empty")
+    if not is_loopback(host):
+        log.warning(exposed_warning(host, allowed))
     token = token or secrets.token_urlsafe(18)
     async with _connection(url_or_conn) as conn:
         hub = Hub(conn, conn.config, queues=names, interval=interval, history=history)
@@ -321,10 +390,52 @@ async def serve_dashboard(
                 await extra.aclose()  # one address family is enough; its port is the one shown
             listener = listeners[0]
             bound_port: int = listener.socket.getsockname()[1]
-            gate = Gate(bind_host=host, port=bound_port)
+            gate = Gate(bind_host=host, port=bound_port, allowed=allowed)
             server = _Server(hub=hub, gate=gate, token=token)
             await nursery.start(trio.serve_listeners, server.handle, [listener])
             task_status.started(DashboardInfo(host=host, port=bound_port, token=token))
+
+
+def check_options(
+    *,
+    host: str,
+    port: object,
+    token: object,
+    queues: Sequence[str] | None,
+    allowed_hosts: Sequence[str],
+) -> tuple[list[str] | None, str | None, frozenset[str]]:
+    """Gate the dashboard's options before any I/O: (queue names, token, allowed hosts).
+
+    Raises:
+        InvalidKey: a bad queue name.
+        InvalidArgument: a bad port, token or allowed host; a non-loopback ``host`` with
+            no ``allowed_hosts``.
+    """
+    check_port(port)
+    names = [check_queue(q) for q in queues] if queues is not None else None
+    checked = check_token(token) if token is not None else None
+    if isinstance(allowed_hosts, str):
+        raise InvalidArgument("allowed_hosts must be a list of host names, not a str")
+    allowed = frozenset(check_allowed_host(name) for name in allowed_hosts)
+    if not isinstance(host, str):
+        raise InvalidArgument(f"host must be a str, not {host!r}")
+    if not is_loopback(host) and not allowed:
+        where = "every interface" if host in _WILDCARDS else host
+        raise InvalidArgument(
+            f"binding {where} exposes the dashboard beyond this machine: give each host "
+            "name browsers will use with --allow-host NAME (allowed_hosts=[...] in code); "
+            "requests naming any other Host are refused"
+        )
+    return names, checked, allowed
+
+
+def exposed_warning(host: str, allowed: frozenset[str]) -> str:
+    where = "every interface" if host in _WILDCARDS else host
+    return (
+        f"the dashboard listens on {where}, not loopback: anyone who can reach the port "
+        f"reads every payload it shows (operator commands still need the token); "
+        f"Host names allowed: {', '.join(sorted(allowed))}. Put it behind TLS."
+    )
 
 
 async def _serve_until_signal(url: str, **options: Any) -> None:
@@ -361,19 +472,31 @@ def run_dashboard(
     port: int | None = 8000,
     token: str | None = None,
     queues: Sequence[str] | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> int:
     """Serve the dashboard until Ctrl-C (the CLI's ``echomq dashboard``); answer an exit code.
 
     ``url`` None means ``$ECHOMQ_URL``, else the default local Redis; ``embedded://``
     starts a private redis-server for the session.
+
+    Raises:
+        InvalidKey, InvalidArgument: a bad option (:func:`check_options`), before anything
+            starts (the CLI exits 2).
     """
     url = url or os.environ.get("ECHOMQ_URL") or DEFAULT_URL
     port = 8000 if port is None else port
+    queues = list(queues) if queues else None
+    _, _, allowed = check_options(
+        host=host, port=port, token=token, queues=queues, allowed_hosts=allowed_hosts
+    )
+    if not is_loopback(host):
+        print(f"echomq dashboard: warning: {exposed_warning(host, allowed)}", file=sys.stderr)
     options = {
         "host": host,
         "port": port,
         "token": token,
-        "queues": list(queues) if queues else None,
+        "queues": queues,
+        "allowed_hosts": sorted(allowed),
     }
     try:
         trio.run(partial(_serve_until_signal, url, **options))

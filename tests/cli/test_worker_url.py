@@ -1,0 +1,124 @@
+"""Which Redis a worker dials: ``--url``, else ``$ECHOMQ_URL``, else the queue's own
+``Queue(url=...)``, else redis://127.0.0.1:6379/0; the same for ``echomq worker`` and
+``python -m echomq._worker.main``. Run as subprocesses; the worker names the server it
+serves (or waits for) in its log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from echomq.config import parse_url
+from echomq.testing import free_port
+
+APP = """
+import os
+import echomq
+
+queue = echomq.Queue(os.environ["EMQ_TEST_QUEUE"], url=os.environ.get("EMQ_QUEUE_URL"))
+
+
+@queue.task(name="noop")
+async def noop() -> None:
+    return None
+"""
+
+ENTRIES = {
+    "echomq worker": ["-m", "echomq", "worker"],
+    "_worker.main": ["-m", "echomq._worker.main"],
+}
+
+
+async def _dialled(
+    tmp_path: Path,
+    queue: str,
+    entry: str,
+    *,
+    queue_url: str | None,
+    env_url: str | None,
+    flag_url: str | None,
+    expect: str,
+) -> str:
+    """Start the worker, wait until its log names ``expect``'s address; answer the log."""
+    (tmp_path / "urlapp.py").write_text(APP)
+    env = {k: v for k, v in os.environ.items() if k != "ECHOMQ_URL"}
+    env["EMQ_TEST_QUEUE"] = queue
+    if queue_url is not None:
+        env["EMQ_QUEUE_URL"] = queue_url
+    if env_url is not None:
+        env["ECHOMQ_URL"] = env_url
+    flag = ["--url", flag_url] if flag_url is not None else []
+    command = [sys.executable, *ENTRIES[entry], "urlapp:queue", *flag, "--grace", "0"]
+    log_path = tmp_path / "w.log"
+    display = parse_url(expect).display
+    with open(log_path, "wb") as log:  # noqa: ASYNC230 - a local file, before the child starts
+        proc = await trio.lowlevel.open_process(
+            command, env=env, cwd=str(tmp_path), stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            with trio.fail_after(20):
+                while True:
+                    text = log_path.read_text()
+                    if f"at {display}" in text:
+                        break
+                    assert proc.poll() is None, text
+                    await trio.sleep(0.02)
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(10):
+                assert await proc.wait() == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                with trio.CancelScope(shield=True):
+                    await proc.wait()
+    return log_path.read_text()
+
+
+def _nowhere() -> str:
+    return f"redis://127.0.0.1:{free_port()}/0"
+
+
+@pytest.mark.parametrize("entry", list(ENTRIES))
+async def test_the_queues_own_url_wins_over_the_default(
+    redis_url: str, queue: str, tmp_path: Path, entry: str
+) -> None:
+    """No --url, no $ECHOMQ_URL: the worker serves at Queue(url=...), not 127.0.0.1:6379."""
+    text = await _dialled(
+        tmp_path, queue, entry, queue_url=redis_url, env_url=None, flag_url=None, expect=redis_url
+    )
+    assert f"worker serving {queue!r} at {parse_url(redis_url).display}" in text
+
+
+async def test_echomq_url_wins_over_the_queues_own(
+    redis_url: str, queue: str, tmp_path: Path
+) -> None:
+    text = await _dialled(
+        tmp_path, queue, "echomq worker",
+        queue_url=_nowhere(), env_url=redis_url, flag_url=None, expect=redis_url,
+    )  # fmt: skip
+    assert "waiting for redis" not in text
+
+
+@pytest.mark.parametrize("entry", list(ENTRIES))
+async def test_the_url_flag_wins_over_everything(
+    redis_url: str, queue: str, tmp_path: Path, entry: str
+) -> None:
+    text = await _dialled(
+        tmp_path, queue, entry,
+        queue_url=_nowhere(), env_url=_nowhere(), flag_url=redis_url, expect=redis_url,
+    )  # fmt: skip
+    assert "waiting for redis" not in text
+
+
+async def test_no_url_anywhere_is_the_default(queue: str, tmp_path: Path) -> None:
+    """Nothing given: redis://127.0.0.1:6379/0 (served, or waited for)."""
+    await _dialled(
+        tmp_path, queue, "echomq worker",
+        queue_url=None, env_url=None, flag_url=None, expect="redis://127.0.0.1:6379/0",
+    )  # fmt: skip
