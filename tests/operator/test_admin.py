@@ -211,3 +211,20 @@ async def test_obliterate_stops_when_resumed_midway(conn: echomq.Connection, que
     with pytest.raises(NotPaused):
         await admin.obliterate_all(conn, queue, budget=2)
     assert await conn.execute("ZCARD", Keyspace(queue).pending) == 2
+
+
+async def test_resume_of_a_running_queue_changes_nothing(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """Seed 004: resuming a queue that is not paused writes nothing, not even a wake token;
+    resuming a paused one pushes exactly one."""
+    ks = Keyspace(queue)
+    await fill(conn, queue, 1)
+    await conn.execute("DEL", ks.wake)
+    before = await snapshot(conn, queue)
+    await admin.resume(conn, queue)
+    await admin.resume(conn, queue)
+    assert await snapshot(conn, queue) == before
+    await admin.pause(conn, queue)
+    await admin.resume(conn, queue)
+    assert await conn.execute("LLEN", ks.wake) == 1

@@ -4,17 +4,23 @@
         2 schedule  ZSET  delayed ids; score = run-at ms
         3 meta      HASH  queue settings; field seq = the FIFO counter
         4 wake      LIST  wake tokens for idle consumers
-  ARGV  1 queue base (emq:{q}:)   2 number of jobs n
+  ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..1000)
         then n groups of 5: id, payload, delay_ms, priority, max_attempts
   Returns  n (the number enqueued)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
+           EMQARG        n is not 1..1000 or does not match the argument count
   Events   enqueued | scheduled (per job)
   Moves    (none) -> pending | scheduled
+  Bound    O(n * log N); at most 1000 jobs per call (validate.MAX_ENQUEUE)
   Every id is checked before the first write, so a refused call writes nothing.
 ]]
+local MAX_JOBS = 1000
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n = tonumber(ARGV[2])
+if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * 5 then
+  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 5 arguments')
+end
 
 -- checks first: no id may exist, or repeat
 local seen, ready = {}, 0
