@@ -320,7 +320,7 @@ def _read_sweep(reply: Any) -> Sweep:
 
 
 def reap_call(
-    queue: str, *, limit: int = 1000, max_recoveries: int = DEFAULT_MAX_RECOVERIES
+    queue: str, *, limit: int = v.MAX_BATCH, max_recoveries: int = DEFAULT_MAX_RECOVERIES
 ) -> ScriptCall[Sweep]:
     """``max_recoveries`` = ``NO_COUNT`` (-1): recover every expired lease, count nothing."""
     ks = keyspace(queue)
@@ -372,14 +372,14 @@ async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> 
 
     Raises:
         InvalidKey, InvalidArgument, SerializationError: before any I/O; more than
-            ``MAX_ENQUEUE`` (1000) jobs (split a bigger batch into several calls).
+            ``MAX_ENQUEUE`` (500) jobs (split a bigger batch into several calls).
         DuplicateJob: an id exists or repeats in the call; nothing is written.
     """
     return await evaluate(conn, enqueue_call(queue, jobs))
 
 
 async def claim(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
-    """Claim up to ``count`` (1..1000) ready jobs with a lease of ``lease_ms``.
+    """Claim up to ``count`` (1..500, ``MAX_COUNT``) ready jobs with a lease of ``lease_ms``.
 
     Highest priority first, FIFO within a priority. Empty when the queue is paused (the
     script reads the gate itself: one round trip) or nothing is ready. Due scheduled jobs
@@ -461,7 +461,7 @@ async def extend_locks(
     its holder should stop it; ``.cancel_reasons`` has the reasons.
 
     Raises:
-        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (1000) pairs.
+        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (500) pairs.
     """
     return await evaluate(conn, extend_locks_call(queue, held, lease_ms))
 
@@ -472,7 +472,7 @@ async def release(
     """Hand held jobs back to pending at once, without counting (graceful shutdown).
 
     Raises:
-        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (1000) pairs.
+        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (500) pairs.
     """
     return await evaluate(conn, release_call(queue, held))
 
@@ -481,12 +481,12 @@ async def reap(
     conn: Connection,
     queue: str,
     *,
-    limit: int = 1000,
+    limit: int = v.MAX_BATCH,
 ) -> list[str]:
     """Crash recovery (the contract's verb): expired leases back to pending, no count.
 
-    Answers the recovered ids. At most ``limit`` (1..1000) leases per call: call again while
-    it answers a full page. An expired id with no row leaves active and is listed nowhere.
+    Answers the recovered ids. At most ``limit`` (1..``MAX_BATCH``) leases per call: call
+    again while it answers a full page. An expired id with no row leaves active and is listed nowhere.
     The worker's ``recovery="reap"`` mode uses :func:`reap_counted` instead, so a job that
     crashes every worker that runs it is bounded (docs/runtime.md, "Recovery").
 
@@ -501,7 +501,7 @@ async def reap_counted(
     conn: Connection,
     queue: str,
     *,
-    limit: int = 1000,
+    limit: int = v.MAX_BATCH,
     max_recoveries: int = DEFAULT_MAX_RECOVERIES,
 ) -> Sweep:
     """:func:`reap`, counting each expired lease as a stall on the row.

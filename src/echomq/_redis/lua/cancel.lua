@@ -14,7 +14,8 @@
            EMQSTATE not cancellable  the job is completed or dead (nothing written)
   Events   removed {job, reason} (a waiting job) | cancel {job, reason} (an active job)
   Moves    pending | scheduled -> (none)
-  Bound    O(log N): two ZREMs and a constant number of row commands
+  Bound    O(log N): two ZREMs and a fixed number of row commands (a removed job's
+           log lines are deleted with it: O(lines))
   The checks read the row once (state, lock field, the flag), then the lock key; every
   check comes before the first write. An active job's flag is `cancel_requested` (server
   ms) and `cancel_reason` (when a reason is given): extend_locks answers 'cancel' for a

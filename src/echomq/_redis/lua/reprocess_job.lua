@@ -12,6 +12,7 @@
   Errors   EMQSTATE not dead   the id is not in the dead set (nothing written)
   Events   reprocessed
   Moves    dead -> pending
+  Bound    O(log N)
 ]]
 local row, dead, pending, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, base = ARGV[1], ARGV[2]
