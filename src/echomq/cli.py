@@ -646,6 +646,9 @@ def _port(text: str) -> int:
     return value
 
 
+BUDGET_HELP = f"jobs deleted per call, 1..{admin.MAX_BUDGET} (default %(default)s)"
+
+
 def _budget(text: str) -> int:
     value = _positive_int(text)
     if value > admin.MAX_BUDGET:
@@ -704,14 +707,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("drain", "delete the pending backlog (active jobs stay)", queue="positional")
     p.add_argument("--include-schedule", action="store_true", help="drain scheduled jobs too")
-    p.add_argument("--budget", type=_budget, default=admin.DEFAULT_BUDGET,
-                   help=f"jobs deleted per call, 1..{admin.MAX_BUDGET} (default %(default)s)")  # fmt: skip
+    p.add_argument("--budget", type=_budget, default=admin.DEFAULT_BUDGET, help=BUDGET_HELP)
     p.set_defaults(run=cmd_drain)
 
     p = command("obliterate", "delete a paused queue and every key of it", queue="positional")
     p.add_argument("--force", action="store_true", help="delete jobs in flight too")
-    p.add_argument("--budget", type=_budget, default=admin.DEFAULT_BUDGET,
-                   help=f"jobs deleted per call, 1..{admin.MAX_BUDGET} (default %(default)s)")  # fmt: skip
+    p.add_argument("--budget", type=_budget, default=admin.DEFAULT_BUDGET, help=BUDGET_HELP)
     p.set_defaults(run=cmd_obliterate)
 
     for name, help, run in (
