@@ -42,8 +42,8 @@ __all__ = [
     "stats",
 ]
 
-DEFAULT_BUDGET = 1000
-MAX_BUDGET = v.MAX_BUDGET  # jobs per drain / obliterate script call
+MAX_BUDGET = v.MAX_BUDGET  # jobs per drain / obliterate script call (a ~10 ms bound)
+DEFAULT_BUDGET = MAX_BUDGET  # seed 004 says 1000; see docs/operations.md
 THROUGHPUT_WINDOW_MS = 60_000
 
 
@@ -218,7 +218,7 @@ async def drain_step(
     scheduled when asked) with their rows, logs and locks; answer what it did.
 
     Raises:
-        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..1000).
+        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
     """
     return await evaluate(conn, drain_call(queue, include_schedule=include_schedule, budget=budget))
 
@@ -239,7 +239,7 @@ async def drain(
     the drain runs may be drained too.
 
     Raises:
-        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..1000).
+        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
     """
     total = 0
     while True:
@@ -297,7 +297,7 @@ async def obliterate(
     while it is obliterated may leave keys behind: stop them first.
 
     Raises:
-        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..1000).
+        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
         NotPaused: the queue is not paused. ActiveJobs: jobs are in flight and ``force`` is
         not set. Either way nothing was deleted.
     """

@@ -216,7 +216,7 @@ async def test_obliterate_all_reports_progress(conn: echomq.Connection, queue: s
 
 @pytest.mark.parametrize("budget", [0, -1, admin.MAX_BUDGET + 1, 2.5])
 async def test_obliterate_and_drain_reject_bad_budget(closed_port_url: str, budget: object) -> None:
-    """The budget is an int in 1..MAX_BUDGET (1000), checked before any I/O."""
+    """The budget is an int in 1..MAX_BUDGET (500), checked before any I/O."""
     async with echomq.connect(closed_port_url) as c:
         with pytest.raises(InvalidArgument):
             await admin.obliterate(c, "q", budget=budget)  # type: ignore[arg-type]

@@ -153,7 +153,7 @@ async def test_extend_locks_answers_id_by_id(
 async def test_extend_locks_many_ids_in_one_call(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
-    """A batch at the cap (larger than one ZADD chunk of 256) re-scores every id."""
+    """A batch at the cap re-scores every id."""
     ids = await jobs.enqueue_many(
         conn, queue, [jobs.NewJob(payload=b"x") for _ in range(v.MAX_HELD)]
     )

@@ -38,11 +38,11 @@ MAX_PRIORITY = 4095  # priority * 2^40 + seq must stay exact in a double score
 # Caps on the work one script call does (each script checks its own again, before its
 # first write): chosen so that no call blocks Redis for more than ~10 ms on a queue of 1M
 # jobs (measured by `python -m benchmarks bounds`, table in benchmarks/README.md).
-MAX_COUNT = 500  # jobs per claim (which also promotes at most 250 due scheduled jobs)
-MAX_BATCH = 500  # expired leases per reap / stalled sweep
-MAX_ENQUEUE = 500  # jobs per enqueue_many call
-MAX_HELD = 500  # (id, token) pairs per extend_locks / release call
-MAX_BUDGET = 1000  # jobs (or leftover keys) per drain / obliterate step
+MAX_COUNT = 250  # jobs per claim (which also promotes at most 100 due scheduled jobs)
+MAX_BATCH = 250  # expired leases per reap / stalled sweep
+MAX_ENQUEUE = 250  # jobs per enqueue_many call
+MAX_HELD = 250  # (id, token) pairs per extend_locks / release call
+MAX_BUDGET = 500  # jobs (or leftover keys) per drain / obliterate step
 MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a double
 MAX_ATTEMPTS = 1_000_000  # handler failures a job may have; a sane bound, not arithmetic
 

@@ -372,14 +372,14 @@ async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> 
 
     Raises:
         InvalidKey, InvalidArgument, SerializationError: before any I/O; more than
-            ``MAX_ENQUEUE`` (500) jobs (split a bigger batch into several calls).
+            ``MAX_ENQUEUE`` (250) jobs (split a bigger batch into several calls).
         DuplicateJob: an id exists or repeats in the call; nothing is written.
     """
     return await evaluate(conn, enqueue_call(queue, jobs))
 
 
 async def claim(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
-    """Claim up to ``count`` (1..500, ``MAX_COUNT``) ready jobs with a lease of ``lease_ms``.
+    """Claim up to ``count`` (1..250, ``MAX_COUNT``) ready jobs with a lease of ``lease_ms``.
 
     Highest priority first, FIFO within a priority. Empty when the queue is paused (the
     script reads the gate itself: one round trip) or nothing is ready. Due scheduled jobs
@@ -461,7 +461,7 @@ async def extend_locks(
     its holder should stop it; ``.cancel_reasons`` has the reasons.
 
     Raises:
-        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (500) pairs.
+        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (250) pairs.
     """
     return await evaluate(conn, extend_locks_call(queue, held, lease_ms))
 
@@ -472,7 +472,7 @@ async def release(
     """Hand held jobs back to pending at once, without counting (graceful shutdown).
 
     Raises:
-        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (500) pairs.
+        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (250) pairs.
     """
     return await evaluate(conn, release_call(queue, held))
 
@@ -485,8 +485,9 @@ async def reap(
 ) -> list[str]:
     """Crash recovery (the contract's verb): expired leases back to pending, no count.
 
-    Answers the recovered ids. At most ``limit`` (1..``MAX_BATCH``) leases per call: call
-    again while it answers a full page. An expired id with no row leaves active and is listed nowhere.
+    Answers the recovered ids. At most ``limit`` (1..250, ``MAX_BATCH``) leases per call:
+    call again while it answers a full page. An expired id with no row leaves active and is
+    listed nowhere.
     The worker's ``recovery="reap"`` mode uses :func:`reap_counted` instead, so a job that
     crashes every worker that runs it is bounded (docs/runtime.md, "Recovery").
 

@@ -4,17 +4,17 @@
   key (the repeat registry included) are untouched. The verb loops until none remain.
   KEYS  1 pending    ZSET  ready ids
         2 schedule   ZSET  delayed ids
-  ARGV  1 queue base (emq:{q}:)   2 '1' = drain the schedule set too   3 budget (1..1000)
+  ARGV  1 queue base (emq:{q}:)   2 '1' = drain the schedule set too   3 budget (1..500)
   Returns  {deleted, remaining}: the jobs deleted by this call, and the jobs still waiting
            in the drained sets (0: the drain is done)
-  Errors   EMQARG   the budget is not 1..1000 (nothing written; the verb refuses it first)
+  Errors   EMQARG   the budget is not 1..500 (nothing written; the verb refuses it first)
   Events   drained {"event":"drained","job":"","count":n,"remaining":r} when n > 0
   Moves    pending | scheduled -> (none)
-  Bound    O(budget * log N); at most 1000 jobs per call (validate.MAX_BUDGET)
+  Bound    O(budget * log N); at most 500 jobs per call (validate.MAX_BUDGET)
   The ids are taken from the head of each set and removed by rank (ZREMRANGEBYRANK); the
   rows, logs and locks go in one DEL per 100 jobs (so no unpack is longer than 300 keys).
 ]]
-local MAX_BUDGET = 1000
+local MAX_BUDGET = 500
 local pending, schedule = KEYS[1], KEYS[2]
 local base, with_schedule, budget = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 if not budget or budget < 1 or budget > MAX_BUDGET then

@@ -13,21 +13,21 @@
         9 metrics:failed     HASH
        10 sweep_guard STRING
        11.. leftover keys of this queue (found by the caller's SCAN), deleted as found
-  ARGV  1 queue base (emq:{q}:)   2 '1' = force (active jobs too)   3 budget (1..1000 jobs)
+  ARGV  1 queue base (emq:{q}:)   2 '1' = force (active jobs too)   3 budget (1..500 jobs)
         4 '1' = finish: delete the queue's own keys when every set is empty
   Returns  {status, deleted}: status 1 = the budget is spent, call again;
            2 = every set is empty (leftovers may remain); 0 = finished, meta deleted
-  Errors   EMQARG                       the budget is not 1..1000, or more leftover keys
+  Errors   EMQARG                       the budget is not 1..500, or more leftover keys
                                         than the budget (nothing written)
            EMQSTATE not paused          the queue is not paused (nothing written)
            EMQSTATE active jobs present  active members and not forced (nothing written)
   Events   (none)
   Moves    pending | scheduled | active | dead | completed -> (none)
-  Bound    O(budget * log N); at most 1000 jobs or keys per call (validate.MAX_BUDGET)
+  Bound    O(budget * log N); at most 500 jobs or keys per call (validate.MAX_BUDGET)
   Ids are taken from the head of each set and removed by rank (ZREMRANGEBYRANK); rows,
   logs and locks go in one DEL per 100 jobs (no unpack is longer than 300 keys).
 ]]
-local MAX_BUDGET = 1000
+local MAX_BUDGET = 500
 local meta, active = KEYS[1], KEYS[2]
 local base, force, budget = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local finish = ARGV[4] == '1'
