@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import statistics
 import sys
@@ -338,10 +339,23 @@ async def measure(conn: echomq.Connection, reps: int) -> list[dict[str, Any]]:
     return m.cases
 
 
+def _raise_priority(server: RedisServer) -> str:
+    """Run the private redis-server at nice -10 when allowed: on a shared machine a script
+    preempted by another process would count the other's time slice as its own."""
+    if server.process is None:
+        return "default"
+    try:
+        os.setpriority(os.PRIO_PROCESS, server.process.pid, -10)
+    except OSError:
+        return "default (not allowed to raise it)"
+    return "nice -10"
+
+
 async def run_bounds(jobs: int, reps: int) -> dict[str, Any]:
     from .__main__ import machine
 
     with RedisServer() as server:
+        priority = _raise_priority(server)
         async with echomq.connect(server.url) as conn:
             for script in SCRIPTS.values():
                 await conn.execute("SCRIPT", "LOAD", script.source)
@@ -352,7 +366,7 @@ async def run_bounds(jobs: int, reps: int) -> dict[str, Any]:
     measured = {c["script"] for c in cases}
     missing = sorted(set(SCRIPTS) - measured)
     return {
-        "meta": machine(),
+        "meta": {**machine(), "redis_priority": priority},
         "bound_ms": BOUND_MS,
         "queue": sizes,
         "caps": {
