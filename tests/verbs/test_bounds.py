@@ -74,7 +74,7 @@ async def test_claim_and_sweeps_refuse_counts_over_their_caps(
     with trio.fail_after(5):
         await lapse(conn, ks, *[c.id for c in claimed])
     sc = life.reap_call(queue, limit=1)
-    await refused(conn, ks, tampered(sc, [sc.argv[0], v.MAX_BATCH + 1]))
+    await refused(conn, ks, tampered(sc, [sc.argv[0], v.MAX_BATCH + 1, *sc.argv[2:]]))
     sc = stalled.check_call(queue, limit=1)
     await refused(conn, ks, tampered(sc, [sc.argv[0], sc.argv[1], v.MAX_BATCH + 1]))
     assert sorted(await jobs.reap(conn, queue, limit=v.MAX_BATCH)) == sorted(c.id for c in claimed)
