@@ -28,8 +28,7 @@ async def test_shutdown_hands_back_more_jobs_than_one_release_takes(
         async with q.open():
             for _ in range(n):
                 await hang.delay()
-            # one slot spare: the consumer idles on the wake list rather than on a full house
-            worker = echomq.Worker(q, concurrency=n + 1, grace=0)
+            worker = echomq.Worker(q, concurrency=n, grace=0)  # every slot busy
             async with serving(worker):
                 await until(lambda: len(started) == n, within=15)
             stats = await admin.stats(q.connection, queue)
