@@ -10,6 +10,8 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
             dramatiq, huey (each in benchmarks/.peers/<name>, made from PyPI at run time)
   all       verbs, e2e and peers, in that order
   report    print the tables and issue 6's targets from saved result files (--from)
+  bounds    every Lua script's server time on a queue of 1M jobs, at its caps (issue 9);
+            saved to benchmarks/bounds.json and rendered into README.md (--render: no run)
 Results print as tables (median over --reps, and each figure's ratio to its ceiling) and are
 saved as JSON under benchmarks/results/ (ignored by git).
 """
@@ -84,8 +86,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("what", choices=["verbs", "first", "e2e", "peers", "all", "report"])
-    p.add_argument("--reps", type=int, default=5, help="repetitions (medians are reported)")
+    p.add_argument("what", choices=["verbs", "first", "e2e", "peers", "all", "report", "bounds"])
+    p.add_argument(
+        "--reps", type=int, default=None, help="repetitions (medians; default 5, bounds 20)"
+    )
+    p.add_argument("--queue-jobs", type=int, default=1_000_000, help="pending jobs for `bounds`")
+    p.add_argument("--render", action="store_true", help="bounds: the table from bounds.json")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every operation count")
     p.add_argument("--quick", action="store_true", help="a small validation run (--scale 0.1)")
     p.add_argument("--callers", default="1,16,64,256", help="concurrent callers for `verbs`")
@@ -141,6 +147,12 @@ def report(sources: list[Path]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.what == "bounds":
+        from . import bounds
+
+        bounds.main(args.queue_jobs, args.reps or 20, render_only=args.render)
+        return
+    args.reps = args.reps or 5
     if args.what == "report":
         report(args.sources)
         return

@@ -5,7 +5,10 @@ Checked for each ``_redis/lua/*.lua`` (no server needed):
 - every ``KEYS[n]`` / ``ARGV[n]`` the body reads is declared in the header;
 - every refusal (``return -N``, ``redis.error_reply``) is documented (Returns / Errors),
   maps to a typed error in ``replies.py``, and comes before the first write;
-- the Moves line is exactly the script's row of ``_model/states.TRANSITIONS``.
+- the Moves line is exactly the script's row of ``_model/states.TRANSITIONS``;
+- the header states the script's bound (``Bound``: its cost per call); a script whose work
+  grows with an argument checks that argument against its cap in the body, before its first
+  write, and the cap is the one ``_redis/validate.py`` gates the verb with.
 """
 
 from __future__ import annotations
@@ -16,11 +19,24 @@ import pytest
 
 from echomq._model.states import TRANSITIONS, JobState, Moves
 from echomq._redis import replies
+from echomq._redis import validate as v
 from echomq._redis.scripts import SCRIPTS
 from echomq.errors import EchoMQError, ScriptError, ServerError
 
-FIELDS = ("KEYS", "ARGV", "Returns", "Errors", "Events", "Moves")
-REQUIRED = ("KEYS", "ARGV", "Returns", "Events", "Moves")
+FIELDS = ("KEYS", "ARGV", "Returns", "Errors", "Events", "Moves", "Bound")
+REQUIRED = ("KEYS", "ARGV", "Returns", "Events", "Moves", "Bound")
+# scripts whose work grows with an argument: the cap the verb gates it with, and the local
+# the script checks it against (the script refuses a bigger one with EMQARG)
+CAPPED = {
+    "claim": ("MAX_COUNT", v.MAX_COUNT),
+    "enqueue": ("MAX_JOBS", v.MAX_ENQUEUE),
+    "extend_locks": ("MAX_PAIRS", v.MAX_HELD),
+    "release": ("MAX_PAIRS", v.MAX_HELD),
+    "reap": ("MAX_LIMIT", v.MAX_BATCH),
+    "stalled_check": ("MAX_LIMIT", v.MAX_BATCH),
+    "drain": ("MAX_BUDGET", v.MAX_BUDGET),
+    "obliterate": ("MAX_BUDGET", v.MAX_BUDGET),
+}
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "
     "HINCRBY DEL UNLINK SET SETNX INCR INCRBY RPUSH LPUSH LPOP RPOP LTRIM LREM EXPIRE PEXPIRE "
@@ -83,6 +99,25 @@ def test_header_names_every_field(name: str) -> None:
     fields, _ = _split(SCRIPTS[name].source)
     missing = [f for f in REQUIRED if not fields.get(f, "").strip()]
     assert not missing, f"{name}.lua header lacks {missing}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_header_states_the_bound_and_the_body_checks_its_cap(name: str) -> None:
+    """The Bound field says what one call costs; a capped script names its cap there, checks
+    it with an EMQARG refusal before its first write, and the cap is validate.py's."""
+    fields, body = _split(SCRIPTS[name].source)
+    bound = fields.get("Bound", "")
+    assert re.search(r"O\(", bound), f"{name}.lua: Bound must state the cost, e.g. O(log N)"
+    if name not in CAPPED:
+        return
+    local, cap = CAPPED[name]
+    code = "\n".join(_code_lines(body))
+    declared = re.search(rf"^local {local} = (\d+)$", code, re.MULTILINE)
+    assert declared, f"{name}.lua: no `local {local} = <cap>` line"
+    value = int(declared.group(1))
+    assert value == cap, f"{name}.lua: {local} = {value}, validate says {cap}"
+    assert f"at most {cap}" in bound, f"{name}.lua: the Bound line must name the cap {cap}"
+    assert "EMQARG" in fields.get("Errors", ""), f"{name}.lua: the cap's refusal is EMQARG"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -5,9 +5,11 @@ value or raises a typed error from :mod:`echomq.errors` having changed nothing.
 
 - ``pause`` / ``resume``: the gate is the ``paused`` field of ``emq:{q}:meta``; the claim
   script reads it, so the verb ``jobs.claim`` and every worker stop claiming alike. Both are
-  idempotent; the backlog is untouched. ``resume`` pushes a wake token so idle workers look.
+  idempotent; the backlog is untouched. ``resume`` of a paused queue pushes a wake token so
+  idle workers look; ``resume`` of a running queue writes nothing (seed 004).
 - ``drain``: the backlog (pending, and the schedule set when asked) is deleted with its rows
-  and logs; active jobs and recurring registrations are spared.
+  and logs, a ``budget`` of jobs per script call (``drain_step``), so no call blocks Redis
+  for long; active jobs and recurring registrations are spared.
 - ``obliterate``: a paused queue is destroyed a ``budget`` of jobs at a time, down to its
   last ``emq:{q}:*`` key; ``obliterate_all`` loops until it is done.
 - ``stats``: counts per state, the gate, and throughput, in one atomic read.
@@ -33,13 +35,15 @@ __all__ = [
     "resume",
     "is_paused",
     "drain",
+    "drain_step",
+    "DrainStep",
     "obliterate",
     "obliterate_all",
     "stats",
 ]
 
-DEFAULT_BUDGET = 1000
-MAX_BUDGET = 100_000
+MAX_BUDGET = v.MAX_BUDGET  # jobs per drain / obliterate script call (a ~10 ms bound)
+DEFAULT_BUDGET = MAX_BUDGET  # seed 004 says 1000; see docs/operations.md
 THROUGHPUT_WINDOW_MS = 60_000
 
 
@@ -73,6 +77,18 @@ class QueueStats:
 
 
 @attrs.frozen(kw_only=True)
+class DrainStep:
+    """What one drain call did: the jobs it deleted, and those still waiting."""
+
+    deleted: int
+    remaining: int
+
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0
+
+
+@attrs.frozen(kw_only=True)
 class ObliterateStep:
     """What one obliterate call did."""
 
@@ -93,10 +109,18 @@ def resume_call(queue: str) -> ScriptCall[None]:
     return call("resume", [ks.meta, ks.wake], [], _ok(f"resume {queue}"))
 
 
-def drain_call(queue: str, *, include_schedule: bool = False) -> ScriptCall[int]:
+def drain_call(
+    queue: str, *, include_schedule: bool = False, budget: int = DEFAULT_BUDGET
+) -> ScriptCall[DrainStep]:
     ks = Keyspace(queue)
-    argv = [ks.base, "1" if include_schedule else "0"]
-    return call("drain", [ks.pending, ks.schedule], argv, as_int)
+    argv = [ks.base, "1" if include_schedule else "0", v.int_in("budget", budget, 1, MAX_BUDGET)]
+
+    def read(reply: Any) -> DrainStep:
+        if not isinstance(reply, list) or len(reply) != 2:
+            raise ScriptError(f"drain {queue}: unexpected reply {reply!r}")
+        return DrainStep(deleted=as_int(reply[0]), remaining=as_int(reply[1]))
+
+    return call("drain", [ks.pending, ks.schedule], argv, read)
 
 
 def obliterate_call(
@@ -187,12 +211,44 @@ async def is_paused(conn: Connection, queue: str) -> bool:
     return bool(await conn.execute("HEXISTS", Keyspace(queue).meta, "paused"))
 
 
-async def drain(conn: Connection, queue: str, *, include_schedule: bool = False) -> int:
+async def drain_step(
+    conn: Connection, queue: str, *, include_schedule: bool = False, budget: int = DEFAULT_BUDGET
+) -> DrainStep:
+    """One bounded drain call: delete up to ``budget`` waiting jobs (pending first, then
+    scheduled when asked) with their rows, logs and locks; answer what it did.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
+    """
+    return await evaluate(conn, drain_call(queue, include_schedule=include_schedule, budget=budget))
+
+
+async def drain(
+    conn: Connection,
+    queue: str,
+    *,
+    include_schedule: bool = False,
+    budget: int = DEFAULT_BUDGET,
+    on_progress: Callable[[int, int], object] | None = None,
+) -> int:
     """Delete the backlog: every pending job (and scheduled, when asked) with its row and logs.
 
     Active jobs and recurring registrations are untouched. Answers the number deleted.
+    Runs :func:`drain_step` until nothing waits, so no single call holds Redis for long;
+    ``on_progress(deleted_so_far, remaining)`` runs after each step. Jobs enqueued while
+    the drain runs may be drained too.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
     """
-    return await evaluate(conn, drain_call(queue, include_schedule=include_schedule))
+    total = 0
+    while True:
+        step = await drain_step(conn, queue, include_schedule=include_schedule, budget=budget)
+        total += step.deleted
+        if on_progress is not None:
+            on_progress(total, step.remaining)
+        if step.done:
+            return total
 
 
 async def _scan(conn: Connection, pattern: str, limit: int) -> tuple[list[str], bool]:
@@ -241,7 +297,7 @@ async def obliterate(
     while it is obliterated may leave keys behind: stop them first.
 
     Raises:
-        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..100000).
+        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
         NotPaused: the queue is not paused. ActiveJobs: jobs are in flight and ``force`` is
         not set. Either way nothing was deleted.
     """

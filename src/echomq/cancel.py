@@ -4,27 +4,31 @@ Rule 1: a :class:`CancelToken` touches no key, no script and no set. It is a fla
 handler may read (``poll``/``check``); the worker also bridges it to the job's
 ``trio.CancelScope``, so the handler stops at its next checkpoint (except inside
 ``job.shielded()``). A handler that never awaits completes normally.
-Rule 2: :func:`request` reaches a job by queue and id from anywhere: one read of the
-row's state, then pending/scheduled jobs are removed and active ones are signalled with
-``{"event": "cancel", "job": id, "reason": reason}`` on the events channel, at most once
-(a publish that no worker hears is lost, as the seed says).
+Rule 2: :func:`request` reaches a job by queue and id from anywhere, in one script
+(``cancel.lua``): pending/scheduled jobs are removed; active ones are signalled with
+``{"event": "cancel", "job": id, "reason": reason}`` on the events channel AND a cancel
+flag on the row (``cancel_requested``, ``cancel_reason``). The event is at most once (a
+publish no worker hears is lost, as the seed says); the flag is not: the worker's lease
+keeper sees it at its next checkpoint (``extend_locks`` answers ``cancel``).
+Rule 3: the state is read and acted on in the same script, so a claim can never slip
+between them: a job answered ``removed`` was never claimed, and a job a worker claimed
+first is ``signalled``.
 """
 
 from __future__ import annotations
 
 import enum
-import json
+from typing import Any
 
 import attrs
 
-from . import jobs
-from ._model.states import JobState
 from ._redis.connection import Connection
 from ._redis.keyspace import Keyspace
-from ._redis.scripts import is_sharded
-from .errors import JobCancelled, JobGone, NotCancellable
+from ._redis.replies import check, text
+from ._redis.scripts import ScriptCall, call, evaluate
+from .errors import JobCancelled, ScriptError
 
-__all__ = ["CancelOutcome", "CancelToken", "request"]
+__all__ = ["CancelOutcome", "CancelToken", "request", "request_call"]
 
 
 class CancelOutcome(enum.StrEnum):
@@ -68,38 +72,39 @@ class CancelToken:
             raise JobCancelled(self._reason)
 
 
-def cancel_event(job_id: str, reason: str | None) -> str:
-    """The JSON a cancel request publishes."""
-    return json.dumps({"event": "cancel", "job": job_id, "reason": reason}, separators=(",", ":"))
+def request_call(queue: str, job_id: str, reason: str | None = None) -> ScriptCall[CancelOutcome]:
+    """The ``cancel`` script call for :func:`request` (no I/O)."""
+    ks = Keyspace(queue)
+    keys = [ks.job(job_id), ks.lock(job_id), ks.logs(job_id), ks.pending, ks.schedule]
+    if reason is not None and not isinstance(reason, str):
+        reason = str(reason)  # as before: any value reads as its text
+    argv = [job_id, ks.base, "0" if reason is None else "1", reason or ""]
+
+    def read(reply: Any) -> CancelOutcome:
+        if isinstance(reply, int):
+            check(reply, f"cancel {job_id}")
+        try:
+            return CancelOutcome(text(reply))
+        except ValueError:
+            raise ScriptError(f"cancel {job_id}: unexpected reply {reply!r}") from None
+
+    return call("cancel", keys, argv, read)
 
 
 async def request(
     conn: Connection, queue: str, job_id: str, reason: str | None = None
 ) -> CancelOutcome:
-    """Cancel a job by id: remove it if unclaimed, signal its worker if active.
+    """Cancel a job by id, atomically: remove it if unclaimed, signal its worker if active.
+
+    ``signalled`` means the job is active and now carries the cancel flag: its worker stops
+    it at its next checkpoint (the event, or the lease keeper's next renewal) and it
+    completes as ``cancelled:<reason>``. Asking again changes nothing (the first reason
+    stands) but publishes the event again.
 
     Raises:
         InvalidKey: a bad queue name or job id (before any I/O).
         JobGone: no row. NotCancellable: the job is completed or dead.
-        JobLocked: a pending job under an operator lock cannot be removed.
+        JobLocked: a waiting job under an operator lock cannot be removed.
+        Nothing is written on any refusal.
     """
-    ks = Keyspace(queue)
-    row = ks.job(job_id)
-    if reason is not None and not isinstance(reason, str):
-        reason = str(reason)
-    state = await conn.execute("HGET", row, "state")
-    if state is None:
-        raise JobGone(f"cancel {job_id}")
-    state = JobState(state.decode())
-    if state in (JobState.PENDING, JobState.SCHEDULED):
-        try:
-            await jobs.remove_job(conn, queue, job_id)
-        except JobGone:
-            # removed or claimed-and-finished between the read and the removal
-            return await request(conn, queue, job_id, reason)
-        return CancelOutcome.REMOVED
-    if state is JobState.ACTIVE:
-        publish = "SPUBLISH" if is_sharded(conn) else "PUBLISH"  # a cluster: its shard
-        await conn.execute(publish, ks.events, cancel_event(job_id, reason))
-        return CancelOutcome.SIGNALLED
-    raise NotCancellable(f"cancel {job_id}: the job is {state}")
+    return await evaluate(conn, request_call(queue, job_id, reason))

@@ -242,7 +242,30 @@ async def cmd_resume(conn: Connection, args: argparse.Namespace, out: Console) -
 
 
 async def cmd_drain(conn: Connection, args: argparse.Namespace, out: Console) -> int:
-    n = await admin.drain(conn, args.queue, include_schedule=args.include_schedule)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    before = await admin.stats(conn, args.queue)
+    waiting = before.pending + (before.scheduled if args.include_schedule else 0)
+    with Progress(
+        TextColumn(f"draining {escape(args.queue)}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=out,
+        transient=not out.is_terminal,
+        disable=not out.is_terminal,
+    ) as bar:
+        task = bar.add_task("drain", total=max(waiting, 1))
+
+        def advance(deleted: int, remaining: int) -> None:
+            bar.update(task, completed=deleted, total=max(deleted + remaining, 1))
+
+        n = await admin.drain(
+            conn,
+            args.queue,
+            include_schedule=args.include_schedule,
+            budget=args.budget,
+            on_progress=advance,
+        )
     what = "pending and scheduled" if args.include_schedule else "pending"
     out.print(f"drained {n} {what} job(s) from {args.queue}")
     return DONE
@@ -623,6 +646,16 @@ def _port(text: str) -> int:
     return value
 
 
+BUDGET_HELP = f"jobs deleted per call, 1..{admin.MAX_BUDGET} (default %(default)s)"
+
+
+def _budget(text: str) -> int:
+    value = _positive_int(text)
+    if value > admin.MAX_BUDGET:
+        raise argparse.ArgumentTypeError(f"at most {admin.MAX_BUDGET} jobs per call: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="echomq",
@@ -674,12 +707,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("drain", "delete the pending backlog (active jobs stay)", queue="positional")
     p.add_argument("--include-schedule", action="store_true", help="drain scheduled jobs too")
+    p.add_argument("--budget", type=_budget, default=admin.DEFAULT_BUDGET, help=BUDGET_HELP)
     p.set_defaults(run=cmd_drain)
 
     p = command("obliterate", "delete a paused queue and every key of it", queue="positional")
     p.add_argument("--force", action="store_true", help="delete jobs in flight too")
-    p.add_argument("--budget", type=_positive_int, default=admin.DEFAULT_BUDGET,
-                   help="jobs deleted per call (default %(default)s)")  # fmt: skip
+    p.add_argument("--budget", type=_budget, default=admin.DEFAULT_BUDGET, help=BUDGET_HELP)
     p.set_defaults(run=cmd_obliterate)
 
     for name, help, run in (

@@ -11,6 +11,7 @@ from ._model.job import Claimed, JobInfo
 from ._redis.replies import ExtendResult
 from ._verbs.lifecycle import (
     ClaimBatch,
+    ExtendAnswers,
     FailOutcome,
     NewJob,
     claim,
@@ -42,6 +43,7 @@ __all__ = [
     "ClaimBatch",
     "claim_batch",
     "Claimed",
+    "ExtendAnswers",
     "ExtendResult",
     "FailOutcome",
     "JobInfo",

@@ -92,6 +92,8 @@ async def test_enqueue_with_delay_and_job_id_then_duplicate_is_refused(
         ["enqueue", "t", "--job-id", "bad id"],
         ["enqueue", "t", "--priority", "9999"],
         ["obliterate", "q", "--budget", "0"],
+        ["obliterate", "q", "--budget", "1001"],
+        ["drain", "q", "--budget", "1001"],
         ["job", "bad/id"],
         ["nonsense"],
         [],
@@ -153,6 +155,17 @@ async def test_pause_resume_drain(redis_url: str, conn: echomq.Connection, queue
     assert p.returncode == 0 and "drained 2 pending" in out(p)
     p = await run(redis_url, "drain", queue, "--include-schedule")
     assert p.returncode == 0 and "drained 1 " in out(p)
+
+
+async def test_drain_loops_over_bounded_steps(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """drain --budget 2 deletes 7 waiting jobs in several calls and reports them all."""
+    await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"p") for _ in range(5)])
+    await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"p", delay_ms=60_000)] * 2)
+    p = await run(redis_url, "drain", queue, "--include-schedule", "--budget", "2")
+    assert p.returncode == 0 and "drained 7 pending and scheduled" in out(p), err(p)
+    assert (await admin.stats(conn, queue)).jobs == 0
 
 
 async def test_obliterate_refusals_then_force(

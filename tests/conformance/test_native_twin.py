@@ -9,11 +9,11 @@ from typing import Any, cast
 import trio
 
 import echomq
-from echomq import admin, jobs, stalled
+from echomq import admin, cancel, jobs, stalled
 from echomq._redis.functions import FunctionsConnection, library_source, load_library
 
 # Fields and sets whose values are server-clock times: compared by presence and order only.
-TIME_FIELDS = {b"created_at", b"claimed_at", b"finished_at", b"run_at"}
+TIME_FIELDS = {b"created_at", b"claimed_at", b"finished_at", b"run_at", b"cancel_requested"}
 TIME_SETS = ("active", "schedule", "dead", "completed")
 
 
@@ -66,6 +66,7 @@ async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
     for job_id in "abcdef":
         await step(f"row {job_id}", lambda job_id=job_id: jobs.get_job(conn, q, job_id))
     await operator_steps(conn, q, step)
+    await cancel_steps(conn, q, step)
     return log
 
 
@@ -100,6 +101,46 @@ async def operator_steps(
     await step("obliterate running", lambda: admin.obliterate(conn, q, force=True))
     await step("pause for the end", lambda: admin.pause(conn, q))
     await step("obliterate forced", lambda: admin.obliterate(conn, q, force=True, budget=2))
+
+
+async def cancel_steps(
+    conn: echomq.Connection, q: str, step: Callable[[str, Callable[[], Awaitable[Any]]], Any]
+) -> None:
+    """Issue 9: cancel as one script through each branch, extend_locks' cancel answer, the
+    paged drain, and resume of a running queue (on the obliterated queue: empty, running)."""
+
+    async def extend_both() -> Any:
+        answers = await jobs.extend_locks(conn, q, [("i", 1), ("j", 1), ("zz", 1)], 5_000)
+        return dict(answers), answers.cancel_reasons
+
+    await step("obliterate the rest", lambda: admin.obliterate_all(conn, q, force=True))
+    await step("enqueue g", lambda: jobs.enqueue(conn, q, b"G", job_id="g"))
+    await step("enqueue h", lambda: jobs.enqueue(conn, q, b"H", job_id="h", delay_ms=60_000))
+    await step("cancel pending", lambda: cancel.request(conn, q, "g"))
+    await step("cancel scheduled", lambda: cancel.request(conn, q, "h", "later"))
+    await step("enqueue i j", lambda: jobs.enqueue_many(
+        conn, q, [jobs.NewJob(payload=b"I", job_id="i"), jobs.NewJob(payload=b"J", job_id="j")]
+    ))  # fmt: skip
+    await step("claim i j", lambda: jobs.claim(conn, q, 10_000, count=2))
+    await step("cancel active", lambda: cancel.request(conn, q, "i", "stop"))
+    await step("cancel active again", lambda: cancel.request(conn, q, "i", "again"))
+    await step("cancel active no reason", lambda: cancel.request(conn, q, "j"))
+    await step("extend flagged", extend_both)
+    await step("complete j", lambda: jobs.complete(conn, q, "j", 1, b"cancelled:"))
+    await step("cancel completed", lambda: cancel.request(conn, q, "j"))
+    await step("cancel gone", lambda: cancel.request(conn, q, "zz"))
+    await step("enqueue k", lambda: jobs.enqueue(conn, q, b"K", job_id="k"))
+    await step("lock k", lambda: conn.execute("SET", f"emq:{{{q}}}:job:k:lock", "op"))
+    await step("cancel locked", lambda: cancel.request(conn, q, "k"))
+    await step(
+        "enqueue l m",
+        lambda: jobs.enqueue_many(
+            conn, q, [jobs.NewJob(payload=b"L", job_id="l"), jobs.NewJob(payload=b"M", job_id="m")]
+        ),
+    )
+    await step("drain step", lambda: admin.drain_step(conn, q, budget=2))
+    await step("drain rest", lambda: admin.drain(conn, q, budget=2))
+    await step("resume running", lambda: admin.resume(conn, q))
 
 
 async def dump(conn: echomq.Connection, q: str) -> dict[str, Any]:
@@ -167,4 +208,14 @@ async def test_evalsha_and_fcall_agree(conn: echomq.Connection, queue: str) -> N
     assert steps["reprocess f again"] == "NotDead"
     assert steps["obliterate active"] == "ActiveJobs"
     assert steps["obliterate running"] == "NotPaused"
+    assert steps["cancel pending"] == "removed" and steps["cancel scheduled"] == "removed"
+    assert steps["cancel active"] == steps["cancel active again"] == "signalled"
+    assert steps["extend flagged"] == (
+        {"i": "cancel", "j": "cancel", "zz": "gone"},
+        {"i": "stop", "j": None},
+    )
+    assert steps["cancel completed"] == "NotCancellable"
+    assert steps["cancel gone"] == "JobGone"
+    assert steps["cancel locked"] == "JobLocked"
+    assert steps["drain step"] == admin.DrainStep(deleted=2, remaining=1)
     assert not any(str(value).startswith("ServerError") for _, value in scripted)

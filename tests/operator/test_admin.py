@@ -116,6 +116,44 @@ async def test_drain_with_schedule_deletes_both(conn: echomq.Connection, queue: 
     assert await admin.drain(conn, queue, include_schedule=True) == 0
 
 
+async def test_drain_steps_are_bounded_by_the_budget(conn: echomq.Connection, queue: str) -> None:
+    """Each drain_step deletes at most `budget` jobs, pending first, and says what is left;
+    drain loops over steps and reports progress; active jobs stay."""
+    ks = Keyspace(queue)
+    await fill(conn, queue, 4)
+    await fill(conn, queue, 3, delay_ms=60_000)
+    [held] = await jobs.claim(conn, queue, LEASE)
+    step = await admin.drain_step(conn, queue, include_schedule=True, budget=2)
+    assert (step.deleted, step.remaining, step.done) == (2, 4, False)
+    assert await conn.execute("ZCARD", ks.pending) == 1
+    assert await conn.execute("ZCARD", ks.schedule) == 3
+    step = await admin.drain_step(conn, queue, include_schedule=True, budget=2)
+    assert (step.deleted, step.remaining) == (2, 2)  # the last pending job, then scheduled
+    assert await conn.execute("ZCARD", ks.pending) == 0
+    seen: list[tuple[int, int]] = []
+    total = await admin.drain(
+        conn, queue, include_schedule=True, budget=1, on_progress=lambda d, r: seen.append((d, r))
+    )
+    assert total == 2 and seen == [(1, 1), (2, 0)]
+    assert await conn.execute("ZSCORE", ks.active, held.id) is not None
+    assert await admin.drain_step(conn, queue) == admin.DrainStep(deleted=0, remaining=0)
+
+
+async def test_drain_script_checks_its_budget_before_writing(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """The drain script refuses a budget over its cap itself (InvalidArgument), writing nothing."""
+    from echomq._redis.scripts import evaluate
+
+    await fill(conn, queue, 3)
+    before = await snapshot(conn, queue)
+    sc = admin.drain_call(queue, budget=1)
+    over = type(sc)(sc.script, sc.keys, [*sc.argv[:2], admin.MAX_BUDGET + 1], sc.read)
+    with pytest.raises(InvalidArgument):
+        await evaluate(conn, over)
+    assert await snapshot(conn, queue) == before
+
+
 # -- obliterate --------------------------------------------------------------------------------
 
 
@@ -176,12 +214,16 @@ async def test_obliterate_all_reports_progress(conn: echomq.Connection, queue: s
     assert await queue_keys(conn, queue) == []
 
 
-@pytest.mark.parametrize("budget", [0, -1, 100_001, 2.5])
-async def test_obliterate_rejects_bad_budget(closed_port_url: str, budget: object) -> None:
-    """The budget is an int in 1..100000, checked before any I/O."""
+@pytest.mark.parametrize("budget", [0, -1, admin.MAX_BUDGET + 1, 2.5])
+async def test_obliterate_and_drain_reject_bad_budget(closed_port_url: str, budget: object) -> None:
+    """The budget is an int in 1..MAX_BUDGET (500), checked before any I/O."""
     async with echomq.connect(closed_port_url) as c:
         with pytest.raises(InvalidArgument):
             await admin.obliterate(c, "q", budget=budget)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument):
+            await admin.drain(c, "q", budget=budget)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument):
+            await admin.drain_step(c, "q", budget=budget)  # type: ignore[arg-type]
 
 
 # -- stats -------------------------------------------------------------------------------------
@@ -211,3 +253,20 @@ async def test_obliterate_stops_when_resumed_midway(conn: echomq.Connection, que
     with pytest.raises(NotPaused):
         await admin.obliterate_all(conn, queue, budget=2)
     assert await conn.execute("ZCARD", Keyspace(queue).pending) == 2
+
+
+async def test_resume_of_a_running_queue_changes_nothing(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """Seed 004: resuming a queue that is not paused writes nothing, not even a wake token;
+    resuming a paused one pushes exactly one."""
+    ks = Keyspace(queue)
+    await fill(conn, queue, 1)
+    await conn.execute("DEL", ks.wake)
+    before = await snapshot(conn, queue)
+    await admin.resume(conn, queue)
+    await admin.resume(conn, queue)
+    assert await snapshot(conn, queue) == before
+    await admin.pause(conn, queue)
+    await admin.resume(conn, queue)
+    assert await conn.execute("LLEN", ks.wake) == 1

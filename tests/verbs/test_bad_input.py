@@ -13,6 +13,7 @@ import pytest
 
 import echomq
 from echomq import jobs, stalled
+from echomq._redis import validate as v
 from echomq.errors import (
     ConnectionLost,
     InvalidArgument,
@@ -54,7 +55,7 @@ CASES: list[tuple[str, Verb, type[Exception]]] = [
     ],
     *[
         (f"claim count {n!r}", lambda c, n=n: jobs.claim(c, "q", 100, count=n), InvalidArgument)
-        for n in [0, -1, 1001, 2.0, True, "3"]
+        for n in [0, -1, v.MAX_COUNT + 1, 2.0, True, "3"]
     ],
     *[
         (f"priority {p!r}", lambda c, p=p: jobs.enqueue(c, "q", b"", priority=p), InvalidArgument)
@@ -99,10 +100,25 @@ CASES: list[tuple[str, Verb, type[Exception]]] = [
     ("extend_locks a dict", lambda c: jobs.extend_locks(c, "q", {"j": 1}, 100), InvalidArgument),  # type: ignore[arg-type]
     ("release token", lambda c: jobs.release(c, "q", [("j", True)]), InvalidArgument),
     ("reap limit", lambda c: jobs.reap(c, "q", limit=0), InvalidArgument),
-    ("reap limit high", lambda c: jobs.reap(c, "q", limit=1001), InvalidArgument),
+    ("reap limit high", lambda c: jobs.reap(c, "q", limit=v.MAX_BATCH + 1), InvalidArgument),
     ("reap recoveries", lambda c: jobs.reap_counted(c, "q", max_recoveries=-2), InvalidArgument),
     ("stalled max", lambda c: stalled.check(c, "q", max_stalled=0), InvalidArgument),
-    ("stalled limit", lambda c: stalled.check(c, "q", limit=1001), InvalidArgument),
+    ("stalled limit", lambda c: stalled.check(c, "q", limit=v.MAX_BATCH + 1), InvalidArgument),
+    (
+        "enqueue_many over the cap",
+        lambda c: jobs.enqueue_many(c, "q", [jobs.NewJob(payload=b"")] * (v.MAX_ENQUEUE + 1)),
+        InvalidArgument,
+    ),
+    (
+        "extend_locks over the cap",
+        lambda c: jobs.extend_locks(c, "q", [(f"j{i}", 1) for i in range(v.MAX_HELD + 1)], 100),
+        InvalidArgument,
+    ),
+    (
+        "release over the cap",
+        lambda c: jobs.release(c, "q", [(f"j{i}", 1) for i in range(v.MAX_HELD + 1)]),
+        InvalidArgument,
+    ),
     ("stalled queue", lambda c: stalled.check(c, "no spaces"), InvalidKey),
     ("enqueue_many empty", lambda c: jobs.enqueue_many(c, "q", []), InvalidArgument),
     ("enqueue_many not NewJob", lambda c: jobs.enqueue_many(c, "q", [b"x"]), InvalidArgument),  # type: ignore[list-item]

@@ -6,6 +6,7 @@ import pytest
 
 import echomq
 from echomq import jobs
+from echomq._redis import validate as v
 from echomq._redis.keyspace import Keyspace
 from echomq.errors import JobGone, NotActive, StaleToken
 from echomq.jobs import ExtendResult
@@ -152,14 +153,11 @@ async def test_extend_locks_answers_id_by_id(
 async def test_extend_locks_many_ids_in_one_call(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
-    """A batch larger than one ZADD chunk re-scores every id."""
-    ids = [
-        j
-        for j in await jobs.enqueue_many(
-            conn, queue, [jobs.NewJob(payload=b"x") for _ in range(600)]
-        )
-    ]
-    claimed = await jobs.claim(conn, queue, 1_000, count=600)
+    """A batch at the cap re-scores every id."""
+    ids = await jobs.enqueue_many(
+        conn, queue, [jobs.NewJob(payload=b"x") for _ in range(v.MAX_HELD)]
+    )
+    claimed = await jobs.claim(conn, queue, 1_000, count=v.MAX_HELD)
     started = await server_now_ms(conn)
     result = await jobs.extend_locks(conn, queue, [(c.id, c.token) for c in claimed], 50_000)
     assert set(result) == set(ids)

@@ -6,6 +6,7 @@ import pytest
 
 import echomq
 from echomq import jobs
+from echomq._redis import validate as v
 from echomq._redis.keyspace import Keyspace
 from echomq.jobs import ExtendResult
 
@@ -180,7 +181,7 @@ async def test_wake_list_stays_short(
     for _ in range(80):
         await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"") for _ in range(count)])
     assert await conn.execute("LLEN", ks.wake) == 64
-    claimed = await jobs.claim(conn, queue, 20, count=min(80 * count, 1000))
+    claimed = await jobs.claim(conn, queue, 20, count=min(80 * count, v.MAX_COUNT))
     await lapse(conn, ks, claimed[0].id)
     await jobs.reap(conn, queue)
     assert await conn.execute("LLEN", ks.wake) == 64

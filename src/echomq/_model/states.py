@@ -58,6 +58,8 @@ TRANSITIONS: dict[str, Moves] = {
     # the operator plane (seed 004)
     "reprocess_job": {JobState.DEAD: frozenset({JobState.PENDING})},
     "remove_job": {state: frozenset({None}) for state in JobState},
+    # cancel removes a waiting job; an active one only gets a flag (it completes later)
+    "cancel": {JobState.PENDING: frozenset({None}), JobState.SCHEDULED: frozenset({None})},
     "drain": {
         JobState.PENDING: frozenset({None}),
         JobState.SCHEDULED: frozenset({None}),

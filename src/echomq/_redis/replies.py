@@ -17,6 +17,7 @@ from ..errors import (
     AuthenticationError,
     DuplicateJob,
     EchoMQError,
+    InvalidArgument,
     JobGone,
     JobLocked,
     NotActive,
@@ -37,15 +38,21 @@ class Code(enum.IntEnum):
 
     OK = 1
     ALREADY = 2  # idempotent repeat: e.g. complete again with the same token
+    CANCEL = 3  # extended, and the row carries a cancel request (extend_locks only)
     GONE = -1  # no row
     STALE = -2  # the token is not the row's attempts (batch replies only)
     NOT_ACTIVE = -3  # the id has left the active set
 
 
 class ExtendResult(enum.StrEnum):
-    """Per-id outcome of ``extend_locks``."""
+    """Per-id outcome of ``extend_locks`` (and ``release``, which never answers ``cancel``).
+
+    ``cancel``: the lease was extended like ``ok``, and the job carries a cancel request
+    (``echomq.cancel.request``): its holder should stop it and complete it as cancelled.
+    """
 
     OK = "ok"
+    CANCEL = "cancel"
     GONE = "gone"
     STALE = "stale"
     NOT_ACTIVE = "not_active"
@@ -53,6 +60,7 @@ class ExtendResult(enum.StrEnum):
 
 EXTEND_RESULTS = {
     Code.OK: ExtendResult.OK,
+    Code.CANCEL: ExtendResult.CANCEL,
     Code.GONE: ExtendResult.GONE,
     Code.STALE: ExtendResult.STALE,
     Code.NOT_ACTIVE: ExtendResult.NOT_ACTIVE,
@@ -74,6 +82,7 @@ _ERROR_PREFIXES: tuple[tuple[str, type[EchoMQError]], ...] = (
     ("EMQLOCKED", JobLocked),
     ("EMQDUP", DuplicateJob),
     ("EMQGONE", JobGone),
+    ("EMQARG", InvalidArgument),  # a count over its cap reached a script (the verbs gate it)
 )
 
 

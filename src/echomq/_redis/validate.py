@@ -18,7 +18,10 @@ from .keyspace import check_id
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_BATCH",
+    "MAX_BUDGET",
     "MAX_COUNT",
+    "MAX_ENQUEUE",
+    "MAX_HELD",
     "MAX_MS",
     "MAX_PRIORITY",
     "batch_bytes",
@@ -32,8 +35,14 @@ __all__ = [
 ]
 
 MAX_PRIORITY = 4095  # priority * 2^40 + seq must stay exact in a double score
-MAX_COUNT = 1000  # jobs per claim
-MAX_BATCH = 1000  # ids per reap / stalled sweep (the script unpacks them)
+# Caps on the work one script call does (each script checks its own again, before its
+# first write): chosen so that no call blocks Redis for more than ~10 ms on a queue of 1M
+# jobs (measured by `python -m benchmarks bounds`, table in benchmarks/README.md).
+MAX_COUNT = 250  # jobs per claim (which also promotes at most 100 due scheduled jobs)
+MAX_BATCH = 250  # expired leases per reap / stalled sweep
+MAX_ENQUEUE = 250  # jobs per enqueue_many call
+MAX_HELD = 250  # (id, token) pairs per extend_locks / release call
+MAX_BUDGET = 500  # jobs (or leftover keys) per drain / obliterate step
 MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a double
 MAX_ATTEMPTS = 1_000_000  # handler failures a job may have; a sane bound, not arithmetic
 
@@ -101,10 +110,14 @@ def batch_bytes(total: int) -> None:
         raise PayloadTooLarge("the batch's payloads", total, config.MAX_BATCH_BYTES)
 
 
-def held_pairs(held: Iterable[object]) -> tuple[list[str], list[str]]:
-    """Gate ``(job_id, token)`` pairs: answer the ids, and argv as id, token, id, token..."""
+def held_pairs(held: Iterable[object], verb: str = "held") -> tuple[list[str], list[str]]:
+    """Gate ``(job_id, token)`` pairs (at most ``MAX_HELD``): answer the ids, and argv as
+    id, token, id, token..."""
     if isinstance(held, str | bytes | dict):
         raise InvalidArgument("held must be an iterable of (job_id, token) pairs")
+    held = list(held)
+    if len(held) > MAX_HELD:
+        raise InvalidArgument(f"{verb} takes at most {MAX_HELD} pairs per call, not {len(held)}")
     ids: list[str] = []
     argv: list[str] = []
     for pair in held:

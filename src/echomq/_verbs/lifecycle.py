@@ -24,6 +24,7 @@ from ..errors import InvalidArgument, ScriptError
 __all__ = [
     "DEFAULT_MAX_RECOVERIES",
     "ClaimBatch",
+    "ExtendAnswers",
     "claim_batch",
     "Claimed",
     "ExtendResult",
@@ -80,6 +81,10 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
     ks = keyspace(queue)
     if isinstance(jobs, NewJob) or not jobs:
         raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
+    if len(jobs) > v.MAX_ENQUEUE:
+        raise InvalidArgument(
+            f"enqueue_many takes at most {v.MAX_ENQUEUE} jobs per call, not {len(jobs)}"
+        )
     ids: list[str] = []
     argv: list[Any] = [ks.base, len(jobs)]
     total = 0
@@ -256,22 +261,51 @@ def _read_codes(ids: list[str], what: str) -> Callable[[Any], dict[str, ExtendRe
     return read
 
 
+class ExtendAnswers(dict[str, ExtendResult]):
+    """What :func:`extend_locks` answers: id -> :class:`ExtendResult` (a plain dict), and
+    ``cancel_reasons``: for each id answered ``cancel``, the request's reason (or None)."""
+
+    def __init__(
+        self, answers: dict[str, ExtendResult], cancel_reasons: dict[str, str | None]
+    ) -> None:
+        super().__init__(answers)
+        self.cancel_reasons = cancel_reasons
+
+
+def _read_extend(ids: list[str]) -> Callable[[Any], ExtendAnswers]:
+    def read(reply: Any) -> ExtendAnswers:
+        if not isinstance(reply, list) or len(reply) < len(ids):
+            raise ScriptError(f"extend_locks: unexpected reply {reply!r}")
+        answers = _read_codes(ids, "extend_locks")(reply[: len(ids)])
+        cancelled = [job_id for job_id, answer in answers.items() if answer is ExtendResult.CANCEL]
+        reasons = reply[len(ids) :]
+        if len(reasons) != len(cancelled):
+            raise ScriptError(f"extend_locks: unexpected reply {reply!r}")
+        return ExtendAnswers(
+            answers,
+            {
+                job_id: None if reason is None else text(reason)
+                for job_id, reason in zip(cancelled, reasons, strict=True)
+            },
+        )
+
+    return read
+
+
 def extend_locks_call(
     queue: str, held: Iterable[tuple[str, int]], lease_ms: int
-) -> ScriptCall[dict[str, ExtendResult]]:
+) -> ScriptCall[ExtendAnswers]:
     ks = keyspace(queue)
     v.positive_int("lease_ms", lease_ms, v.MAX_MS)
-    ids, pairs = v.held_pairs(held)
-    return call(
-        "extend_locks", [ks.active], [ks.base, lease_ms, *pairs], _read_codes(ids, "extend_locks")
-    )
+    ids, pairs = v.held_pairs(held, "extend_locks")
+    return call("extend_locks", [ks.active], [ks.base, lease_ms, *pairs], _read_extend(ids))
 
 
 def release_call(
     queue: str, held: Iterable[tuple[str, int]]
 ) -> ScriptCall[dict[str, ExtendResult]]:
     ks = keyspace(queue)
-    ids, pairs = v.held_pairs(held)
+    ids, pairs = v.held_pairs(held, "release")
     return call(
         "release", [ks.active, ks.pending, ks.wake], [ks.base, *pairs], _read_codes(ids, "release")
     )
@@ -286,7 +320,7 @@ def _read_sweep(reply: Any) -> Sweep:
 
 
 def reap_call(
-    queue: str, *, limit: int = 1000, max_recoveries: int = DEFAULT_MAX_RECOVERIES
+    queue: str, *, limit: int = v.MAX_BATCH, max_recoveries: int = DEFAULT_MAX_RECOVERIES
 ) -> ScriptCall[Sweep]:
     """``max_recoveries`` = ``NO_COUNT`` (-1): recover every expired lease, count nothing."""
     ks = keyspace(queue)
@@ -334,12 +368,18 @@ async def enqueue(
 
 
 async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> list[str]:
-    """Add many jobs in one script call (all or nothing); answer their ids in order."""
+    """Add many jobs in one script call (all or nothing); answer their ids in order.
+
+    Raises:
+        InvalidKey, InvalidArgument, SerializationError: before any I/O; more than
+            ``MAX_ENQUEUE`` (250) jobs (split a bigger batch into several calls).
+        DuplicateJob: an id exists or repeats in the call; nothing is written.
+    """
     return await evaluate(conn, enqueue_call(queue, jobs))
 
 
 async def claim(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
-    """Claim up to ``count`` (1..1000) ready jobs with a lease of ``lease_ms``.
+    """Claim up to ``count`` (1..250, ``MAX_COUNT``) ready jobs with a lease of ``lease_ms``.
 
     Highest priority first, FIFO within a priority. Empty when the queue is paused (the
     script reads the gate itself: one round trip) or nothing is ready. Due scheduled jobs
@@ -414,15 +454,26 @@ async def extend_lock(conn: Connection, queue: str, job_id: str, token: int, lea
 
 async def extend_locks(
     conn: Connection, queue: str, held: Iterable[tuple[str, int]], lease_ms: int
-) -> dict[str, ExtendResult]:
-    """Checkpoint many leases in one round trip; answer id -> ExtendResult."""
+) -> ExtendAnswers:
+    """Checkpoint many leases in one round trip; answer id -> ExtendResult.
+
+    ``cancel`` is ``ok`` (the lease was extended) for a job that carries a cancel request:
+    its holder should stop it; ``.cancel_reasons`` has the reasons.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (250) pairs.
+    """
     return await evaluate(conn, extend_locks_call(queue, held, lease_ms))
 
 
 async def release(
     conn: Connection, queue: str, held: Iterable[tuple[str, int]]
 ) -> dict[str, ExtendResult]:
-    """Hand held jobs back to pending at once, without counting (graceful shutdown)."""
+    """Hand held jobs back to pending at once, without counting (graceful shutdown).
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O; more than ``MAX_HELD`` (250) pairs.
+    """
     return await evaluate(conn, release_call(queue, held))
 
 
@@ -430,12 +481,13 @@ async def reap(
     conn: Connection,
     queue: str,
     *,
-    limit: int = 1000,
+    limit: int = v.MAX_BATCH,
 ) -> list[str]:
     """Crash recovery (the contract's verb): expired leases back to pending, no count.
 
-    Answers the recovered ids. At most ``limit`` (1..1000) leases per call: call again while
-    it answers a full page. An expired id with no row leaves active and is listed nowhere.
+    Answers the recovered ids. At most ``limit`` (1..250, ``MAX_BATCH``) leases per call:
+    call again while it answers a full page. An expired id with no row leaves active and is
+    listed nowhere.
     The worker's ``recovery="reap"`` mode uses :func:`reap_counted` instead, so a job that
     crashes every worker that runs it is bounded (docs/runtime.md, "Recovery").
 
@@ -450,7 +502,7 @@ async def reap_counted(
     conn: Connection,
     queue: str,
     *,
-    limit: int = 1000,
+    limit: int = v.MAX_BATCH,
     max_recoveries: int = DEFAULT_MAX_RECOVERIES,
 ) -> Sweep:
     """:func:`reap`, counting each expired lease as a stall on the row.

@@ -3,9 +3,12 @@
 Rule 1: every ``period`` (a third of the shortest lease) the keeper sends
 ``extend_locks`` for every job this worker holds, grouped by lease length (usually one
 group, so one round trip), in chunks of at most ``CHUNK`` jobs.
-Rule 2: an answer other than ``ok`` (stale / not_active / gone) means the lease is lost:
-the job's scope is cancelled and its outcome is never settled.
-Rule 3: ``ConnectionLost`` is transient: logged, and the next tick tries again.
+Rule 2: an answer other than ``ok`` / ``cancel`` (stale / not_active / gone) means the
+lease is lost: the job's scope is cancelled and its outcome is never settled.
+Rule 3: ``cancel`` means the lease was renewed and the job's row carries a cancel request
+(``echomq.cancel.request``): the request goes to the cancellation bridge exactly as the
+cancel event would, so a worker that missed the event stops the job at this checkpoint.
+Rule 4: ``ConnectionLost`` is transient: logged, and the next tick tries again.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import attrs
 import trio
 
 from .. import jobs
+from .._redis import validate as v
 from .._redis.replies import ExtendResult
 from ..errors import ConnectionLost
 from .cancellation import InFlight, Stop
@@ -26,7 +30,7 @@ __all__ = ["LeaseKeeper"]
 
 log = logging.getLogger("echomq.worker")
 
-CHUNK = 1000
+CHUNK = v.MAX_HELD  # pairs per extend_locks call (the verb's cap)
 
 
 @attrs.define(eq=False)
@@ -58,14 +62,21 @@ class LeaseKeeper:
                 except ConnectionLost as exc:
                     log.warning("lease keeper: %s; retrying next tick", exc)
                     return
+                reasons = getattr(answers, "cancel_reasons", {})
                 for job_id, token in chunk:
                     answer = answers.get(job_id)
-                    if answer is not ExtendResult.OK:
-                        found = self.inflight.jobs.get(job_id)
-                        if (
-                            found is not None
-                            and found.token == token
-                            and found.stop is not Stop.LOST
-                        ):
-                            log.warning("job %s lost its lease (%s): cancelling it", job_id, answer)
-                            found.lose()
+                    if answer is ExtendResult.OK:
+                        continue
+                    found = self.inflight.jobs.get(job_id)
+                    if found is None or found.token != token or found.stop is Stop.LOST:
+                        continue
+                    if answer is ExtendResult.CANCEL:
+                        if found.stop is None:
+                            reason = reasons.get(job_id)
+                            log.info(
+                                "job %s: cancel requested (%s), seen at its lease", job_id, reason
+                            )
+                            self.inflight.request_cancel(job_id, reason)
+                        continue
+                    log.warning("job %s lost its lease (%s): cancelling it", job_id, answer)
+                    found.lose()

@@ -300,7 +300,10 @@ class Worker:
         runner.to_release = []
         with trio.CancelScope(shield=True), trio.move_on_after(_RELEASE_TIMEOUT):
             try:
-                answers = await jobs.release(conn, self.queue.name, pending)
+                answers: dict[str, str] = {}
+                for start in range(0, len(pending), v.MAX_HELD):  # the verb's cap per call
+                    chunk = pending[start : start + v.MAX_HELD]
+                    answers.update(await jobs.release(conn, self.queue.name, chunk))
             except ConnectionLost as exc:
                 log.error(
                     "shutdown: could not hand back %d job(s) (%s); recovery will return them",

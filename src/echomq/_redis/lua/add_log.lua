@@ -6,6 +6,8 @@
   Returns  the number of lines kept | -1 no row (nothing written)
   Events   (none)
   Moves    (none)
+  Bound    O(1) per line appended; with keep, the LTRIM is O(lines removed) (one per call
+           once the list is at keep)
 ]]
 local row, logs = KEYS[1], KEYS[2]
 local line, keep = ARGV[1], tonumber(ARGV[2])

@@ -5,13 +5,15 @@
         3 schedule  ZSET  delayed ids; score = run-at ms
         4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter
         5 wake      LIST  wake tokens for idle consumers
-  ARGV  1 queue base   2 lease_ms   3 count
+  ARGV  1 queue base   2 lease_ms   3 count (1..250)
   Returns  flat array: id, payload, token (attempts), failures, ... and, when fewer than
            `count` jobs were claimed, one trailing element: ms until the earliest scheduled
            job is due (0 when due now), or -1 when none is scheduled | {} when paused
-  Errors   (none)
+  Errors   EMQARG   count is not 1..250 (nothing written; the verb refuses it first)
   Events   promoted (per due scheduled job); active (per claimed job, with its attempt)
   Moves    scheduled -> pending (due); pending -> active
+  Bound    O((count + promoted) * log N); at most 250 claimed (validate.MAX_COUNT) and 100
+           promoted per call
   The pause gate is read here, first, in the same round trip (not a separate HGET): a
   paused queue answers {} and nothing is written, not even a promotion.
   Every claimed row is stamped with lease_epoch = the server's run_id (INFO server).
@@ -21,6 +23,11 @@ local pending, active, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local lease = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
+local MAX_COUNT = 250
+local MAX_PROMOTE = 100
+if not count or count < 1 or count > MAX_COUNT then
+  return redis.error_reply('EMQARG claim count must be 1..' .. MAX_COUNT)
+end
 
 -- the gate: any `paused` field means paused; the backlog is untouched
 if redis.call('HEXISTS', meta, 'paused') == 1 then return {} end
@@ -29,8 +36,8 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local channel = base .. 'events'
 
--- promote due scheduled jobs (at most 1000 per call), each to the back of its band
-local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now, 'LIMIT', 0, 1000)
+-- promote due scheduled jobs (at most MAX_PROMOTE per call), each to the back of its band
+local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now, 'LIMIT', 0, MAX_PROMOTE)
 local promoted = 0
 if #due > 0 then
   redis.call('ZREM', schedule, unpack(due))
@@ -52,7 +59,7 @@ local out = {}
 if #popped > 0 then
   local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
   local deadline = now + lease
-  local leases = {}  -- one variadic ZADD for the batch (count <= 1000: under unpack's limit)
+  local leases = {}  -- one variadic ZADD for the batch (count <= 250: under unpack's limit)
   for i = 1, #popped, 2 do
     local id = popped[i]
     local row = base .. 'job:' .. id

@@ -11,6 +11,8 @@
   Errors   EMQSTALE   the token is not the row's attempts
   Events   completed
   Moves    active -> completed; completed -> (none) (the retention trim, other rows)
+  Bound    O(log N) for the job, plus the retention trim: at most 100 + 100 completed rows
+           (and their logs) deleted per call
   Retention: then deletes at most 100 of the oldest completed rows (and their logs) that
   are older than keep_age_ms or beyond keep_count; a row is deleted only while its state
   is still 'completed', so a trimmed id can never take a live row with it.

@@ -4,17 +4,23 @@
         2 schedule  ZSET  delayed ids; score = run-at ms
         3 meta      HASH  queue settings; field seq = the FIFO counter
         4 wake      LIST  wake tokens for idle consumers
-  ARGV  1 queue base (emq:{q}:)   2 number of jobs n
+  ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..250)
         then n groups of 5: id, payload, delay_ms, priority, max_attempts
   Returns  n (the number enqueued)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
+           EMQARG        n is not 1..250 or does not match the argument count
   Events   enqueued | scheduled (per job)
   Moves    (none) -> pending | scheduled
+  Bound    O(n * log N); at most 250 jobs per call (validate.MAX_ENQUEUE)
   Every id is checked before the first write, so a refused call writes nothing.
 ]]
+local MAX_JOBS = 250
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n = tonumber(ARGV[2])
+if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * 5 then
+  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 5 arguments')
+end
 
 -- checks first: no id may exist, or repeat
 local seen, ready = {}, 0
@@ -33,6 +39,7 @@ local channel = base .. 'events'
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
 local seq = 0
 if ready > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready) - ready end
+local ready_args = {}
 for i = 0, n - 1 do
   local j = 3 + i * 5
   local id, payload = ARGV[j], ARGV[j + 1]
@@ -49,10 +56,16 @@ for i = 0, n - 1 do
     redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'attempts', 0,
       'failures', 0, 'stalled', 0, 'priority', priority, 'max_attempts', max_attempts,
       'created_at', now)
-    redis.call('ZADD', pending, -priority * 1099511627776 + seq, id)
+    ready_args[#ready_args + 1] = -priority * 1099511627776 + seq
+    ready_args[#ready_args + 1] = id
+    if #ready_args == 512 then  -- one variadic ZADD per 256 ready jobs
+      redis.call('ZADD', pending, unpack(ready_args))
+      ready_args = {}
+    end
     redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
   end
 end
+if #ready_args > 0 then redis.call('ZADD', pending, unpack(ready_args)) end
 if ready > 0 and redis.call('LLEN', wake) < 64 then
   redis.call('RPUSH', wake, ready)
 end

@@ -7,6 +7,7 @@
            paused (0|1), server run_id, server now ms, lock key exists (0|1)}
   Events   (none)
   Moves    (none)
+  Bound    O(log N): one ZRANK, five ZSCOREs, the row (a fixed set of fields)
 ]]
 local id = ARGV[1]
 local row = redis.call('HGETALL', KEYS[1])

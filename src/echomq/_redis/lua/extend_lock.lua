@@ -7,6 +7,7 @@
   Errors   EMQSTALE   the token is not the row's attempts
   Events   (none)
   Moves    (none)
+  Bound    O(log N)
   The checks run in this order: row, token, membership. So an id that is both stale and
   out of active answers EMQSTALE. A lapsed lease not yet collected still extends.
   Stamps lease_epoch with the server's run_id (written only when it differs).

@@ -1,30 +1,40 @@
 --[[
   Checkpoint many leases in one call: extend_lock's checks and re-score, id by id.
   KEYS  1 active  ZSET  claimed ids; score = lease deadline ms
-  ARGV  1 queue base   2 lease_ms   then pairs: id, token
-  Returns  one code per pair, in order: 1 ok | -1 no row | -2 stale token | -3 not active
-  Errors   (none: a refusal is a per-pair code)
+  ARGV  1 queue base   2 lease_ms   then pairs: id, token (at most 250 pairs)
+  Returns  one code per pair, in order: 1 ok | 3 ok, and the job has a cancel request
+           | -1 no row | -2 stale token | -3 not active; then, for each pair answered 3
+           in order, its cancel reason (nil when none was given)
+  Errors   EMQARG   more than 250 pairs (nothing written; the verb refuses them first)
   Events   (none)
   Moves    (none)
+  Bound    O(pairs * log N); at most 250 pairs per call (validate.MAX_HELD)
   Per pair the checks run in extend_lock's order (row, token, membership), and every
   pair is checked before the first write. One ZMSCORE, one TIME, one INFO and one ZADD
   per 256 ids; lease_epoch is written only on rows whose stamp differs from the run_id.
+  A held job whose row carries cancel_requested (cancel.lua) is extended like any other
+  and answered 3: the worker stops it and completes it as cancelled.
 ]]
+local MAX_PAIRS = 250
 local active, base = KEYS[1], ARGV[1]
 local lease = tonumber(ARGV[2])
+if (#ARGV - 2) / 2 > MAX_PAIRS then
+  return redis.error_reply('EMQARG extend_locks takes at most ' .. MAX_PAIRS .. ' pairs')
+end
 -- reads first: every row's token and stamp, then membership of all ids in one ZMSCORE
 local ids, rows = {}, {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   ids[#ids + 1] = id
-  rows[#rows + 1] = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'lease_epoch')
+  rows[#rows + 1] = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'lease_epoch',
+    'cancel_requested', 'cancel_reason')
 end
 local scores = {}
 for first = 1, #ids, 256 do  -- (unpack stays well under Lua's stack limit)
   local part = redis.call('ZMSCORE', active, unpack(ids, first, math.min(first + 255, #ids)))
   for _, score in ipairs(part) do scores[#scores + 1] = score end
 end
-local codes, ok_ids, restamp = {}, {}, {}
+local codes, ok_ids, restamp, reasons = {}, {}, {}, {}
 for n, id in ipairs(ids) do
   local f = rows[n]
   local code = 1
@@ -34,6 +44,10 @@ for n, id in ipairs(ids) do
   else
     ok_ids[#ok_ids + 1] = id
     restamp[#ok_ids] = f[2]
+    if f[3] then
+      code = 3
+      reasons[#reasons + 1] = f[4] or false
+    end
   end
   codes[n] = code
 end
@@ -53,4 +67,5 @@ if #ok_ids > 0 then
   end
   if #args > 0 then redis.call('ZADD', active, unpack(args)) end
 end
+for _, reason in ipairs(reasons) do codes[#codes + 1] = reason end
 return codes

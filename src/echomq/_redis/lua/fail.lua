@@ -15,6 +15,7 @@
   Errors   EMQSTALE   the token is not the row's attempts
   Events   retrying {job, error, delay_ms} | dead {job, error}
   Moves    active -> scheduled | pending | dead
+  Bound    O(log N)
 ]]
 local row, active, schedule, dead, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local metrics, meta, wake = KEYS[6], KEYS[7], KEYS[8]

@@ -6,6 +6,7 @@
   Returns  {lines...} (empty when none) | -1 no row
   Events   (none)
   Moves    (none)
+  Bound    O(lines in the job's log): the whole list is read (add_log's keep bounds it)
 ]]
 local row, logs = KEYS[1], KEYS[2]
 if redis.call('EXISTS', row) == 0 then return -1 end

@@ -5,6 +5,7 @@
   Returns  1
   Events   (none)
   Moves    (none)
+  Bound    O(1)
 ]]
 local meta = KEYS[1]
 redis.call('HSET', meta, 'paused', '1')

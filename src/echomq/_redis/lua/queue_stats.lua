@@ -7,6 +7,7 @@
             completed total, failed total, completed in the window, server now ms}
   Events   (none)
   Moves    (none)
+  Bound    O(log N): ZCARDs, one ZCOUNT, two HGETs
 ]]
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)

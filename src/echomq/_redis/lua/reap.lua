@@ -6,10 +6,10 @@
         3 dead     ZSET  dead-lettered ids
         4 metrics  HASH  emq:{q}:metrics:failed; field count
         5 wake     LIST  wake tokens
-  ARGV  1 queue base   2 limit   3 max_recoveries (-1: count nothing, never dead: the
-        contract's plain reap)
+  ARGV  1 queue base   2 limit (1..250)   3 max_recoveries (-1: count nothing, never dead:
+        the contract's plain reap)
   Returns  {recovered ids, dead ids}
-  Errors   (none)
+  Errors   EMQARG   limit is not 1..250 (nothing written; the verb refuses it first)
   Per expired lease (at most limit): leave active; a lease stamped before the server's
   last restart (lease_epoch missing or another run_id) is recovered without counting;
   otherwise count `stalled` (a claim followed by a crash is never free, so a job that
@@ -18,13 +18,19 @@
   An id with no row leaves active, is listed nowhere, and no row is written for it.
   Events   recovered | dead (per job)
   Moves    active -> pending | dead
+  Bound    O(limit * log N); at most 250 expired leases per call (validate.MAX_BATCH)
 ]]
 local active, pending, dead, metrics, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
 local max_recoveries = tonumber(ARGV[3])
+local MAX_LIMIT = 250
+local limit = tonumber(ARGV[2])
+if not limit or limit < 1 or limit > MAX_LIMIT then
+  return redis.error_reply('EMQARG reap limit must be 1..' .. MAX_LIMIT)
+end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
 if #expired == 0 then return {{}, {}} end
 local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
 

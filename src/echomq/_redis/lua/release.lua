@@ -3,15 +3,20 @@
   KEYS  1 active   ZSET  claimed ids
         2 pending  ZSET  ready ids
         3 wake     LIST  wake tokens
-  ARGV  1 queue base   then pairs: id, token
+  ARGV  1 queue base   then pairs: id, token (at most 250 pairs)
   Returns  one code per pair: 1 released | -1 no row | -2 stale token | -3 not active
-  Errors   (none: a refusal is a per-pair code)
+  Errors   EMQARG   more than 250 pairs (nothing written; the verb refuses them first)
   Events   released (per job)
   Moves    active -> pending (first in its priority band)
+  Bound    O(pairs * log N); at most 250 pairs per call (validate.MAX_HELD)
   Every pair is checked (extend_lock's order) before the first write; attempts is not
   changed, so a released job's next claim is attempt + 1 and nothing counts a failure.
 ]]
+local MAX_PAIRS = 250
 local active, pending, wake, base = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+if (#ARGV - 1) / 2 > MAX_PAIRS then
+  return redis.error_reply('EMQARG release takes at most ' .. MAX_PAIRS .. ' pairs')
+end
 local codes, ok = {}, {}
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]

@@ -13,6 +13,7 @@
   Errors   EMQLOCKED   a lock key or a `lock` field on the row: the job is untouched
   Events   removed
   Moves    pending | scheduled | active | dead | completed -> (none)
+  Bound    O(log N), plus the job's log lines (deleted with it)
 ]]
 local row, lock, logs = KEYS[1], KEYS[2], KEYS[3]
 local id, base = ARGV[1], ARGV[2]

@@ -1,7 +1,8 @@
 --[[
   Reprocess a dead job: back to pending, first in its priority band. The counters
-  (attempts, failures, stalled) stay; last_error is cleared. The pause gate is not read:
-  on a paused queue the job waits in pending until resume.
+  (attempts, failures, stalled) stay; last_error and a cancel request left on the row
+  (cancel_requested, cancel_reason) are cleared: reprocessing asks for a fresh run. The
+  pause gate is not read: on a paused queue the job waits in pending until resume.
   KEYS  1 row       HASH  the job
         2 dead      ZSET  dead-lettered ids
         3 pending   ZSET  ready ids; score = -priority * 2^40 (+ seq for new jobs)
@@ -11,6 +12,7 @@
   Errors   EMQSTATE not dead   the id is not in the dead set (nothing written)
   Events   reprocessed
   Moves    dead -> pending
+  Bound    O(log N)
 ]]
 local row, dead, pending, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, base = ARGV[1], ARGV[2]
@@ -21,7 +23,7 @@ if not redis.call('ZSCORE', dead, id) then
   return redis.error_reply('EMQSTATE not dead: ' .. id)
 end
 redis.call('ZREM', dead, id)
-redis.call('HDEL', row, 'last_error', 'finished_at')
+redis.call('HDEL', row, 'last_error', 'finished_at', 'cancel_requested', 'cancel_reason')
 redis.call('HSET', row, 'state', 'pending')
 redis.call('ZADD', pending, -tonumber(priority or '0') * 1099511627776, id)
 if redis.call('LLEN', wake) < 64 then redis.call('RPUSH', wake, 1) end

@@ -5,9 +5,10 @@
         3 dead     ZSET  dead-lettered ids
         4 metrics  HASH  emq:{q}:metrics:failed; field count
         5 wake     LIST  wake tokens
-  ARGV  1 queue base   2 max_stalled   3 limit
+  ARGV  1 queue base   2 max_stalled   3 limit (1..250)
   Returns  {recovered ids, dead ids}
-  Errors   (none)
+  Errors   EMQARG   limit is not 1..250 (nothing written; the verb refuses it first)
+  Bound    O(limit * log N); at most 250 expired leases per call (validate.MAX_BATCH)
   Per expired lease: leave active; a lease stamped before the server's last restart
   (lease_epoch missing or another run_id) is recovered without counting; otherwise
   count `stalled`: below max_stalled back to pending, at it dead with last_error 'stalled'.
@@ -18,9 +19,14 @@
 local active, pending, dead, metrics, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
 local max_stalled = tonumber(ARGV[2])
+local MAX_LIMIT = 250
+local limit = tonumber(ARGV[3])
+if not limit or limit < 1 or limit > MAX_LIMIT then
+  return redis.error_reply('EMQARG stalled_check limit must be 1..' .. MAX_LIMIT)
+end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
 if #expired == 0 then return {{}, {}} end
 local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
 

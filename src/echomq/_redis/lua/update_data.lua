@@ -5,6 +5,7 @@
   Returns  1 | -1 no row (nothing written)
   Events   (none)
   Moves    (none)
+  Bound    O(1) (plus the payload's size)
 ]]
 local row = KEYS[1]
 if redis.call('EXISTS', row) == 0 then return -1 end

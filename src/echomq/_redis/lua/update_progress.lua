@@ -5,6 +5,7 @@
   Returns  1 | -1 no row (nothing written, nothing published)
   Events   progress {"event":"progress","job":id,"progress":value}
   Moves    (none)
+  Bound    O(1)
 ]]
 local row = KEYS[1]
 local progress, id, base = ARGV[1], ARGV[2], ARGV[3]
