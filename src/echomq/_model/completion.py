@@ -23,7 +23,15 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-__all__ = ["CorruptEntry", "FinishState", "FinishedJob", "KNOWN_FIELDS", "parse_entry"]
+__all__ = [
+    "CorruptEntry",
+    "FinishState",
+    "FinishedJob",
+    "KNOWN_FIELDS",
+    "entry_fields",
+    "parse_entry",
+    "stream_ms",
+]
 
 _INT64 = 2**63 - 1
 

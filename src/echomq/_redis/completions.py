@@ -222,9 +222,9 @@ class Backlog:
         entry: then every entry in the stream is undelivered, and what the group has not
         read beyond those is gone.
         """
-        if self.lag is None or self.first_id is None:
+        if self.lag is None:
             return 0
-        if compare_ids(self.last_delivered, self.first_id) >= 0:
+        if self.first_id is not None and compare_ids(self.last_delivered, self.first_id) >= 0:
             return 0
         return max(0, self.lag - self.length)
 

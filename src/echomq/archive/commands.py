@@ -87,7 +87,7 @@ def add_commands(sub: Any, command: Command) -> None:
     p.add_argument("--retention", type=_seconds,
                    help="the stream's retention, for the lag warning (default 24h)")  # fmt: skip
     p.add_argument("--max-len", type=_count,
-                   help="the stream's MAXLEN, for the lag warning (default: unchecked)")  # fmt: skip
+                   help="the stream's MAXLEN, for the lag warning (default: none)")  # fmt: skip
     p.set_defaults(entry=run_archive_command)
 
     p = command("history", "finished jobs from the archive, newest first", queue="positional")

@@ -161,6 +161,16 @@ class _StoreHandle:
             store = self._store
             return await trio.to_thread.run_sync(store.write, jobs)
 
+    async def open_early(self) -> None:
+        """Open the store now if it can be: an unusable store (a newer schema, no driver)
+        stops the archive at once; an unreachable one is retried when a slice comes."""
+        async with self._lock:
+            if self._store is None:
+                try:
+                    self._store = await trio.to_thread.run_sync(open_store, self.url)
+                except StoreUnavailable as exc:
+                    log.warning("archive store unavailable at start (%s): retried per slice", exc)
+
     async def close(self) -> None:
         with trio.CancelScope(shield=True):
             async with self._lock:
@@ -219,6 +229,7 @@ class Archiver:
         """Archive until cancelled; started once every queue's group exists and its
         backlog of pending entries has been settled."""
         try:
+            await self._store.open_early()
             async with trio.open_nursery() as nursery:
                 for queue in self.queues:
                     await nursery.start(self._serve_queue, queue)
@@ -405,21 +416,23 @@ class Archiver:
         EntryRejected and other ArchiveErrors (an unusable store) propagate."""
         counters = self._counters[queue]
         attempt = 0
-        first_failure = 0.0
+        first_failure = last_report = 0.0
         while True:
             try:
                 inserted = await self._store.write(jobs)
             except StoreUnavailable as exc:
                 counters.store_retries += 1
                 now = trio.current_time()
-                if attempt == 0:
-                    first_failure = now
+                backlog = await self._probe(conn, queue)
+                if attempt == 0 or now - last_report >= 60:
+                    first_failure = first_failure if attempt else now
+                    last_report = now
                     log.warning(
-                        "archive of %s: store unavailable (%s); %d entries wait in the stream",
-                        queue, exc, len(jobs),
+                        "archive of %s: store unavailable%s (%s); %d entries wait in the stream",
+                        queue, f" for {now - first_failure:.0f} s" if attempt else "", exc,
+                        backlog.unfinished,
                     )  # fmt: skip
                 attempt += 1
-                await self._probe(conn, queue)
                 await trio.sleep(_delay(attempt, self.config.max_backoff))
                 continue
             if attempt:

@@ -142,25 +142,36 @@ class PostgresStore:
         return conn
 
     @staticmethod
-    def _ensure_schema(conn: psycopg.Connection[Any], display: str, create: bool) -> None:
-        with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            conn.execute(META_CREATE)
-            row = conn.execute(
-                f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
-            ).fetchone()
-            if row is None:
-                if not create:
-                    raise ArchiveError(f"{display} holds no echomq archive (no schema version)")
-                conn.execute(_CREATE)
-                for name, columns in INDEXES.items():
-                    conn.execute(f"CREATE INDEX {name} ON {TABLE} {columns}")
-                conn.execute(
-                    f"INSERT INTO {META_TABLE} (name, value) VALUES ('schema_version', %s)",
-                    (str(SCHEMA_VERSION),),
-                )
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise newer_schema(display, int(row[0]))
+    def _version(conn: psycopg.Connection[Any]) -> int | None:
+        exists = conn.execute("SELECT to_regclass(%s)", (META_TABLE,)).fetchone()
+        if exists is None or exists[0] is None:
+            return None
+        row = conn.execute(
+            f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
+        ).fetchone()
+        return int(row[0]) if row is not None else None
+
+    @classmethod
+    def _ensure_schema(cls, conn: psycopg.Connection[Any], display: str, create: bool) -> None:
+        """Check the version; create the schema (under an advisory lock) when there is none."""
+        version = cls._version(conn)
+        if version is None:
+            if not create:
+                raise ArchiveError(f"{display} holds no echomq archive (no schema version)")
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                conn.execute(META_CREATE)
+                version = cls._version(conn)  # another archiver may have made it meanwhile
+                if version is None:
+                    conn.execute(_CREATE)
+                    for name, columns in INDEXES.items():
+                        conn.execute(f"CREATE INDEX {name} ON {TABLE} {columns}")
+                    conn.execute(
+                        f"INSERT INTO {META_TABLE} (name, value) VALUES ('schema_version', %s)",
+                        (str(SCHEMA_VERSION),),
+                    )
+        if version is not None and version > SCHEMA_VERSION:
+            raise newer_schema(display, version)
 
     def _connection(self) -> psycopg.Connection[Any]:
         conn = self._conn

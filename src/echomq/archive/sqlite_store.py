@@ -108,30 +108,43 @@ class SqliteStore:
         return cls(path, conn)
 
     @staticmethod
-    def _ensure_schema(conn: sqlite3.Connection, display: str, create: bool) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(META_CREATE)
-            row = conn.execute(
-                f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
-            ).fetchone()
-            if row is None:
-                if not create:
-                    raise ArchiveError(f"{display} is not an echomq archive (no schema version)")
-                conn.execute(_CREATE)
-                for name, columns in INDEXES.items():
-                    conn.execute(f"CREATE INDEX {name} ON {TABLE} {columns}")
-                conn.execute(
-                    f"INSERT INTO {META_TABLE} (name, value) VALUES ('schema_version', ?)",
-                    (str(SCHEMA_VERSION),),
-                )
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise newer_schema(display, int(row[0]))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+    def _version(conn: sqlite3.Connection) -> int | None:
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (META_TABLE,)
+        ).fetchone()
+        if exists is None:
+            return None
+        row = conn.execute(
+            f"SELECT value FROM {META_TABLE} WHERE name = 'schema_version'"
+        ).fetchone()
+        return int(row[0]) if row is not None else None
+
+    @classmethod
+    def _ensure_schema(cls, conn: sqlite3.Connection, display: str, create: bool) -> None:
+        """Check the version (a read: no lock); take the write lock only to create it."""
+        version = cls._version(conn)
+        if version is None:
+            if not create:
+                raise ArchiveError(f"{display} is not an echomq archive (no schema version)")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(META_CREATE)
+                version = cls._version(conn)  # another process may have made it meanwhile
+                if version is None:
+                    conn.execute(_CREATE)
+                    for name, columns in INDEXES.items():
+                        conn.execute(f"CREATE INDEX {name} ON {TABLE} {columns}")
+                    conn.execute(
+                        f"INSERT INTO {META_TABLE} (name, value) VALUES ('schema_version', ?)",
+                        (str(SCHEMA_VERSION),),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        if version is not None and version > SCHEMA_VERSION:
+            raise newer_schema(display, version)
 
     def write(self, jobs: Sequence[FinishedJob]) -> int:
         """Store ``jobs`` in one transaction; answer how many were new."""

@@ -13,7 +13,8 @@ server is down, the file is locked), :class:`EntryRejected` (this job's data can
 stored: skip it), anything else is :class:`ArchiveError` (stop: the store is not usable).
 
 URLs: ``postgresql://`` (or ``postgres://``) names a PostgreSQL database; ``sqlite:///path``
-(``sqlite:////abs/path``), or a plain file path, names an SQLite file.
+(``sqlite:////abs/path``; ``?timeout=SECONDS`` to wait for another writer's lock, default
+5), or a plain file path, names an SQLite file.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import parse_qs, urlsplit
 
 import attrs
 
@@ -106,20 +108,20 @@ class Store(Protocol):
 
 
 def store_kind(url: str) -> str:
-    """``"postgresql"`` or ``"sqlite"`` for a store URL.
+    """``"postgresql"`` or ``"sqlite"`` for a store URL (checked: no I/O).
 
     Raises:
-        InvalidArgument: the URL names another scheme.
+        InvalidArgument: the URL names another scheme, or is a malformed SQLite URL.
     """
     if not isinstance(url, str) or not url:
         raise InvalidArgument("the archive store URL must be a non-empty str")
     scheme, sep, _ = url.partition("://")
-    if not sep:
-        return "sqlite"  # a plain path
     scheme = scheme.lower()
-    if scheme in ("postgresql", "postgres") or scheme.startswith("postgresql+"):
+    if sep and scheme in ("postgresql", "postgres"):
         return "postgresql"
-    if scheme == "sqlite":
+    if not sep or scheme == "sqlite":  # a plain path, or sqlite:///path
+        sqlite_path(url)
+        sqlite_timeout(url)
         return "sqlite"
     raise InvalidArgument(
         f"unsupported archive store {url!r}: use sqlite:///path/to/file.db (or a path) "
@@ -138,6 +140,22 @@ def sqlite_path(url: str) -> Path:
     if not path:
         raise InvalidArgument(f"an SQLite URL needs a file path: {url!r}")
     return Path(path)
+
+
+def sqlite_timeout(url: str) -> float:
+    """``?timeout=SECONDS`` of an SQLite URL: how long a write waits for another process's
+    lock before the store reports itself unavailable (default 5)."""
+    query = parse_qs(urlsplit(url).query) if "://" in url else {}
+    if "timeout" not in query:
+        return 5.0
+    text = query["timeout"][-1]
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 3600:
+        raise InvalidArgument(f"timeout must be seconds in [0, 3600), not {text!r}")
+    return value
 
 
 def default_store_url() -> str:
@@ -161,7 +179,7 @@ def open_store(url: str, *, create: bool = True) -> Store:
         return PostgresStore.open(url, create=create)
     from .sqlite_store import SqliteStore
 
-    return SqliteStore.open(sqlite_path(url), create=create)
+    return SqliteStore.open(sqlite_path(url), create=create, busy_timeout=sqlite_timeout(url))
 
 
 def now_ms() -> int:
