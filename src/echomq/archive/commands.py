@@ -84,6 +84,8 @@ def add_commands(sub: Any, command: Command) -> None:
     p.add_argument("--to", dest="store", help=store_help)
     p.add_argument("--consumer", help="this archiver's name in the group (default: host name)")
     p.add_argument("--batch", type=_count, help="entries per slice (default 500)")
+    p.add_argument("--claim-idle", type=_seconds,
+                   help="take over entries another consumer held this long (60s)")  # fmt: skip
     p.add_argument("--retention", type=_seconds,
                    help="the stream's retention, for the lag warning (default 24h)")  # fmt: skip
     p.add_argument("--max-len", type=_count,
@@ -151,7 +153,8 @@ def run_archive_command(args: argparse.Namespace, err: Console) -> int:
     options = {
         name: value
         for name, value in (
-            ("batch", args.batch), ("retention", args.retention), ("max_len", args.max_len)
+            ("batch", args.batch), ("retention", args.retention), ("max_len", args.max_len),
+            ("claim_idle", args.claim_idle),
         )
         if value is not None
     }  # fmt: skip

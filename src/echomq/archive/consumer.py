@@ -43,7 +43,14 @@ from .._redis.completions import (
 from .._redis.connection import Connection, connect
 from .._redis.keyspace import check_queue
 from ..errors import ConnectionLost, InvalidArgument, ServerError
-from .store import EntryRejected, Store, StoreUnavailable, open_store, store_kind
+from .store import (
+    EntryRejected,
+    Store,
+    StoreUnavailable,
+    display_url,
+    open_store,
+    store_kind,
+)
 
 __all__ = [
     "ARCHIVE_GROUP",
@@ -228,15 +235,15 @@ class Archiver:
     ) -> None:
         """Archive until cancelled; started once every queue's group exists and its
         backlog of pending entries has been settled."""
+        log.info(
+            "archiving %s into %s as consumer %r",
+            ", ".join(self.queues), display_url(self.store_url), self.consumer,
+        )  # fmt: skip
         try:
             await self._store.open_early()
             async with trio.open_nursery() as nursery:
                 for queue in self.queues:
                     await nursery.start(self._serve_queue, queue)
-                log.info(
-                    "archiving %s into %s as consumer %r",
-                    ", ".join(self.queues), self._store.url.split("@")[-1], self.consumer,
-                )  # fmt: skip
                 task_status.started(self)
         finally:
             await self._store.close()
@@ -384,7 +391,12 @@ class Archiver:
         if jobs:
             inserted, rejected = await self._store_slice(conn, queue, jobs)
             counters.archived += inserted
-            counters.duplicates += len(jobs) - inserted - rejected
+            again = len(jobs) - inserted - rejected
+            if again:
+                counters.duplicates += again
+                log.info(
+                    "archive of %s: %d re-delivered entries were archived already", queue, again
+                )
         await group_ack(conn, queue, ARCHIVE_GROUP, [entry.id for entry in entries])
         counters.slices += 1
 

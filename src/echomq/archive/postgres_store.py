@@ -26,6 +26,7 @@ from .store import (
     EntryRejected,
     HistoryQuery,
     StoreUnavailable,
+    display_url,
     newer_schema,
     now_ms,
 )
@@ -79,16 +80,6 @@ def _driver() -> Any:
     return psycopg
 
 
-def _display(url: str) -> str:
-    """``postgresql://host:port/dbname`` without credentials."""
-    pg = _driver()
-    try:
-        info = pg.conninfo.conninfo_to_dict(url)
-    except pg.ProgrammingError:
-        return "postgresql://(unparsable URL)"
-    return f"postgresql://{info.get('host', '')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
-
-
 def _translate(display: str, exc: Exception) -> ArchiveError:
     pg = _driver()
     if isinstance(exc, pg.OperationalError):
@@ -103,7 +94,7 @@ class PostgresStore:
 
     def __init__(self, url: str, conn: psycopg.Connection[Any], connect_timeout: float) -> None:
         self.url = url
-        self.display = _display(url)
+        self.display = display_url(url)
         self._conn: psycopg.Connection[Any] | None = conn
         self._timeout = connect_timeout
         self._lock = threading.Lock()
@@ -118,7 +109,7 @@ class PostgresStore:
             StoreUnavailable: the server cannot be reached now.
         """
         pg = _driver()
-        display = _display(url)
+        display = display_url(url)
         conn = cls._connect(url, display, connect_timeout)
         try:
             cls._ensure_schema(conn, display, create)

@@ -41,6 +41,7 @@ __all__ = [
     "Store",
     "StoreUnavailable",
     "default_store_url",
+    "display_url",
     "open_store",
     "store_kind",
 ]
@@ -156,6 +157,16 @@ def sqlite_timeout(url: str) -> float:
     if not 0 <= value < 3600:
         raise InvalidArgument(f"timeout must be seconds in [0, 3600), not {text!r}")
     return value
+
+
+def display_url(url: str) -> str:
+    """The store URL without credentials or options, for logs and messages."""
+    if store_kind(url) == "sqlite":
+        return str(sqlite_path(url))
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 def default_store_url() -> str:
