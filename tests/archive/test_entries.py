@@ -104,6 +104,8 @@ def test_an_odd_field_list_or_a_bad_stream_id_is_corrupt() -> None:
     """Not name/value pairs; no finished_at and a stream id that is not <ms>-<seq>."""
     with pytest.raises(CorruptEntry, match="pairs"):
         parse_entry("q", "5-0", [b"id"])
+    with pytest.raises(CorruptEntry, match="not a string"):
+        parse_entry("q", "5-0", [b"id", 5, b"state", b"dead", b"attempts", b"1"])  # type: ignore[list-item]
     with pytest.raises(CorruptEntry, match="stream id"):
         parse_entry("q", "nope", flat({"id": "x", "state": "dead", "attempts": 1}))
 

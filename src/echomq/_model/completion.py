@@ -41,7 +41,7 @@ KNOWN_FIELDS = frozenset(
         "created_at", "claimed_at", "finished_at",
     }
 )  # fmt: skip
-_TIMES = ("created_at", "claimed_at", "finished_at")
+_KNOWN_BYTES = frozenset(name.encode() for name in KNOWN_FIELDS)
 
 
 class CorruptEntry(ValueError):
@@ -82,12 +82,16 @@ class FinishedJob:
     archived_at: int | None = None
 
 
+_STATES = {state.value.encode(): state for state in FinishState}
+
+
 def _text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace").replace("\x00", "\ufffd")
+    text = raw.decode("utf-8", "replace")
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def _integer(name: str, raw: bytes | None) -> int | None:
-    if raw is None or raw == b"":
+    if not raw:  # absent or empty
         return None
     try:
         value = int(raw)
@@ -119,34 +123,33 @@ def parse_entry(queue: str, stream_id: str, fields: Sequence[bytes]) -> Finished
     """
     if len(fields) % 2:
         raise CorruptEntry("fields are not name/value pairs")
-    values: dict[str, bytes] = {}
-    for i in range(0, len(fields), 2):
-        name, value = fields[i], fields[i + 1]
-        if not isinstance(name, bytes) or not isinstance(value, bytes):
-            raise CorruptEntry("a field or value is not a string")
-        values[_text(name)] = value  # a repeated field: the last one holds, as in a hash
-    job_id = values.get("id")
+    # a repeated field: the last one holds, as in a hash
+    values: dict[bytes, bytes] = dict(zip(fields[::2], fields[1::2], strict=True))
+    try:
+        return _job(queue, stream_id, values)
+    except (TypeError, AttributeError):  # not bytes: the wire answers bulk strings only
+        raise CorruptEntry("a field or value is not a string") from None
+
+
+def _job(queue: str, stream_id: str, values: dict[bytes, bytes]) -> FinishedJob:
+    get = values.get
+    job_id = get(b"id")
     if not job_id:
         raise CorruptEntry("no id")
-    raw_state = values.get("state")
+    raw_state = get(b"state")
     if raw_state is None:
         raise CorruptEntry("no state")
-    try:
-        state = FinishState(_text(raw_state))
-    except ValueError:
-        raise CorruptEntry(f"unknown state {raw_state[:40]!r}") from None
-    attempts = _integer("attempts", values.get("attempts"))
+    state = _STATES.get(raw_state)
+    if state is None:
+        raise CorruptEntry(f"unknown state {raw_state[:40]!r}")
+    attempts = _integer("attempts", get(b"attempts"))
     if attempts is None:
         raise CorruptEntry("no attempts (the fencing token)")
-    times = {name: _integer(name, values.get(name)) for name in _TIMES}
-    finished_at = times["finished_at"]
+    finished_at = _integer("finished_at", get(b"finished_at"))
     if finished_at is None:
         finished_at = stream_ms(stream_id)
-
-    def text(name: str) -> str | None:
-        raw = values.get(name)
-        return None if raw is None else _text(raw)
-
+    task, error, reason = get(b"task"), get(b"error"), get(b"reason")
+    unknown = values.keys() - _KNOWN_BYTES
     return FinishedJob(
         queue=queue,
         id=_text(job_id),
@@ -154,14 +157,14 @@ def parse_entry(queue: str, stream_id: str, fields: Sequence[bytes]) -> Finished
         state=state,
         finished_at=finished_at,
         stream_id=stream_id,
-        task=text("task") or None,
-        result=values.get("result"),
-        error=text("error"),
-        reason=text("reason"),
-        failures=_integer("failures", values.get("failures")),
-        created_at=times["created_at"],
-        claimed_at=times["claimed_at"],
-        extra={name: _text(raw) for name, raw in values.items() if name not in KNOWN_FIELDS},
+        task=_text(task) if task else None,
+        result=get(b"result"),
+        error=None if error is None else _text(error),
+        reason=None if reason is None else _text(reason),
+        failures=_integer("failures", get(b"failures")),
+        created_at=_integer("created_at", get(b"created_at")),
+        claimed_at=_integer("claimed_at", get(b"claimed_at")),
+        extra={_text(name): _text(values[name]) for name in unknown} if unknown else {},
     )
 
 

@@ -94,6 +94,9 @@ def _fraction(instance: object, attribute: attrs.Attribute[float], value: float)
 class ArchiveConfig:
     """How the recording consumer reads, retries and warns (seconds, except counts).
 
+    A slice is ``batch`` entries; while reads come back full (a backlog) the next one asks
+    for twice as many, up to ``max_batch`` (at least ``batch``), so that a slow store (a
+    slow fsync) costs one commit per larger slice when the archive must catch up.
     ``retention`` and ``max_len`` describe the stream's trimming (the scripts' ``MINID``
     age and ``MAXLEN`` guard) so the archive can warn, at ``warn_fraction`` of either,
     that unarchived entries approach the trim horizon; ``max_len=None`` skips the length
@@ -101,6 +104,7 @@ class ArchiveConfig:
     """
 
     batch: int = attrs.field(default=500, validator=_positive_int)
+    max_batch: int = attrs.field(default=5000, validator=_positive_int)
     block: float = attrs.field(default=2.0, validator=_positive)
     retention: float = attrs.field(default=DEFAULT_RETENTION, validator=_positive)
     max_len: int | None = attrs.field(default=None, validator=_optional_positive_int)
@@ -254,6 +258,7 @@ class Archiver:
         block_ms = max(1, round(config.block * 1000))
         started = False
         attempt = 0
+        count = config.batch
         async with connect(self.url) as conn:
             recover = True
             next_probe = next_claim = 0.0
@@ -281,13 +286,19 @@ class Archiver:
                     with trio.move_on_after(config.block + 10.0) as guard:
                         entries = await group_read(
                             conn, queue, ARCHIVE_GROUP, self.consumer,
-                            count=config.batch, block_ms=block_ms,
+                            count=count, block_ms=block_ms,
                         )  # fmt: skip
                     if guard.cancelled_caught:  # a half-open socket: no reply to a BLOCK read
                         conn.drop()
                         raise ConnectionLost("no reply to a blocking read")
                     if entries:
                         await self._settle(conn, queue, entries)
+                    full = len(entries) >= count
+                    count = (
+                        max(config.batch, min(count * 2, config.max_batch))
+                        if full
+                        else config.batch
+                    )
                 except GroupMissing:
                     log.warning("the completions stream of %s is gone: group made again", queue)
                     recover = True
