@@ -41,7 +41,7 @@ async def archiving(
     consumer: str = "test-archiver",
     config: ArchiveConfig = FAST,
 ) -> AsyncIterator[Archiver]:
-    """serve_archive for the block (started: groups made, own pending settled)."""
+    """serve_archive for the block (started: its groups exist)."""
     async with trio.open_nursery() as nursery:
         archiver: Archiver = await nursery.start(
             lambda task_status: serve_archive(
@@ -106,7 +106,8 @@ async def test_a_slice_committed_but_not_acknowledged_is_stored_once_after_resta
     assert await pending(conn, queue) == 6
     with trio.fail_after(10):
         async with archiving(redis_url, [queue], sqlite_url, consumer="c1") as archiver:
-            s = stats(archiver, queue)  # started: the pending slice is settled already
+            await until(lambda: stats(archiver, queue).duplicates == 6)
+            s = stats(archiver, queue)
     assert (s.archived, s.duplicates) == (0, 6)
     assert await pending(conn, queue) == 0
     assert await stored_async(sqlite_url, queue) == 6
@@ -309,6 +310,7 @@ async def test_a_pending_entry_trimmed_away_is_reported_lost(
     await conn.execute("XTRIM", key, "MAXLEN", 1)
     with trio.fail_after(10):
         async with archiving(redis_url, [queue], sqlite_url, consumer="c1") as archiver:
+            await until(lambda: stats(archiver, queue).slices >= 1)
             s = stats(archiver, queue)
     assert (s.archived, s.lost) == (1, 2)
     assert await pending(conn, queue) == 0

@@ -237,8 +237,8 @@ class Archiver:
     async def serve(
         self, *, task_status: trio.TaskStatus[Archiver] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Archive until cancelled; started once every queue's group exists and its
-        backlog of pending entries has been settled."""
+        """Archive until cancelled; started once every queue's consumer group exists (so
+        every job finished from then on will be archived), before any backlog is read."""
         log.info(
             "archiving %s into %s as consumer %r",
             ", ".join(self.queues), display_url(self.store_url), self.consumer,
@@ -265,6 +265,10 @@ class Archiver:
             while True:
                 try:
                     if recover:
+                        await group_create(conn, queue, ARCHIVE_GROUP)
+                        if not started:  # the group exists: what is finished from now on is kept
+                            started = True
+                            task_status.started()
                         await self._recover(conn, queue)
                         recover, attempt = False, 0
                         now = trio.current_time()
@@ -272,9 +276,6 @@ class Archiver:
                             now + config.probe_interval,
                             now + config.claim_idle,
                         )
-                        if not started:
-                            started = True
-                            task_status.started()
                     now = trio.current_time()
                     if now >= next_probe:
                         await self._probe(conn, queue)
@@ -311,9 +312,7 @@ class Archiver:
                     await trio.sleep(delay)
 
     async def _recover(self, conn: Connection, queue: str) -> None:
-        """Make the group; report losses; settle our own pending entries, then a dead
-        consumer's."""
-        await group_create(conn, queue, ARCHIVE_GROUP)
+        """Report losses; settle our own pending entries, then a dead consumer's."""
         await self._probe(conn, queue)
         after = "0"
         while True:
@@ -478,8 +477,9 @@ async def serve_archive(
     """Archive the completions streams of ``queues`` (Redis at ``url``) into ``store_url``.
 
     Runs until cancelled. ``await nursery.start(serve_archive, ...)`` answers the
-    :class:`Archiver` (its ``statistics()``) once every queue's consumer group exists and
-    the entries it had pending are settled.
+    :class:`Archiver` (its ``statistics()``) once every queue's consumer group exists: from
+    then on every finished job will be archived (a store that is down does not hold up
+    the start; the entries wait in the stream).
 
     Args:
         url: the Redis URL (as for :func:`echomq.connect`).
