@@ -25,7 +25,7 @@ from echomq.archive import (
 )
 from echomq.archive.store import open_store
 from echomq.errors import InvalidArgument, InvalidKey
-from echomq.testing import PostgresServer, RedisServer
+from echomq.testing import PostgresServer, RedisCluster, RedisServer
 
 from ._support import completion_fields, pending, stored_async, until, xadd, xadd_jobs
 
@@ -370,3 +370,25 @@ async def test_bad_arguments_are_refused_before_any_io(
 def test_a_bad_config_is_refused(options: dict[str, float]) -> None:
     with pytest.raises(InvalidArgument):
         ArchiveConfig(**options)  # type: ignore[arg-type]
+
+
+async def test_the_archive_runs_on_a_redis_cluster(
+    redis_cluster: RedisCluster, queue: str, sqlite_url: str
+) -> None:
+    """Every command it sends names one queue's stream (one slot): queues on different
+    masters are archived alike, through the cluster wire."""
+    queues = [queue, queue + "-x", queue + "-y"]
+    with trio.fail_after(30):
+        async with echomq.connect(redis_cluster.url) as c:
+            async with archiving(redis_cluster.url, queues, sqlite_url) as archiver:
+                for q in queues:
+                    await xadd_jobs(c, q, 4)
+                for q in queues:
+                    await until(lambda q=q: stats(archiver, q).archived == 4)  # type: ignore[misc]
+                for q in queues:
+                    await until(lambda q=q: _no_pending(c, q))  # type: ignore[misc]
+                backlog = stats(archiver, queue).backlog
+    assert backlog is not None and backlog.exists
+    assert sorted(j.id for j in (await history(sqlite_url, queue)).jobs) == [
+        f"j{i}" for i in range(4)
+    ]

@@ -29,6 +29,7 @@ from types import TracebackType
 import attrs
 
 from ..errors import EchoMQError
+from .single import free_port
 
 __all__ = ["PostgresServer", "PostgresServerError", "find_postgres_bin"]
 
@@ -73,13 +74,6 @@ def find_postgres_bin() -> Path:
         if (where / "initdb").exists() and (where / "postgres").exists():
             return where
     raise PostgresServerError(f"PostgreSQL's initdb and postgres were not found. {_INSTALL_HINT}")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @attrs.define(eq=False)
@@ -185,7 +179,7 @@ class PostgresServer:
         chosen = not self.port
         for attempt in range(3):
             if chosen:
-                self.port = _free_port()
+                self.port = free_port()
             try:
                 self._spawn()
                 return self
