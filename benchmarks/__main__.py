@@ -8,6 +8,8 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
             latency p50/p99, one job at a time
   peers     the same end-to-end workload on arq, saq, rq, celery, taskiq, streaq, bullmq,
             dramatiq, huey (each in benchmarks/.peers/<name>, made from PyPI at run time)
+  archive   the durable archive (issue 11): entries/s into SQLite and PostgreSQL, paced at
+            echomq's end-to-end rate and draining a backlog; the lag over the run
   all       verbs, e2e and peers, in that order
   report    print the tables and issue 6's targets from saved result files (--from)
   bounds    every Lua script's server time on a queue of 1M jobs, at its caps (issue 9);
@@ -86,7 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("what", choices=["verbs", "first", "e2e", "peers", "all", "report", "bounds"])
+    p.add_argument(
+        "what", choices=["verbs", "first", "e2e", "peers", "archive", "all", "report", "bounds"]
+    )
     p.add_argument(
         "--reps", type=int, default=None, help="repetitions (medians; default 5, bounds 20)"
     )
@@ -99,6 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--latency-jobs", type=int, default=500, help="jobs for the latency figure")
     p.add_argument("--concurrency", type=int, default=100, help="worker concurrency (all)")
     p.add_argument("--peer", action="append", help="only these peers (repeatable)")
+    p.add_argument("--archive-rate", type=float, default=9000.0, help="`archive`: entries/s")
+    p.add_argument("--archive-seconds", type=float, default=20.0, help="`archive`: producing")
+    p.add_argument("--archive-backlog", type=int, default=100_000, help="`archive`: drain size")
+    p.add_argument("--archive-stores", default="sqlite,postgresql", help="`archive`: stores")
     p.add_argument("--json", type=Path, help="where to save the results (default: results/)")
     p.add_argument(
         "--from", dest="sources", type=Path, nargs="*", default=[], help="result files for `report`"
@@ -127,6 +135,12 @@ async def amain(args: argparse.Namespace) -> Results:
 
         res = await runtime.run_e2e(args, log=log)
         print(res.table("echomq end to end"), flush=True)
+        total.merge(res)
+    if args.what == "archive":
+        from .archive import run_archive
+
+        res = await run_archive(args, log=log)
+        print(res.table("the durable archive (issue 11)"), flush=True)
         total.merge(res)
     if args.what in ("peers", "all"):
         from .peers import harness

@@ -765,6 +765,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=_port, help="the dashboard's port")
     p.add_argument("--no-dashboard", action="store_true")
     p.set_defaults(entry=run_demo_command)
+
+    from .archive.commands import add_commands as add_archive_commands  # archive, history
+
+    add_archive_commands(sub, command)
     return parser
 
 

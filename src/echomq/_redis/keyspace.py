@@ -73,6 +73,11 @@ class Keyspace:
         return self.base + "completed"
 
     @property
+    def completions(self) -> str:
+        """The completions stream: one entry per finished job (docs/results.md)."""
+        return self.base + "completions"
+
+    @property
     def meta(self) -> str:
         return self.base + "meta"
 
