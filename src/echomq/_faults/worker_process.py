@@ -274,7 +274,8 @@ async def open_worker_process(
         concurrency, recovery, recovery_interval, max_stalled, grace: the worker's
             options (None: the worker's default).
         args: more command-line arguments, after the options.
-        env: environment changes for the child (a None value removes that variable).
+        env: environment changes for the child (a None value removes that variable;
+            ``ECHOMQ_FAULT_HOOKS`` is set to ``1`` unless removed so).
         log_path: also write the worker's output to this file.
         entry: the command line before ``target`` (default ``python -m echomq worker``).
         wait_serving: return once the worker serves (its start line); False returns at
@@ -303,14 +304,12 @@ async def open_worker_process(
         "grace": grace,
     }
     command = _command(target, entry, url, options, args)
-    child_env = dict(os.environ)
-    for name, value in (env or {}).items():
+    child_env = {**os.environ, FAULT_HOOKS: "1", "PYTHONUNBUFFERED": "1"}
+    for name, value in (env or {}).items():  # {FAULT_HOOKS: None}: a worker without the hook
         if value is None:
             child_env.pop(name, None)
         else:
             child_env[name] = value
-    child_env[FAULT_HOOKS] = "1"
-    child_env["PYTHONUNBUFFERED"] = "1"
     log = open(log_path, "wb") if log_path is not None else None  # noqa: ASYNC230 - a local file, closed below
     failure: BaseException | None = None
     try:
