@@ -73,10 +73,7 @@ async def test_a_worker_cut_off_and_refused_for_a_while_carries_on_once_let_thro
                     await proxy.cut()
                     handles = [await work.delay(n) for n in range(10)]  # type: ignore[attr-defined]
 
-                    async def refused_twice() -> bool:
-                        return proxy.refused >= 2
-
-                    await until(refused_twice)  # it tried again, and again
+                    await proxy.wait_until(lambda: proxy.refused >= 2)  # it tried, and again
                     assert await commits(q.connection, queue) == 0
                 for n, handle in enumerate(handles):
                     assert await handle.result(timeout=20) == n * 2

@@ -13,7 +13,8 @@ Give a worker ``proxy.url`` instead of Redis's; then, while it runs:
 Rule 1: the proxy forwards bytes and knows nothing of RESP; TLS passes through untouched
 (the URL keeps its scheme, credentials, database and query; only the port changes).
 Rule 2: every fault is observable: ``accepted``, ``refused``, ``cuts`` count, and
-``wait_connected(n)`` waits until ``n`` connections are open (a client reconnected).
+``wait_connected(n)`` waits until ``n`` connections are open (a client reconnected),
+``wait_until(condition)`` until any condition on them holds.
 Rule 3: a cut is a reset (SO_LINGER 0), not a polite close: the peer's next read fails.
 One Redis node only: a cluster's clients learn the nodes' own addresses from the nodes.
 """
@@ -154,14 +155,12 @@ class FaultProxy:
 
     async def wait_connected(self, count: int = 1) -> None:
         """Wait until at least ``count`` connections are open (e.g. a client reconnected)."""
-        await self._wait(lambda: len(self._links) >= count)
+        await self.wait_until(lambda: len(self._links) >= count)
 
-    async def wait_accepted(self, total: int) -> None:
-        """Wait until ``accepted`` reaches ``total`` (connections made since the start)."""
-        await self._wait(lambda: self.accepted >= total)
-
-    async def _wait(self, ready: Callable[[], bool]) -> None:
-        while not ready():
+    async def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Wait until ``condition()`` holds, checked whenever a connection is opened,
+        closed, cut or refused: ``await proxy.wait_until(lambda: proxy.refused >= 2)``."""
+        while not condition():
             await self._changed.wait()
 
     def _notify(self) -> None:
@@ -215,6 +214,7 @@ class FaultProxy:
 
     async def _refuse(self, client: trio.SocketStream) -> None:
         self.refused += 1
+        self._notify()
         _reset(client)
         await client.aclose()
 

@@ -313,16 +313,16 @@ async def open_worker_process(
     log = open(log_path, "wb") if log_path is not None else None  # noqa: ASYNC230 - a local file, closed below
     failure: BaseException | None = None
     try:
+        process = await trio.lowlevel.open_process(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=child_env,
+            cwd=cwd,
+            start_new_session=True,  # its own group: killed with its pool children
+        )
         async with trio.open_nursery() as nursery:
-            process = await trio.lowlevel.open_process(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=child_env,
-                cwd=cwd,
-                start_new_session=True,  # its own group: killed with its pool children
-            )
             worker = WorkerProcess(
                 target=target,
                 command=command,
