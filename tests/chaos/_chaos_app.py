@@ -28,10 +28,15 @@ async def work(n: int, seconds: float = 0.0) -> int:
 @queue.task(name="hold", lease=LEASE)
 async def hold(job: echomq.Job) -> str:
     """Log one line per execution, then run until the test releases the job (progress
-    ``release``) or a newer claim took it over; answer who returned."""
+    ``release``) or a newer claim took it over; answer who returned. A lost connection
+    is not its failure (the Redis chaos tests restart Redis under it)."""
     await job.log(f"run {job.token} in {os.getpid()}")
     while True:
-        info = await jobs.get_job(queue.connection, queue.name, job.id)
+        try:
+            info = await jobs.get_job(queue.connection, queue.name, job.id)
+        except echomq.ConnectionLost:  # Redis restarting under it: look again
+            await trio.sleep(0.02)
+            continue
         if info is None or info.attempts > job.token:
             return f"stale {job.token}"
         if info.progress == "release":

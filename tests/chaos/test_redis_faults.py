@@ -6,18 +6,26 @@ from __future__ import annotations
 import trio
 
 import echomq
-from echomq.testing import RedisServer, drop_redis, open_worker_process, restart_redis
+from echomq.testing import (
+    RedisServer,
+    drop_redis,
+    open_worker_process,
+    restart_redis,
+    wait_running,
+)
 
-from ._support import APP, HERE, app_env, commits, until
+from ._support import APP, HERE, app_env, commits, release
 
-JOBS = 60
+JOBS = 40
+HOLDS = 4
 
 
 async def test_redis_restarted_with_aof_under_a_running_worker_loses_nothing(
     queue: str,
 ) -> None:
-    """A crash (SIGKILL) and restart of an AOF Redis mid-run: every job completes, each
-    committed once; jobs whose leases were stamped before the restart come back free."""
+    """A crash (SIGKILL) and restart of an AOF Redis while a worker holds jobs (their
+    leases stamped before the restart) and others wait: every job completes, each
+    committed once."""
     with RedisServer(appendonly=True) as server:
         q = echomq.Queue(queue, url=server.url)
 
@@ -25,32 +33,36 @@ async def test_redis_restarted_with_aof_under_a_running_worker_loses_nothing(
         async def work(n: int, seconds: float = 0.0) -> int:
             raise AssertionError("run by the worker process only")
 
+        @q.task(name="hold", lease=0.3)
+        async def hold() -> str:
+            raise AssertionError("run by the worker process only")
+
         with trio.fail_after(40):
-            async with q.open():
-                handles = [await work.delay(n, 0.05) for n in range(JOBS)]
-
-                async def under_way() -> bool:
-                    return await commits(q.connection, queue) >= JOBS // 4
-
-                async with open_worker_process(
-                    APP,
-                    url=server.url,
-                    cwd=HERE,
-                    env=app_env(queue),
-                    concurrency=8,
-                    recovery_interval=0.1,
-                ) as worker:
-                    await until(under_way)
-                    before = await echomq.admin.stats(q.connection, queue)
-                    await restart_redis(server)
-                    async with q.open():  # the producer's own connection met the crash
-                        for n, handle in enumerate(handles):
-                            assert await handle.result(timeout=20) == n * 2
-                        stats = await echomq.admin.stats(q.connection, queue)
-                    assert worker.returncode is None
-    assert stats.completed_total == JOBS and stats.completed == JOBS
+            async with open_worker_process(
+                APP,
+                url=server.url,
+                cwd=HERE,
+                env=app_env(queue),
+                concurrency=8,
+                recovery_interval=0.1,
+            ) as worker:
+                async with q.open():
+                    holds = [await hold.delay() for _ in range(HOLDS)]
+                    works = [await work.delay(n, 0.02) for n in range(JOBS)]
+                    for handle in holds:
+                        await wait_running(handle)
+                await restart_redis(server)
+                async with q.open():  # a new producer connection: the old one met the crash
+                    for handle in holds:
+                        await release(q.connection, queue, handle.id)
+                    for handle in holds:
+                        assert (await handle.result(timeout=20)).startswith("held by")
+                    for n, handle in enumerate(works):
+                        assert await handle.result(timeout=20) == n * 2
+                    stats = await echomq.admin.stats(q.connection, queue)
+                assert worker.returncode is None
+    assert stats.completed_total == stats.completed == JOBS + HOLDS
     assert stats.dead == stats.pending == stats.active == 0
-    assert before.active > 0 and before.completed_total < JOBS  # mid-run
 
 
 async def test_redis_gone_for_a_while_does_not_end_the_worker(queue: str) -> None:

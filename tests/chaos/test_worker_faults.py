@@ -22,6 +22,11 @@ from echomq.testing import (
 from ._support import APP, HERE, app_env, commits, release, until
 
 
+async def started(q: echomq.Queue, job_id: str, *, runs: int) -> bool:
+    """``_chaos_app.hold`` logged its first line ``runs`` times (one per execution)."""
+    return len(await jobs.get_job_logs(q.connection, q.name, job_id)) >= runs
+
+
 def enqueuer(q: echomq.Queue) -> Any:
     """``hold`` on the producer's side (the worker processes run ``_chaos_app``'s)."""
 
@@ -44,6 +49,7 @@ async def test_a_worker_killed_mid_job_its_job_comes_back_and_completes_once(
             handle = await enqueuer(q).delay()
             async with open_worker_process(APP, **options) as first:
                 await wait_running(handle)
+                await until(lambda: started(q, handle.id, runs=1))  # the task itself runs
                 assert await kill_worker(first) == -9
             async with open_worker_process(APP, **options) as second:
                 await wait_running(handle, attempt=2)

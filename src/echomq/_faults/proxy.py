@@ -58,10 +58,10 @@ def _reset(stream: trio.SocketStream) -> None:
 
 @attrs.define(eq=False)
 class _Link:
-    """One client connection and its upstream twin."""
+    """One client connection and its upstream twin (None while it is being connected)."""
 
     client: trio.SocketStream
-    upstream: trio.SocketStream
+    upstream: trio.SocketStream | None = None
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     closed: trio.Event = attrs.field(factory=trio.Event)
     cut: bool = False
@@ -117,13 +117,14 @@ class FaultProxy:
 
     @property
     def connections(self) -> int:
-        """Connections open through the proxy now."""
-        return len(self._links)
+        """Connections open through the proxy now (both sides connected)."""
+        return sum(link.upstream is not None for link in self._links)
 
     # -- faults ------------------------------------------------------------------------------
 
     async def cut(self) -> int:
-        """Reset every open connection now; answer how many (all closed on return)."""
+        """Reset every connection now, those still connecting to Redis too; answer how
+        many (all closed on return)."""
         links = list(self._links)
         for link in links:
             link.reset()
@@ -155,7 +156,7 @@ class FaultProxy:
 
     async def wait_connected(self, count: int = 1) -> None:
         """Wait until at least ``count`` connections are open (e.g. a client reconnected)."""
-        await self.wait_until(lambda: len(self._links) >= count)
+        await self.wait_until(lambda: self.connections >= count)
 
     async def wait_until(self, condition: Callable[[], bool]) -> None:
         """Wait until ``condition()`` holds, checked whenever a connection is opened,
@@ -186,29 +187,31 @@ class FaultProxy:
         if self._refusing:
             await self._refuse(client)
             return
-        try:
-            upstream = await trio.open_tcp_stream(self._host, self._upstream_port)
-        except OSError:  # Redis is down: the client sees what it would see without us
-            await self._refuse(client)
-            return
-        link = _Link(client, upstream)
-        self._links.add(link)
-        self.accepted += 1
-        self._notify()
+        link = _Link(client)
+        self._links.add(link)  # cut() reaches it from now on, connected or not
         try:
             with link.scope:
+                try:
+                    link.upstream = await trio.open_tcp_stream(self._host, self._upstream_port)
+                except OSError:  # Redis is down: the client sees what it would see without us
+                    self._links.discard(link)
+                    await self._refuse(client)
+                    return
+                self.accepted += 1
+                self._notify()
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._pump, link, client, upstream, "to_redis")
-                    nursery.start_soon(self._pump, link, upstream, client, "to_client")
+                    nursery.start_soon(self._pump, link, client, link.upstream, "to_redis")
+                    nursery.start_soon(self._pump, link, link.upstream, client, "to_client")
         finally:
             self._links.discard(link)
+            ends = [client] if link.upstream is None else [client, link.upstream]
             if link.cut:
                 self.cuts += 1
-                _reset(client)
-                _reset(upstream)
+                for stream in ends:
+                    _reset(stream)
             with trio.CancelScope(shield=True):
-                await client.aclose()
-                await upstream.aclose()
+                for stream in ends:
+                    await stream.aclose()
             link.closed.set()
             self._notify()
 
