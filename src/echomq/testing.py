@@ -1,17 +1,33 @@
-"""Private redis-servers for tests and demos: one server, or a Redis Cluster of them.
+"""Private redis-servers and the fault kit, for tests (users' own and ours) and demos.
 
-``RedisServer`` runs one ``redis-server`` child process on a free loopback port;
+Servers: ``RedisServer`` runs one ``redis-server`` child process on a free loopback port;
 ``RedisCluster`` runs several in cluster mode (3 masters, optionally a replica each) with
-every slot assigned, plus the fault helpers tests need (kill or restart a node, fail a
-master over to its replica, migrate a slot). Persistence is off unless asked for.
+every slot assigned, plus the fault helpers cluster tests need (kill or restart a node,
+fail a master over to its replica, migrate a slot). Persistence is off unless asked for.
 No test depends on a system-wide Redis. ``PostgresServer`` is the same for PostgreSQL: a
 private ``initdb`` cluster on a free loopback port, for the archive's tests and benchmarks.
-The implementations live in ``echomq._servers`` (production code uses those, never this
-module).
+
+The fault kit (docs/testing.md): ``open_worker_process`` (a worker in a child process,
+observed serving), ``kill_worker``, ``wait_running``, ``freeze_renewal`` /
+``thaw_renewal``, ``restart_redis`` / ``drop_redis`` / ``freeze_redis``, and
+``FaultProxy`` (``open_fault_proxy``) that cuts, refuses or delays connections.
+
+The implementations live in ``echomq._servers`` and ``echomq._faults`` (production code
+never imports this module).
 """
 
 from __future__ import annotations
 
+from ._faults.proxy import FaultProxy, open_fault_proxy, serve_fault_proxy
+from ._faults.renewal import freeze_renewal, thaw_renewal
+from ._faults.server import drop_redis, freeze_redis, restart_redis
+from ._faults.waiting import wait_running
+from ._faults.worker_process import (
+    WorkerProcess,
+    WorkerProcessError,
+    kill_worker,
+    open_worker_process,
+)
 from ._servers.cluster import (
     ClusterNode,
     RedisCluster,
@@ -42,4 +58,18 @@ __all__ = [
     "PostgresServer",
     "PostgresServerError",
     "find_postgres_bin",
+    # the fault kit
+    "WorkerProcess",
+    "WorkerProcessError",
+    "open_worker_process",
+    "kill_worker",
+    "wait_running",
+    "freeze_renewal",
+    "thaw_renewal",
+    "restart_redis",
+    "drop_redis",
+    "freeze_redis",
+    "FaultProxy",
+    "open_fault_proxy",
+    "serve_fault_proxy",
 ]

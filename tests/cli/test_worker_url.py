@@ -5,9 +5,6 @@ serves (or waits for) in its log."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +12,7 @@ import pytest
 import trio
 
 from echomq.config import parse_url
-from echomq.testing import free_port
+from echomq.testing import free_port, open_worker_process
 
 APP = """
 import os
@@ -47,37 +44,25 @@ async def _dialled(
 ) -> str:
     """Start the worker, wait until its log names ``expect``'s address; answer the log."""
     (tmp_path / "urlapp.py").write_text(APP)
-    env = {k: v for k, v in os.environ.items() if k != "ECHOMQ_URL"}
-    env["EMQ_TEST_QUEUE"] = queue
-    if queue_url is not None:
-        env["EMQ_QUEUE_URL"] = queue_url
-    if env_url is not None:
-        env["ECHOMQ_URL"] = env_url
-    flag = ["--url", flag_url] if flag_url is not None else []
-    command = [sys.executable, *ENTRIES[entry], "urlapp:queue", *flag, "--grace", "0"]
-    log_path = tmp_path / "w.log"
+    env: dict[str, str | None] = {
+        "ECHOMQ_URL": env_url,  # None: unset
+        "EMQ_TEST_QUEUE": queue,
+        "EMQ_QUEUE_URL": queue_url,
+    }
     display = parse_url(expect).display
-    with open(log_path, "wb") as log:  # noqa: ASYNC230 - a local file, before the child starts
-        proc = await trio.lowlevel.open_process(
-            command, env=env, cwd=str(tmp_path), stdout=log, stderr=subprocess.STDOUT
-        )
-        try:
-            with trio.fail_after(20):
-                while True:
-                    text = log_path.read_text()
-                    if f"at {display}" in text:
-                        break
-                    assert proc.poll() is None, text
-                    await trio.sleep(0.02)
-            proc.send_signal(signal.SIGTERM)
-            with trio.fail_after(10):
-                assert await proc.wait() == 0
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                with trio.CancelScope(shield=True):
-                    await proc.wait()
-    return log_path.read_text()
+    with trio.fail_after(20):
+        async with open_worker_process(
+            "urlapp:queue",
+            url=flag_url,
+            grace=0,
+            env=env,
+            cwd=tmp_path,
+            entry=[sys.executable, *ENTRIES[entry]],
+            wait_serving=False,  # it may wait for a server that is not there
+        ) as worker:
+            await worker.wait_for_log(f"at {display}")
+            assert await worker.stop() == 0
+    return worker.output
 
 
 def _nowhere() -> str:

@@ -295,7 +295,7 @@ async def test_redis_outage_is_reported_and_the_dashboard_recovers(
 ) -> None:
     """A killed Redis turns status to not ok (the server lives); back up, status is ok again."""
     from echomq.dashboard import serve_dashboard
-    from echomq.testing import RedisServer
+    from echomq.testing import RedisServer, drop_redis
 
     with RedisServer() as server:
         url = server.url + "?connect_timeout=0.5"
@@ -309,10 +309,9 @@ async def test_redis_outage_is_reported_and_the_dashboard_recovers(
             async with trio_websocket.open_websocket_url(ws_url(info)) as ws:
                 client = Client(ws)
                 await client.next("snapshot")
-                await trio.to_thread.run_sync(server.kill)
-                down = await client.next("status", lambda m: not m["ok"])
-                assert down["error"]
-                await trio.to_thread.run_sync(server.restart)
+                async with drop_redis(server):
+                    down = await client.next("status", lambda m: not m["ok"])
+                    assert down["error"]
                 await client.next("status", lambda m: m["ok"])
                 snap = await client.next("snapshot")
                 assert view(snap, "outage")["counts"]["pending"] == 0  # no persistence

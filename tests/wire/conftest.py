@@ -11,7 +11,7 @@ from echomq.testing import RedisServer
 
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
-    """A private redis-server this test may kill, stop (SIGSTOP) and restart."""
+    """A private redis-server this test may crash, drop, freeze and restart (the fault kit)."""
     with RedisServer() as server:
         yield server
 

@@ -14,7 +14,7 @@ import trio
 
 import echomq
 from echomq.errors import AuthenticationError, ConnectionLost, PermissionDenied, TLSError
-from echomq.testing import RedisServer
+from echomq.testing import RedisServer, restart_redis
 
 
 def _client_info(reply: bytes) -> dict[str, str]:
@@ -67,7 +67,7 @@ async def test_tls_connection_recovers_after_restart(queue: str) -> None:
     with RedisServer(tls=True) as server:
         async with echomq.connect(server.url) as conn:
             assert await conn.execute("PING") == b"PONG"
-            await trio.to_thread.run_sync(server.restart)
+            await restart_redis(server)
             with trio.fail_after(5):
                 while True:
                     try:

@@ -25,7 +25,7 @@ from echomq.errors import (
     ServerError,
     TLSError,
 )
-from echomq.testing import RedisServer, free_port
+from echomq.testing import RedisServer, drop_redis, free_port
 
 
 @pytest.fixture(scope="module")
@@ -120,11 +120,11 @@ async def test_a_dropped_connection_stays_connection_lost(queue: str) -> None:
             await jobs.enqueue(conn, queue, b"x")
             mq = echomq.sync.connect(server.url, connect_timeout=0.5)
             mq.enqueue(queue, b"x")
-            await trio.to_thread.run_sync(server.kill)
-            with pytest.raises(ConnectionLost):
-                await jobs.enqueue(conn, queue, b"x")
-            with pytest.raises(ConnectionLost):
-                mq.enqueue(queue, b"x")
+            async with drop_redis(server):
+                with pytest.raises(ConnectionLost):
+                    await jobs.enqueue(conn, queue, b"x")
+                with pytest.raises(ConnectionLost):
+                    mq.enqueue(queue, b"x")
             mq.close()
 
 

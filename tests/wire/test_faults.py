@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import trio
@@ -13,18 +10,7 @@ import trio.testing
 
 import echomq
 from echomq.errors import ConnectionLost, ServerError
-from echomq.testing import RedisServer
-
-
-@contextmanager
-def stopped(server: RedisServer) -> Iterator[None]:
-    """The server process is frozen (SIGSTOP): it reads nothing and answers nothing."""
-    assert server.process is not None
-    server.process.send_signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        server.process.send_signal(signal.SIGCONT)
+from echomq.testing import RedisServer, drop_redis, freeze_redis, restart_redis
 
 
 async def _errorstat(conn: echomq.Connection, name: str) -> int:
@@ -39,7 +25,7 @@ async def _errorstat(conn: echomq.Connection, name: str) -> int:
 async def test_killed_server_fails_commands_in_flight_then_connection_recovers(
     own_server: RedisServer,
 ) -> None:
-    """SIGKILL mid-flight: waiting commands get ConnectionLost; after restart the conn works."""
+    """A crash mid-flight: waiting commands get ConnectionLost; restarted, the conn works."""
     async with echomq.connect(own_server.url, connect_timeout=5) as conn:
         await conn.execute("PING")
         outcomes: list[str] = []
@@ -56,10 +42,9 @@ async def test_killed_server_fails_commands_in_flight_then_connection_recovers(
                 for i in range(50):
                     nursery.start_soon(waiting, i)
                 await trio.testing.wait_all_tasks_blocked()
-                await trio.to_thread.run_sync(own_server.kill)
+                await restart_redis(own_server)  # SIGKILL, then up again on its port
         assert outcomes == ["lost"] * 50
 
-        await trio.to_thread.run_sync(own_server.restart)
         with trio.fail_after(5):
             assert await conn.execute("PING") == b"PONG"
             assert await conn.execute("SET", "after", "restart") == b"OK"
@@ -74,6 +59,7 @@ async def test_kill_under_load_ends_every_caller_with_a_reply_or_connection_lost
         await conn.execute("PING")
         ended: list[BaseException] = []
         counts = [0] * 500
+        loaded, all_ended = trio.Event(), trio.Event()
 
         async def busy(i: int) -> None:
             try:
@@ -81,15 +67,20 @@ async def test_kill_under_load_ends_every_caller_with_a_reply_or_connection_lost
                     reply = await conn.execute("INCR", f"load:{i}")
                     assert reply == counts[i] + 1  # its own counter, in order
                     counts[i] = reply
+                    if reply == 2:
+                        loaded.set()  # (any caller's second reply: the load is on)
             except ConnectionLost as exc:
                 ended.append(exc)
+                if len(ended) == 500:
+                    all_ended.set()
 
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
                 for i in range(500):
                     nursery.start_soon(busy, i)
-                await trio.sleep(0.2)
-                await trio.to_thread.run_sync(own_server.kill)
+                await loaded.wait()
+                async with drop_redis(own_server):
+                    await all_ended.wait()
         assert len(ended) == 500
         assert sum(counts) > 0
 
@@ -100,7 +91,6 @@ async def test_commands_during_an_outage_fail_after_connect_timeout_and_share_on
     """Server down: 40 callers fail with ConnectionLost after one shared backoff, not one each."""
     async with echomq.connect(own_server.url, connect_timeout=0.3) as conn:
         await conn.execute("PING")
-        await trio.to_thread.run_sync(own_server.kill)
         failures: list[ConnectionLost] = []
 
         async def call() -> None:
@@ -109,10 +99,11 @@ async def test_commands_during_an_outage_fail_after_connect_timeout_and_share_on
             except ConnectionLost as exc:
                 failures.append(exc)
 
-        with trio.fail_after(3):  # 40 callers x 0.3 s each would be 12 s
-            async with trio.open_nursery() as nursery:
-                for _ in range(40):
-                    nursery.start_soon(call)
+        async with drop_redis(own_server):
+            with trio.fail_after(3):  # 40 callers x 0.3 s each would be 12 s
+                async with trio.open_nursery() as nursery:
+                    for _ in range(40):
+                        nursery.start_soon(call)
         assert len(failures) == 40
         assert any("cannot connect" in str(exc) for exc in failures)
 
@@ -143,7 +134,7 @@ async def test_cancelled_before_written_is_never_sent(own_server: RedisServer) -
 
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
-                with stopped(own_server):
+                with freeze_redis(own_server):
                     nursery.start_soon(set_big)
                     await trio.testing.wait_all_tasks_blocked()  # the big write is stuck
                     scope = await nursery.start(incr)
@@ -171,7 +162,7 @@ async def test_cancelled_after_written_runs_and_its_reply_is_dropped(
     key = f"cancel:{uuid.uuid4().hex}"
     async with echomq.connect(own_server.url) as conn:
         await conn.execute("PING")
-        with stopped(own_server):
+        with freeze_redis(own_server):
             with trio.move_on_after(0.1) as scope:
                 await conn.execute("INCR", key)
             assert scope.cancelled_caught

@@ -6,7 +6,7 @@ import trio
 
 import echomq
 from echomq._redis.pubsub import Message, PubSub, open_pubsub
-from echomq.testing import RedisServer
+from echomq.testing import RedisServer, drop_redis, restart_redis
 
 
 async def _publish_until_heard(conn: echomq.Connection, channel: str, data: bytes) -> None:
@@ -92,8 +92,7 @@ async def test_pubsub_resubscribes_after_server_restart(own_server: RedisServer)
         with trio.fail_after(2):
             assert (await ps.receive()).data == b"before"
 
-        await trio.to_thread.run_sync(own_server.kill)
-        await trio.to_thread.run_sync(own_server.restart)
+        await restart_redis(own_server)
         with trio.fail_after(10):
             await _publish_until_heard(conn, "events", b"after")
             assert (await ps.receive()).data == b"after"
@@ -105,12 +104,11 @@ async def test_subscribe_during_an_outage_returns_once_resubscribed(
 ) -> None:
     """A subscribe made while the server is down completes after it is back, and delivers."""
     async with open_pubsub(own_server.url, "first") as ps, echomq.connect(own_server.url) as conn:
-        await trio.to_thread.run_sync(own_server.kill)
         with trio.fail_after(10):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(ps.subscribe, "second")
-                await trio.sleep(0.1)  # subscribe is waiting for a connection
-                await trio.to_thread.run_sync(own_server.restart)
+                async with drop_redis(own_server):
+                    nursery.start_soon(ps.subscribe, "second")
+                    await trio.sleep(0.1)  # subscribe is waiting for a connection
             await _publish_until_heard(conn, "second", b"hello")
             assert await ps.receive() == Message("second", b"hello")
 

@@ -1,20 +1,18 @@
 """Helpers for the runtime tests: serve a worker in-process, wait for a condition,
-run a worker in a subprocess (``python -m echomq._worker.main``)."""
+run a worker in a subprocess (``echomq worker``, through the fault kit)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import trio
 
 import echomq
 from echomq import jobs
+from echomq.testing import WorkerProcess, open_worker_process
 
 HERE = Path(__file__).parent
 
@@ -59,32 +57,18 @@ async def wait_state(
     return found[0]
 
 
-@asynccontextmanager
-async def worker_process(
+def worker_process(
     redis_url: str,
     queue: str,
-    log_path: Path,
+    log_path: Path | None = None,
     *args: str,
     lease: float = 30.0,
     target: str = "_proc_tasks:queue",
-) -> AsyncIterator[trio.Process]:
-    """A worker subprocess serving ``target``; killed on the way out if alive."""
-    env = dict(os.environ)
-    env.update(
-        ECHOMQ_URL=redis_url,
-        EMQ_TEST_QUEUE=queue,
-        EMQ_TEST_LEASE=str(lease),
-        PYTHONPATH=os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]),
+    **options: Any,
+) -> AbstractAsyncContextManager[WorkerProcess]:
+    """A worker subprocess serving ``target`` from this directory (the fault kit's
+    ``open_worker_process``), its queue name and lease in the environment it reads."""
+    env = {"EMQ_TEST_QUEUE": queue, "EMQ_TEST_LEASE": str(lease)}
+    return open_worker_process(
+        target, url=redis_url, cwd=HERE, env=env, log_path=log_path, args=args, **options
     )
-    command = [sys.executable, "-m", "echomq._worker.main", target, *args]
-    with open(log_path, "wb") as log:  # noqa: ASYNC230 - a local file, before the child starts
-        proc = await trio.lowlevel.open_process(
-            command, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
-        try:
-            yield proc
-        finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGKILL)
-            with trio.CancelScope(shield=True):
-                await proc.wait()

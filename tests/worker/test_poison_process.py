@@ -9,8 +9,6 @@ stall (``stalled``).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import trio
 
@@ -59,11 +57,10 @@ async def reason(q: echomq.Queue, job_id: str) -> str:
 
 
 async def test_poison_jobs_die_with_their_reason_healthy_jobs_complete(
-    redis_url: str, queue: str, tmp_path: Path
+    redis_url: str, queue: str
 ) -> None:
     """One worker process, every poison case and healthy jobs: no exit, every job settled."""
     q = echomq.Queue(queue, url=redis_url)
-    log = tmp_path / "worker.log"
     with trio.fail_after(90):  # the process pool's spawned children start slowly
         async with q.open():
             conn = q.connection
@@ -80,9 +77,8 @@ async def test_poison_jobs_die_with_their_reason_healthy_jobs_complete(
             healthy = {await send(conn, queue, "ok", n): n + 1 for n in range(20)}
             healthy |= {await send(conn, queue, "ok-thread", n): n * 2 for n in range(5)}
             healthy |= {await send(conn, queue, "ok-process", n): n * 3 for n in range(3)}
-            args = ("--concurrency", "8", "--recovery-interval", "0.2")
             async with worker_process(
-                redis_url, queue, log, *args, lease=LEASE, target=TARGET
+                redis_url, queue, lease=LEASE, target=TARGET, concurrency=8, recovery_interval=0.2
             ) as proc:
                 for job_id, expected in healthy.items():
                     assert await q.handle(job_id).result(timeout=60) == expected
@@ -96,7 +92,7 @@ async def test_poison_jobs_die_with_their_reason_healthy_jobs_complete(
                     == 21
                 )
                 assert await q.handle(await send(conn, queue, "ok", 41)).result(timeout=10) == 42
-                assert proc.returncode is None, log.read_text()[-3000:]
+                assert proc.returncode is None, proc.tail()
     for name, fragment in POISON.items():
         assert fragment in reasons[name], (name, reasons[name][:300])
     assert "nested too deeply" in raw_reasons["deep payload"]
@@ -108,33 +104,32 @@ async def test_poison_jobs_die_with_their_reason_healthy_jobs_complete(
 
 @pytest.mark.parametrize(("recovery", "deaths"), [("reap", 2), ("stalled", 1)])
 async def test_a_job_that_kills_its_worker_is_dead_after_the_bound(
-    redis_url: str, queue: str, tmp_path: Path, recovery: str, deaths: int
+    redis_url: str, queue: str, recovery: str, deaths: int
 ) -> None:
     """os._exit in a task kills the worker; each restart's recovery counts the stall, and
     the job is dead after the bound (reap: recovered once, dead at its 2nd stall; stalled:
     dead at its 1st). The worker that dead-letters it lives and serves the next job."""
     q = echomq.Queue(queue, url=redis_url)
-    args = ("--recovery", recovery, "--recovery-interval", "0.1", "--max-stalled", "1")
+    options = {"recovery": recovery, "recovery_interval": 0.1, "max_stalled": 1}
     died = 0
     with trio.fail_after(90):
         async with q.open():
             conn = q.connection
             killer = await send(conn, queue, "os-exit")
             for start in range(deaths + 1):
-                log = tmp_path / f"worker-{start}.log"
                 async with worker_process(
-                    redis_url, queue, log, *args, lease=LEASE, target=TARGET
+                    redis_url, queue, lease=LEASE, target=TARGET, wait_serving=False, **options
                 ) as proc:
                     if start < deaths:
                         with trio.fail_after(30):
                             await proc.wait()
-                        assert proc.returncode == 1, log.read_text()[-3000:]
+                        assert proc.returncode == 1, proc.tail()
                         died += 1
                         continue
                     info = await wait_state(conn, queue, killer, "dead", within=30)
                     ok = await send(conn, queue, "ok", 1)
                     assert await q.handle(ok).result(timeout=30) == 2
-                    assert proc.returncode is None, log.read_text()[-3000:]
+                    assert proc.returncode is None, proc.tail()
     assert died == deaths
     assert info.last_error == "stalled" and info.stalled == deaths
     assert info.attempts == deaths  # one claim per worker it killed, none after

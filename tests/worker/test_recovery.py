@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +14,7 @@ from echomq import jobs, stalled
 from echomq._verbs.guard import take_sweep_guard
 from echomq._worker.execution import JobRunner
 from echomq.errors import JobFailed
+from echomq.testing import kill_worker, wait_running
 
 from ._runtime import serving, until, wait_state, worker_process
 
@@ -69,7 +69,7 @@ async def test_lease_keeper_renews_a_job_that_never_checkpoints(redis_url: str, 
 
 @pytest.mark.parametrize(("max_stalled", "outcome"), [(2, "recovered"), (1, "dead")])
 async def test_killed_worker_job_is_recovered_or_dead_lettered(
-    redis_url: str, queue: str, tmp_path: Path, max_stalled: int, outcome: str
+    redis_url: str, queue: str, max_stalled: int, outcome: str
 ) -> None:
     """SIGKILL mid-job: another worker's stalled sweep recovers it, or dead-letters it at max."""
     q = echomq.Queue(queue, url=redis_url)
@@ -81,13 +81,10 @@ async def test_killed_worker_job_is_recovered_or_dead_lettered(
     with trio.fail_after(20):
         async with q.open():
             handle = await fast.delay(30)
-            log = tmp_path / "w.log"
             # its recovery guard (taken at start) lapses within 0.1 s, so the rescuer may sweep
-            args = ("--recovery-interval", "0.1")
-            async with worker_process(redis_url, queue, log, *args, lease=0.3) as proc:
-                await wait_state(q.connection, queue, handle.id, "active", within=15)
-                proc.send_signal(signal.SIGKILL)
-                await proc.wait()
+            async with worker_process(redis_url, queue, lease=0.3, recovery_interval=0.1) as proc:
+                await wait_running(handle)
+                assert await kill_worker(proc) == -signal.SIGKILL
             rescuer = echomq.Worker(
                 q, recovery="stalled", recovery_interval=0.05, max_stalled=max_stalled
             )
@@ -99,8 +96,10 @@ async def test_killed_worker_job_is_recovered_or_dead_lettered(
                         await handle.result(timeout=5)
                     assert caught.value.error == "stalled"
             info = await handle.info()
+            commits = (await echomq.admin.stats(q.connection, queue)).completed_total
     assert info is not None and info.stalled == 1
     assert info.attempts == (2 if outcome == "recovered" else 1)
+    assert commits == (1 if outcome == "recovered" else 0)
 
 
 async def test_stale_holder_abandons_its_job_when_the_keeper_sees_the_takeover(

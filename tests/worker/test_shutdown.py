@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 
 import trio
 
 import echomq
 from echomq import jobs
+from echomq.testing import wait_running
 
-from ._runtime import serving, until, wait_state, worker_process
-
-
-async def _contains(path: trio.Path, text: str) -> bool:
-    return text in await path.read_text()
+from ._runtime import serving, wait_state, worker_process
 
 
-async def test_sigterm_lets_in_flight_jobs_finish_within_grace(
-    redis_url: str, queue: str, tmp_path: Path
-) -> None:
+async def test_sigterm_lets_in_flight_jobs_finish_within_grace(redis_url: str, queue: str) -> None:
     """SIGTERM: the worker stops claiming, its running jobs finish, and it exits 0."""
     q = echomq.Queue(queue, url=redis_url)
 
@@ -30,25 +24,21 @@ async def test_sigterm_lets_in_flight_jobs_finish_within_grace(
     with trio.fail_after(20):
         async with q.open():
             handles = [await sleepy.delay(0.5) for _ in range(2)]
-            log = tmp_path / "w.log"
-            async with worker_process(redis_url, queue, log, "--grace", "5") as proc:
+            async with worker_process(redis_url, queue, grace=5) as proc:
                 for handle in handles:
-                    await wait_state(q.connection, queue, handle.id, "active", within=15)
+                    await wait_running(handle)
                 proc.send_signal(signal.SIGTERM)
-                logged = trio.Path(log)
-                await until(lambda: _contains(logged, "stopped claiming"))
+                await proc.wait_for_log("stopped claiming")
                 late = await sleepy.delay(0.0)  # enqueued once it stopped claiming: not run
                 assert await proc.wait() == 0
             for handle in handles:
                 assert await handle.result(timeout=1) == "slept"
             info = await late.info()
     assert info is not None and info.state == "pending" and info.attempts == 0
-    assert "shutting down" in log.read_text()
+    assert "shutting down" in proc.output
 
 
-async def test_sigterm_past_grace_hands_jobs_back_at_once(
-    redis_url: str, queue: str, tmp_path: Path
-) -> None:
+async def test_sigterm_past_grace_hands_jobs_back_at_once(redis_url: str, queue: str) -> None:
     """Past grace the jobs are cancelled and back in pending at once; another worker runs them."""
     q = echomq.Queue(queue, url=redis_url)
 
@@ -59,13 +49,11 @@ async def test_sigterm_past_grace_hands_jobs_back_at_once(
     with trio.fail_after(20):
         async with q.open():
             handles = [await quick.delay(30) for _ in range(2)]
-            log = tmp_path / "w.log"
             # a 30 s lease: only the release (not a lapse) can bring them back this soon
-            async with worker_process(redis_url, queue, log, "--grace", "0.2", lease=30) as proc:
+            async with worker_process(redis_url, queue, grace=0.2, lease=30) as proc:
                 for handle in handles:
-                    await wait_state(q.connection, queue, handle.id, "active", within=15)
-                proc.send_signal(signal.SIGTERM)
-                assert await proc.wait() == 0
+                    await wait_running(handle)
+                assert await proc.stop() == 0
             for handle in handles:
                 info = await handle.info()
                 assert info is not None and info.state == "pending"
@@ -73,7 +61,7 @@ async def test_sigterm_past_grace_hands_jobs_back_at_once(
             async with serving(echomq.Worker(q, recovery_interval=60)):
                 for handle in handles:
                     assert await handle.result(timeout=5) == "finished elsewhere"
-    assert "handed 2 job(s) back to pending" in log.read_text()
+    assert "handed 2 job(s) back to pending" in proc.output
 
 
 async def test_shutdown_in_process_releases_jobs_still_running(redis_url: str, queue: str) -> None:
@@ -144,7 +132,7 @@ async def test_stopping_an_idle_worker_leaves_new_work_pending(redis_url: str, q
 
 
 async def test_sigterm_with_every_slot_busy_starts_the_grace_at_once(
-    redis_url: str, queue: str, tmp_path: Path
+    redis_url: str, queue: str
 ) -> None:
     """Every slot busy: SIGTERM starts the grace at once (it used to wait ~10 s for the
     claim loop, blocked on a free slot, to notice), then hands the jobs back."""
@@ -154,25 +142,22 @@ async def test_sigterm_with_every_slot_busy_starts_the_grace_at_once(
     async def sleepy(seconds: float) -> str:
         return "not this process"
 
-    log = tmp_path / "w.log"
     with trio.fail_after(30):
         async with q.open():
             handles = [await sleepy.delay(30) for _ in range(2)]
-            args = ("--concurrency", "2", "--grace", "0.3")
-            async with worker_process(redis_url, queue, log, *args) as proc:
+            async with worker_process(redis_url, queue, concurrency=2, grace=0.3) as proc:
                 for handle in handles:
-                    await wait_state(q.connection, queue, handle.id, "active", within=15)
-                proc.send_signal(signal.SIGTERM)
+                    await wait_running(handle)
                 with trio.fail_after(6):  # grace 0.3 s; before the fix: ~10.3 s
-                    assert await proc.wait() == 0
+                    assert await proc.stop() == 0
             for handle in handles:
                 info = await handle.info()
                 assert info is not None and info.state == "pending" and info.failures == 0
-    assert "handed 2 job(s) back to pending" in log.read_text()
+    assert "handed 2 job(s) back to pending" in proc.output
 
 
 async def test_second_sigterm_with_every_slot_busy_skips_the_grace(
-    redis_url: str, queue: str, tmp_path: Path
+    redis_url: str, queue: str
 ) -> None:
     """A second SIGTERM (or SIGINT) cuts a long grace short: cancel and release at once."""
     q = echomq.Queue(queue, url=redis_url)
@@ -181,24 +166,22 @@ async def test_second_sigterm_with_every_slot_busy_skips_the_grace(
     async def sleepy(seconds: float) -> str:
         return "not this process"
 
-    log = tmp_path / "w.log"
-    logged = trio.Path(log)
     with trio.fail_after(30):
         async with q.open():
             handles = [await sleepy.delay(30) for _ in range(2)]
-            args = ("--concurrency", "2", "--grace", "60")
-            async with worker_process(redis_url, queue, log, *args) as proc:
+            async with worker_process(redis_url, queue, concurrency=2, grace=60) as proc:
                 for handle in handles:
-                    await wait_state(q.connection, queue, handle.id, "active", within=15)
+                    await wait_running(handle)
                 proc.send_signal(signal.SIGTERM)
                 # the grace starts at once (before the fix: ~10 s later)
-                await until(lambda: _contains(logged, "waiting up to 60.0 s for 2 job(s)"), 5)
+                with trio.fail_after(5):
+                    await proc.wait_for_log("waiting up to 60.0 s for 2 job(s)")
                 proc.send_signal(signal.SIGINT)
                 with trio.fail_after(5):
                     assert await proc.wait() == 0
             for handle in handles:
                 info = await handle.info()
                 assert info is not None and info.state == "pending" and info.failures == 0
-    text = log.read_text()
+    text = proc.output
     assert "again: stopping without grace" in text
     assert "handed 2 job(s) back to pending" in text

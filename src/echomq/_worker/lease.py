@@ -9,6 +9,9 @@ Rule 3: ``cancel`` means the lease was renewed and the job's row carries a cance
 (``echomq.cancel.request``): the request goes to the cancellation bridge exactly as the
 cancel event would, so a worker that missed the event stops the job at this checkpoint.
 Rule 4: ``ConnectionLost`` is transient: logged, and the next tick tries again.
+Rule 5 (a test hook, ``echomq.testing.freeze_renewal``): while ``frozen`` is set, ticks
+renew nothing, so held leases lapse while their jobs run on. One test per tick: no cost
+per job.
 """
 
 from __future__ import annotations
@@ -40,12 +43,14 @@ class LeaseKeeper:
     inflight: InFlight
     period: float
     ticks: int = 0
+    frozen: bool = False  # rule 5
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
             await trio.sleep(self.period)
-            await self.tick()
+            if not self.frozen:
+                await self.tick()
 
     async def tick(self) -> None:
         """Renew every held lease once."""

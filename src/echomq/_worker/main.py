@@ -60,14 +60,25 @@ def load_target(target: str) -> Queue | Worker:
     raise TargetError(f"{target} is a {type(obj).__name__}, not an echomq Queue or Worker")
 
 
+FAULT_HOOKS = "ECHOMQ_FAULT_HOOKS"  # "1": SIGUSR1/SIGUSR2 freeze/thaw renewal (a test hook)
+
+
 async def serve_until_signalled(worker: Worker) -> None:
-    """Serve; the first SIGINT/SIGTERM stops gracefully, the second without grace."""
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    """Serve; the first SIGINT/SIGTERM stops gracefully, the second without grace.
+
+    With ``ECHOMQ_FAULT_HOOKS=1`` (``echomq.testing`` sets it), SIGUSR1 freezes the lease
+    keeper and SIGUSR2 thaws it (docs/testing.md); otherwise both keep their default.
+    """
+    hooks = (signal.SIGUSR1, signal.SIGUSR2) if os.environ.get(FAULT_HOOKS) == "1" else ()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, *hooks) as signals:
         async with trio.open_nursery() as nursery:
 
             async def watch() -> None:
                 count = 0
                 async for signum in signals:
+                    if signum in hooks:
+                        _freeze_renewal(worker, frozen=signum == signal.SIGUSR1)
+                        continue
                     count += 1
                     name = signal.Signals(signum).name
                     if count == 1:
@@ -80,6 +91,15 @@ async def serve_until_signalled(worker: Worker) -> None:
             nursery.start_soon(watch)
             await worker.serve()
             nursery.cancel_scope.cancel()
+
+
+def _freeze_renewal(worker: Worker, *, frozen: bool) -> None:
+    keeper = worker._keeper
+    if keeper is None:
+        log.warning("lease renewal hook ignored: not serving yet")
+        return
+    keeper.frozen = frozen
+    log.warning("lease renewal %s (a test hook)", "frozen" if frozen else "thawed")
 
 
 def run_worker(

@@ -128,6 +128,7 @@ class Worker:
         self._hurry = trio.Event()
         self._runner: JobRunner | None = None
         self._sweeper: Sweeper | None = None
+        self._keeper: LeaseKeeper | None = None  # reached by echomq.testing.freeze_renewal
         self._restarts = 0
         self._serving = False
 
@@ -206,7 +207,7 @@ class Worker:
             settle_timeout=self.settle_timeout,
         )
         self._runner = runner
-        keeper = LeaseKeeper(conn, name, self.inflight, period)
+        keeper = self._keeper = LeaseKeeper(conn, name, self.inflight, period)
         sweeper = Sweeper(conn, name, self.recovery, self.recovery_interval, self.max_stalled)
         self._sweeper = sweeper
         crashed = False
