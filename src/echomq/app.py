@@ -7,12 +7,12 @@ Rule 2: the queue holds one connection and, at most, one event subscription (ope
 first time a ``result()`` waits), shared by every handle.
 Rule 3: a task function is called by the worker with its arguments, plus the
 :class:`Job` context first when its first parameter is annotated ``echomq.Job``;
-``current_job()`` answers the same object from anywhere inside the job.
+``current_job()`` answers the same object from anywhere inside the job. (The ``Job``
+context belongs to the runtime, ``_worker/context.py``; it is re-exported here.)
 """
 
 from __future__ import annotations
 
-import contextvars
 import datetime as dt
 import functools
 import inspect
@@ -20,35 +20,37 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, overload
 
 import attrs
 import trio
 
 from . import jobs
+from ._model.backoff import Backoff
+from ._model.cancel import MAX_REASON as MAX_REASON  # (moved: re-exported)
+from ._model.cancel import cancelled_reason as cancelled_reason
+from ._model.cancel import cancelled_result as cancelled_result
 from ._model.codec import JSON, Codec
 from ._model.job import JobInfo
-from ._model.states import CANCELLED_PREFIX, JobState
-from ._model.text import clip, safe_str
-from ._redis import validate as v
+from ._model.options import DEFAULT_LEASE, TaskOptions
+from ._model.options import seconds as _seconds
+from ._model.options import to_ms as to_ms
+from ._model.states import JobState
 from ._redis.connection import Connection, connect
 from ._redis.keyspace import check_id, check_queue
 from ._trio import open_service_nursery
-from ._worker.backoff import MAX_DELAY, Backoff, check_backoff
-from .cancel import CancelOutcome, CancelToken
+from ._worker.context import Job, current_job
+from .cancel import CancelOutcome
 from .cancel import request as cancel_request
 from .config import DEFAULT_URL
 from .errors import (
-    ConnectionLost,
     DuplicateJob,
     InvalidArgument,
     JobCancelled,
     JobFailed,
     JobGone,
-    NotActive,
-    StaleToken,
 )
 from .events import EventFeed, open_event_feed
 
@@ -59,68 +61,10 @@ __all__ = ["Job", "Queue", "Task", "TaskHandle", "TaskOptions", "current_job"]
 
 log = logging.getLogger("echomq")
 
-DEFAULT_LEASE = 30.0
 # result() re-reads the row this often even without an event: events are at most once,
 # and a subscription that reconnected may have missed the one it waits for.
 RESULT_RECHECK = 5.0
 _FINAL_EVENTS = frozenset({"completed", "dead", "removed"})
-
-_current: contextvars.ContextVar[Job] = contextvars.ContextVar("echomq_current_job")
-
-
-def current_job() -> Job:
-    """The :class:`Job` this code runs in (also inside a sync task's thread).
-
-    Raises:
-        RuntimeError: called outside a job.
-    """
-    try:
-        return _current.get()
-    except LookupError:
-        raise RuntimeError("current_job() was called outside a running job") from None
-
-
-def _seconds(
-    name: str, value: object, *, allow_zero: bool = True, high: float | None = None
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidArgument(f"{name} must be a finite number of seconds, not {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidArgument(f"{name} must be {'>=' if allow_zero else '>'} 0, not {value!r}")
-    if high is not None and value > high:
-        raise InvalidArgument(f"{name} must be at most {high:.0f} seconds, not {value!r}")
-    return float(value)
-
-
-def to_ms(name: str, seconds: float) -> int:
-    """Float seconds (the API) to integer milliseconds (the verbs)."""
-    return v.non_negative_int(name, round(seconds * 1000), v.MAX_MS)
-
-
-@attrs.frozen(kw_only=True)
-class TaskOptions:
-    """A task's options. ``lease`` and ``timeout`` are seconds; ``backoff`` see ``Backoff``."""
-
-    max_attempts: int = 1
-    backoff: Backoff = attrs.field(default=None, converter=check_backoff)
-    timeout: float | None = None
-    lease: float = DEFAULT_LEASE
-    priority: int = 0
-    process: bool = False
-
-    def __attrs_post_init__(self) -> None:
-        # the caps the scripts enforce, checked now rather than when a job fails
-        v.positive_int("max_attempts", self.max_attempts, v.MAX_ATTEMPTS)
-        if self.timeout is not None:
-            _seconds("timeout", self.timeout, allow_zero=False, high=MAX_DELAY)
-        _seconds("lease", self.lease, allow_zero=False, high=MAX_DELAY)
-        if self.lease < 0.003:
-            raise InvalidArgument(f"lease must be at least 3 ms, not {self.lease!r}")
-        v.int_in("priority", self.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY)
-
-    @property
-    def lease_ms(self) -> int:
-        return max(3, round(self.lease * 1000))
 
 
 def _wants_job(fn: Callable[..., Any]) -> bool:
@@ -332,26 +276,6 @@ class TaskHandle:
         return True, self.queue.codec.decode_result(info.result)
 
 
-def cancelled_reason(result: bytes | None) -> str | None:
-    """The reason stored in a ``cancelled:<reason>`` result (None when empty)."""
-    if not result:
-        return None
-    reason = result[len(CANCELLED_PREFIX) :].decode("utf-8", "replace")
-    return reason or None
-
-
-MAX_REASON = 4096  # bytes of a cancel reason kept in the result
-
-
-def cancelled_result(reason: object) -> bytes:
-    """The result a cancelled job completes with (a reason that is not a str becomes text)."""
-    if reason is None:
-        text = ""
-    else:
-        text = safe_str(reason)
-    return (CANCELLED_PREFIX + clip(text, MAX_REASON)).encode()
-
-
 class Queue:
     """A named queue and its registered tasks. No I/O until :meth:`open`.
 
@@ -534,60 +458,3 @@ class Queue:
         except DuplicateJob:
             assert new.job_id is not None
             return new.job_id
-
-
-@attrs.define(eq=False)
-class Job:
-    """The running job, as its task sees it.
-
-    ``attempt`` is 1 on the first try and grows with each failure (a retry); ``token``
-    is the fencing token of this claim (it also grows when a lease is recovered).
-    """
-
-    id: str
-    task: str
-    queue: str
-    attempt: int
-    token: int
-    cancel_token: CancelToken
-    _conn: Connection = attrs.field(repr=False)
-    _lease_ms: int = attrs.field(repr=False)
-    _lose: Callable[[], None] = attrs.field(repr=False)
-
-    @property
-    def cancelled(self) -> bool:
-        """True once a cancel was requested (the handler stops at its next checkpoint)."""
-        return self.cancel_token.cancelled
-
-    async def progress(self, value: str | int | float) -> None:
-        """Write the row's ``progress`` and publish a ``progress`` event."""
-        await jobs.update_progress(self._conn, self.queue, self.id, value)
-
-    async def log(self, line: str, *, keep: int | None = None) -> int:
-        """Append a line to the job's log list; answer the number of lines kept."""
-        return await jobs.add_log(self._conn, self.queue, self.id, line, keep=keep)
-
-    def shielded(self) -> trio.CancelScope:
-        """A section a cancel request waits for: ``with job.shielded(): ...``."""
-        return trio.CancelScope(shield=True)
-
-    async def checkpoint(self) -> None:
-        """Renew the lease now, then yield to Trio (where a pending cancel is delivered).
-
-        A lost lease (the job was taken over) cancels the job: it is never settled.
-        """
-        try:
-            await jobs.extend_lock(self._conn, self.queue, self.id, self.token, self._lease_ms)
-        except (StaleToken, NotActive, JobGone):
-            self._lose()
-        except ConnectionLost as exc:
-            log.warning("checkpoint of job %s: %s (the lease keeper will retry)", self.id, exc)
-        await trio.lowlevel.checkpoint()
-
-    @contextmanager
-    def _bind(self) -> Iterator[None]:
-        token = _current.set(self)
-        try:
-            yield
-        finally:
-            _current.reset(token)

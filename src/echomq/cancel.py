@@ -20,13 +20,12 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-import attrs
-
+from ._model.cancel import CancelToken
 from ._redis.connection import Connection
 from ._redis.keyspace import Keyspace
 from ._redis.replies import check, text
 from ._redis.scripts import ScriptCall, call, evaluate
-from .errors import JobCancelled, ScriptError
+from .errors import ScriptError
 
 __all__ = ["CancelOutcome", "CancelToken", "request", "request_call"]
 
@@ -36,40 +35,6 @@ class CancelOutcome(enum.StrEnum):
 
     REMOVED = "removed"
     SIGNALLED = "signalled"
-
-
-@attrs.define(eq=False)
-class CancelToken:
-    """One job's cancellation flag. The worker mints one per claim."""
-
-    _cancelled: bool = attrs.field(default=False, init=False)
-    _reason: str | None = attrs.field(default=None, init=False)
-
-    def cancel(self, reason: str | None = None) -> None:
-        """Mark the token cancelled; the first reason given wins."""
-        if not self._cancelled:
-            self._cancelled = True
-            self._reason = reason
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    @property
-    def reason(self) -> str | None:
-        return self._reason
-
-    def poll(self) -> bool:
-        """True once a cancellation was asked (non-blocking, no I/O)."""
-        return self._cancelled
-
-    def check(self) -> None:
-        """Raise :class:`~echomq.errors.JobCancelled` if a cancellation was asked.
-
-        A handler that raises it (from here or itself) completes as cancelled.
-        """
-        if self._cancelled:
-            raise JobCancelled(self._reason)
 
 
 def request_call(queue: str, job_id: str, reason: str | None = None) -> ScriptCall[CancelOutcome]:

@@ -35,9 +35,9 @@ import attrs
 import trio
 
 from .. import jobs, stalled
+from .._model.options import DEFAULT_LEASE, to_ms
 from .._redis import validate as v
 from .._redis.connection import connect
-from ..app import Queue, to_ms
 from ..config import parse_url
 from ..errors import ConnectionLost, InvalidArgument
 from ..events import EventFeed
@@ -45,6 +45,7 @@ from .cancellation import InFlight
 from .consumer import Consumer
 from .execution import JobRunner
 from .lease import LeaseKeeper
+from .protocols import QUEUE_ATTRIBUTES, QueueSpec
 from .startup import wait_for_redis
 from .sweeper import Recovery, Sweeper
 
@@ -85,7 +86,8 @@ class Worker:
     """Runs a queue's tasks. ``trio.run(worker.serve)`` or ``await nursery.start(worker.serve)``.
 
     Args:
-        queue: the :class:`~echomq.Queue` whose registered tasks this worker runs.
+        queue: the :class:`~echomq.Queue` whose registered tasks this worker runs (any
+            object with its shape will do: ``_worker/protocols.QueueSpec``).
         concurrency: jobs held at once.
         recovery: how expired leases (a crashed or stuck worker) come back; both count a
             stall, except for a lease from before a Redis restart. ``"reap"``: back to
@@ -103,7 +105,7 @@ class Worker:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: QueueSpec,
         *,
         concurrency: int = 64,
         recovery: Recovery = "reap",
@@ -112,7 +114,7 @@ class Worker:
         grace: float = 10.0,
         settle_timeout: float = 10.0,
     ) -> None:
-        if not isinstance(queue, Queue):
+        if not all(hasattr(queue, name) for name in QUEUE_ATTRIBUTES):
             raise InvalidArgument(f"Worker needs an echomq.Queue, not {queue!r}")
         if recovery not in ("reap", "stalled"):
             raise InvalidArgument(f"recovery must be 'reap' or 'stalled', not {recovery!r}")
@@ -172,7 +174,9 @@ class Worker:
 
     def _leases(self) -> tuple[int, float]:
         """The claim lease (the longest task lease, ms) and the keeper's period (s)."""
-        leases = [t.options.lease_ms for t in self.queue.tasks.values()] or [to_ms("lease", 30.0)]
+        leases = [t.options.lease_ms for t in self.queue.tasks.values()] or [
+            to_ms("lease", DEFAULT_LEASE)
+        ]
         return max(leases), min(leases) / 3000.0
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
