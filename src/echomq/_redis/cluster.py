@@ -216,6 +216,11 @@ class ClusterConnection(Connection):
         layout = self._map or await self.refresh()
         return list(layout.masters)
 
+    async def every_master(self) -> list[Connection]:
+        """One connection per master serving a slot: together they hold every key (a
+        ``SCAN`` over the cluster runs on each)."""
+        return [self.node(address) for address in await self.masters()]
+
     async def refresh(self) -> SlotMap:
         """Read the layout again from the first node that answers (one read at a time;
         callers that waited for a read share it).

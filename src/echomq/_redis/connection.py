@@ -484,6 +484,12 @@ class Connection:
             commands.append(("CLIENT", "SETNAME", config.client_name))
         return commands
 
+    async def every_master(self) -> list[Connection]:
+        """The connections that together hold every key: this one (a cluster answers one
+        per master). For keyless reads over the whole keyspace, such as ``SCAN``."""
+        await trio.lowlevel.checkpoint()
+        return [self]
+
     def drop(self) -> None:
         """Break the current socket as if the network failed (for tests and shutdown)."""
         if self._session is not None:

@@ -440,7 +440,7 @@ def exposed_warning(host: str, allowed: frozenset[str]) -> str:
 
 async def _serve_until_signal(url: str, **options: Any) -> None:
     """Serve (with a private redis-server for ``embedded://``) until SIGINT or SIGTERM."""
-    from ..testing import open_redis_server
+    from .._servers.single import open_redis_server
 
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -1,12 +1,13 @@
-"""Run a worker from the command line: ``echomq worker module:queue`` (and this module).
+"""``echomq worker module:queue``: the one command-line front end of a worker.
 
-``python -m echomq._worker.main module:attr [--url ...] [--concurrency N] ...`` imports
-``attr`` from ``module`` (a :class:`~echomq.Queue`, or a ready :class:`~echomq.Worker`),
-runs it under ``trio.run``, and maps signals through ``trio.open_signal_receiver``: the
-first SIGINT/SIGTERM is a graceful shutdown (stop claiming, wait ``grace``, hand the rest
-back to pending); the second cuts the wait short. Exit codes: 0 after a clean stop
-(also while still waiting for Redis), 1 when the worker failed (a refused password, an
-ACL refusal or a TLS failure: one line, no traceback), 2 when the target cannot be loaded.
+``echomq worker module:attr [--url ...] [--concurrency N] ...`` (also ``python -m echomq
+worker``) imports ``attr`` from ``module`` (a :class:`~echomq.Queue`, or a ready
+:class:`~echomq.Worker`), runs it under ``trio.run``, and maps signals through
+``trio.open_signal_receiver``: the first SIGINT/SIGTERM is a graceful shutdown (stop
+claiming, wait ``grace``, hand the rest back to pending); the second cuts the wait short.
+Exit codes: 0 after a clean stop (also while still waiting for Redis), 1 when the worker
+failed (a refused password, an ACL refusal or a TLS failure: one line, no traceback), 2
+when the target cannot be loaded.
 
 The URL: ``--url``, else ``$ECHOMQ_URL``, else the queue's own ``Queue(url=...)``, else
 ``redis://127.0.0.1:6379/0``.
@@ -20,16 +21,16 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
 
 import trio
 
+from .._worker.sweeper import Recovery
+from .._worker.worker import Worker
 from ..app import Queue
 from ..errors import AuthenticationError, EchoMQError, PermissionDenied, TLSError
-from .sweeper import Recovery
-from .worker import Worker
+from .common import USAGE, Commands, positive_int, say
 
-__all__ = ["load_target", "main", "resolve_url", "run_worker"]
+__all__ = ["TargetError", "load_target", "register", "resolve_url", "run_worker"]
 
 log = logging.getLogger("echomq.worker")
 
@@ -167,28 +168,29 @@ def resolve_url(flag: str | None) -> str | None:
     return flag or os.environ.get("ECHOMQ_URL") or None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m echomq._worker.main")
-    parser.add_argument("target", help="module:attribute naming a Queue or a Worker")
-    parser.add_argument(
-        "--url", default=None, help="Redis URL (default: $ECHOMQ_URL, else the queue's own)"
-    )
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--recovery", choices=("reap", "stalled"), default="reap")
-    parser.add_argument("--recovery-interval", type=float, default=5.0)
-    parser.add_argument("--max-stalled", type=int, default=1)
-    parser.add_argument("--grace", type=float, default=10.0)
-    args = parser.parse_args(argv)
-    return run_worker(
-        args.target,
-        url=resolve_url(args.url),
-        concurrency=args.concurrency,
-        recovery=args.recovery,
-        recovery_interval=args.recovery_interval,
-        max_stalled=args.max_stalled,
-        grace=args.grace,
-    )
+def _run_command(args: argparse.Namespace) -> int:
+    if ":" not in args.target:
+        say(args, f"expected module:queue, not {args.target!r}")
+        return USAGE
+    options = {
+        name: getattr(args, name)
+        for name in ("concurrency", "recovery", "recovery_interval", "max_stalled", "grace")
+        if getattr(args, name) is not None
+    }
+    return run_worker(args.target, url=resolve_url(getattr(args, "url", None)), **options)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def register(commands: Commands) -> None:
+    p = commands.add(
+        "worker", "run a worker: module:queue names a Queue object", entry=_run_command
+    )
+    p.add_argument("target", help="module:attribute of an echomq.Queue (e.g. app.tasks:queue)")
+    p.add_argument("--concurrency", type=positive_int, help="jobs at once (default 64)")
+    p.add_argument("--recovery", choices=("reap", "stalled"), help="(default reap)")
+    p.add_argument("--recovery-interval", type=float, help="seconds (default 5)")
+    p.add_argument(
+        "--max-stalled",
+        type=positive_int,
+        help="recovery bound (default 1): stalled = dead at N stalls; reap = recovered N times",
+    )
+    p.add_argument("--grace", type=float, help="seconds for in-flight jobs (default 10)")
