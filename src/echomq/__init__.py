@@ -15,9 +15,9 @@ from ._model.states import JobState
 from ._redis.connection import Connection, connect
 from ._redis.replies import ExtendResult
 from ._worker.worker import Worker
-from .app import Job, Queue, TaskHandle, current_job
+from .app import EnqueueOptions, Job, Queue, TaskHandle, TaskOptions, current_job
 from .cancel import CancelToken
-from .config import ConnectionConfig, parse_url
+from .config import ConnectionConfig, WorkerConfig, parse_url
 from .errors import (
     ActiveJobs,
     AuthenticationError,
@@ -64,6 +64,7 @@ __all__ = [
     "CrossSlot",
     "DuplicateJob",
     "EchoMQError",
+    "EnqueueOptions",
     "ExtendResult",
     "InvalidArgument",
     "InvalidKey",
@@ -91,7 +92,9 @@ __all__ = [
     "TLSError",
     "TaskHandle",
     "TaskNotRegistered",
+    "TaskOptions",
     "Worker",
+    "WorkerConfig",
     "__version__",
     "admin",
     "cancel",

@@ -13,13 +13,11 @@ context belongs to the runtime, ``_worker/context.py``; it is re-exported here.)
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import inspect
 import logging
 import math
 import os
-import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, overload
@@ -28,13 +26,13 @@ import attrs
 import trio
 
 from . import jobs
-from ._model.backoff import Backoff
 from ._model.cancel import MAX_REASON as MAX_REASON  # (moved: re-exported)
 from ._model.cancel import cancelled_reason as cancelled_reason
 from ._model.cancel import cancelled_result as cancelled_result
 from ._model.codec import JSON, Codec
-from ._model.job import JobInfo
-from ._model.options import DEFAULT_LEASE, TaskOptions
+from ._model.job import JobInfo, NewJob
+from ._model.options import DEFAULT_LEASE as DEFAULT_LEASE  # (moved: re-exported)
+from ._model.options import EnqueueOptions, TaskOptions, build_options
 from ._model.options import seconds as _seconds
 from ._model.options import to_ms as to_ms
 from ._model.states import JobState
@@ -57,7 +55,15 @@ from .events import EventFeed, open_event_feed
 if TYPE_CHECKING:
     from .sync import SyncConnection
 
-__all__ = ["Job", "Queue", "Task", "TaskHandle", "TaskOptions", "current_job"]
+__all__ = [
+    "EnqueueOptions",
+    "Job",
+    "Queue",
+    "Task",
+    "TaskHandle",
+    "TaskOptions",
+    "current_job",
+]
 
 log = logging.getLogger("echomq")
 
@@ -113,31 +119,25 @@ class Task:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        delay: float | None = None,
-        at: dt.datetime | float | None = None,
-        priority: int | None = None,
-        job_id: str | None = None,
-        max_attempts: int | None = None,
+        options: EnqueueOptions | None = None,
+        **fields: Any,
     ) -> TaskHandle:
         """Enqueue with options; answer the job's handle.
 
-        Args:
-            delay: seconds from now before the job may run.
-            at: a datetime (naive means local time) or epoch seconds; converted to a delay
-                on this machine's clock.
-            priority: higher runs first (default: the task's).
-            job_id: an id of your own. When a job with that id exists, nothing is written
-                and the handle of the existing job is answered (``handle.deduplicated``).
-            max_attempts: handler failures allowed (default: the task's).
+        The options are :class:`~echomq.app.EnqueueOptions`' fields, given as keywords
+        (``delay=10.0, priority=1, job_id="welcome-42"``) or as one value
+        (``options=EnqueueOptions(...)``; keywords given too replace its fields): ``delay``
+        (seconds), ``at`` (a datetime or epoch seconds), ``priority`` (higher first;
+        default the task's), ``job_id`` (an id of your own: when a job with that id exists,
+        nothing is written and its handle is answered, ``handle.deduplicated``),
+        ``max_attempts`` (default the task's).
 
         Raises:
-            SerializationError, InvalidKey, InvalidArgument: before any I/O.
+            SerializationError, InvalidKey, InvalidArgument: before any I/O (an unknown
+                option too).
             RuntimeError: the queue is not open.
         """
-        new = self.new_job(
-            args, kwargs, delay=delay, at=at, priority=priority, job_id=job_id,
-            max_attempts=max_attempts,
-        )  # fmt: skip
+        new = self.new_job(args, kwargs, options=options, **fields)
         return await self.queue.enqueue_new(new, task=self.name)
 
     def delay_sync(self, *args: Any, **kwargs: Any) -> str:
@@ -152,56 +152,29 @@ class Task:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        delay: float | None = None,
-        at: dt.datetime | float | None = None,
-        priority: int | None = None,
-        job_id: str | None = None,
-        max_attempts: int | None = None,
+        options: EnqueueOptions | None = None,
+        **fields: Any,
     ) -> str:
         """The blocking twin of :meth:`apply`; answers the job id (an existing one: dedupe)."""
-        new = self.new_job(
-            args, kwargs, delay=delay, at=at, priority=priority, job_id=job_id,
-            max_attempts=max_attempts,
-        )  # fmt: skip
-        return self.queue.enqueue_new_sync(new)
+        return self.queue.enqueue_new_sync(self.new_job(args, kwargs, options=options, **fields))
 
     def new_job(
         self,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        delay: float | None = None,
-        at: dt.datetime | float | None = None,
-        priority: int | None = None,
-        job_id: str | None = None,
-        max_attempts: int | None = None,
-    ) -> jobs.NewJob:
-        """The job :meth:`apply` would enqueue: arguments encoded and gated, no I/O."""
+        options: EnqueueOptions | None = None,
+        **fields: Any,
+    ) -> NewJob:
+        """The job :meth:`apply` would enqueue: options checked, arguments encoded, no I/O."""
+        chosen = build_options(EnqueueOptions, options, fields)
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise InvalidArgument("args must be a sequence (a tuple or a list)")
         kwargs = {} if kwargs is None else kwargs
         if not isinstance(kwargs, Mapping):
             raise InvalidArgument("kwargs must be a mapping")
         payload = self.queue.codec.encode_call(self.name, args, kwargs)
-        return jobs.NewJob(
-            payload=payload,
-            job_id=check_id(job_id) if job_id is not None else None,
-            delay_ms=to_ms("delay", _delay_seconds(delay, at)),
-            priority=self.options.priority if priority is None else priority,
-            max_attempts=self.options.max_attempts if max_attempts is None else max_attempts,
-        )
-
-
-def _delay_seconds(delay: float | None, at: dt.datetime | float | None) -> float:
-    if delay is not None and at is not None:
-        raise InvalidArgument("give delay or at, not both")
-    if at is None:
-        return 0.0 if delay is None else _seconds("delay", delay)
-    if isinstance(at, dt.datetime):
-        target = at.timestamp()
-    else:
-        target = _seconds("at", at)
-    return max(0.0, target - time.time())
+        return chosen.new_job(payload, self.options)
 
 
 @attrs.define(eq=False)
@@ -306,16 +279,7 @@ class Queue:
 
     @overload
     def task(
-        self,
-        /,
-        *,
-        name: str | None = None,
-        max_attempts: int = 1,
-        backoff: Backoff | None = None,
-        timeout: float | None = None,
-        lease: float = DEFAULT_LEASE,
-        priority: int = 0,
-        process: bool = False,
+        self, /, *, name: str | None = None, options: TaskOptions | None = None, **fields: Any
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -324,43 +288,37 @@ class Queue:
         /,
         *,
         name: str | None = None,
-        max_attempts: int = 1,
-        backoff: Backoff | None = None,
-        timeout: float | None = None,
-        lease: float = DEFAULT_LEASE,
-        priority: int = 0,
-        process: bool = False,
+        options: TaskOptions | None = None,
+        **fields: Any,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a coroutine function (or a plain one, run in a thread) as a task.
 
+        The options are :class:`~echomq.app.TaskOptions`' fields, given as keywords
+        (``@queue.task(max_attempts=5, lease=30)``) or as one value
+        (``options=TaskOptions(...)``; keywords given too replace its fields):
+
+        - ``max_attempts``: handler failures allowed before the job is dead (retries =
+          max_attempts - 1; at most 1,000,000). A ``Retry`` counts as a failure.
+        - ``backoff``: seconds between attempts, or a callable ``failures -> seconds``
+          (default: 1 s doubling, capped at 300 s). A delay that cannot be scheduled at run
+          time (the callable raised, answered NaN, inf or more than ``MAX_DELAY``) makes
+          the job dead with that reason.
+        - ``timeout``: seconds the handler may run; past it the attempt fails.
+        - ``lease``: seconds of each lease; the worker renews it every third of that.
+          Delays, leases and timeouts are at most ``MAX_DELAY`` (2^40 ms, ~34.8 years).
+        - ``priority``: default priority of this task's jobs (higher runs first).
+        - ``process``: run a CPU-bound plain function in the worker's process pool
+          (``spawn``: a module-level function; no ``Job`` parameter; arguments and result
+          cross by pickle). Default: plain functions run in a thread.
+
         Args:
             name: the task's name on the wire (default ``module.qualname``).
-            max_attempts: handler failures allowed before the job is dead (retries =
-                max_attempts - 1; at most 1,000,000). A ``Retry`` counts as a failure.
-            backoff: seconds between attempts, or a callable ``failures -> seconds``
-                (default: 1 s doubling, capped at 300 s). A delay that cannot be
-                scheduled at run time (the callable raised, answered NaN, inf or more
-                than ``MAX_DELAY``) makes the job dead with that reason.
-            timeout: seconds the handler may run; past it the attempt fails.
-            lease: seconds of each lease; the worker renews it every third of that.
-                Delays, leases and timeouts are at most ``MAX_DELAY`` (2^40 ms, ~34.8
-                years: the scripts' cap).
-            priority: default priority of this task's jobs (higher runs first).
-            process: run a CPU-bound plain function in the worker's process pool
-                (``spawn``: a module-level function; no ``Job`` parameter; arguments and
-                result cross by pickle). Default: plain functions run in a thread.
 
         Raises:
-            InvalidArgument: a bad option, or the name is taken on this queue.
+            InvalidArgument: a bad or unknown option, or the name is taken on this queue.
         """
-        options = TaskOptions(
-            max_attempts=max_attempts,
-            backoff=backoff,
-            timeout=timeout,
-            lease=lease,
-            priority=priority,
-            process=process,
-        )
+        chosen = build_options(TaskOptions, options, fields)
+        process = chosen.process
 
         def register(fn: Callable[..., Any]) -> Task:
             if not callable(fn):
@@ -377,7 +335,7 @@ class Queue:
                 raise InvalidArgument("a task name must be a non-empty str")
             if task_name in self.tasks:
                 raise InvalidArgument(f"task {task_name!r} is already registered on {self.name}")
-            task = Task(queue=self, fn=fn, name=task_name, options=options)
+            task = Task(queue=self, fn=fn, name=task_name, options=chosen)
             self.tasks[task_name] = task
             return task
 

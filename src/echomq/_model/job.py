@@ -1,4 +1,4 @@
-"""Values the verbs answer: a claimed job, a job's row."""
+"""Values the verbs take and answer: a job to enqueue, a claimed job, a job's row."""
 
 from __future__ import annotations
 
@@ -8,7 +8,22 @@ import attrs
 
 from .states import CANCELLED_PREFIX, JobState
 
-__all__ = ["Claimed", "JobInfo", "Sweep"]
+__all__ = ["Claimed", "JobInfo", "NewJob", "Sweep"]
+
+
+@attrs.frozen(kw_only=True)
+class NewJob:
+    """One job for ``jobs.enqueue_many``: its payload and the enqueue's options as the
+    verbs take them (integer milliseconds; the options are gated when the call is built).
+
+    ``EnqueueOptions.new_job`` (``_model/options.py``) builds one from the API's options.
+    """
+
+    payload: bytes | str
+    job_id: str | None = None
+    delay_ms: int = 0
+    priority: int = 0
+    max_attempts: int = 1
 
 
 @attrs.frozen(kw_only=True)

@@ -37,6 +37,7 @@ import attrs
 import hiredis
 import trio
 
+from .._jitter import Backoff
 from ..config import ConnectionConfig
 from ..errors import ClusterDown, ClusterError, ConnectionLost, CrossSlot, NotACluster, ServerError
 from .connection import Arg, Connection, ReplyError, is_transient, pack, pack_command
@@ -354,7 +355,7 @@ class ClusterConnection(Connection):
         todo = list(range(len(commands)))
         ask: Address | None = None
         hops = 0
-        delay = 0.01
+        backoff = Backoff(0.01, 0.5)
         deadline = trio.current_time() + self.config.connect_timeout
         last_lost: ConnectionLost | None = None
         while True:
@@ -370,19 +371,19 @@ class ClusterConnection(Connection):
                 try:
                     address = await self._owner(slot)
                 except ConnectionLost:  # no layout yet and no node answered: try again
+                    delay = backoff.next()
                     if trio.current_time() + delay >= deadline:
                         raise
                     await trio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
                     continue
                 except _Uncovered:
+                    delay = backoff.next()
                     if trio.current_time() + delay >= deadline:
                         raise ClusterDown(
                             f"CLUSTERDOWN slot {slot} is served by no master "
                             f"({self.config.display}, after {self.config.connect_timeout} s)"
                         ) from None
                     await trio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
                     await self._try_refresh()
                     continue
                 if len(todo) == 1:
@@ -397,10 +398,10 @@ class ClusterConnection(Connection):
                     last_lost = exc.lost
                     self._suspects[address] = None
                     ask = None
+                    delay = backoff.next()
                     if trio.current_time() + delay >= deadline:
                         raise last_lost from None
                     await trio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
                     await self._try_refresh()
                     continue
                 if expect == 1:
@@ -434,10 +435,10 @@ class ClusterConnection(Connection):
                         self._map.move(redirect.slot, redirect.address)
                     self._refresh_soon()
                 continue
+            delay = backoff.next()
             if trio.current_time() + delay >= deadline:
                 return replies
             await trio.sleep(delay)
-            delay = min(delay * 2, 0.5)
             if word in ("CLUSTERDOWN", "UNBLOCKED", "MASTERDOWN"):
                 await self._try_refresh()
 

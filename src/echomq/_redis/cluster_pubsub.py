@@ -23,6 +23,7 @@ from typing import Any
 
 import trio
 
+from .._jitter import Backoff
 from ..config import ConnectionConfig
 from ..errors import ConnectionLost, InvalidArgument, NotACluster, TLSError
 from .cluster import ClusterConnection
@@ -215,13 +216,13 @@ class ClusterPubSub(PubSub):
             self._lost(name, stale=True)
 
     async def _rehome_loop(self) -> None:
-        delay = 0.02
+        backoff = Backoff(0.02, 1.0)
         while True:
             if not self._homeless:
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
-            await trio.sleep(delay)
+            await backoff.sleep()
             conn = self._conn
             assert conn is not None
             try:
@@ -233,11 +234,11 @@ class ClusterPubSub(PubSub):
             except (ConnectionLost, NotACluster) as exc:
                 log.debug("sharded subscriptions: cannot read the layout (%s)", exc)
                 self._layout_stale = True
-                delay = min(delay * 2, 1.0)
                 continue
             if any(n in self._home for n in names):
                 self.reconnects += 1
-            delay = 0.02 if not self._homeless else min(delay * 2, 1.0)
+            if not self._homeless:
+                backoff.reset()
 
     # -- replies -----------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ import hiredis
 import outcome
 import trio
 
+from .._jitter import Backoff
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, TLSError
@@ -400,10 +401,12 @@ class Connection:
         """Raise the reply's error (:func:`~echomq._redis.replies.server_error`); but a
         transient refusal (not run) is sent again, with backoff."""
         deadline = trio.current_time() + self.config.connect_timeout
-        delay = 0.01
-        while is_transient(message) and trio.current_time() + delay < deadline:
+        backoff = Backoff(0.01, 0.5)
+        while is_transient(message):
+            delay = backoff.next()
+            if trio.current_time() + delay >= deadline:
+                break
             await trio.sleep(delay)
-            delay = min(delay * 2, 0.5)
             session = self._session
             if session is None or session.broken is not None:
                 session = await self._connect()
@@ -436,8 +439,9 @@ class Connection:
 
     async def _connect_with_backoff(self) -> _Session:
         deadline = trio.current_time() + self.config.connect_timeout
-        delay = 0.02
+        backoff = Backoff(0.02, 1.0)
         while True:
+            delay = backoff.next()
             try:
                 return await self._open_session()
             except ConnectionLost:  # (an OSError too) the server is not ready yet
@@ -449,7 +453,6 @@ class Connection:
                         f"cannot connect to {self.config.display}: {exc!r}"
                     ) from exc
             await trio.sleep(delay)
-            delay = min(delay * 2, 1.0)
 
     async def _open_session(self) -> _Session:
         stream = await open_stream(self.config)

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._jitter import Backoff
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, TLSError
@@ -125,7 +126,7 @@ class PubSub:
         The first connection must succeed (``ConnectionLost`` otherwise); later ones are
         retried with backoff for as long as it runs.
         """
-        delay = 0.02
+        backoff = Backoff(0.02, 1.0)
         started = False
         while True:
             try:
@@ -137,8 +138,7 @@ class PubSub:
                     raise ConnectionLost(
                         f"cannot connect to {self.config.display}: {exc!r}"
                     ) from exc
-                await trio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                await backoff.sleep()
                 continue
             try:
                 parser = new_parser()
@@ -150,7 +150,7 @@ class PubSub:
                 else:
                     started = True
                     task_status.started()
-                delay = 0.02
+                backoff.reset()
                 await self._read(stream, parser)
             except TRANSPORT_ERRORS:
                 if not started:

@@ -38,6 +38,7 @@ from ..errors import (
 from .replies import server_error, translate
 
 __all__ = [
+    "Executor",
     "Script",
     "ScriptCall",
     "SCRIPTS",
@@ -122,8 +123,17 @@ def call(
     return ScriptCall(SCRIPTS[name], keys, argv, read)
 
 
-class AsyncExecutor(Protocol):
+class Executor(Protocol):
+    """What a verb needs of a connection to run one command or script: ``execute``.
+
+    ``Connection``, ``ClusterConnection`` (``_redis/protocol.RedisConnection``: the whole
+    interface) and the native twin's ``FunctionsConnection`` all provide it.
+    """
+
     async def execute(self, *args: Any) -> Any: ...
+
+
+AsyncExecutor = Executor  # (its former name)
 
 
 def is_sharded(conn: object) -> bool:
@@ -131,7 +141,7 @@ def is_sharded(conn: object) -> bool:
     return bool(getattr(conn, "sharded_pubsub", False))
 
 
-async def evaluate(conn: AsyncExecutor, sc: ScriptCall[T]) -> T:
+async def evaluate(conn: Executor, sc: ScriptCall[T]) -> T:
     """Run ``sc`` on a trio connection; script refusals raise their typed errors."""
     sharded = is_sharded(conn)
     try:
@@ -151,7 +161,7 @@ def _typed(exc: ServerError) -> ServerError | EchoMQError:
     return translate(str(exc)) if type(exc) is ServerError else exc
 
 
-async def evaluate_reply(conn: AsyncExecutor, sc: ScriptCall[T], reply: Any) -> T:
+async def evaluate_reply(conn: Executor, sc: ScriptCall[T], reply: Any) -> T:
     """Read the reply ``sc`` got inside a pipeline (``Connection.execute_pipeline``).
 
     ``NOSCRIPT`` means it did not run: it is run now through :func:`evaluate` on ``conn``

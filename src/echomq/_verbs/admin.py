@@ -21,10 +21,9 @@ from typing import Any
 import attrs
 
 from .._redis import validate as v
-from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
 from .._redis.replies import as_int, check
-from .._redis.scripts import ScriptCall, call, evaluate
+from .._redis.scripts import Executor, ScriptCall, call, evaluate
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -204,23 +203,23 @@ def stats_call(queue: str) -> ScriptCall[QueueStats]:
 # -- verbs ------------------------------------------------------------------------------------
 
 
-async def pause(conn: Connection, queue: str) -> None:
+async def pause(conn: Executor, queue: str) -> None:
     """Stop claiming on ``queue`` (verb claim and workers alike). Idempotent."""
     await evaluate(conn, pause_call(queue))
 
 
-async def resume(conn: Connection, queue: str) -> None:
+async def resume(conn: Executor, queue: str) -> None:
     """Claim again on ``queue`` and wake idle workers. Idempotent."""
     await evaluate(conn, resume_call(queue))
 
 
-async def is_paused(conn: Connection, queue: str) -> bool:
+async def is_paused(conn: Executor, queue: str) -> bool:
     """Whether the claim gate of ``queue`` is set."""
     return bool(await conn.execute("HEXISTS", Keyspace(queue).meta, "paused"))
 
 
 async def drain_step(
-    conn: Connection, queue: str, *, include_schedule: bool = False, budget: int = DEFAULT_BUDGET
+    conn: Executor, queue: str, *, include_schedule: bool = False, budget: int = DEFAULT_BUDGET
 ) -> DrainStep:
     """One bounded drain call: delete up to ``budget`` waiting jobs (pending first, then
     scheduled when asked) with their rows, logs and locks; answer what it did.
@@ -232,7 +231,7 @@ async def drain_step(
 
 
 async def drain(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     *,
     include_schedule: bool = False,
@@ -259,7 +258,7 @@ async def drain(
             return total
 
 
-async def _scan(conn: Connection, pattern: str, limit: int) -> tuple[list[str], bool]:
+async def _scan(conn: Executor, pattern: str, limit: int) -> tuple[list[str], bool]:
     """Up to ``limit`` keys matching ``pattern``; True when the iteration went all the way."""
     found: list[str] = []
     cursor: Any = b"0"
@@ -273,7 +272,7 @@ async def _scan(conn: Connection, pattern: str, limit: int) -> tuple[list[str], 
 
 
 async def obliterate_step(
-    conn: Connection, queue: str, *, force: bool = False, budget: int = DEFAULT_BUDGET
+    conn: Executor, queue: str, *, force: bool = False, budget: int = DEFAULT_BUDGET
 ) -> ObliterateStep:
     """One bounded obliterate call; see :func:`obliterate`. Answers what it deleted."""
     ks = Keyspace(queue)
@@ -296,7 +295,7 @@ async def obliterate_step(
 
 
 async def obliterate(
-    conn: Connection, queue: str, *, force: bool = False, budget: int = DEFAULT_BUDGET
+    conn: Executor, queue: str, *, force: bool = False, budget: int = DEFAULT_BUDGET
 ) -> bool:
     """Destroy a paused queue, at most ``budget`` jobs per call.
 
@@ -314,7 +313,7 @@ async def obliterate(
 
 
 async def obliterate_all(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     *,
     force: bool = False,
@@ -336,6 +335,6 @@ async def obliterate_all(
             return total
 
 
-async def stats(conn: Connection, queue: str) -> QueueStats:
+async def stats(conn: Executor, queue: str) -> QueueStats:
     """Counts per state, the gate and throughput of ``queue``, in one atomic read."""
     return await evaluate(conn, stats_call(queue))

@@ -17,10 +17,9 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
 from .._redis.replies import check, text
-from .._redis.scripts import ScriptCall, call, evaluate
+from .._redis.scripts import Executor, ScriptCall, call, evaluate
 from ..errors import ScriptError
 
 __all__ = ["CancelOutcome", "request", "request_call"]
@@ -53,7 +52,7 @@ def request_call(queue: str, job_id: str, reason: str | None = None) -> ScriptCa
 
 
 async def request(
-    conn: Connection, queue: str, job_id: str, reason: str | None = None
+    conn: Executor, queue: str, job_id: str, reason: str | None = None
 ) -> CancelOutcome:
     """Cancel a job by id, atomically: remove it if unclaimed, signal its worker if active.
 

@@ -13,12 +13,11 @@ from typing import Any, Literal
 
 import attrs
 
-from .._model.job import Claimed, JobInfo, Sweep
+from .._model.job import Claimed, JobInfo, NewJob, Sweep
 from .._redis import validate as v
-from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace, check_id, keyspace
 from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check, text
-from .._redis.scripts import ScriptCall, call, evaluate
+from .._redis.scripts import Executor, ScriptCall, call, evaluate
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -61,17 +60,6 @@ def new_id() -> str:
     make one per job.
     """
     return os.urandom(16).hex()
-
-
-@attrs.frozen(kw_only=True)
-class NewJob:
-    """One job for :func:`enqueue_many`; the fields mean what enqueue's arguments mean."""
-
-    payload: bytes | str
-    job_id: str | None = None
-    delay_ms: int = 0
-    priority: int = 0
-    max_attempts: int = 1
 
 
 # -- builders (no I/O) ---------------------------------------------------------------------
@@ -335,7 +323,7 @@ def reap_call(
 
 
 async def enqueue(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     payload: bytes | str,
     *,
@@ -367,7 +355,7 @@ async def enqueue(
     )
 
 
-async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> list[str]:
+async def enqueue_many(conn: Executor, queue: str, jobs: Sequence[NewJob]) -> list[str]:
     """Add many jobs in one script call (all or nothing); answer their ids in order.
 
     Raises:
@@ -378,7 +366,7 @@ async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> 
     return await evaluate(conn, enqueue_call(queue, jobs))
 
 
-async def claim(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
+async def claim(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
     """Claim up to ``count`` (1..250, ``MAX_COUNT``) ready jobs with a lease of ``lease_ms``.
 
     Highest priority first, FIFO within a priority. Empty when the queue is paused (the
@@ -392,7 +380,7 @@ async def claim(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) 
     return await evaluate(conn, claim_call(queue, lease_ms, count))
 
 
-async def claim_batch(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) -> ClaimBatch:
+async def claim_batch(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) -> ClaimBatch:
     """:func:`claim`, also answering how long until the earliest scheduled job is due
     when fewer than ``count`` jobs were ready (the worker's idle wait uses it: no extra
     round trip between an empty claim and the wake list)."""
@@ -400,7 +388,7 @@ async def claim_batch(conn: Connection, queue: str, lease_ms: int, *, count: int
 
 
 async def complete(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     job_id: str,
     token: int,
@@ -421,7 +409,7 @@ async def complete(
 
 
 async def fail(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     job_id: str,
     token: int,
@@ -442,7 +430,7 @@ async def fail(
     )
 
 
-async def extend_lock(conn: Connection, queue: str, job_id: str, token: int, lease_ms: int) -> None:
+async def extend_lock(conn: Executor, queue: str, job_id: str, token: int, lease_ms: int) -> None:
     """Checkpoint a lease: its deadline becomes server now + ``lease_ms``.
 
     Raises:
@@ -453,7 +441,7 @@ async def extend_lock(conn: Connection, queue: str, job_id: str, token: int, lea
 
 
 async def extend_locks(
-    conn: Connection, queue: str, held: Iterable[tuple[str, int]], lease_ms: int
+    conn: Executor, queue: str, held: Iterable[tuple[str, int]], lease_ms: int
 ) -> ExtendAnswers:
     """Checkpoint many leases in one round trip; answer id -> ExtendResult.
 
@@ -467,7 +455,7 @@ async def extend_locks(
 
 
 async def release(
-    conn: Connection, queue: str, held: Iterable[tuple[str, int]]
+    conn: Executor, queue: str, held: Iterable[tuple[str, int]]
 ) -> dict[str, ExtendResult]:
     """Hand held jobs back to pending at once, without counting (graceful shutdown).
 
@@ -478,7 +466,7 @@ async def release(
 
 
 async def reap(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     *,
     limit: int = v.MAX_BATCH,
@@ -499,7 +487,7 @@ async def reap(
 
 
 async def reap_counted(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     *,
     limit: int = v.MAX_BATCH,
@@ -533,6 +521,6 @@ def read_job(job_id: str, row: Any) -> JobInfo | None:
     return JobInfo.from_row(job_id, row)
 
 
-async def get_job(conn: Connection, queue: str, job_id: str) -> JobInfo | None:
+async def get_job(conn: Executor, queue: str, job_id: str) -> JobInfo | None:
     """The job's row, or None when there is none."""
     return read_job(job_id, await conn.execute(*get_job_args(queue, job_id)))

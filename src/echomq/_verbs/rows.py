@@ -17,10 +17,9 @@ import attrs
 from .._model.job import JobInfo
 from .._model.states import JobState
 from .._redis import validate as v
-from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
 from .._redis.replies import Code, check, text
-from .._redis.scripts import ScriptCall, call, evaluate
+from .._redis.scripts import Executor, ScriptCall, call, evaluate
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -235,7 +234,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
 # -- verbs ------------------------------------------------------------------------------------
 
 
-async def update_data(conn: Connection, queue: str, job_id: str, payload: bytes | str) -> None:
+async def update_data(conn: Executor, queue: str, job_id: str, payload: bytes | str) -> None:
     """Replace the job's payload (whatever its state; a running handler keeps its copy).
 
     Raises:
@@ -245,7 +244,7 @@ async def update_data(conn: Connection, queue: str, job_id: str, payload: bytes 
 
 
 async def update_progress(
-    conn: Connection, queue: str, job_id: str, progress: str | int | float
+    conn: Executor, queue: str, job_id: str, progress: str | int | float
 ) -> None:
     """Write the row's ``progress`` and publish ``{"event": "progress", ...}``.
 
@@ -258,7 +257,7 @@ async def update_progress(
 
 
 async def add_log(
-    conn: Connection, queue: str, job_id: str, line: str, *, keep: int | None = None
+    conn: Executor, queue: str, job_id: str, line: str, *, keep: int | None = None
 ) -> int:
     """Append ``line`` to the job's logs; with ``keep``, keep only the last ``keep`` lines.
 
@@ -270,7 +269,7 @@ async def add_log(
     return await evaluate(conn, add_log_call(queue, job_id, line, keep=keep))
 
 
-async def get_job_logs(conn: Connection, queue: str, job_id: str) -> list[str]:
+async def get_job_logs(conn: Executor, queue: str, job_id: str) -> list[str]:
     """The job's log lines in append order (``[]`` when none).
 
     Raises:
@@ -279,7 +278,7 @@ async def get_job_logs(conn: Connection, queue: str, job_id: str) -> list[str]:
     return await evaluate(conn, get_job_logs_call(queue, job_id))
 
 
-async def remove_job(conn: Connection, queue: str, job_id: str) -> None:
+async def remove_job(conn: Executor, queue: str, job_id: str) -> None:
     """Remove the job from whichever set holds it (active included), with its row and logs.
 
     A worker still running a removed job finds its row gone when it settles (``JobGone``).
@@ -291,7 +290,7 @@ async def remove_job(conn: Connection, queue: str, job_id: str) -> None:
     await evaluate(conn, remove_job_call(queue, job_id))
 
 
-async def reprocess_job(conn: Connection, queue: str, job_id: str) -> None:
+async def reprocess_job(conn: Executor, queue: str, job_id: str) -> None:
     """Move a dead job back to pending, first in its priority band, and wake a worker.
 
     ``last_error`` is cleared; ``attempts``, ``failures`` and ``stalled`` stay. The pause
@@ -303,7 +302,7 @@ async def reprocess_job(conn: Connection, queue: str, job_id: str) -> None:
     await evaluate(conn, reprocess_job_call(queue, job_id))
 
 
-async def explain(conn: Connection, queue: str, job_id: str) -> Explanation:
+async def explain(conn: Executor, queue: str, job_id: str) -> Explanation:
     """Why is this job not running? Its state, lease deadline and epoch, fencing token,
     stalls, failures, next run time, the pause gate and its place in pending, read in one
     atomic script. ``echomq.cli.explain_text.summary(e)`` says it in one line and

@@ -15,10 +15,9 @@ from typing import Any
 
 from .._model.job import Sweep
 from .._redis import validate as v
-from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
 from .._redis.replies import text
-from .._redis.scripts import ScriptCall, call, evaluate
+from .._redis.scripts import Executor, ScriptCall, call, evaluate
 from ..errors import ScriptError
 
 __all__ = ["DEFAULT_LIMIT", "DEFAULT_MAX_STALLED", "Sweep", "check", "check_call"]
@@ -49,7 +48,7 @@ def check_call(
 
 
 async def check(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     *,
     max_stalled: int = DEFAULT_MAX_STALLED,

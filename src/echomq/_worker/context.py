@@ -21,7 +21,7 @@ import trio
 
 from .. import jobs
 from .._model.cancel import CancelToken
-from .._redis.connection import Connection
+from .._redis.scripts import Executor
 from ..errors import ConnectionLost, JobGone, NotActive, StaleToken
 
 __all__ = ["Job", "current_job"]
@@ -57,7 +57,7 @@ class Job:
     attempt: int
     token: int
     cancel_token: CancelToken
-    _conn: Connection = attrs.field(repr=False)
+    _conn: Executor = attrs.field(repr=False)
     _lease_ms: int = attrs.field(repr=False)
     _lose: Callable[[], None] = attrs.field(repr=False)
 

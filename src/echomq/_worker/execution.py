@@ -33,10 +33,12 @@ import attrs
 import trio
 
 from .. import jobs
+from .._jitter import Backoff
 from .._model.backoff import NoDelay, backoff_ms, default_backoff, delay_ms
 from .._model.cancel import cancelled_result
 from .._model.job import Claimed
 from .._model.text import clip, error_text, safe_str
+from .._redis.scripts import Executor
 from .._verbs.rows import MAX_LOG_LINE
 from ..errors import (
     ConnectionLost,
@@ -129,7 +131,7 @@ class JobRunner:
     """Runs claimed jobs for one worker; the consumer starts :meth:`run` per job."""
 
     queue: QueueSpec
-    conn: Any  # echomq.Connection (Any: tests may wrap it)
+    conn: Executor  # an echomq.Connection (tests may wrap it)
     inflight: InFlight
     on_done: Callable[[], None]
     settle_timeout: float = 10.0
@@ -300,7 +302,7 @@ class JobRunner:
         """Record the outcome; True once the server took it (or already had it)."""
         s = settlement
         with trio.CancelScope(shield=True), trio.move_on_after(self.settle_timeout):
-            delay = 0.02
+            backoff = Backoff(0.02, 1.0)
             while True:
                 try:
                     if s.traceback is not None:
@@ -316,8 +318,7 @@ class JobRunner:
                     return True  # never retried, never handed back
                 except ConnectionLost as exc:
                     log.warning("job %s: settling failed (%s); retrying", held.id, exc)
-                    await trio.sleep(delay)
-                    delay = min(delay * 2, 1.0)
+                    await backoff.sleep()
                 except Exception as exc:  # not transient: fail the job instead
                     why = error_text(exc, _REASON_ROOM)
                     if s.fallback:

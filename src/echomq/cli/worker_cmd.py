@@ -10,7 +10,9 @@ failed (a refused password, an ACL refusal or a TLS failure: one line, no traceb
 when the target cannot be loaded.
 
 The URL: ``--url``, else ``$ECHOMQ_URL``, else the queue's own ``Queue(url=...)``, else
-``redis://127.0.0.1:6379/0``.
+``redis://127.0.0.1:6379/0``. The worker's options: one flag per field of
+:class:`~echomq.config.WorkerConfig` (``--concurrency``...), else its ``$ECHOMQ_<FIELD>``
+variable, else the field's default; nothing here names an option by hand.
 """
 
 from __future__ import annotations
@@ -21,16 +23,33 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
+import attrs
 import trio
 
-from .._worker.sweeper import Recovery
 from .._worker.worker import Worker
 from ..app import Queue
-from ..errors import AuthenticationError, EchoMQError, PermissionDenied, TLSError
-from .common import USAGE, Commands, positive_int, say
+from ..config import WorkerConfig, env_name
+from ..errors import (
+    AuthenticationError,
+    EchoMQError,
+    InvalidArgument,
+    PermissionDenied,
+    TLSError,
+)
+from .common import USAGE, Commands, say
 
-__all__ = ["TargetError", "load_target", "register", "resolve_url", "run_worker"]
+__all__ = [
+    "TargetError",
+    "add_config_flags",
+    "config_from_flags",
+    "load_target",
+    "register",
+    "resolve_url",
+    "run_worker",
+]
 
 log = logging.getLogger("echomq.worker")
 
@@ -107,16 +126,15 @@ def run_worker(
     target: str,
     *,
     url: str | None = None,
-    concurrency: int = 64,
-    recovery: str = "reap",
-    recovery_interval: float = 5.0,
-    max_stalled: int = 1,
-    grace: float = 10.0,
+    config: WorkerConfig | None = None,
+    **options: Any,
 ) -> int:
     """Load ``target`` and serve it until signalled; answer the process exit code.
 
-    When ``target`` names a Worker, its own options are used and only ``url`` applies.
-    ``url`` None keeps the queue's own (``Queue(url=...)``); see :func:`resolve_url`.
+    ``config`` (or ``options``, fields of :class:`~echomq.config.WorkerConfig`) apply when
+    ``target`` names a Queue; when it names a Worker, its own options are used and only
+    ``url`` applies. ``url`` None keeps the queue's own (``Queue(url=...)``); see
+    :func:`resolve_url`.
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(
@@ -124,20 +142,7 @@ def run_worker(
         )
     try:
         obj = load_target(target)
-        if isinstance(obj, Worker):
-            worker = obj
-        else:
-            if recovery not in ("reap", "stalled"):
-                raise TargetError(f"recovery must be 'reap' or 'stalled', not {recovery!r}")
-            mode: Recovery = "stalled" if recovery == "stalled" else "reap"
-            worker = Worker(
-                obj,
-                concurrency=concurrency,
-                recovery=mode,
-                recovery_interval=recovery_interval,
-                max_stalled=max_stalled,
-                grace=grace,
-            )
+        worker = obj if isinstance(obj, Worker) else Worker(obj, config, **options)
         if url is not None:
             worker.queue.url = url
     except (TargetError, ValueError) as exc:
@@ -168,16 +173,52 @@ def resolve_url(flag: str | None) -> str | None:
     return flag or os.environ.get("ECHOMQ_URL") or None
 
 
+def _flag_type(field: attrs.Attribute[Any]) -> Callable[[str], Any]:
+    parse = field.metadata["parse"]
+
+    def read(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a valid {field.name}: {text!r}") from None
+
+    read.__name__ = field.name  # argparse names the type in its messages
+    return read
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per :class:`~echomq.config.WorkerConfig` field: ``--<field-name>``, its
+    help, default and environment variable read from the field (default None: not given)."""
+    for field in attrs.fields(WorkerConfig):
+        parser.add_argument(
+            "--" + field.name.replace("_", "-"),
+            type=_flag_type(field),
+            choices=field.metadata.get("choices"),
+            default=None,
+            help=f"{field.metadata['help']} (default {field.default}; ${env_name(field.name)})",
+        )
+
+
+def config_from_flags(args: argparse.Namespace) -> WorkerConfig:
+    """The flags given, over ``$ECHOMQ_<FIELD>`` variables, over the defaults.
+
+    Raises:
+        InvalidArgument: a bad value (from a flag or a variable).
+    """
+    given = {field.name: getattr(args, field.name) for field in attrs.fields(WorkerConfig)}
+    return WorkerConfig.from_env(os.environ, **given)
+
+
 def _run_command(args: argparse.Namespace) -> int:
     if ":" not in args.target:
         say(args, f"expected module:queue, not {args.target!r}")
         return USAGE
-    options = {
-        name: getattr(args, name)
-        for name in ("concurrency", "recovery", "recovery_interval", "max_stalled", "grace")
-        if getattr(args, name) is not None
-    }
-    return run_worker(args.target, url=resolve_url(getattr(args, "url", None)), **options)
+    try:
+        config = config_from_flags(args)
+    except InvalidArgument as exc:
+        say(args, str(exc))
+        return USAGE
+    return run_worker(args.target, url=resolve_url(getattr(args, "url", None)), config=config)
 
 
 def register(commands: Commands) -> None:
@@ -185,12 +226,4 @@ def register(commands: Commands) -> None:
         "worker", "run a worker: module:queue names a Queue object", entry=_run_command
     )
     p.add_argument("target", help="module:attribute of an echomq.Queue (e.g. app.tasks:queue)")
-    p.add_argument("--concurrency", type=positive_int, help="jobs at once (default 64)")
-    p.add_argument("--recovery", choices=("reap", "stalled"), help="(default reap)")
-    p.add_argument("--recovery-interval", type=float, help="seconds (default 5)")
-    p.add_argument(
-        "--max-stalled",
-        type=positive_int,
-        help="recovery bound (default 1): stalled = dead at N stalls; reap = recovered N times",
-    )
-    p.add_argument("--grace", type=float, help="seconds for in-flight jobs (default 10)")
+    add_config_flags(p)
