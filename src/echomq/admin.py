@@ -10,6 +10,8 @@ before any I/O, and either answers a value or raises a typed error from
 - ``obliterate`` (``obliterate_step``, ``obliterate_all``): destroy a paused queue, a
   ``budget`` of jobs per call, down to its last ``emq:{q}:*`` key.
 - ``stats``: counts per state, the gate, and throughput, in one atomic read.
+- ``ensure_schema``: the queue's data layout version, written if absent, refused
+  (``SchemaMismatch``) if not this echomq's; every worker calls it at start.
 - ``list_queues``: every queue (a queue exists when it has ``emq:{q}:meta``), every master.
 - ``active_jobs`` / ``dead_jobs``: typed rows of the jobs held now / dead-lettered;
   ``server_now_ms``: the server's clock, the one every lease is scored on.
@@ -29,6 +31,7 @@ from ._verbs.admin import (
     QueueStats,
     drain,
     drain_step,
+    ensure_schema,
     is_paused,
     obliterate,
     obliterate_all,
@@ -38,6 +41,7 @@ from ._verbs.admin import (
     stats,
 )
 from ._verbs.admin import drain_call as drain_call  # builders (no I/O), for other drivers
+from ._verbs.admin import ensure_schema_call as ensure_schema_call
 from ._verbs.admin import obliterate_call as obliterate_call
 from ._verbs.admin import pause_call as pause_call
 from ._verbs.admin import resume_call as resume_call
@@ -59,6 +63,7 @@ __all__ = [
     "dead_jobs",
     "drain",
     "drain_step",
+    "ensure_schema",
     "is_paused",
     "list_queues",
     "obliterate",

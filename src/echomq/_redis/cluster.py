@@ -41,7 +41,7 @@ from .._jitter import Backoff
 from ..config import ConnectionConfig
 from ..errors import ClusterDown, ClusterError, ConnectionLost, CrossSlot, NotACluster, ServerError
 from .connection import Arg, Connection, ReplyError, is_transient, pack, pack_command
-from .replies import server_error
+from .server_errors import server_error
 from .slots import ALL_MASTERS, ANY_MASTER, command_slot, key_slot, pipeline_slot
 from .topology import Address, SlotMap, parse_redirect, parse_shards, parse_slots
 
@@ -52,8 +52,15 @@ log = logging.getLogger("echomq.wire")
 _MAX_HOPS = 16  # redirects followed for one command before giving up
 _NODE_CONNECT_TIMEOUT = 1.0  # per node: a dead master is skipped after this, not connect_timeout
 # First words of replies that mean "not run here, now": sent again after a backoff.
-_WAIT = frozenset({"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY", "UNBLOCKED"})
-_WAIT_IN_PIPELINE = frozenset({"TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED"})
+# NONLOCAL stands for "ERR Script attempted to access a non local key": mid-migration, a
+# script met a per-job key the source no longer holds (or one that does not exist yet).
+# Every script reads each per-job key before its first write (docs/lua.md, rule 1), so it
+# stopped having written nothing: sending it again, once the slot has moved, is safe.
+_WAIT = frozenset(
+    {"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY", "UNBLOCKED", "NONLOCAL"}
+)
+_WAIT_IN_PIPELINE = frozenset({"TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED", "NONLOCAL"})
+_NON_LOCAL = "ERR Script attempted to access a non local key"
 _ASKING = pack(("ASKING",))
 
 
@@ -70,6 +77,9 @@ class _Uncovered(Exception):
 
 
 def _first_word(message: str) -> str:
+    """The reply's first word (``NONLOCAL`` for a script's "non local key" refusal)."""
+    if message.startswith(_NON_LOCAL):
+        return "NONLOCAL"
     return message.split(" ", 1)[0]
 
 

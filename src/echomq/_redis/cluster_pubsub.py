@@ -29,7 +29,7 @@ from ..errors import ConnectionLost, InvalidArgument, NotACluster, TLSError
 from .cluster import ClusterConnection
 from .connection import TRANSPORT_ERRORS, Parser, ReplyError, connect, new_parser, open_stream, pack
 from .pubsub import Message, PubSub, _Confirm, authenticate
-from .replies import server_error
+from .server_errors import server_error
 from .slots import key_slot
 from .topology import Address, parse_redirect
 

@@ -36,7 +36,7 @@ from .._jitter import Backoff
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, TLSError
-from .replies import server_error
+from .server_errors import server_error
 
 __all__ = [
     "Arg",

@@ -24,7 +24,7 @@ from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, TLSError
 from .connection import TRANSPORT_ERRORS, Parser, ReplyError, new_parser, open_stream, pack
-from .replies import server_error
+from .server_errors import server_error
 
 __all__ = ["Message", "PubSub", "open_pubsub"]
 

@@ -11,6 +11,8 @@ stats. ``echomq.admin`` is their public face.
 - ``obliterate``: a paused queue is destroyed a ``budget`` of jobs at a time, down to its
   last ``emq:{q}:*`` key; ``obliterate_all`` loops until it is done.
 - ``stats``: counts per state, the gate, and throughput, in one atomic read.
+- ``ensure_schema``: the queue's data layout version, written if absent, refused if not
+  this echomq's (every worker calls it at start).
 """
 
 from __future__ import annotations
@@ -22,9 +24,9 @@ import attrs
 
 from .._redis import validate as v
 from .._redis.keyspace import Keyspace
-from .._redis.replies import as_int, check
-from .._redis.scripts import Executor, ScriptCall, call, evaluate
-from ..errors import InvalidArgument, ScriptError
+from .._redis.replies import as_int, check_status, text
+from .._redis.scripts import SCHEMA_VERSION, Executor, ScriptCall, evaluate, script_call
+from ..errors import InvalidArgument, SchemaMismatch, ScriptError
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -36,6 +38,8 @@ __all__ = [
     "drain",
     "drain_call",
     "drain_step",
+    "ensure_schema",
+    "ensure_schema_call",
     "is_paused",
     "obliterate",
     "obliterate_all",
@@ -56,7 +60,7 @@ THROUGHPUT_WINDOW_MS = 60_000
 
 def _ok(what: str) -> Any:
     def read(reply: Any) -> None:
-        check(reply, what)
+        check_status(reply, what)
 
     return read
 
@@ -108,12 +112,12 @@ class ObliterateStep:
 
 def pause_call(queue: str) -> ScriptCall[None]:
     ks = Keyspace(queue)
-    return call("pause", [ks.meta], [], _ok(f"pause {queue}"))
+    return script_call("pause", [ks.meta], [], _ok(f"pause {queue}"))
 
 
 def resume_call(queue: str) -> ScriptCall[None]:
     ks = Keyspace(queue)
-    return call("resume", [ks.meta, ks.wake], [], _ok(f"resume {queue}"))
+    return script_call("resume", [ks.meta, ks.wake], [], _ok(f"resume {queue}"))
 
 
 def drain_call(
@@ -127,7 +131,7 @@ def drain_call(
             raise ScriptError(f"drain {queue}: unexpected reply {reply!r}")
         return DrainStep(deleted=as_int(reply[0]), remaining=as_int(reply[1]))
 
-    return call("drain", [ks.pending, ks.schedule], argv, read)
+    return script_call("drain", [ks.pending, ks.schedule], argv, read)
 
 
 def obliterate_call(
@@ -163,7 +167,7 @@ def obliterate_call(
             raise ScriptError(f"obliterate {queue}: unexpected reply {reply!r}")
         return reply[0], reply[1]
 
-    return call("obliterate", keys + extra, argv, read)
+    return script_call("obliterate", keys + extra, argv, read)
 
 
 def stats_call(queue: str) -> ScriptCall[QueueStats]:
@@ -197,7 +201,36 @@ def stats_call(queue: str) -> ScriptCall[QueueStats]:
             now_ms=n[9],
         )
 
-    return call("queue_stats", keys, [THROUGHPUT_WINDOW_MS], read)
+    return script_call("queue_stats", keys, [THROUGHPUT_WINDOW_MS], read)
+
+
+def ensure_schema_call(queue: str) -> ScriptCall[int]:
+    def read(reply: Any) -> int:
+        try:
+            found = int(text(reply))
+        except (ScriptError, ValueError):
+            found = -1
+        if found == SCHEMA_VERSION:
+            return found
+        if found > SCHEMA_VERSION:
+            raise SchemaMismatch(
+                f"queue {queue!r} has data layout version {found}, newer than this "
+                f"echomq's {SCHEMA_VERSION}: upgrade echomq where this runs (a worker never "
+                "runs jobs whose layout it does not know)",
+                queue=queue,
+                found=found,
+            )
+        shown = found if found >= 0 else repr(reply)
+        raise SchemaMismatch(
+            f"queue {queue!r} has data layout version {shown}, older than this echomq's "
+            f"{SCHEMA_VERSION}: migrate it as CHANGELOG.md says for version "
+            f"{SCHEMA_VERSION} (or drain it with the echomq that wrote it, then obliterate "
+            "it), then start this worker again",
+            queue=queue,
+            found=reply,
+        )
+
+    return script_call("ensure_schema", [Keyspace(queue).meta], [], read)
 
 
 # -- verbs ------------------------------------------------------------------------------------
@@ -338,3 +371,16 @@ async def obliterate_all(
 async def stats(conn: Executor, queue: str) -> QueueStats:
     """Counts per state, the gate and throughput of ``queue``, in one atomic read."""
     return await evaluate(conn, stats_call(queue))
+
+
+async def ensure_schema(conn: Executor, queue: str) -> int:
+    """Make sure ``queue`` is laid out as this echomq lays it out; answer the version.
+
+    A queue without a ``schema_version`` (one a 0.1 producer created, or a new one) is
+    marked with this echomq's. Every worker calls this at start.
+
+    Raises:
+        InvalidKey: before any I/O.
+        SchemaMismatch: the queue's version is another; nothing was written.
+    """
+    return await evaluate(conn, ensure_schema_call(queue))

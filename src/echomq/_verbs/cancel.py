@@ -18,8 +18,8 @@ import enum
 from typing import Any
 
 from .._redis.keyspace import Keyspace
-from .._redis.replies import check, text
-from .._redis.scripts import Executor, ScriptCall, call, evaluate
+from .._redis.replies import check_status, text
+from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import ScriptError
 
 __all__ = ["CancelOutcome", "request", "request_call"]
@@ -42,13 +42,13 @@ def request_call(queue: str, job_id: str, reason: str | None = None) -> ScriptCa
 
     def read(reply: Any) -> CancelOutcome:
         if isinstance(reply, int):
-            check(reply, f"cancel {job_id}")
+            check_status(reply, f"cancel {job_id}")
         try:
             return CancelOutcome(text(reply))
         except ValueError:
             raise ScriptError(f"cancel {job_id}: unexpected reply {reply!r}") from None
 
-    return call("cancel", keys, argv, read)
+    return script_call("cancel", keys, argv, read)
 
 
 async def request(

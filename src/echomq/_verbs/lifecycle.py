@@ -16,8 +16,8 @@ import attrs
 from .._model.job import Claimed, JobInfo, NewJob, Sweep
 from .._redis import validate as v
 from .._redis.keyspace import Keyspace, check_id, keyspace
-from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check, text
-from .._redis.scripts import Executor, ScriptCall, call, evaluate
+from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check_status, text
+from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -97,7 +97,7 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
             raise ScriptError(f"enqueue: unexpected reply {reply!r}")
         return ids
 
-    return call("enqueue", [ks.pending, ks.schedule, ks.meta, ks.wake], argv, read)
+    return script_call("enqueue", [ks.pending, ks.schedule, ks.meta, ks.wake], argv, read)
 
 
 def enqueue_one_call(
@@ -152,7 +152,7 @@ def claim_batch_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[Cl
     v.positive_int("lease_ms", lease_ms, v.MAX_MS)
     v.int_in("count", count, 1, v.MAX_COUNT)
     keys = [ks.pending, ks.active, ks.schedule, ks.meta, ks.wake]
-    return call("claim", keys, [ks.base, lease_ms, count], _read_claim)
+    return script_call("claim", keys, [ks.base, lease_ms, count], _read_claim)
 
 
 def claim_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[list[Claimed]]:
@@ -183,9 +183,9 @@ def complete_call(
     ]
 
     def read(reply: Any) -> None:
-        check(reply, f"complete {job_id}")
+        check_status(reply, f"complete {job_id}")
 
-    return call("complete", keys, argv, read)
+    return script_call("complete", keys, argv, read)
 
 
 def fail_call(
@@ -213,7 +213,7 @@ def fail_call(
 
     def read(reply: Any) -> FailOutcome:
         if isinstance(reply, int):
-            check(reply, f"fail {job_id}")
+            check_status(reply, f"fail {job_id}")
             raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
         outcome = text(reply)
         if outcome == "retrying":
@@ -222,7 +222,7 @@ def fail_call(
             return "dead"
         raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
 
-    return call("fail", keys, argv, read)
+    return script_call("fail", keys, argv, read)
 
 
 def extend_lock_call(queue: str, job_id: str, token: int, lease_ms: int) -> ScriptCall[None]:
@@ -230,9 +230,9 @@ def extend_lock_call(queue: str, job_id: str, token: int, lease_ms: int) -> Scri
     argv = [job_id, v.token_str(token), v.positive_int("lease_ms", lease_ms, v.MAX_MS)]
 
     def read(reply: Any) -> None:
-        check(reply, f"extend {job_id}")
+        check_status(reply, f"extend {job_id}")
 
-    return call("extend_lock", [ks.active, ks.job(job_id)], argv, read)
+    return script_call("extend_lock", [ks.active, ks.job(job_id)], argv, read)
 
 
 def _read_codes(ids: list[str], what: str) -> Callable[[Any], dict[str, ExtendResult]]:
@@ -286,7 +286,7 @@ def extend_locks_call(
     ks = keyspace(queue)
     v.positive_int("lease_ms", lease_ms, v.MAX_MS)
     ids, pairs = v.held_pairs(held, "extend_locks")
-    return call("extend_locks", [ks.active], [ks.base, lease_ms, *pairs], _read_extend(ids))
+    return script_call("extend_locks", [ks.active], [ks.base, lease_ms, *pairs], _read_extend(ids))
 
 
 def release_call(
@@ -294,7 +294,7 @@ def release_call(
 ) -> ScriptCall[dict[str, ExtendResult]]:
     ks = keyspace(queue)
     ids, pairs = v.held_pairs(held, "release")
-    return call(
+    return script_call(
         "release", [ks.active, ks.pending, ks.wake], [ks.base, *pairs], _read_codes(ids, "release")
     )
 
@@ -316,7 +316,7 @@ def reap_call(
     if max_recoveries != NO_COUNT:
         v.non_negative_int("max_recoveries", max_recoveries, v.MAX_ATTEMPTS)
     keys = [ks.active, ks.pending, ks.dead, ks.metrics_failed, ks.wake]
-    return call("reap", keys, [ks.base, limit, max_recoveries], _read_sweep)
+    return script_call("reap", keys, [ks.base, limit, max_recoveries], _read_sweep)
 
 
 # -- verbs ------------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from .._model.job import JobInfo
 from .._model.states import JobState
 from .._redis import validate as v
 from .._redis.keyspace import Keyspace
-from .._redis.replies import Code, check, text
-from .._redis.scripts import Executor, ScriptCall, call, evaluate
+from .._redis.replies import Code, check_status, text
+from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -41,7 +41,7 @@ MAX_LOG_LINE = 64 * 1024  # bytes; a log line is a line, not a blob
 
 def _status(what: str) -> Any:
     def read(reply: Any) -> None:
-        check(reply, what)
+        check_status(reply, what)
 
     return read
 
@@ -58,14 +58,16 @@ def progress_text(progress: object) -> str:
 def update_data_call(queue: str, job_id: str, payload: bytes | str) -> ScriptCall[None]:
     ks = Keyspace(queue)
     keys = [ks.job(job_id)]
-    return call("update_data", keys, [v.payload_bytes(payload)], _status(f"update_data {job_id}"))
+    return script_call(
+        "update_data", keys, [v.payload_bytes(payload)], _status(f"update_data {job_id}")
+    )
 
 
 def update_progress_call(queue: str, job_id: str, progress: str | int | float) -> ScriptCall[None]:
     ks = Keyspace(queue)
     keys = [ks.job(job_id)]
     argv = [progress_text(progress), job_id, ks.base]
-    return call("update_progress", keys, argv, _status(f"update_progress {job_id}"))
+    return script_call("update_progress", keys, argv, _status(f"update_progress {job_id}"))
 
 
 def add_log_call(queue: str, job_id: str, line: str, *, keep: int | None = None) -> ScriptCall[int]:
@@ -81,10 +83,10 @@ def add_log_call(queue: str, job_id: str, line: str, *, keep: int | None = None)
     def read(reply: Any) -> int:
         if isinstance(reply, int) and reply >= 0:
             return reply
-        check(reply, f"add_log {job_id}")
+        check_status(reply, f"add_log {job_id}")
         raise ScriptError(f"add_log {job_id}: unexpected reply {reply!r}")
 
-    return call("add_log", keys, [data, keep_n], read)
+    return script_call("add_log", keys, [data, keep_n], read)
 
 
 def get_job_logs_call(queue: str, job_id: str) -> ScriptCall[list[str]]:
@@ -93,10 +95,10 @@ def get_job_logs_call(queue: str, job_id: str) -> ScriptCall[list[str]]:
     def read(reply: Any) -> list[str]:
         if isinstance(reply, list):
             return [text(line) for line in reply]
-        check(reply, f"get_job_logs {job_id}")
+        check_status(reply, f"get_job_logs {job_id}")
         raise ScriptError(f"get_job_logs {job_id}: unexpected reply {reply!r}")
 
-    return call("get_job_logs", [ks.job(job_id), ks.logs(job_id)], [], read)
+    return script_call("get_job_logs", [ks.job(job_id), ks.logs(job_id)], [], read)
 
 
 def remove_job_call(queue: str, job_id: str) -> ScriptCall[None]:
@@ -111,13 +113,13 @@ def remove_job_call(queue: str, job_id: str) -> ScriptCall[None]:
         ks.dead,
         ks.completed,
     ]
-    return call("remove_job", keys, [job_id, ks.base], _status(f"remove_job {job_id}"))
+    return script_call("remove_job", keys, [job_id, ks.base], _status(f"remove_job {job_id}"))
 
 
 def reprocess_job_call(queue: str, job_id: str) -> ScriptCall[None]:
     ks = Keyspace(queue)
     keys = [ks.job(job_id), ks.dead, ks.pending, ks.wake]
-    return call("reprocess_job", keys, [job_id, ks.base], _status(f"reprocess_job {job_id}"))
+    return script_call("reprocess_job", keys, [job_id, ks.base], _status(f"reprocess_job {job_id}"))
 
 
 # -- explain -----------------------------------------------------------------------------------
@@ -200,7 +202,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
 
     def read(reply: Any) -> Explanation:
         if reply == Code.GONE:
-            check(reply, f"explain {job_id}")
+            check_status(reply, f"explain {job_id}")
         if not isinstance(reply, list) or len(reply) != 11 or not isinstance(reply[0], list):
             raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
         flat = reply[0]
@@ -228,7 +230,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
             locked=bool(reply[10]) or lock_field,
         )
 
-    return call("explain", keys, [job_id], read)
+    return script_call("explain", keys, [job_id], read)
 
 
 # -- verbs ------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from .._model.job import Sweep
 from .._redis import validate as v
 from .._redis.keyspace import Keyspace
 from .._redis.replies import text
-from .._redis.scripts import Executor, ScriptCall, call, evaluate
+from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import ScriptError
 
 __all__ = ["DEFAULT_LIMIT", "DEFAULT_MAX_STALLED", "Sweep", "check", "check_call"]
@@ -44,7 +44,7 @@ def check_call(
         v.positive_int("limit", limit, v.MAX_BATCH),
     ]
     keys = [ks.active, ks.pending, ks.dead, ks.metrics_failed, ks.wake]
-    return call("stalled_check", keys, argv, _read)
+    return script_call("stalled_check", keys, argv, _read)
 
 
 async def check(

@@ -13,7 +13,8 @@ Layout::
         └── cancel listener       cancel events -> InFlight.request_cancel
 
 Start: until Redis answers, ``serve`` waits with backoff (startup.py), one log line per
-attempt; a stop asked meanwhile ends it cleanly.
+attempt; a stop asked meanwhile ends it cleanly. Then the queue's data layout must be this
+echomq's (``admin.ensure_schema``: marked if absent, ``SchemaMismatch`` if another).
 
 Shutdown (``shutdown()``, or SIGINT/SIGTERM through ``run_worker``): stop claiming; wait
 up to ``grace`` seconds for held jobs (the lease keeper keeps renewing them); cancel the
@@ -32,7 +33,7 @@ from typing import Any
 import attrs
 import trio
 
-from .. import jobs
+from .. import admin, jobs
 from .._model.options import DEFAULT_LEASE, seconds, to_ms
 from .._redis import validate as v
 from .._redis.connection import connect
@@ -180,9 +181,15 @@ class Worker:
             raise RuntimeError("this worker is already serving")
         self._serving = True
         try:
-            async with self.queue.open() as queue:
-                # Redis may not be up yet (a fleet booting): wait for it, or for a stop
-                feed = await wait_for_redis(queue.url, self._stop, queue.event_feed)
+            queue = self.queue
+            async with queue.open():
+                # Redis may not be up yet (a fleet booting): wait for it, or for a stop;
+                # then the queue's layout must be this echomq's (SchemaMismatch otherwise)
+                async def ready() -> EventFeed:
+                    await admin.ensure_schema(queue.connection, queue.name)
+                    return await queue.event_feed()
+
+                feed = await wait_for_redis(queue.url, self._stop, ready)
                 if feed is None:
                     log.info("stopped while waiting for redis")
                     return

@@ -37,6 +37,7 @@ from ..errors import (
     EchoMQError,
     InvalidArgument,
     PermissionDenied,
+    SchemaMismatch,
     TLSError,
 )
 from .common import USAGE, Commands, say
@@ -152,7 +153,7 @@ def run_worker(
         trio.run(serve_until_signalled, worker)
     except Exception as exc:
         leaf = _leaf(exc)
-        if isinstance(leaf, AuthenticationError | PermissionDenied | TLSError):
+        if isinstance(leaf, AuthenticationError | PermissionDenied | TLSError | SchemaMismatch):
             # not transient: one clear line, not a traceback (docs/wire.md)
             log.error("cannot serve %r: %s", worker.queue.name, leaf)
             return 1
