@@ -74,11 +74,22 @@ _FINAL_EVENTS = frozenset({"completed", "dead", "removed"})
 
 
 def _wants_job(fn: Callable[..., Any]) -> bool:
-    """True when the first parameter is annotated ``Job`` (also as a string annotation)."""
+    """True when the first parameter is annotated ``Job``.
+
+    Annotations are evaluated (``from __future__ import annotations`` makes them strings):
+    ``job: echomq.Job``, ``job: Job``, ``job: "Job"`` all resolve to the class. Only when
+    they cannot be evaluated (a name not importable at registration) is the text read,
+    and its last dotted part compared with ``Job``.
+    """
     try:
-        params = list(inspect.signature(fn).parameters.values())
+        params = list(inspect.signature(fn, eval_str=True).parameters.values())
     except (TypeError, ValueError):
         return False
+    except Exception:  # an annotation that does not evaluate (NameError...): read its text
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return False
     if not params or params[0].kind not in (
         params[0].POSITIONAL_ONLY,
         params[0].POSITIONAL_OR_KEYWORD,

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from .._model.codec import Codec
 from .._model.options import TaskOptions
-from .._redis.connection import Connection
+from .._redis.protocol import RedisConnection
 from ..events import EventFeed
 
 __all__ = ["QUEUE_ATTRIBUTES", "QueueSpec", "TaskSpec"]
@@ -56,7 +56,7 @@ class QueueSpec(Protocol):
     def tasks(self) -> Mapping[str, TaskSpec]: ...
 
     @property
-    def connection(self) -> Connection:
+    def connection(self) -> RedisConnection:
         """The open connection (``open()`` first)."""
 
     def open(self) -> AbstractAsyncContextManager[Any]:
