@@ -161,7 +161,7 @@ class Explanation:
     @property
     def token(self) -> int:
         """The fencing token: the row's ``attempts`` (grows at every claim)."""
-        return self.job.attempts
+        return self.job.token
 
     @property
     def lease_remaining_ms(self) -> int | None:

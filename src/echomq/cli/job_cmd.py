@@ -35,7 +35,7 @@ async def cmd_job(conn: Connection, args: argparse.Namespace, out: Console) -> i
     for label, value in (
         ("state", str(info.state)),
         ("payload", show(info.payload)),
-        ("token", str(info.attempts)),
+        ("token", str(info.token)),
         ("failures", f"{info.failures} of {info.max_attempts}"),
         ("stalled", str(info.stalled)),
         ("priority", str(info.priority)),
