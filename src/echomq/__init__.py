@@ -12,7 +12,8 @@ from __future__ import annotations
 from . import admin, cancel, config, errors, jobs, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
-from ._redis.connection import Connection, connect
+from ._redis.connection import Connection
+from ._redis.dial import connect
 from ._redis.replies import ExtendResult
 from ._worker.worker import Worker
 from .app import EnqueueOptions, Job, Queue, TaskHandle, TaskOptions, current_job

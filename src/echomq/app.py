@@ -36,7 +36,8 @@ from ._model.options import EnqueueOptions, TaskOptions, build_options
 from ._model.options import seconds as _seconds
 from ._model.options import to_ms as to_ms
 from ._model.states import JobState
-from ._redis.connection import Connection, connect
+from ._redis.connection import Connection
+from ._redis.dial import connect
 from ._redis.keyspace import check_id, check_queue
 from ._trio import open_service_nursery
 from ._worker.context import Job, current_job

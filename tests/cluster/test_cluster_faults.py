@@ -12,8 +12,8 @@ import trio.testing
 import echomq
 from echomq import admin, jobs
 from echomq._redis.cluster import ClusterConnection
+from echomq._redis.dial import open_pubsub
 from echomq._redis.keyspace import Keyspace
-from echomq._redis.pubsub import open_pubsub
 from echomq._redis.slots import key_slot
 from echomq.errors import ConnectionLost, InvalidArgument, ServerError
 from echomq.events import open_event_feed

@@ -9,8 +9,9 @@ import trio
 
 import echomq
 from echomq import jobs
+from echomq._redis.dial import open_pubsub
 from echomq._redis.keyspace import Keyspace
-from echomq._redis.pubsub import PubSub, open_pubsub
+from echomq._redis.pubsub import PubSub
 
 from ._support import eventually
 

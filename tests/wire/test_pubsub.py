@@ -5,7 +5,8 @@ from __future__ import annotations
 import trio
 
 import echomq
-from echomq._redis.pubsub import Message, PubSub, open_pubsub
+from echomq._redis.dial import open_pubsub
+from echomq._redis.pubsub import Message, PubSub
 from echomq.testing import RedisServer, drop_redis, restart_redis
 
 

@@ -30,7 +30,8 @@ command goes to whoever serves its slot, until ``connect_timeout``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
@@ -38,6 +39,7 @@ import hiredis
 import trio
 
 from .._jitter import Backoff
+from .._trio import open_service_nursery
 from ..config import ConnectionConfig
 from ..errors import ClusterDown, ClusterError, ConnectionLost, CrossSlot, NotACluster, ServerError
 from .connection import Arg, Connection, ReplyError, is_transient, pack, pack_command
@@ -45,7 +47,7 @@ from .server_errors import server_error
 from .slots import ALL_MASTERS, ANY_MASTER, command_slot, key_slot, pipeline_slot
 from .topology import Address, SlotMap, parse_redirect, parse_shards, parse_slots
 
-__all__ = ["ClusterConnection"]
+__all__ = ["ClusterConnection", "open_cluster"]
 
 log = logging.getLogger("echomq.wire")
 
@@ -467,3 +469,15 @@ class ClusterConnection(Connection):
             if i == 0:
                 first = reply
         return first
+
+
+@asynccontextmanager
+async def open_cluster(config: ConnectionConfig) -> AsyncIterator[ClusterConnection]:
+    """A connection to the Redis Cluster ``config`` names (``echomq.connect`` picks it for
+    a ``redis+cluster://`` URL); no I/O happens until the first command."""
+    async with open_service_nursery() as nursery:
+        conn = ClusterConnection(config, nursery)
+        try:
+            yield conn
+        finally:
+            await conn.aclose()

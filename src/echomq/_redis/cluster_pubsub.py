@@ -26,8 +26,8 @@ import trio
 from .._jitter import Backoff
 from ..config import ConnectionConfig
 from ..errors import ConnectionLost, InvalidArgument, NotACluster, TLSError
-from .cluster import ClusterConnection
-from .connection import TRANSPORT_ERRORS, Parser, ReplyError, connect, new_parser, open_stream, pack
+from .cluster import ClusterConnection, open_cluster
+from .connection import TRANSPORT_ERRORS, Parser, ReplyError, new_parser, open_stream, pack
 from .pubsub import Message, PubSub, _Confirm, authenticate
 from .server_errors import server_error
 from .slots import key_slot
@@ -161,8 +161,7 @@ class ClusterPubSub(PubSub):
         The first layout read must succeed (``ConnectionLost`` or ``NotACluster``
         otherwise); later moves are retried with backoff for as long as it runs.
         """
-        async with connect(self.config) as conn:
-            assert isinstance(conn, ClusterConnection)
+        async with open_cluster(self.config) as conn:
             self._conn = conn
             await conn.refresh()
             async with trio.open_nursery() as nursery:

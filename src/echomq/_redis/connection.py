@@ -42,7 +42,7 @@ __all__ = [
     "Arg",
     "Connection",
     "ReplyError",
-    "connect",
+    "open_connection",
     "new_parser",
     "open_stream",
     "pack",
@@ -332,7 +332,8 @@ class _Session:
 
 
 class Connection:
-    """A multiplexed, auto-pipelined RESP connection. Open one with :func:`connect`.
+    """A multiplexed, auto-pipelined RESP connection. Open one with ``echomq.connect``
+    (``_redis/dial.py``).
 
     Safe to share between any number of tasks. Use a connection of its own for blocking
     commands (BLPOP) and for pub/sub (:mod:`echomq._redis.pubsub`).
@@ -531,23 +532,11 @@ async def probe(url: str | ConnectionConfig, **options: Any) -> None:
 
 
 @asynccontextmanager
-async def connect(
-    url: str | ConnectionConfig = "redis://127.0.0.1:6379/0", **options: Any
-) -> AsyncIterator[Connection]:
-    """Open a multiplexed connection; no I/O happens until the first command.
-
-    ``options`` override fields of :class:`~echomq.config.ConnectionConfig`
-    (``connect_timeout``, ``ssl_context``, ``client_name``...).
-    A ``redis+cluster://`` URL answers a ``ClusterConnection`` (``_redis/cluster.py``).
-    """
-    config = parse_url(url, **options)
+async def open_connection(config: ConnectionConfig) -> AsyncIterator[Connection]:
+    """A connection to one server (``echomq.connect`` picks this or a cluster's); no I/O
+    happens until the first command."""
     async with open_service_nursery() as nursery:
-        if config.cluster:
-            from .cluster import ClusterConnection  # (it imports this module)
-
-            conn: Connection = ClusterConnection(config, nursery)
-        else:
-            conn = Connection(config, nursery)
+        conn = Connection(config, nursery)
         try:
             yield conn
         finally:

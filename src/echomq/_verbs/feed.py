@@ -18,8 +18,9 @@ from typing import Any
 import attrs
 import trio
 
+from .._redis.dial import open_pubsub
 from .._redis.keyspace import Keyspace
-from .._redis.pubsub import PubSub, open_pubsub
+from .._redis.pubsub import PubSub
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig
 

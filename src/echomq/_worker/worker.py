@@ -36,7 +36,7 @@ import trio
 from .. import admin, jobs
 from .._model.options import DEFAULT_LEASE, seconds, to_ms
 from .._redis import validate as v
-from .._redis.connection import connect
+from .._redis.dial import connect
 from .._redis.protocol import RedisConnection
 from ..config import WorkerConfig, parse_url
 from ..errors import ConnectionLost, InvalidArgument

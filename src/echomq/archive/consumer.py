@@ -40,7 +40,8 @@ from .._redis.completions import (
     group_read,
     stream_backlog,
 )
-from .._redis.connection import Connection, connect
+from .._redis.connection import Connection
+from .._redis.dial import connect
 from .._redis.keyspace import check_queue
 from ..errors import ConnectionLost, InvalidArgument, ServerError
 from .store import (

@@ -20,7 +20,8 @@ from typing import Any
 import trio
 
 from .._redis.connection import Connection
-from .._redis.pubsub import PubSub, open_pubsub
+from .._redis.dial import open_pubsub
+from .._redis.pubsub import PubSub
 from ..config import ConnectionConfig
 from ..errors import EchoMQError
 from ..events import event_channel

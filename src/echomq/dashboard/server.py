@@ -33,7 +33,8 @@ import trio
 import trio_websocket
 
 from .. import __version__, jobs
-from .._redis.connection import Connection, connect
+from .._redis.connection import Connection
+from .._redis.dial import connect
 from .._redis.keyspace import check_queue
 from ..config import DEFAULT_URL, ConnectionConfig
 from ..errors import EchoMQError, InvalidArgument
