@@ -6,6 +6,7 @@ import datetime as dt
 
 import pytest
 import trio
+import trio.testing
 
 import echomq
 from echomq import Job as Context
@@ -177,7 +178,7 @@ async def test_result_waits_for_the_completion_event(redis_url: str, queue: str)
                     got.append(await handle.result(timeout=4))
 
                 nursery.start_soon(wait)
-                await trio.sleep(0.05)
+                await trio.testing.wait_all_tasks_blocked(cushion=0.01)  # result() waits
                 assert got == []
                 (claimed,) = await jobs.claim(q.connection, queue, 10_000)
                 await jobs.complete(q.connection, queue, handle.id, claimed.token, b'{"n":42}')

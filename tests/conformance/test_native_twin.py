@@ -9,6 +9,7 @@ from typing import Any, cast
 import trio
 
 import echomq
+from _waits import clock_moves
 from echomq import admin, cancel, jobs, stalled
 from echomq._redis.functions import FunctionsConnection, library_source, load_library
 
@@ -40,7 +41,7 @@ async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
             conn, q, [jobs.NewJob(payload=b"E", job_id="e"), jobs.NewJob(payload=b"F", job_id="f")]
         ),
     )
-    await trio.sleep(0.02)
+    await clock_moves(conn, 2)  # the 1 ms delay / lease is behind the server clock
     await step("claim 3", lambda: jobs.claim(conn, q, 10_000, count=3))
     await step("extend stale", lambda: jobs.extend_lock(conn, q, "a", 7, 5_000))
     await step("extend gone", lambda: jobs.extend_lock(conn, q, "zz", 1, 5_000))
@@ -55,10 +56,10 @@ async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
     await step("complete c stale", lambda: jobs.complete(conn, q, "c", 9, b"done"))
     await step("complete a not active", lambda: jobs.complete(conn, q, "a", 1, b"x"))
     await step("claim rest", lambda: jobs.claim(conn, q, 1, count=10))
-    await trio.sleep(0.02)
+    await clock_moves(conn, 2)  # the 1 ms delay / lease is behind the server clock
     await step("reap", lambda: jobs.reap(conn, q))
     await step("claim again", lambda: jobs.claim(conn, q, 1, count=2))
-    await trio.sleep(0.02)
+    await clock_moves(conn, 2)  # the 1 ms delay / lease is behind the server clock
     await step("sweep", lambda: stalled.check(conn, q, max_stalled=1))
     await step("claim last", lambda: jobs.claim(conn, q, 10_000, count=10))
     await step("release", lambda: jobs.release(conn, q, [("b", 3), ("e", 1), ("zz", 1)]))

@@ -7,6 +7,7 @@ import trio
 from _operator_support import queue_keys, snapshot
 
 import echomq
+from _waits import blocked
 from echomq import admin, jobs
 from echomq._redis.keyspace import Keyspace
 from echomq.errors import ActiveJobs, InvalidArgument, InvalidKey, NotPaused
@@ -66,9 +67,13 @@ async def test_resume_wakes_an_idle_consumer(
         got.append(await blocking.execute("BLPOP", ks.wake, 5))
         woke.set()
 
-    async with echomq.connect(redis_url) as blocking, trio.open_nursery() as nursery:
+    name = f"blpop-{queue}"
+    async with (
+        echomq.connect(redis_url, client_name=name) as blocking,
+        trio.open_nursery() as nursery,
+    ):
         nursery.start_soon(wait, blocking)
-        await trio.sleep(0.05)  # let BLPOP block first
+        await blocked(conn, name, ks.wake)  # BLPOP waits on the server
         with trio.fail_after(3):
             await admin.resume(conn, queue)
             await woke.wait()

@@ -4,9 +4,9 @@ worded by the CLI (echomq.cli.explain_text)."""
 from __future__ import annotations
 
 import pytest
-import trio
 
 import echomq
+from _waits import clock_past
 from echomq import admin, jobs
 from echomq._redis.keyspace import Keyspace
 from echomq.cli.explain_text import facts, summary
@@ -44,8 +44,8 @@ async def test_explain_active_gives_lease_epoch_and_token(
 async def test_explain_expired_lease_and_previous_run(conn: echomq.Connection, queue: str) -> None:
     """An expired lease says so; a lease from another run says the sweep recovers it."""
     job_id = await jobs.enqueue(conn, queue, b"p")
-    await jobs.claim(conn, queue, 20)
-    await trio.sleep(0.05)
+    [held] = await jobs.claim(conn, queue, 20)
+    await clock_past(conn, float(await conn.execute("ZSCORE", Keyspace(queue).active, held.id)))
     e = await jobs.explain(conn, queue, job_id)
     assert e.lease_remaining_ms is not None and e.lease_remaining_ms < 0
     assert "lease expired" in summary(e)

@@ -76,6 +76,8 @@ class WorkerStatistics:
     recovered: int
     dead_lettered: int
     helper_restarts: int
+    claims: int  # claim calls made
+    idle_waits: int  # waits on the wake list (the queue was empty or paused)
     stopping: bool
 
 
@@ -121,6 +123,7 @@ class Worker:
         self._runner: JobRunner | None = None
         self._sweeper: Sweeper | None = None
         self._keeper: LeaseKeeper | None = None  # reached by echomq.testing.freeze_renewal
+        self._consumer: Consumer | None = None
         self._supervisor = Supervisor()
         self._serving = False
 
@@ -163,6 +166,8 @@ class Worker:
             recovered=self._sweeper.recovered if self._sweeper else 0,
             dead_lettered=self._sweeper.dead if self._sweeper else 0,
             helper_restarts=self._supervisor.restarts,
+            claims=self._consumer.claims if self._consumer else 0,
+            idle_waits=self._consumer.idle_waits if self._consumer else 0,
             stopping=self.stopping,
         )
 
@@ -176,27 +181,47 @@ class Worker:
         return max(leases), min(leases) / 3000.0
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until :meth:`shutdown` (or cancellation); ``started()`` once claiming."""
+        """Run until :meth:`shutdown` (or cancellation); ``started()`` once claiming.
+
+        Cancelling ``serve`` from outside (its caller's scope) is a shutdown without grace:
+        the held jobs are cancelled and handed back to pending before the cancellation
+        goes on. The worker's own connections live under a shield until then, so no reply
+        in flight (a claim that already took jobs) is lost on the way out.
+        """
         if self._serving:
             raise RuntimeError("this worker is already serving")
         self._serving = True
         try:
-            queue = self.queue
-            async with queue.open():
-                # Redis may not be up yet (a fleet booting): wait for it, or for a stop;
-                # then the queue's layout must be this echomq's (SchemaMismatch otherwise)
-                async def ready() -> EventFeed:
-                    await admin.ensure_schema(queue.connection, queue.name)
-                    return await queue.event_feed()
-
-                feed = await wait_for_redis(queue.url, self._stop, ready)
-                if feed is None:
-                    log.info("stopped while waiting for redis")
-                    return
-                async with connect(queue.url) as wake_conn:
-                    await self._serve(queue.connection, wake_conn, feed, task_status)
+            async with trio.open_nursery() as outside:
+                outside.start_soon(self._stop_when_cancelled)
+                with trio.CancelScope(shield=True):
+                    await self._serve_shielded(task_status)
+                outside.cancel_scope.cancel()
         finally:
             self._serving = False
+
+    async def _stop_when_cancelled(self) -> None:
+        """Outside the shield: a cancellation of ``serve`` lands here and asks for a stop."""
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.shutdown(grace=0)
+
+    async def _serve_shielded(self, task_status: trio.TaskStatus[None]) -> None:
+        queue = self.queue
+        async with queue.open():
+            # Redis may not be up yet (a fleet booting): wait for it, or for a stop;
+            # then the queue's layout must be this echomq's (SchemaMismatch otherwise)
+            async def ready() -> EventFeed:
+                await admin.ensure_schema(queue.connection, queue.name)
+                return await queue.event_feed()
+
+            feed = await wait_for_redis(queue.url, self._stop, ready)
+            if feed is None:
+                log.info("stopped while waiting for redis")
+                return
+            async with connect(queue.url) as wake_conn:
+                await self._serve(queue.connection, wake_conn, feed, task_status)
 
     async def _serve(
         self,
@@ -236,6 +261,7 @@ class Worker:
                     claim_lease_ms=claim_lease_ms,
                 )
                 runner.on_done = consumer.slot_freed
+                self._consumer = consumer
                 async with trio.open_nursery() as helpers:
                     await helpers.start(
                         self._supervisor.supervise, "cancel listener", self._listen(feed)
