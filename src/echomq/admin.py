@@ -1,4 +1,4 @@
-"""The queue-scope operator verbs (seed 004), and the views the CLI and dashboard read.
+"""The queue-scope operator verbs (docs/operations.md), and the views the CLI and dashboard read.
 
 Each takes ``conn, queue`` first (``list_queues`` takes only ``conn``), gates its arguments
 before any I/O, and either answers a value or raises a typed error from

@@ -1,4 +1,4 @@
-"""Cooperative cancellation (seed 000): the worker-side token and the request verb.
+"""Cooperative cancellation (docs/runtime.md): the worker-side token and the request verb.
 
 - :class:`CancelToken`: a flag a handler reads (``poll``/``check``); the worker bridges it
   to the job's ``trio.CancelScope``. A plain value (``_model/cancel.py``).

@@ -1,4 +1,4 @@
-"""The count-thresholded stalled sweep (seed 000), beside the reaper.
+"""The count-thresholded stalled sweep (docs/runtime.md), beside the reaper.
 
 One :func:`check` is one sweep: every expired lease leaves active; a lease from before
 the server's last restart is recovered without counting; the rest count a stall and go

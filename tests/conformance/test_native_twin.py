@@ -83,7 +83,8 @@ async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
 async def operator_steps(
     conn: echomq.Connection, q: str, step: Callable[[str, Callable[[], Awaitable[Any]]], Any]
 ) -> None:
-    """Seed 004's verbs, each through its success and refusal branches."""
+    """The operator plane's verbs (docs/operations.md), each through its success and
+    refusal branches."""
     await step("pause", lambda: admin.pause(conn, q))
     await step("pause again", lambda: admin.pause(conn, q))
     await step("paused?", lambda: admin.is_paused(conn, q))
@@ -116,7 +117,7 @@ async def operator_steps(
 async def cancel_steps(
     conn: echomq.Connection, q: str, step: Callable[[str, Callable[[], Awaitable[Any]]], Any]
 ) -> None:
-    """Issue 9: cancel as one script through each branch, extend_locks' cancel answer, the
+    """Cancel as one script through each branch, extend_locks' cancel answer, the
     paged drain, and resume of a running queue (on the obliterated queue: empty, running)."""
 
     async def extend_both() -> Any:

@@ -1,4 +1,5 @@
-"""The queue-scope verbs of seed 004: pause, resume, is_paused, drain, obliterate, stats."""
+"""The queue-scope verbs of the operator plane (docs/operations.md): pause, resume,
+is_paused, drain, obliterate, stats."""
 
 from __future__ import annotations
 
@@ -263,8 +264,8 @@ async def test_obliterate_stops_when_resumed_midway(conn: echomq.Connection, que
 async def test_resume_of_a_running_queue_changes_nothing(
     conn: echomq.Connection, queue: str
 ) -> None:
-    """Seed 004: resuming a queue that is not paused writes nothing, not even a wake token;
-    resuming a paused one pushes exactly one."""
+    """Resuming a queue that is not paused writes nothing, not even a wake token;
+    resuming a paused one pushes exactly one (docs/operations.md)."""
     ks = Keyspace(queue)
     await fill(conn, queue, 1)
     await conn.execute("DEL", ks.wake)

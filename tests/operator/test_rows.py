@@ -1,5 +1,6 @@
-"""The per-job verbs of seed 004: update_data, update_progress, add_log, get_job_logs,
-remove_job, reprocess_job. Every branch, every refusal changes nothing."""
+"""The per-job verbs of the operator plane (docs/operations.md): update_data, update_progress,
+add_log, get_job_logs, remove_job, reprocess_job. Every branch, every refusal changes
+nothing."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Leases and recovery: seed 000's worked example, crashed workers, stale holders, the guard."""
+"""Leases and recovery: the worked example of docs/runtime.md, crashed workers, stale
+holders, the guard."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from ._runtime import serving, until, wait_state, worker_process
 
 
 async def test_long_job_with_short_lease_completes_exactly_once(redis_url: str, queue: str) -> None:
-    """Seed 000, scaled down: lease 300 ms, a 1 s handler, a sweep every 50 ms: one run."""
+    """The worked example, scaled down: lease 300 ms, a 1 s handler, a sweep every 50 ms:
+    one run."""
     q = echomq.Queue(queue, url=redis_url)
     runs: list[int] = []
 

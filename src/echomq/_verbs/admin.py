@@ -1,10 +1,10 @@
-"""The queue-scope operator verbs (seed 004): pause, resume, is_paused, drain, obliterate,
+"""The queue-scope operator verbs (docs/operations.md): pause, resume, is_paused, drain, obliterate,
 stats. ``echomq.admin`` is their public face.
 
 - ``pause`` / ``resume``: the gate is the ``paused`` field of ``emq:{q}:meta``; the claim
   script reads it, so the verb ``jobs.claim`` and every worker stop claiming alike. Both are
   idempotent; the backlog is untouched. ``resume`` of a paused queue pushes a wake token so
-  idle workers look; ``resume`` of a running queue writes nothing (seed 004).
+  idle workers look; ``resume`` of a running queue writes nothing (docs/operations.md).
 - ``drain``: the backlog (pending, and the schedule set when asked) is deleted with its rows
   and logs, a ``budget`` of jobs per script call (``drain_step``), so no call blocks Redis
   for long; active jobs and recurring registrations are spared.
@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 MAX_BUDGET = v.MAX_BUDGET  # jobs per drain / obliterate script call (a ~10 ms bound)
-DEFAULT_BUDGET = MAX_BUDGET  # seed 004 says 1000; see docs/operations.md
+DEFAULT_BUDGET = MAX_BUDGET  # the operator-plane design says 1000: docs/operations.md
 THROUGHPUT_WINDOW_MS = 60_000
 
 

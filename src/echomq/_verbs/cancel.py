@@ -1,4 +1,4 @@
-"""The cancel request verb (seed 000); ``echomq.cancel`` is its public face (with the
+"""The cancel request verb (docs/runtime.md); ``echomq.cancel`` is its public face (with the
 token, ``_model/cancel.py``).
 
 Rule 1: :func:`request` reaches a job by queue and id from anywhere, in one script

@@ -1,4 +1,4 @@
-"""The per-job verbs (seed 004): reach into one row.
+"""The per-job verbs (docs/operations.md): reach into one row.
 
 ``update_data``, ``update_progress``, ``add_log``, ``get_job_logs``, ``remove_job``,
 ``reprocess_job`` and ``explain`` (which answers data, an :class:`Explanation`; the CLI

@@ -1,4 +1,4 @@
-"""The count-thresholded stalled sweep (seed 000), beside the reaper; ``echomq.stalled``
+"""The count-thresholded stalled sweep (docs/runtime.md), beside the reaper; ``echomq.stalled``
 is its public face.
 
 One :func:`check` is one sweep: every expired lease leaves active; a lease from before

@@ -1,5 +1,6 @@
 --[[
-  Cancel a job by id in one atomic step (seed 000's request, without its read-then-act gap):
+  Cancel a job by id in one atomic step (the lifecycle design's request, docs/runtime.md,
+  without its read-then-act gap):
   a waiting job is removed, an active one is signalled, a finished one is refused.
   KEYS  1 row        HASH    the job
         2 lock       STRING  the optional operator lock (emq:{q}:job:<id>:lock)

@@ -1,5 +1,5 @@
 --[[
-  Checkpoint a lease: re-score the active member to server now + lease (seed 000).
+  Checkpoint a lease: re-score the active member to server now + lease (docs/runtime.md).
   KEYS  1 active  ZSET  claimed ids; score = lease deadline ms
         2 row     HASH  the job
   ARGV  1 id   2 token   3 lease_ms
@@ -9,8 +9,9 @@
   Moves    (none)
   Bound    O(log N)
   The checks run in this order: row, token, membership. So an id that is both stale and
-  out of active answers -2 (stale). (Seed 000 answers a stale extend with an error reply;
-  every script here answers the code -2: docs/lua.md, "Reply codes".) A lapsed lease not yet collected still extends.
+  out of active answers -2 (stale). (The lifecycle design answers a stale extend with an
+  error reply; every script here answers the code -2: docs/lua.md, "Reply codes".)
+  A lapsed lease not yet collected still extends.
   Stamps lease_epoch with the server's run_id (written only when it differs).
 ]]
 local active, row = KEYS[1], KEYS[2]

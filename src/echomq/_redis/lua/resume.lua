@@ -7,7 +7,7 @@
   Events   (none)
   Moves    (none)
   Bound    O(1)
-  Resuming a running queue changes nothing observable (seed 004): no field, no wake token.
+  Resuming a running queue changes nothing observable (docs/operations.md): no field, no wake token.
 ]]
 local meta, wake = KEYS[1], KEYS[2]
 -- @include wake

@@ -1,5 +1,5 @@
 --[[
-  The count-thresholded stalled sweep (seed 000), with the native twin's semantics.
+  The count-thresholded stalled sweep (docs/runtime.md), with the native twin's semantics.
   KEYS  1 active   ZSET  claimed ids; score = lease deadline ms
         2 pending  ZSET  ready ids
         3 dead     ZSET  dead-lettered ids
