@@ -6,11 +6,29 @@ import datetime as dt
 
 import pytest
 import trio
+import trio.testing
 
 import echomq
+from echomq import Job as Context
 from echomq import jobs
 from echomq.errors import InvalidArgument, InvalidKey, JobFailed, SerializationError
 from echomq.events import open_event_feed
+
+
+class Job:
+    """A user's own class named Job: not the echomq context."""
+
+
+async def takes_an_alias(ctx: Context, x: int) -> int:
+    return x
+
+
+async def takes_its_own_job(job: Job) -> None:
+    return None
+
+
+async def takes_an_unresolvable(job: NotImportedHere) -> None:  # type: ignore[name-defined]  # noqa: F821
+    return None
 
 
 def test_queue_and_tasks_are_declared_without_io(closed_port_url: str) -> None:
@@ -160,7 +178,7 @@ async def test_result_waits_for_the_completion_event(redis_url: str, queue: str)
                     got.append(await handle.result(timeout=4))
 
                 nursery.start_soon(wait)
-                await trio.sleep(0.05)
+                await trio.testing.wait_all_tasks_blocked(cushion=0.01)  # result() waits
                 assert got == []
                 (claimed,) = await jobs.claim(q.connection, queue, 10_000)
                 await jobs.complete(q.connection, queue, handle.id, claimed.token, b'{"n":42}')
@@ -220,3 +238,12 @@ async def test_errors_leave_queue_open_unwrapped(redis_url: str, queue: str) -> 
             (claimed,) = await jobs.claim(q.connection, queue, 10_000)
             await jobs.fail(q.connection, queue, handle.id, claimed.token, "kaput", dead=True)
             await handle.result(timeout=1)
+
+
+def test_the_job_parameter_is_found_by_its_type_not_its_name(closed_port_url: str) -> None:
+    """Annotations are evaluated: an alias of echomq.Job is the context; a class of one's
+    own named Job is not; an annotation that does not evaluate is read as text."""
+    q = echomq.Queue("annotations", url=closed_port_url)
+    assert q.task(takes_an_alias).wants_job
+    assert not q.task(takes_its_own_job).wants_job
+    assert not q.task(takes_an_unresolvable).wants_job

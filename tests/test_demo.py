@@ -88,7 +88,7 @@ def test_ctrl_c_stops_the_demo_cleanly() -> None:
     seen: list[str] = []
     redis_port = read_until(proc, r"redis://127\.0\.0\.1:(\d+)/", seen).group(1)
     read_until(proc, r"running until Ctrl-C", seen)
-    time.sleep(1.0)
+    read_until(proc, r"nightly reports scheduled", seen)  # the producers are at work
     proc.send_signal(signal.SIGINT)
     output = finish(proc, seen)
     assert proc.returncode == 0, output

@@ -1,6 +1,7 @@
 """Every Lua script's header agrees with its body, the reply table and TRANSITIONS.
 
-Checked for each ``_redis/lua/*.lua`` (no server needed):
+Checked for each ``_redis/lua/*.lua`` as it runs (its ``-- @include`` lines expanded; no
+server needed):
 - the header block names KEYS, ARGV, Returns, Events and Moves;
 - every ``KEYS[n]`` / ``ARGV[n]`` the body reads is declared in the header;
 - every refusal (``return -N``, ``redis.error_reply``) is documented (Returns / Errors),
@@ -8,7 +9,9 @@ Checked for each ``_redis/lua/*.lua`` (no server needed):
 - the Moves line is exactly the script's row of ``_model/states.TRANSITIONS``;
 - the header states the script's bound (``Bound``: its cost per call); a script whose work
   grows with an argument checks that argument against its cap in the body, before its first
-  write, and the cap is the one ``_redis/validate.py`` gates the verb with.
+  write, and the cap is the one ``_redis/validate.py`` gates the verb with;
+- every include (``lua/include/*.lua``) is used, and a script that includes a file uses
+  what it defines; a helper that writes counts as a write where it is called.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pytest
 from echomq._model.states import TRANSITIONS, JobState, Moves
 from echomq._redis import replies
 from echomq._redis import validate as v
-from echomq._redis.scripts import SCRIPTS
+from echomq._redis.scripts import INCLUDES, SCRIPTS
 from echomq.errors import EchoMQError, ScriptError, ServerError
 
 FIELDS = ("KEYS", "ARGV", "Returns", "Errors", "Events", "Moves", "Bound")
@@ -42,8 +45,20 @@ WRITES = (
     "HINCRBY DEL UNLINK SET SETNX INCR INCRBY RPUSH LPUSH LPOP RPOP LTRIM LREM EXPIRE PEXPIRE "
     "PUBLISH"
 ).split()
-_WRITE = re.compile(r"redis\.call\(\s*'(" + "|".join(WRITES) + r")'", re.IGNORECASE)
+_WRITE_CALL = r"redis\.call\(\s*'(" + "|".join(WRITES) + r")'"
+_DEFINED = re.compile(r"^local (?:function )?(\w+)", re.MULTILINE)
+# include helpers whose body writes: a call to one is a write where it is made
+WRITING_HELPERS = sorted(
+    name
+    for text in INCLUDES.values()
+    if re.search(_WRITE_CALL, text, re.IGNORECASE)
+    for name in re.findall(r"^local function (\w+)", text, re.MULTILINE)
+)
+_WRITE = re.compile(
+    "|".join([_WRITE_CALL, *(rf"\b{name}\(" for name in WRITING_HELPERS)]), re.IGNORECASE
+)
 _REFUSAL = re.compile(r"return\s+-\d+|redis\.error_reply\(")
+_INCLUDED = re.compile(r"^-- @begin include (\w+)\n.*?^-- @end include \1\n", re.S | re.M)
 
 
 def _split(source: str) -> tuple[dict[str, str], str]:
@@ -64,6 +79,8 @@ def _split(source: str) -> tuple[dict[str, str], str]:
 
 
 def _code_lines(body: str) -> list[str]:
+    """The body's code, comments cut; included text blanked (its lines kept, empty)."""
+    body = _INCLUDED.sub(lambda m: "\n" * m[0].count("\n"), body)
     return [line.split("--", 1)[0] for line in body.splitlines()]
 
 
@@ -138,7 +155,7 @@ def test_refusals_are_documented_and_typed(name: str) -> None:
     for number in set(re.findall(r"return\s+(-\d+)", code)):
         assert number in fields["Returns"], f"{name}.lua: {number} not in Returns"
         with pytest.raises(EchoMQError) as raised:
-            replies.check(int(number), name)
+            replies.check_status(int(number), name)
         assert not isinstance(raised.value, ScriptError), f"{name}.lua: {number} is untyped"
     for message in re.findall(r"redis\.error_reply\(\s*'([^']*)'", code):
         prefix = message.split()[0]
@@ -164,6 +181,30 @@ def test_moves_line_matches_transitions(name: str) -> None:
     """The header's Moves line is the script's row of TRANSITIONS (none when absent)."""
     fields, _ = _split(SCRIPTS[name].source)
     assert _parse_moves(fields["Moves"]) == TRANSITIONS.get(name, {})
+
+
+def test_every_include_is_used() -> None:
+    """Each ``lua/include/*.lua`` is included by some script."""
+    used = {include for script in SCRIPTS.values() for include in script.includes}
+    assert set(INCLUDES) == used, f"unused includes: {set(INCLUDES) - used}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_script_uses_what_it_includes(name: str) -> None:
+    """An ``-- @include x`` line brings names the script's own code uses (no dead text)."""
+    _, body = _split(SCRIPTS[name].source)
+    code = "\n".join(_code_lines(body))
+    for include in SCRIPTS[name].includes:
+        defined = _DEFINED.findall(INCLUDES[include])
+        assert any(re.search(rf"\b{d}\b", code) for d in defined), (
+            f"{name}.lua includes {include} but uses none of {defined}"
+        )
+
+
+def test_includes_write_as_their_helpers_say() -> None:
+    """The helpers that write are known to the write check (push_wake, mark_queue)."""
+    assert {"push_wake", "mark_queue"} <= set(WRITING_HELPERS)
+    assert not re.search(_WRITE_CALL, INCLUDES["time"] + INCLUDES["score"])
 
 
 def test_every_transition_row_names_a_script_or_a_planned_one() -> None:

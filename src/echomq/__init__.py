@@ -12,12 +12,13 @@ from __future__ import annotations
 from . import admin, cancel, config, errors, jobs, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
-from ._redis.connection import Connection, connect
+from ._redis.connection import Connection
+from ._redis.dial import connect
 from ._redis.replies import ExtendResult
 from ._worker.worker import Worker
-from .app import Job, Queue, TaskHandle, current_job
+from .app import EnqueueOptions, Job, Queue, TaskHandle, TaskOptions, current_job
 from .cancel import CancelToken
-from .config import ConnectionConfig, parse_url
+from .config import ConnectionConfig, WorkerConfig, parse_url
 from .errors import (
     ActiveJobs,
     AuthenticationError,
@@ -41,6 +42,7 @@ from .errors import (
     PayloadTooLarge,
     PermissionDenied,
     Retry,
+    SchemaMismatch,
     ScriptError,
     SerializationError,
     ServerError,
@@ -64,6 +66,7 @@ __all__ = [
     "CrossSlot",
     "DuplicateJob",
     "EchoMQError",
+    "EnqueueOptions",
     "ExtendResult",
     "InvalidArgument",
     "InvalidKey",
@@ -83,6 +86,7 @@ __all__ = [
     "PermissionDenied",
     "Queue",
     "Retry",
+    "SchemaMismatch",
     "ScriptError",
     "SerializationError",
     "ServerError",
@@ -91,7 +95,9 @@ __all__ = [
     "TLSError",
     "TaskHandle",
     "TaskNotRegistered",
+    "TaskOptions",
     "Worker",
+    "WorkerConfig",
     "__version__",
     "admin",
     "cancel",

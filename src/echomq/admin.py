@@ -1,333 +1,76 @@
-"""The queue-scope operator verbs (seed 004): pause, resume, is_paused, drain, obliterate.
+"""The queue-scope operator verbs (docs/operations.md), and the views the CLI and dashboard read.
 
-Each takes ``conn, queue`` first, gates its arguments before any I/O, and either answers a
-value or raises a typed error from :mod:`echomq.errors` having changed nothing.
+Each takes ``conn, queue`` first (``list_queues`` takes only ``conn``), gates its arguments
+before any I/O, and either answers a value or raises a typed error from
+:mod:`echomq.errors` having changed nothing.
 
-- ``pause`` / ``resume``: the gate is the ``paused`` field of ``emq:{q}:meta``; the claim
-  script reads it, so the verb ``jobs.claim`` and every worker stop claiming alike. Both are
-  idempotent; the backlog is untouched. ``resume`` of a paused queue pushes a wake token so
-  idle workers look; ``resume`` of a running queue writes nothing (seed 004).
-- ``drain``: the backlog (pending, and the schedule set when asked) is deleted with its rows
-  and logs, a ``budget`` of jobs per script call (``drain_step``), so no call blocks Redis
-  for long; active jobs and recurring registrations are spared.
-- ``obliterate``: a paused queue is destroyed a ``budget`` of jobs at a time, down to its
-  last ``emq:{q}:*`` key; ``obliterate_all`` loops until it is done.
+- ``pause`` / ``resume`` / ``is_paused``: the claim gate (the ``paused`` field of
+  ``emq:{q}:meta``), read by the claim script itself; idempotent; the backlog is untouched.
+- ``drain`` (``drain_step``): delete the backlog a ``budget`` of jobs per script call.
+- ``obliterate`` (``obliterate_step``, ``obliterate_all``): destroy a paused queue, a
+  ``budget`` of jobs per call, down to its last ``emq:{q}:*`` key.
 - ``stats``: counts per state, the gate, and throughput, in one atomic read.
+- ``ensure_schema``: the queue's data layout version, written if absent, refused
+  (``SchemaMismatch``) if not this echomq's; every worker calls it at start.
+- ``list_queues``: every queue (a queue exists when it has ``emq:{q}:meta``), every master.
+- ``active_jobs`` / ``dead_jobs``: typed rows of the jobs held now / dead-lettered;
+  ``server_now_ms``: the server's clock, the one every lease is scored on.
+
+This module is the public face; the implementations live in ``echomq._verbs`` (``admin``,
+``discovery``, ``views``), like every verb module (docs/design.md, "The verbs").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-import attrs
-
-from ._redis import validate as v
-from ._redis.connection import Connection
-from ._redis.keyspace import Keyspace
-from ._redis.replies import as_int, check
-from ._redis.scripts import ScriptCall, call, evaluate
-from .errors import InvalidArgument, ScriptError
+from ._verbs.admin import (
+    DEFAULT_BUDGET,
+    MAX_BUDGET,
+    THROUGHPUT_WINDOW_MS,
+    DrainStep,
+    ObliterateStep,
+    QueueStats,
+    drain,
+    drain_step,
+    ensure_schema,
+    is_paused,
+    obliterate,
+    obliterate_all,
+    obliterate_step,
+    pause,
+    resume,
+    stats,
+)
+from ._verbs.admin import drain_call as drain_call  # builders (no I/O), for other drivers
+from ._verbs.admin import ensure_schema_call as ensure_schema_call
+from ._verbs.admin import obliterate_call as obliterate_call
+from ._verbs.admin import pause_call as pause_call
+from ._verbs.admin import resume_call as resume_call
+from ._verbs.admin import stats_call as stats_call
+from ._verbs.discovery import list_queues
+from ._verbs.views import MAX_VIEW, ActiveRow, DeadRow, active_jobs, dead_jobs, server_now_ms
 
 __all__ = [
+    "DEFAULT_BUDGET",
+    "MAX_BUDGET",
+    "MAX_VIEW",
+    "THROUGHPUT_WINDOW_MS",
+    "ActiveRow",
+    "DeadRow",
+    "DrainStep",
+    "ObliterateStep",
     "QueueStats",
-    "pause",
-    "resume",
-    "is_paused",
+    "active_jobs",
+    "dead_jobs",
     "drain",
     "drain_step",
-    "DrainStep",
+    "ensure_schema",
+    "is_paused",
+    "list_queues",
     "obliterate",
     "obliterate_all",
+    "obliterate_step",
+    "pause",
+    "resume",
+    "server_now_ms",
     "stats",
 ]
-
-MAX_BUDGET = v.MAX_BUDGET  # jobs per drain / obliterate script call (a ~10 ms bound)
-DEFAULT_BUDGET = MAX_BUDGET  # seed 004 says 1000; see docs/operations.md
-THROUGHPUT_WINDOW_MS = 60_000
-
-
-def _ok(what: str) -> Any:
-    def read(reply: Any) -> None:
-        check(reply, what)
-
-    return read
-
-
-@attrs.frozen(kw_only=True)
-class QueueStats:
-    """One queue at one instant (server clock): counts per state, the gate, throughput."""
-
-    queue: str
-    pending: int
-    scheduled: int
-    active: int
-    dead: int
-    completed: int
-    paused: bool
-    completed_total: int  # every completion since the metrics began (metrics:completed)
-    failed_total: int  # every dead-lettering since the metrics began (metrics:failed)
-    completed_last_minute: int  # completions in the last 60 s still retained
-    now_ms: int
-
-    @property
-    def jobs(self) -> int:
-        """Jobs held in the five state sets."""
-        return self.pending + self.scheduled + self.active + self.dead + self.completed
-
-
-@attrs.frozen(kw_only=True)
-class DrainStep:
-    """What one drain call did: the jobs it deleted, and those still waiting."""
-
-    deleted: int
-    remaining: int
-
-    @property
-    def done(self) -> bool:
-        return self.remaining == 0
-
-
-@attrs.frozen(kw_only=True)
-class ObliterateStep:
-    """What one obliterate call did."""
-
-    done: bool
-    deleted: int
-
-
-# -- builders (no I/O) ---------------------------------------------------------------------
-
-
-def pause_call(queue: str) -> ScriptCall[None]:
-    ks = Keyspace(queue)
-    return call("pause", [ks.meta], [], _ok(f"pause {queue}"))
-
-
-def resume_call(queue: str) -> ScriptCall[None]:
-    ks = Keyspace(queue)
-    return call("resume", [ks.meta, ks.wake], [], _ok(f"resume {queue}"))
-
-
-def drain_call(
-    queue: str, *, include_schedule: bool = False, budget: int = DEFAULT_BUDGET
-) -> ScriptCall[DrainStep]:
-    ks = Keyspace(queue)
-    argv = [ks.base, "1" if include_schedule else "0", v.int_in("budget", budget, 1, MAX_BUDGET)]
-
-    def read(reply: Any) -> DrainStep:
-        if not isinstance(reply, list) or len(reply) != 2:
-            raise ScriptError(f"drain {queue}: unexpected reply {reply!r}")
-        return DrainStep(deleted=as_int(reply[0]), remaining=as_int(reply[1]))
-
-    return call("drain", [ks.pending, ks.schedule], argv, read)
-
-
-def obliterate_call(
-    queue: str,
-    *,
-    force: bool = False,
-    budget: int = DEFAULT_BUDGET,
-    leftovers: list[str] | None = None,
-    finish: bool = False,
-) -> ScriptCall[tuple[int, int]]:
-    ks = Keyspace(queue)
-    v.int_in("budget", budget, 1, MAX_BUDGET)
-    keys = [
-        ks.meta,
-        ks.active,
-        ks.pending,
-        ks.schedule,
-        ks.dead,
-        ks.completed,
-        ks.wake,
-        ks.metrics_completed,
-        ks.metrics_failed,
-        ks.sweep_guard,
-    ]
-    extra = list(leftovers or ())
-    for key in extra:  # only this queue's keys, never the meta hash holding the gate
-        if not key.startswith(ks.base) or key == ks.meta:
-            raise InvalidArgument(f"not a leftover key of queue {queue!r}: {key!r}")
-    argv = [ks.base, "1" if force else "0", budget, "1" if finish else "0"]
-
-    def read(reply: Any) -> tuple[int, int]:
-        if not isinstance(reply, list) or len(reply) != 2 or reply[0] not in (0, 1, 2):
-            raise ScriptError(f"obliterate {queue}: unexpected reply {reply!r}")
-        return reply[0], reply[1]
-
-    return call("obliterate", keys + extra, argv, read)
-
-
-def stats_call(queue: str) -> ScriptCall[QueueStats]:
-    ks = Keyspace(queue)
-    keys = [
-        ks.meta,
-        ks.pending,
-        ks.schedule,
-        ks.active,
-        ks.dead,
-        ks.completed,
-        ks.metrics_completed,
-        ks.metrics_failed,
-    ]
-
-    def read(reply: Any) -> QueueStats:
-        if not isinstance(reply, list) or len(reply) != 10:
-            raise ScriptError(f"stats {queue}: unexpected reply {reply!r}")
-        n = [as_int(x) for x in reply]
-        return QueueStats(
-            queue=queue,
-            pending=n[0],
-            scheduled=n[1],
-            active=n[2],
-            dead=n[3],
-            completed=n[4],
-            paused=bool(n[5]),
-            completed_total=n[6],
-            failed_total=n[7],
-            completed_last_minute=n[8],
-            now_ms=n[9],
-        )
-
-    return call("queue_stats", keys, [THROUGHPUT_WINDOW_MS], read)
-
-
-# -- verbs ------------------------------------------------------------------------------------
-
-
-async def pause(conn: Connection, queue: str) -> None:
-    """Stop claiming on ``queue`` (verb claim and workers alike). Idempotent."""
-    await evaluate(conn, pause_call(queue))
-
-
-async def resume(conn: Connection, queue: str) -> None:
-    """Claim again on ``queue`` and wake idle workers. Idempotent."""
-    await evaluate(conn, resume_call(queue))
-
-
-async def is_paused(conn: Connection, queue: str) -> bool:
-    """Whether the claim gate of ``queue`` is set."""
-    return bool(await conn.execute("HEXISTS", Keyspace(queue).meta, "paused"))
-
-
-async def drain_step(
-    conn: Connection, queue: str, *, include_schedule: bool = False, budget: int = DEFAULT_BUDGET
-) -> DrainStep:
-    """One bounded drain call: delete up to ``budget`` waiting jobs (pending first, then
-    scheduled when asked) with their rows, logs and locks; answer what it did.
-
-    Raises:
-        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
-    """
-    return await evaluate(conn, drain_call(queue, include_schedule=include_schedule, budget=budget))
-
-
-async def drain(
-    conn: Connection,
-    queue: str,
-    *,
-    include_schedule: bool = False,
-    budget: int = DEFAULT_BUDGET,
-    on_progress: Callable[[int, int], object] | None = None,
-) -> int:
-    """Delete the backlog: every pending job (and scheduled, when asked) with its row and logs.
-
-    Active jobs and recurring registrations are untouched. Answers the number deleted.
-    Runs :func:`drain_step` until nothing waits, so no single call holds Redis for long;
-    ``on_progress(deleted_so_far, remaining)`` runs after each step. Jobs enqueued while
-    the drain runs may be drained too.
-
-    Raises:
-        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
-    """
-    total = 0
-    while True:
-        step = await drain_step(conn, queue, include_schedule=include_schedule, budget=budget)
-        total += step.deleted
-        if on_progress is not None:
-            on_progress(total, step.remaining)
-        if step.done:
-            return total
-
-
-async def _scan(conn: Connection, pattern: str, limit: int) -> tuple[list[str], bool]:
-    """Up to ``limit`` keys matching ``pattern``; True when the iteration went all the way."""
-    found: list[str] = []
-    cursor: Any = b"0"
-    while True:
-        cursor, batch = await conn.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-        found += [k.decode() if isinstance(k, bytes) else k for k in batch]
-        if cursor in (b"0", 0, "0"):
-            return sorted(set(found)), True
-        if len(found) >= limit:
-            return sorted(set(found)), False
-
-
-async def obliterate_step(
-    conn: Connection, queue: str, *, force: bool = False, budget: int = DEFAULT_BUDGET
-) -> ObliterateStep:
-    """One bounded obliterate call; see :func:`obliterate`. Answers what it deleted."""
-    ks = Keyspace(queue)
-    status, deleted = await evaluate(conn, obliterate_call(queue, force=force, budget=budget))
-    if status == 1:
-        return ObliterateStep(done=False, deleted=deleted)
-    # every set is empty: what remains are keys no set points to (orphan rows and logs,
-    # other verbs' records); find them with SCAN, and keep the meta hash (the gate) for last
-    remaining = budget - deleted
-    if remaining <= 0:
-        return ObliterateStep(done=False, deleted=deleted)
-    keys, complete = await _scan(conn, ks.pattern, remaining)
-    keys = [k for k in keys if k != ks.meta]
-    finish = complete and len(keys) <= remaining
-    sc = obliterate_call(
-        queue, force=force, budget=remaining, leftovers=keys[:remaining], finish=finish
-    )
-    status, more = await evaluate(conn, sc)
-    return ObliterateStep(done=status == 0, deleted=deleted + more)
-
-
-async def obliterate(
-    conn: Connection, queue: str, *, force: bool = False, budget: int = DEFAULT_BUDGET
-) -> bool:
-    """Destroy a paused queue, at most ``budget`` jobs per call.
-
-    Answers False while work remains (call again) and True once no ``emq:{q}:*`` key
-    remains (the meta hash, with the gate, goes last). Producers writing to the queue
-    while it is obliterated may leave keys behind: stop them first.
-
-    Raises:
-        InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
-        NotPaused: the queue is not paused. ActiveJobs: jobs are in flight and ``force`` is
-        not set. Either way nothing was deleted.
-    """
-    step = await obliterate_step(conn, queue, force=force, budget=budget)
-    return step.done
-
-
-async def obliterate_all(
-    conn: Connection,
-    queue: str,
-    *,
-    force: bool = False,
-    budget: int = DEFAULT_BUDGET,
-    on_progress: Callable[[int], object] | None = None,
-) -> int:
-    """Call :func:`obliterate` until the queue is gone; answer the number of keys/jobs deleted.
-
-    ``on_progress(deleted_so_far)`` runs after every call. Refusals as :func:`obliterate`;
-    a refusal on a later call (someone resumed the queue) stops the loop with that error.
-    """
-    total = 0
-    while True:
-        step = await obliterate_step(conn, queue, force=force, budget=budget)
-        total += step.deleted
-        if on_progress is not None:
-            on_progress(total)
-        if step.done:
-            return total
-
-
-async def stats(conn: Connection, queue: str) -> QueueStats:
-    """Counts per state, the gate and throughput of ``queue``, in one atomic read."""
-    return await evaluate(conn, stats_call(queue))

@@ -7,128 +7,90 @@ Rule 2: the queue holds one connection and, at most, one event subscription (ope
 first time a ``result()`` waits), shared by every handle.
 Rule 3: a task function is called by the worker with its arguments, plus the
 :class:`Job` context first when its first parameter is annotated ``echomq.Job``;
-``current_job()`` answers the same object from anywhere inside the job.
+``current_job()`` answers the same object from anywhere inside the job. (The ``Job``
+context belongs to the runtime, ``_worker/context.py``; it is re-exported here.)
 """
 
 from __future__ import annotations
 
-import contextvars
-import datetime as dt
 import functools
 import inspect
 import logging
 import math
 import os
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, overload
 
 import attrs
 import trio
 
 from . import jobs
+from ._model.cancel import MAX_REASON as MAX_REASON  # (moved: re-exported)
+from ._model.cancel import cancelled_reason as cancelled_reason
+from ._model.cancel import cancelled_result as cancelled_result
 from ._model.codec import JSON, Codec
-from ._model.job import JobInfo
-from ._model.states import CANCELLED_PREFIX, JobState
-from ._model.text import clip, safe_str
-from ._redis import validate as v
-from ._redis.connection import Connection, connect
+from ._model.job import JobInfo, NewJob
+from ._model.options import DEFAULT_LEASE as DEFAULT_LEASE  # (moved: re-exported)
+from ._model.options import EnqueueOptions, TaskOptions, build_options
+from ._model.options import seconds as _seconds
+from ._model.options import to_ms as to_ms
+from ._model.states import JobState
+from ._redis.connection import Connection
+from ._redis.dial import connect
 from ._redis.keyspace import check_id, check_queue
 from ._trio import open_service_nursery
-from ._worker.backoff import MAX_DELAY, Backoff, check_backoff
-from .cancel import CancelOutcome, CancelToken
+from ._worker.context import Job, current_job
+from .cancel import CancelOutcome
 from .cancel import request as cancel_request
 from .config import DEFAULT_URL
 from .errors import (
-    ConnectionLost,
     DuplicateJob,
     InvalidArgument,
     JobCancelled,
     JobFailed,
     JobGone,
-    NotActive,
-    StaleToken,
 )
 from .events import EventFeed, open_event_feed
 
 if TYPE_CHECKING:
     from .sync import SyncConnection
 
-__all__ = ["Job", "Queue", "Task", "TaskHandle", "TaskOptions", "current_job"]
+__all__ = [
+    "EnqueueOptions",
+    "Job",
+    "Queue",
+    "Task",
+    "TaskHandle",
+    "TaskOptions",
+    "current_job",
+]
 
 log = logging.getLogger("echomq")
 
-DEFAULT_LEASE = 30.0
 # result() re-reads the row this often even without an event: events are at most once,
 # and a subscription that reconnected may have missed the one it waits for.
 RESULT_RECHECK = 5.0
 _FINAL_EVENTS = frozenset({"completed", "dead", "removed"})
 
-_current: contextvars.ContextVar[Job] = contextvars.ContextVar("echomq_current_job")
-
-
-def current_job() -> Job:
-    """The :class:`Job` this code runs in (also inside a sync task's thread).
-
-    Raises:
-        RuntimeError: called outside a job.
-    """
-    try:
-        return _current.get()
-    except LookupError:
-        raise RuntimeError("current_job() was called outside a running job") from None
-
-
-def _seconds(
-    name: str, value: object, *, allow_zero: bool = True, high: float | None = None
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidArgument(f"{name} must be a finite number of seconds, not {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise InvalidArgument(f"{name} must be {'>=' if allow_zero else '>'} 0, not {value!r}")
-    if high is not None and value > high:
-        raise InvalidArgument(f"{name} must be at most {high:.0f} seconds, not {value!r}")
-    return float(value)
-
-
-def to_ms(name: str, seconds: float) -> int:
-    """Float seconds (the API) to integer milliseconds (the verbs)."""
-    return v.non_negative_int(name, round(seconds * 1000), v.MAX_MS)
-
-
-@attrs.frozen(kw_only=True)
-class TaskOptions:
-    """A task's options. ``lease`` and ``timeout`` are seconds; ``backoff`` see ``Backoff``."""
-
-    max_attempts: int = 1
-    backoff: Backoff = attrs.field(default=None, converter=check_backoff)
-    timeout: float | None = None
-    lease: float = DEFAULT_LEASE
-    priority: int = 0
-    process: bool = False
-
-    def __attrs_post_init__(self) -> None:
-        # the caps the scripts enforce, checked now rather than when a job fails
-        v.positive_int("max_attempts", self.max_attempts, v.MAX_ATTEMPTS)
-        if self.timeout is not None:
-            _seconds("timeout", self.timeout, allow_zero=False, high=MAX_DELAY)
-        _seconds("lease", self.lease, allow_zero=False, high=MAX_DELAY)
-        if self.lease < 0.003:
-            raise InvalidArgument(f"lease must be at least 3 ms, not {self.lease!r}")
-        v.int_in("priority", self.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY)
-
-    @property
-    def lease_ms(self) -> int:
-        return max(3, round(self.lease * 1000))
-
 
 def _wants_job(fn: Callable[..., Any]) -> bool:
-    """True when the first parameter is annotated ``Job`` (also as a string annotation)."""
+    """True when the first parameter is annotated ``Job``.
+
+    Annotations are evaluated (``from __future__ import annotations`` makes them strings):
+    ``job: echomq.Job``, ``job: Job``, ``job: "Job"`` all resolve to the class. Only when
+    they cannot be evaluated (a name not importable at registration) is the text read,
+    and its last dotted part compared with ``Job``.
+    """
     try:
-        params = list(inspect.signature(fn).parameters.values())
+        params = list(inspect.signature(fn, eval_str=True).parameters.values())
     except (TypeError, ValueError):
         return False
+    except Exception:  # an annotation that does not evaluate (NameError...): read its text
+        try:
+            params = list(inspect.signature(fn).parameters.values())
+        except (TypeError, ValueError):
+            return False
     if not params or params[0].kind not in (
         params[0].POSITIONAL_ONLY,
         params[0].POSITIONAL_OR_KEYWORD,
@@ -169,31 +131,25 @@ class Task:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        delay: float | None = None,
-        at: dt.datetime | float | None = None,
-        priority: int | None = None,
-        job_id: str | None = None,
-        max_attempts: int | None = None,
+        options: EnqueueOptions | None = None,
+        **fields: Any,
     ) -> TaskHandle:
         """Enqueue with options; answer the job's handle.
 
-        Args:
-            delay: seconds from now before the job may run.
-            at: a datetime (naive means local time) or epoch seconds; converted to a delay
-                on this machine's clock.
-            priority: higher runs first (default: the task's).
-            job_id: an id of your own. When a job with that id exists, nothing is written
-                and the handle of the existing job is answered (``handle.deduplicated``).
-            max_attempts: handler failures allowed (default: the task's).
+        The options are :class:`~echomq.app.EnqueueOptions`' fields, given as keywords
+        (``delay=10.0, priority=1, job_id="welcome-42"``) or as one value
+        (``options=EnqueueOptions(...)``; keywords given too replace its fields): ``delay``
+        (seconds), ``at`` (a datetime or epoch seconds), ``priority`` (higher first;
+        default the task's), ``job_id`` (an id of your own: when a job with that id exists,
+        nothing is written and its handle is answered, ``handle.deduplicated``),
+        ``max_attempts`` (default the task's).
 
         Raises:
-            SerializationError, InvalidKey, InvalidArgument: before any I/O.
+            SerializationError, InvalidKey, InvalidArgument: before any I/O (an unknown
+                option too).
             RuntimeError: the queue is not open.
         """
-        new = self.new_job(
-            args, kwargs, delay=delay, at=at, priority=priority, job_id=job_id,
-            max_attempts=max_attempts,
-        )  # fmt: skip
+        new = self.new_job(args, kwargs, options=options, **fields)
         return await self.queue.enqueue_new(new, task=self.name)
 
     def delay_sync(self, *args: Any, **kwargs: Any) -> str:
@@ -208,56 +164,29 @@ class Task:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        delay: float | None = None,
-        at: dt.datetime | float | None = None,
-        priority: int | None = None,
-        job_id: str | None = None,
-        max_attempts: int | None = None,
+        options: EnqueueOptions | None = None,
+        **fields: Any,
     ) -> str:
         """The blocking twin of :meth:`apply`; answers the job id (an existing one: dedupe)."""
-        new = self.new_job(
-            args, kwargs, delay=delay, at=at, priority=priority, job_id=job_id,
-            max_attempts=max_attempts,
-        )  # fmt: skip
-        return self.queue.enqueue_new_sync(new)
+        return self.queue.enqueue_new_sync(self.new_job(args, kwargs, options=options, **fields))
 
     def new_job(
         self,
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         *,
-        delay: float | None = None,
-        at: dt.datetime | float | None = None,
-        priority: int | None = None,
-        job_id: str | None = None,
-        max_attempts: int | None = None,
-    ) -> jobs.NewJob:
-        """The job :meth:`apply` would enqueue: arguments encoded and gated, no I/O."""
+        options: EnqueueOptions | None = None,
+        **fields: Any,
+    ) -> NewJob:
+        """The job :meth:`apply` would enqueue: options checked, arguments encoded, no I/O."""
+        chosen = build_options(EnqueueOptions, options, fields)
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise InvalidArgument("args must be a sequence (a tuple or a list)")
         kwargs = {} if kwargs is None else kwargs
         if not isinstance(kwargs, Mapping):
             raise InvalidArgument("kwargs must be a mapping")
         payload = self.queue.codec.encode_call(self.name, args, kwargs)
-        return jobs.NewJob(
-            payload=payload,
-            job_id=check_id(job_id) if job_id is not None else None,
-            delay_ms=to_ms("delay", _delay_seconds(delay, at)),
-            priority=self.options.priority if priority is None else priority,
-            max_attempts=self.options.max_attempts if max_attempts is None else max_attempts,
-        )
-
-
-def _delay_seconds(delay: float | None, at: dt.datetime | float | None) -> float:
-    if delay is not None and at is not None:
-        raise InvalidArgument("give delay or at, not both")
-    if at is None:
-        return 0.0 if delay is None else _seconds("delay", delay)
-    if isinstance(at, dt.datetime):
-        target = at.timestamp()
-    else:
-        target = _seconds("at", at)
-    return max(0.0, target - time.time())
+        return chosen.new_job(payload, self.options)
 
 
 @attrs.define(eq=False)
@@ -332,26 +261,6 @@ class TaskHandle:
         return True, self.queue.codec.decode_result(info.result)
 
 
-def cancelled_reason(result: bytes | None) -> str | None:
-    """The reason stored in a ``cancelled:<reason>`` result (None when empty)."""
-    if not result:
-        return None
-    reason = result[len(CANCELLED_PREFIX) :].decode("utf-8", "replace")
-    return reason or None
-
-
-MAX_REASON = 4096  # bytes of a cancel reason kept in the result
-
-
-def cancelled_result(reason: object) -> bytes:
-    """The result a cancelled job completes with (a reason that is not a str becomes text)."""
-    if reason is None:
-        text = ""
-    else:
-        text = safe_str(reason)
-    return (CANCELLED_PREFIX + clip(text, MAX_REASON)).encode()
-
-
 class Queue:
     """A named queue and its registered tasks. No I/O until :meth:`open`.
 
@@ -382,16 +291,7 @@ class Queue:
 
     @overload
     def task(
-        self,
-        /,
-        *,
-        name: str | None = None,
-        max_attempts: int = 1,
-        backoff: Backoff | None = None,
-        timeout: float | None = None,
-        lease: float = DEFAULT_LEASE,
-        priority: int = 0,
-        process: bool = False,
+        self, /, *, name: str | None = None, options: TaskOptions | None = None, **fields: Any
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -400,43 +300,37 @@ class Queue:
         /,
         *,
         name: str | None = None,
-        max_attempts: int = 1,
-        backoff: Backoff | None = None,
-        timeout: float | None = None,
-        lease: float = DEFAULT_LEASE,
-        priority: int = 0,
-        process: bool = False,
+        options: TaskOptions | None = None,
+        **fields: Any,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a coroutine function (or a plain one, run in a thread) as a task.
 
+        The options are :class:`~echomq.app.TaskOptions`' fields, given as keywords
+        (``@queue.task(max_attempts=5, lease=30)``) or as one value
+        (``options=TaskOptions(...)``; keywords given too replace its fields):
+
+        - ``max_attempts``: handler failures allowed before the job is dead (retries =
+          max_attempts - 1; at most 1,000,000). A ``Retry`` counts as a failure.
+        - ``backoff``: seconds between attempts, or a callable ``failures -> seconds``
+          (default: 1 s doubling, capped at 300 s). A delay that cannot be scheduled at run
+          time (the callable raised, answered NaN, inf or more than ``MAX_DELAY``) makes
+          the job dead with that reason.
+        - ``timeout``: seconds the handler may run; past it the attempt fails.
+        - ``lease``: seconds of each lease; the worker renews it every third of that.
+          Delays, leases and timeouts are at most ``MAX_DELAY`` (2^40 ms, ~34.8 years).
+        - ``priority``: default priority of this task's jobs (higher runs first).
+        - ``process``: run a CPU-bound plain function in the worker's process pool
+          (``spawn``: a module-level function; no ``Job`` parameter; arguments and result
+          cross by pickle). Default: plain functions run in a thread.
+
         Args:
             name: the task's name on the wire (default ``module.qualname``).
-            max_attempts: handler failures allowed before the job is dead (retries =
-                max_attempts - 1; at most 1,000,000). A ``Retry`` counts as a failure.
-            backoff: seconds between attempts, or a callable ``failures -> seconds``
-                (default: 1 s doubling, capped at 300 s). A delay that cannot be
-                scheduled at run time (the callable raised, answered NaN, inf or more
-                than ``MAX_DELAY``) makes the job dead with that reason.
-            timeout: seconds the handler may run; past it the attempt fails.
-            lease: seconds of each lease; the worker renews it every third of that.
-                Delays, leases and timeouts are at most ``MAX_DELAY`` (2^40 ms, ~34.8
-                years: the scripts' cap).
-            priority: default priority of this task's jobs (higher runs first).
-            process: run a CPU-bound plain function in the worker's process pool
-                (``spawn``: a module-level function; no ``Job`` parameter; arguments and
-                result cross by pickle). Default: plain functions run in a thread.
 
         Raises:
-            InvalidArgument: a bad option, or the name is taken on this queue.
+            InvalidArgument: a bad or unknown option, or the name is taken on this queue.
         """
-        options = TaskOptions(
-            max_attempts=max_attempts,
-            backoff=backoff,
-            timeout=timeout,
-            lease=lease,
-            priority=priority,
-            process=process,
-        )
+        chosen = build_options(TaskOptions, options, fields)
+        process = chosen.process
 
         def register(fn: Callable[..., Any]) -> Task:
             if not callable(fn):
@@ -453,7 +347,7 @@ class Queue:
                 raise InvalidArgument("a task name must be a non-empty str")
             if task_name in self.tasks:
                 raise InvalidArgument(f"task {task_name!r} is already registered on {self.name}")
-            task = Task(queue=self, fn=fn, name=task_name, options=options)
+            task = Task(queue=self, fn=fn, name=task_name, options=chosen)
             self.tasks[task_name] = task
             return task
 
@@ -534,60 +428,3 @@ class Queue:
         except DuplicateJob:
             assert new.job_id is not None
             return new.job_id
-
-
-@attrs.define(eq=False)
-class Job:
-    """The running job, as its task sees it.
-
-    ``attempt`` is 1 on the first try and grows with each failure (a retry); ``token``
-    is the fencing token of this claim (it also grows when a lease is recovered).
-    """
-
-    id: str
-    task: str
-    queue: str
-    attempt: int
-    token: int
-    cancel_token: CancelToken
-    _conn: Connection = attrs.field(repr=False)
-    _lease_ms: int = attrs.field(repr=False)
-    _lose: Callable[[], None] = attrs.field(repr=False)
-
-    @property
-    def cancelled(self) -> bool:
-        """True once a cancel was requested (the handler stops at its next checkpoint)."""
-        return self.cancel_token.cancelled
-
-    async def progress(self, value: str | int | float) -> None:
-        """Write the row's ``progress`` and publish a ``progress`` event."""
-        await jobs.update_progress(self._conn, self.queue, self.id, value)
-
-    async def log(self, line: str, *, keep: int | None = None) -> int:
-        """Append a line to the job's log list; answer the number of lines kept."""
-        return await jobs.add_log(self._conn, self.queue, self.id, line, keep=keep)
-
-    def shielded(self) -> trio.CancelScope:
-        """A section a cancel request waits for: ``with job.shielded(): ...``."""
-        return trio.CancelScope(shield=True)
-
-    async def checkpoint(self) -> None:
-        """Renew the lease now, then yield to Trio (where a pending cancel is delivered).
-
-        A lost lease (the job was taken over) cancels the job: it is never settled.
-        """
-        try:
-            await jobs.extend_lock(self._conn, self.queue, self.id, self.token, self._lease_ms)
-        except (StaleToken, NotActive, JobGone):
-            self._lose()
-        except ConnectionLost as exc:
-            log.warning("checkpoint of job %s: %s (the lease keeper will retry)", self.id, exc)
-        await trio.lowlevel.checkpoint()
-
-    @contextmanager
-    def _bind(self) -> Iterator[None]:
-        token = _current.set(self)
-        try:
-            yield
-        finally:
-            _current.reset(token)

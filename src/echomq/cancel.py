@@ -1,110 +1,18 @@
-"""Cooperative cancellation (seed 000): the worker-side token and the request verb.
+"""Cooperative cancellation (docs/runtime.md): the worker-side token and the request verb.
 
-Rule 1: a :class:`CancelToken` touches no key, no script and no set. It is a flag a
-handler may read (``poll``/``check``); the worker also bridges it to the job's
-``trio.CancelScope``, so the handler stops at its next checkpoint (except inside
-``job.shielded()``). A handler that never awaits completes normally.
-Rule 2: :func:`request` reaches a job by queue and id from anywhere, in one script
-(``cancel.lua``): pending/scheduled jobs are removed; active ones are signalled with
-``{"event": "cancel", "job": id, "reason": reason}`` on the events channel AND a cancel
-flag on the row (``cancel_requested``, ``cancel_reason``). The event is at most once (a
-publish no worker hears is lost, as the seed says); the flag is not: the worker's lease
-keeper sees it at its next checkpoint (``extend_locks`` answers ``cancel``).
-Rule 3: the state is read and acted on in the same script, so a claim can never slip
-between them: a job answered ``removed`` was never claimed, and a job a worker claimed
-first is ``signalled``.
+- :class:`CancelToken`: a flag a handler reads (``poll``/``check``); the worker bridges it
+  to the job's ``trio.CancelScope``. A plain value (``_model/cancel.py``).
+- :func:`request`: reach a job by queue and id from anywhere, in one script: a waiting job
+  is removed, an active one is signalled (an event and a flag on its row, which the
+  worker's lease keeper reads at its next renewal). See ``_verbs/cancel.py``.
+
+This module is the public face; the implementations live in ``echomq._model.cancel`` and
+``echomq._verbs.cancel``.
 """
 
 from __future__ import annotations
 
-import enum
-from typing import Any
-
-import attrs
-
-from ._redis.connection import Connection
-from ._redis.keyspace import Keyspace
-from ._redis.replies import check, text
-from ._redis.scripts import ScriptCall, call, evaluate
-from .errors import JobCancelled, ScriptError
+from ._model.cancel import CancelToken
+from ._verbs.cancel import CancelOutcome, request, request_call
 
 __all__ = ["CancelOutcome", "CancelToken", "request", "request_call"]
-
-
-class CancelOutcome(enum.StrEnum):
-    """What :func:`request` did."""
-
-    REMOVED = "removed"
-    SIGNALLED = "signalled"
-
-
-@attrs.define(eq=False)
-class CancelToken:
-    """One job's cancellation flag. The worker mints one per claim."""
-
-    _cancelled: bool = attrs.field(default=False, init=False)
-    _reason: str | None = attrs.field(default=None, init=False)
-
-    def cancel(self, reason: str | None = None) -> None:
-        """Mark the token cancelled; the first reason given wins."""
-        if not self._cancelled:
-            self._cancelled = True
-            self._reason = reason
-
-    @property
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    @property
-    def reason(self) -> str | None:
-        return self._reason
-
-    def poll(self) -> bool:
-        """True once a cancellation was asked (non-blocking, no I/O)."""
-        return self._cancelled
-
-    def check(self) -> None:
-        """Raise :class:`~echomq.errors.JobCancelled` if a cancellation was asked.
-
-        A handler that raises it (from here or itself) completes as cancelled.
-        """
-        if self._cancelled:
-            raise JobCancelled(self._reason)
-
-
-def request_call(queue: str, job_id: str, reason: str | None = None) -> ScriptCall[CancelOutcome]:
-    """The ``cancel`` script call for :func:`request` (no I/O)."""
-    ks = Keyspace(queue)
-    keys = [ks.job(job_id), ks.lock(job_id), ks.logs(job_id), ks.pending, ks.schedule]
-    if reason is not None and not isinstance(reason, str):
-        reason = str(reason)  # as before: any value reads as its text
-    argv = [job_id, ks.base, "0" if reason is None else "1", reason or ""]
-
-    def read(reply: Any) -> CancelOutcome:
-        if isinstance(reply, int):
-            check(reply, f"cancel {job_id}")
-        try:
-            return CancelOutcome(text(reply))
-        except ValueError:
-            raise ScriptError(f"cancel {job_id}: unexpected reply {reply!r}") from None
-
-    return call("cancel", keys, argv, read)
-
-
-async def request(
-    conn: Connection, queue: str, job_id: str, reason: str | None = None
-) -> CancelOutcome:
-    """Cancel a job by id, atomically: remove it if unclaimed, signal its worker if active.
-
-    ``signalled`` means the job is active and now carries the cancel flag: its worker stops
-    it at its next checkpoint (the event, or the lease keeper's next renewal) and it
-    completes as ``cancelled:<reason>``. Asking again changes nothing (the first reason
-    stands) but publishes the event again.
-
-    Raises:
-        InvalidKey: a bad queue name or job id (before any I/O).
-        JobGone: no row. NotCancellable: the job is completed or dead.
-        JobLocked: a waiting job under an operator lock cannot be removed.
-        Nothing is written on any refusal.
-    """
-    return await evaluate(conn, request_call(queue, job_id, reason))

@@ -1,4 +1,5 @@
-"""Connection settings: one parser for every URL the trio wire and the sync producer accept.
+"""Settings: where to connect (one parser for every URL the trio wire and the sync producer
+accept), how a worker runs (:class:`WorkerConfig`), and the payload size limit.
 
 Accepted forms::
 
@@ -18,11 +19,20 @@ redis-server child process) before it reaches here.
 
 The payload size limit lives here too (:func:`set_max_payload`): one process-wide
 number that every verb checks before it writes a payload, a result or new job data.
+
+:class:`WorkerConfig` is the one place a worker option is declared: its default, its
+check, its help text and its environment variable. ``Worker(queue, config=...)`` (or the
+same names as keywords), the ``echomq worker`` flags and the ``ECHOMQ_*`` variables are
+all generated from its fields (docs/runtime.md, "Worker options").
 """
 
 from __future__ import annotations
 
+import math
+import os
 import ssl
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
@@ -31,6 +41,8 @@ from .errors import InvalidArgument
 
 __all__ = [
     "ConnectionConfig",
+    "Recovery",
+    "WorkerConfig",
     "parse_url",
     "DEFAULT_URL",
     "DEFAULT_MAX_PAYLOAD",
@@ -252,3 +264,131 @@ def _parse_cluster_url(
         if colon:
             fields["password"] = unquote(password)
     return _finish(fields, query, overrides)
+
+
+# -- worker options ----------------------------------------------------------------------------
+
+Recovery = Literal["reap", "stalled"]
+RECOVERY_MODES: tuple[Recovery, ...] = ("reap", "stalled")
+
+
+def _int_option(low: int, high: int) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InvalidArgument(
+                f"{attribute.name} must be an int in [{low}, {high}], not {value!r}"
+            )
+
+    return check
+
+
+def _seconds_option(
+    *, allow_zero: bool, allow_inf: bool = False
+) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        ok = (
+            not isinstance(value, bool)
+            and isinstance(value, int | float)
+            and not math.isnan(value)
+            and (allow_inf or math.isfinite(value))
+            and (value >= 0 if allow_zero else value > 0)
+        )
+        if not ok:
+            bound = ">= 0" if allow_zero else "a positive, finite number of"
+            raise InvalidArgument(f"{attribute.name} must be {bound} seconds, not {value!r}")
+
+    return check
+
+
+def _recovery(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value not in RECOVERY_MODES:
+        raise InvalidArgument(f"recovery must be 'reap' or 'stalled', not {value!r}")
+
+
+def _to_float(value: Any) -> Any:
+    """An int given for seconds becomes a float (anything else is left to the check)."""
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _meta(
+    help: str, parse: Callable[[str], Any], choices: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """The metadata the CLI and the environment read from a WorkerConfig field: ``help``,
+    ``parse`` (a str from a flag or a variable to the value), ``choices`` (when closed)."""
+    return {"help": help, "parse": parse, "choices": choices}
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a WorkerConfig field: ``ECHOMQ_<FIELD>``."""
+    return f"ECHOMQ_{field.upper()}"
+
+
+@attrs.frozen(kw_only=True)
+class WorkerConfig:
+    """How a worker runs. Each field is one option, declared once: its default, its check,
+    its help; ``echomq worker --<field>`` and ``$ECHOMQ_<FIELD>`` are generated from it.
+
+    Raises:
+        InvalidArgument: a bad value (before any I/O).
+    """
+
+    concurrency: int = attrs.field(
+        default=64, validator=_int_option(1, 100_000), metadata=_meta("jobs held at once", int)
+    )
+    recovery: Recovery = attrs.field(
+        default="reap",
+        validator=_recovery,
+        metadata=_meta(
+            "how expired leases come back: reap (recovered up to max-stalled times, then "
+            "dead) or stalled (dead at max-stalled stalls)",
+            str,
+            RECOVERY_MODES,
+        ),
+    )
+    recovery_interval: float = attrs.field(
+        default=5.0,
+        converter=_to_float,
+        validator=_seconds_option(allow_zero=False),
+        metadata=_meta("seconds between recovery sweeps (one worker per queue sweeps)", float),
+    )
+    max_stalled: int = attrs.field(
+        default=1,
+        validator=_int_option(1, 1_000_000),
+        metadata=_meta(
+            "the recovery bound: stalled = dead at N stalls; reap = recovered N times", int
+        ),
+    )
+    grace: float = attrs.field(
+        default=10.0,
+        converter=_to_float,
+        validator=_seconds_option(allow_zero=True, allow_inf=True),
+        metadata=_meta("seconds in-flight jobs get to finish at shutdown (inf: wait)", float),
+    )
+    settle_timeout: float = attrs.field(
+        default=10.0,
+        converter=_to_float,
+        validator=_seconds_option(allow_zero=False),
+        metadata=_meta("seconds to record one outcome (retried on a lost connection)", float),
+    )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerConfig:
+        """The config from ``$ECHOMQ_<FIELD>`` variables (``os.environ`` by default), with
+        ``overrides`` (None values ignored) winning over them; the rest defaults.
+
+        Raises:
+            InvalidArgument: a variable that does not parse, or a bad value.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in attrs.fields(cls):
+            raw = env.get(env_name(field.name))
+            if raw is not None and raw.strip():
+                try:
+                    values[field.name] = field.metadata["parse"](raw.strip())
+                except ValueError:
+                    raise InvalidArgument(
+                        f"${env_name(field.name)}: cannot read {raw!r} as {field.name}"
+                    ) from None
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)

@@ -215,7 +215,7 @@ async def redis_url(url: str | None) -> AsyncIterator[tuple[str, bool]]:
     if url is not None and not url.startswith("embedded://"):
         yield url, False
         return
-    from .testing import open_redis_server
+    from ._servers.single import open_redis_server
 
     async with open_redis_server() as server:
         yield server.url, True

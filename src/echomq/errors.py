@@ -24,6 +24,7 @@
     ├── ActiveJobs           obliterate (unforced) of a queue with jobs in flight
     ├── JobLocked            remove asked of a job under an operator lock
     ├── DuplicateJob         enqueue with a job_id whose row already exists
+    ├── SchemaMismatch       a queue's data layout (schema_version) is not this echomq's
     ├── TaskNotRegistered    a claimed job names a task this worker does not know
     ├── SerializationError   a payload that cannot be encoded or decoded (also ValueError)
     │   └── PayloadTooLarge  a payload or result over the size limit, before any write
@@ -64,6 +65,7 @@ __all__ = [
     "ActiveJobs",
     "JobLocked",
     "DuplicateJob",
+    "SchemaMismatch",
     "TaskNotRegistered",
     "SerializationError",
     "PayloadTooLarge",
@@ -181,6 +183,25 @@ class JobLocked(EchoMQError):
 
 class DuplicateJob(EchoMQError):
     """Enqueue with an explicit ``job_id`` whose row already exists."""
+
+
+class SchemaMismatch(EchoMQError):
+    """A queue's data layout is not the one this echomq knows: its ``schema_version``
+    (in ``emq:{q}:meta``) is newer (upgrade echomq) or older (migrate the queue; the
+    message says how). A worker refuses to serve such a queue, at start. Not retried.
+    """
+
+    def __init__(self, message: str, *, queue: str = "", found: object = None) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.found = found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_schema_mismatch, (str(self), self.queue, self.found))
+
+
+def _schema_mismatch(message: str, queue: str, found: object) -> SchemaMismatch:
+    return SchemaMismatch(message, queue=queue, found=found)
 
 
 class TaskNotRegistered(EchoMQError, LookupError):

@@ -1,5 +1,5 @@
 """The real thing: jobs run by a Worker, their completions written by the scripts, folded
-into the archive. Until the scripts write ``emq:{q}:completions`` (issue 11's other half)
+into the archive. Until the scripts write ``emq:{q}:completions`` (docs/results.md)
 this test skips, saying so; from then on it runs, with no change here."""
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_jobs_finished_by_a_worker_are_archived_with_their_outcome(
     A plain test running trio itself: a skip raised inside pytest-trio loses its reason."""
     if not trio.run(scenario, redis_url, queue, sqlite_url):
         pytest.skip(
-            "the scripts do not write emq:{q}:completions yet (issue 11, the other half): "
+            "the scripts do not write emq:{q}:completions yet (docs/results.md): "
             "the archive is tested on entries the tests write (test_consumer.py)"
         )
 

@@ -1,6 +1,6 @@
-"""cancel.request is one atomic transition (issue 9): raced against claims, every answer
-agrees with what the job became; an active job's request is stored on its row, so a worker
-that missed the event still stops the job at its next lease checkpoint."""
+"""cancel.request is one atomic transition (docs/lua.md, "Decisions"): raced against claims,
+every answer agrees with what the job became; an active job's request is stored on its row,
+so a worker that missed the event still stops the job at its next lease checkpoint."""
 
 from __future__ import annotations
 

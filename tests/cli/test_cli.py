@@ -236,7 +236,7 @@ async def test_explain_prints_summary_and_facts(
     await admin.pause(conn, queue)
     p = await run(redis_url, "explain", job_id, "-q", queue)
     assert p.returncode == 0
-    assert "paused" in out(p) and "position" in out(p) and "token (attempts)" in out(p)
+    assert "paused" in out(p) and "position" in out(p) and "token" in out(p)
     p = await run(redis_url, "explain", "ghost", "-q", queue)
     assert p.returncode == 1 and "no job 'ghost'" in err(p)
 

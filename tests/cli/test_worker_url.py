@@ -1,6 +1,6 @@
 """Which Redis a worker dials: ``--url``, else ``$ECHOMQ_URL``, else the queue's own
-``Queue(url=...)``, else redis://127.0.0.1:6379/0; the same for ``echomq worker`` and
-``python -m echomq._worker.main``. Run as subprocesses; the worker names the server it
+``Queue(url=...)``, else redis://127.0.0.1:6379/0 (``echomq worker``, run as
+``python -m echomq worker``). Run as subprocesses; the worker names the server it
 serves (or waits for) in its log."""
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ async def noop() -> None:
 """
 
 ENTRIES = {
-    "echomq worker": ["-m", "echomq", "worker"],
-    "_worker.main": ["-m", "echomq._worker.main"],
+    "echomq worker": ["-m", "echomq", "worker"],  # the one front end (docs/operations.md)
 }
 
 

@@ -10,10 +10,10 @@ import trio
 import trio.testing
 
 import echomq
-from echomq import jobs
+from echomq import admin, jobs
 from echomq._redis.cluster import ClusterConnection
+from echomq._redis.dial import open_pubsub
 from echomq._redis.keyspace import Keyspace
-from echomq._redis.pubsub import open_pubsub
 from echomq._redis.slots import key_slot
 from echomq.errors import ConnectionLost, InvalidArgument, ServerError
 from echomq.events import open_event_feed
@@ -206,16 +206,12 @@ async def test_patterns_are_refused_on_a_cluster(redis_cluster: RedisCluster) ->
             await pubsub.psubscribe("emq:*")
 
 
-@pytest.mark.xfail(
-    reason="claim.lua pops ids before it reads their rows: mid-migration, a row already "
-    "moved makes the script fail after ZPOPMIN ('non local key'); see docs/keyspace.md",
-    strict=True,
-)
 async def test_a_claim_with_the_queue_split_by_a_migration_loses_no_job(
     fault_cluster: RedisCluster,
 ) -> None:
     """A reshard that moves a queue's keys in batches (redis-cli's default) can split a job's
-    row from the pending set for a moment. A claim then must change nothing."""
+    row from the pending set for a moment. A claim then must change nothing: it reads every
+    row it will touch before its first write (docs/lua.md, rule 1)."""
     queue = f"split-{uuid.uuid4().hex[:8]}"
     ks = Keyspace(queue)
     slot = key_slot(ks.pending)
@@ -230,6 +226,89 @@ async def test_a_claim_with_the_queue_split_by_a_migration_loses_no_job(
             with pytest.raises(ServerError):
                 await jobs.claim(conn, queue, 600_000, count=2)
             pending = await conn.execute("ZRANGE", ks.pending, 0, -1)
+            active = await conn.execute("ZRANGE", ks.active, 0, -1)
         finally:
             await trio.to_thread.run_sync(migration.finish)
         assert sorted(pending) == sorted(i.encode() for i in ids[1:])
+        assert active == [ids[0].encode()]
+        assert [c.id for c in await jobs.claim(conn, queue, 600_000, count=2)] == ids[1:]
+
+
+async def test_a_complete_whose_trim_meets_a_moved_row_changes_nothing(
+    fault_cluster: RedisCluster,
+) -> None:
+    """complete reads the completed rows its retention will delete before its first write."""
+    queue = f"split-{uuid.uuid4().hex[:8]}"
+    ks = Keyspace(queue)
+    slot = key_slot(ks.pending)
+    async with echomq.connect(fault_cluster.url, connect_timeout=1) as conn:
+        first, second = [await jobs.enqueue(conn, queue, b"x") for _ in range(2)]
+        [one] = await jobs.claim(conn, queue, 600_000)
+        await jobs.complete(conn, queue, one.id, one.token, b"r")
+        [two] = await jobs.claim(conn, queue, 600_000)
+        migration = fault_cluster.start_migration(slot, other_master(fault_cluster, slot))
+        try:
+            migration.move_keys([ks.job(first)])  # the row the trim would delete
+            with pytest.raises(ServerError):
+                await jobs.complete(conn, queue, two.id, two.token, b"r", keep_count=0)
+            active = await conn.execute("ZRANGE", ks.active, 0, -1)
+            state = await conn.execute("HGET", ks.job(second), "state")
+        finally:
+            await trio.to_thread.run_sync(migration.finish)
+        assert (active, state) == ([second.encode()], b"active")
+        await jobs.complete(conn, queue, two.id, two.token, b"r", keep_count=0)
+        assert await conn.execute("ZCARD", ks.completed) == 0
+
+
+async def test_a_drain_that_meets_a_moved_row_changes_nothing(
+    fault_cluster: RedisCluster,
+) -> None:
+    """drain reads every row, log list and lock it will delete before its first write (it
+    deletes them 100 jobs per DEL: a moved row in the second hundred must stop it first)."""
+    queue = f"split-{uuid.uuid4().hex[:8]}"
+    ks = Keyspace(queue)
+    slot = key_slot(ks.pending)
+    async with echomq.connect(fault_cluster.url, connect_timeout=1) as conn:
+        ids = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"x")] * 150)
+        await jobs.enqueue(conn, queue, b"x", delay_ms=600_000)  # every declared key exists
+        migration = fault_cluster.start_migration(slot, other_master(fault_cluster, slot))
+        try:
+            migration.move_keys([ks.job(ids[120])])
+            with pytest.raises(ServerError):
+                await admin.drain_step(conn, queue)
+            pending = await conn.execute("ZCARD", ks.pending)
+            first_row = await conn.execute("EXISTS", ks.job(ids[0]))
+        finally:
+            await trio.to_thread.run_sync(migration.finish)
+        assert (pending, first_row) == (150, 1)
+        assert await admin.drain(conn, queue) == 150
+
+
+async def test_a_script_that_meets_a_key_not_local_is_sent_again_after_the_move(
+    fault_cluster: RedisCluster,
+) -> None:
+    """Mid-migration, enqueue's read of a new row is "not local" (the slot is migrating
+    and the key is not here): the script stopped before its first write, so the wire sends
+    it again until the slot has moved, within connect_timeout."""
+    queue = f"split-{uuid.uuid4().hex[:8]}"
+    ks = Keyspace(queue)
+    slot = key_slot(ks.pending)
+    async with echomq.connect(fault_cluster.url, connect_timeout=5) as conn:
+        await jobs.enqueue(conn, queue, b"x")
+        await jobs.enqueue(conn, queue, b"x", delay_ms=600_000)  # every declared key exists
+        migration = fault_cluster.start_migration(slot, other_master(fault_cluster, slot))
+        async with echomq.connect(fault_cluster.url, connect_timeout=0.1) as hasty:
+            with pytest.raises(ServerError, match="non local key"):
+                await jobs.enqueue(hasty, queue, b"y")  # refused while the slot moves
+        found: list[str] = []
+        async with trio.open_nursery() as nursery:
+
+            async def enqueue() -> None:
+                found.append(await jobs.enqueue(conn, queue, b"y"))
+
+            nursery.start_soon(enqueue)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)  # refused once, waiting
+            assert not found
+            await trio.to_thread.run_sync(migration.finish)
+        info = await jobs.get_job(conn, queue, found[0])
+        assert info is not None and info.state == "pending"

@@ -1,6 +1,7 @@
-"""Issue 16's live test: a worker runs 2,000 jobs on a cluster while the queue's slot moves
-to another master and then that master fails over to its replica. Every job completes,
-and its task ran exactly once; no holder ever settled with a stale token."""
+"""The cluster's live test (docs/wire.md, "Redis Cluster"): a worker runs 2,000 jobs on a
+cluster while the queue's slot moves to another master and then that master fails over to
+its replica. Every job completes, and its task ran exactly once; no holder ever settled with
+a stale token."""
 
 from __future__ import annotations
 

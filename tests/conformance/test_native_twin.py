@@ -1,5 +1,12 @@
 """The native twin: every transition run through EVALSHA and through FCALL gives the same
-replies and leaves the same keyspace (DESIGN.md section 6)."""
+replies and leaves the same keyspace (DESIGN.md section 6).
+
+What this proves, plainly: the differential test (``test_evalsha_and_fcall_agree``) runs the
+same Lua twice, so it proves the Functions wrapping changes nothing, not that the Lua is
+right. The checks below are independent of the Lua: both executors are run through every
+verb and each observed state change is checked against ``TRANSITIONS`` (a table written
+by hand), and for enqueue, claim and complete the whole keyspace is written out by hand.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +16,11 @@ from typing import Any, cast
 import trio
 
 import echomq
+from _transitions import check_against_transitions, listed_moves, run_every_verb
+from _waits import clock_moves
 from echomq import admin, cancel, jobs, stalled
 from echomq._redis.functions import FunctionsConnection, library_source, load_library
+from echomq._redis.scripts import SCHEMA_VERSION
 
 # Fields and sets whose values are server-clock times: compared by presence and order only.
 TIME_FIELDS = {b"created_at", b"claimed_at", b"finished_at", b"run_at", b"cancel_requested"}
@@ -40,7 +50,7 @@ async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
             conn, q, [jobs.NewJob(payload=b"E", job_id="e"), jobs.NewJob(payload=b"F", job_id="f")]
         ),
     )
-    await trio.sleep(0.02)
+    await clock_moves(conn, 2)  # the 1 ms delay / lease is behind the server clock
     await step("claim 3", lambda: jobs.claim(conn, q, 10_000, count=3))
     await step("extend stale", lambda: jobs.extend_lock(conn, q, "a", 7, 5_000))
     await step("extend gone", lambda: jobs.extend_lock(conn, q, "zz", 1, 5_000))
@@ -55,10 +65,10 @@ async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
     await step("complete c stale", lambda: jobs.complete(conn, q, "c", 9, b"done"))
     await step("complete a not active", lambda: jobs.complete(conn, q, "a", 1, b"x"))
     await step("claim rest", lambda: jobs.claim(conn, q, 1, count=10))
-    await trio.sleep(0.02)
+    await clock_moves(conn, 2)  # the 1 ms delay / lease is behind the server clock
     await step("reap", lambda: jobs.reap(conn, q))
     await step("claim again", lambda: jobs.claim(conn, q, 1, count=2))
-    await trio.sleep(0.02)
+    await clock_moves(conn, 2)  # the 1 ms delay / lease is behind the server clock
     await step("sweep", lambda: stalled.check(conn, q, max_stalled=1))
     await step("claim last", lambda: jobs.claim(conn, q, 10_000, count=10))
     await step("release", lambda: jobs.release(conn, q, [("b", 3), ("e", 1), ("zz", 1)]))
@@ -73,7 +83,8 @@ async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
 async def operator_steps(
     conn: echomq.Connection, q: str, step: Callable[[str, Callable[[], Awaitable[Any]]], Any]
 ) -> None:
-    """Seed 004's verbs, each through its success and refusal branches."""
+    """The operator plane's verbs (docs/operations.md), each through its success and
+    refusal branches."""
     await step("pause", lambda: admin.pause(conn, q))
     await step("pause again", lambda: admin.pause(conn, q))
     await step("paused?", lambda: admin.is_paused(conn, q))
@@ -106,7 +117,7 @@ async def operator_steps(
 async def cancel_steps(
     conn: echomq.Connection, q: str, step: Callable[[str, Callable[[], Awaitable[Any]]], Any]
 ) -> None:
-    """Issue 9: cancel as one script through each branch, extend_locks' cancel answer, the
+    """Cancel as one script through each branch, extend_locks' cancel answer, the
     paged drain, and resume of a running queue (on the obliterated queue: empty, running)."""
 
     async def extend_both() -> Any:
@@ -219,3 +230,64 @@ async def test_evalsha_and_fcall_agree(conn: echomq.Connection, queue: str) -> N
     assert steps["cancel locked"] == "JobLocked"
     assert steps["drain step"] == admin.DrainStep(deleted=2, remaining=1)
     assert not any(str(value).startswith("ServerError") for _, value in scripted)
+
+
+# -- checks that do not compare the Lua with itself --------------------------------------
+
+
+async def test_both_executors_make_only_the_moves_in_the_table(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """Every verb through EVALSHA and through FCALL: each observed state change is a row of
+    TRANSITIONS (an independent table), and every row is made by both."""
+    await load_library(conn)
+    native = FunctionsConnection(conn)
+    with trio.fail_after(30):
+        for executor, name in ((conn, queue + "-s"), (native, queue + "-n")):
+            steps = await run_every_verb(executor, name)
+            seen = check_against_transitions(steps)
+            assert seen == listed_moves(), f"{type(executor).__name__}: {seen}"
+
+
+def _expected_after_enqueue() -> dict[str, Any]:
+    return {
+        "emq:{Q}:job:a": {
+            b"state": b"pending", b"payload": b"A", b"attempts": b"0", b"failures": b"0",
+            b"stalled": b"0", b"priority": b"2", b"max_attempts": b"3", b"created_at": True,
+        },
+        "emq:{Q}:pending": [b"a", str(-2 * 2**40 + 1).encode()],
+        "emq:{Q}:meta": {b"seq": b"1", b"schema_version": str(SCHEMA_VERSION).encode()},
+        "emq:{Q}:wake": [b"1"],
+    }  # fmt: skip
+
+
+async def test_hand_written_keyspace_after_enqueue_claim_complete(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """For a few transitions the whole keyspace is written out by hand (docs/keyspace.md),
+    not taken from a run: both executors must produce exactly it."""
+    await load_library(conn)
+    info = (await conn.execute("INFO", "server")).decode()
+    run_id = next(x.split(":", 1)[1].strip() for x in info.splitlines() if x.startswith("run_id"))
+    for executor, q in ((conn, queue + "-hs"), (FunctionsConnection(conn), queue + "-hn")):
+        await jobs.enqueue(executor, q, b"A", job_id="a", priority=2, max_attempts=3)
+        assert await dump(conn, q) == _expected_after_enqueue()
+        [held] = await jobs.claim(executor, q, 60_000)
+        claimed = _expected_after_enqueue()
+        claimed["emq:{Q}:job:a"].update(
+            {b"state": b"active", b"attempts": b"1", b"lease_epoch": run_id.encode(),
+             b"claimed_at": True}
+        )  # fmt: skip
+        del claimed["emq:{Q}:pending"]  # an empty set is no key
+        claimed["emq:{Q}:active"] = [b"a"]
+        assert (held.id, held.token, held.payload) == ("a", 1, b"A")
+        assert await dump(conn, q) == claimed
+        await jobs.complete(executor, q, "a", 1, b"R")
+        done = claimed
+        done["emq:{Q}:job:a"].update(
+            {b"state": b"completed", b"result": b"R", b"finished_at": True}
+        )
+        del done["emq:{Q}:active"]
+        done["emq:{Q}:completed"] = [b"a"]
+        done["emq:{Q}:metrics:completed"] = {b"count": b"1"}
+        assert await dump(conn, q) == done

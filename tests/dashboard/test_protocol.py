@@ -62,7 +62,7 @@ async def test_snapshots_follow_claims_and_show_the_active_job_with_its_lease(
         assert active["task"] == "demo.resize"
         assert active["call"] == 'demo.resize("cat.png", width=64)'
         assert active["progress"] == "40"
-        assert active["attempts"] == claimed.token
+        assert active["token"] == claimed.token
         assert snap["now_ms"] < active["lease_deadline_ms"] <= snap["now_ms"] + 30_000
 
 

@@ -1,4 +1,5 @@
-"""The queue-scope verbs of seed 004: pause, resume, is_paused, drain, obliterate, stats."""
+"""The queue-scope verbs of the operator plane (docs/operations.md): pause, resume,
+is_paused, drain, obliterate, stats."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import trio
 from _operator_support import queue_keys, snapshot
 
 import echomq
+from _waits import blocked
 from echomq import admin, jobs
 from echomq._redis.keyspace import Keyspace
 from echomq.errors import ActiveJobs, InvalidArgument, InvalidKey, NotPaused
@@ -66,9 +68,13 @@ async def test_resume_wakes_an_idle_consumer(
         got.append(await blocking.execute("BLPOP", ks.wake, 5))
         woke.set()
 
-    async with echomq.connect(redis_url) as blocking, trio.open_nursery() as nursery:
+    name = f"blpop-{queue}"
+    async with (
+        echomq.connect(redis_url, client_name=name) as blocking,
+        trio.open_nursery() as nursery,
+    ):
         nursery.start_soon(wait, blocking)
-        await trio.sleep(0.05)  # let BLPOP block first
+        await blocked(conn, name, ks.wake)  # BLPOP waits on the server
         with trio.fail_after(3):
             await admin.resume(conn, queue)
             await woke.wait()
@@ -258,8 +264,8 @@ async def test_obliterate_stops_when_resumed_midway(conn: echomq.Connection, que
 async def test_resume_of_a_running_queue_changes_nothing(
     conn: echomq.Connection, queue: str
 ) -> None:
-    """Seed 004: resuming a queue that is not paused writes nothing, not even a wake token;
-    resuming a paused one pushes exactly one."""
+    """Resuming a queue that is not paused writes nothing, not even a wake token;
+    resuming a paused one pushes exactly one (docs/operations.md)."""
     ks = Keyspace(queue)
     await fill(conn, queue, 1)
     await conn.execute("DEL", ks.wake)

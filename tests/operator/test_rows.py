@@ -1,5 +1,6 @@
-"""The per-job verbs of seed 004: update_data, update_progress, add_log, get_job_logs,
-remove_job, reprocess_job. Every branch, every refusal changes nothing."""
+"""The per-job verbs of the operator plane (docs/operations.md): update_data, update_progress,
+add_log, get_job_logs, remove_job, reprocess_job. Every branch, every refusal changes
+nothing."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from _operator_support import snapshot
 
 import echomq
 from echomq import admin, jobs
+from echomq._redis.dial import open_pubsub
 from echomq._redis.keyspace import Keyspace
-from echomq._redis.pubsub import open_pubsub
 from echomq.errors import InvalidArgument, InvalidKey, JobGone, JobLocked, NotDead
 
 LEASE = 200

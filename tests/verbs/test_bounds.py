@@ -1,6 +1,6 @@
 """Every script that does work proportional to an argument refuses a value over its cap
 itself (EMQARG -> InvalidArgument) before its first write, even when a caller skips the
-verb's own gate; at the cap, it works (issue 9: bounded scripts)."""
+verb's own gate; at the cap, it works (docs/lua.md, rule 8: bounded work per call)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import trio
-
 import echomq
+from _waits import due
 from echomq import jobs
 from echomq._redis.keyspace import Keyspace
 
@@ -78,9 +77,9 @@ async def test_paused_queue_claims_nothing_and_keeps_its_backlog(
 ) -> None:
     """The paused field gates the claim; nothing is written; clearing it serves the head."""
     first = await jobs.enqueue(conn, queue, b"x")
-    await jobs.enqueue(conn, queue, b"y", delay_ms=1)
+    later = await jobs.enqueue(conn, queue, b"y", delay_ms=1)
     await conn.execute("HSET", ks.meta, "paused", "1")
-    await trio.sleep(0.01)  # the scheduled job is due, but a paused claim promotes nothing
+    await due(conn, queue, later)  # the scheduled job is due, but a paused claim promotes nothing
     before = await snapshot(conn, ks)
     assert await jobs.claim(conn, queue, 1_000, count=10) == []
     assert await snapshot(conn, ks) == before
@@ -109,7 +108,7 @@ async def test_promoted_jobs_keep_priority_order(
     ready = await jobs.enqueue(conn, queue, b"", priority=1)
     later_low = await jobs.enqueue(conn, queue, b"", delay_ms=1, priority=0)
     later_high = await jobs.enqueue(conn, queue, b"", delay_ms=1, priority=1)
-    await trio.sleep(0.01)
+    await due(conn, queue, later_low, later_high)
     claimed = await jobs.claim(conn, queue, 1_000, count=3)
     assert [c.id for c in claimed] == [ready, later_high, later_low]
 
@@ -118,9 +117,11 @@ async def test_promotion_beyond_count_pushes_a_wake_token(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
     """Promoted jobs the claim did not take wake the other idle consumers."""
-    await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"", delay_ms=1) for _ in range(3)])
+    ids = await jobs.enqueue_many(
+        conn, queue, [jobs.NewJob(payload=b"", delay_ms=1) for _ in range(3)]
+    )
     assert await conn.execute("LLEN", ks.wake) == 0
-    await trio.sleep(0.01)
+    await due(conn, queue, *ids)
     assert len(await jobs.claim(conn, queue, 1_000, count=1)) == 1
     assert await conn.execute("LRANGE", ks.wake, 0, -1) == [b"3"]
 

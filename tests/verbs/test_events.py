@@ -8,9 +8,11 @@ from typing import Any
 import trio
 
 import echomq
+from _waits import due
 from echomq import jobs
+from echomq._redis.dial import open_pubsub
 from echomq._redis.keyspace import Keyspace
-from echomq._redis.pubsub import PubSub, open_pubsub
+from echomq._redis.pubsub import PubSub
 
 from ._support import eventually
 
@@ -38,7 +40,7 @@ async def test_lifecycle_events_are_published_as_json(
         bad = await jobs.enqueue(conn, queue, b"x", job_id="bad-1", max_attempts=2)
         [held] = await jobs.claim(conn, queue, 1_000)
         await jobs.fail(conn, queue, bad, held.token, 'quote " and \n newline', retry_delay_ms=1)
-        await trio.sleep(0.005)
+        await due(conn, queue, bad)
         [held] = await jobs.claim(conn, queue, 1_000)
         await jobs.fail(conn, queue, bad, held.token, "second")
         got = await _take(ps, 6)

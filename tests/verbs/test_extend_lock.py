@@ -1,4 +1,4 @@
-"""extend_lock and extend_locks: seed 000's order of checks (row, token, membership)."""
+"""extend_lock and extend_locks: the order of checks (row, token, membership; docs/lua.md)."""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-import trio
 
 import echomq
+from _waits import clock_moves, clock_past
 from echomq import jobs
 from echomq._redis.keyspace import Keyspace
 from echomq.errors import JobGone, NotActive, StaleToken
@@ -171,7 +171,7 @@ async def test_completed_retention_keeps_the_newest_rows(
         assert held.id == job_id
         await conn.execute("RPUSH", ks.logs(job_id), "a line")
         await jobs.complete(conn, queue, job_id, held.token, b"r", keep_count=2)
-        await trio.sleep(0.002)  # distinct finish times
+        await clock_moves(conn, 2, ks.meta)  # distinct finish times
     assert await conn.execute("ZRANGE", ks.completed, 0, -1) == [i.encode() for i in ids[2:]]
     for job_id in ids[:2]:
         assert await conn.execute("EXISTS", ks.job(job_id), ks.logs(job_id)) == 0
@@ -187,7 +187,7 @@ async def test_completed_retention_by_age(
     old, new = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"") for _ in range(2)])
     held = await claim_one(conn, queue)
     await jobs.complete(conn, queue, old, held.token, b"", keep_age_ms=30)
-    await trio.sleep(0.06)
+    await clock_past(conn, float(await conn.execute("ZSCORE", ks.completed, old)) + 30, ks.meta)
     held = await claim_one(conn, queue)
     await jobs.complete(conn, queue, new, held.token, b"", keep_age_ms=30)
     assert await conn.execute("ZRANGE", ks.completed, 0, -1) == [new.encode()]

@@ -122,7 +122,7 @@ async def test_sweep_publishes_dead_and_recovered_events(
     """The sweep announces each dead-lettered and each recovered job."""
     import trio
 
-    from echomq._redis.pubsub import open_pubsub
+    from echomq._redis.dial import open_pubsub
 
     dead_id = await _stall(conn, queue, ks)
     async with open_pubsub(redis_url) as ps:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 
 import echomq
+from _waits import blocked, is_blocked
 from echomq import jobs
 from echomq._redis.keyspace import Keyspace
 from echomq._verbs.wake import nudge, wait_then_claim
@@ -14,7 +15,8 @@ async def test_a_token_unblocks_and_the_claim_takes_the_job(
     conn: echomq.Connection, redis_url: str, queue: str
 ) -> None:
     """Enqueue while a consumer waits: the pipelined claim runs at once and holds the job."""
-    async with echomq.connect(redis_url) as wake_conn:
+    name = f"wake-{queue}"
+    async with echomq.connect(redis_url, client_name=name) as wake_conn:
         got: list[jobs.ClaimBatch] = []
 
         async def waiter() -> None:
@@ -23,7 +25,7 @@ async def test_a_token_unblocks_and_the_claim_takes_the_job(
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(waiter)
-                await trio.sleep(0.1)
+                await blocked(conn, name, Keyspace(queue).wake)
                 assert await conn.execute("ZCARD", Keyspace(queue).active) == 0
                 job_id = await jobs.enqueue(conn, queue, b"x")
     [batch] = got
@@ -51,7 +53,12 @@ async def test_nudge_wakes_one_consumer_only(
     """A nudge to consumer a ends a's wait; b keeps waiting until its own nudge."""
     done: list[str] = []
     a_done = trio.Event()
-    async with echomq.connect(redis_url) as wake_a, echomq.connect(redis_url) as wake_b:
+    names = {c: f"wake-{c}-{queue}" for c in "ab"}
+    wake = Keyspace(queue).wake
+    async with (
+        echomq.connect(redis_url, client_name=names["a"]) as wake_a,
+        echomq.connect(redis_url, client_name=names["b"]) as wake_b,
+    ):
 
         async def wait(name: str, wake_conn: echomq.Connection) -> None:
             batch = await wait_then_claim(wake_conn, conn, queue, name, 5.0, 10_000, 1)
@@ -64,10 +71,11 @@ async def test_nudge_wakes_one_consumer_only(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(wait, "a", wake_a)
                 nursery.start_soon(wait, "b", wake_b)
-                await trio.sleep(0.1)
+                await blocked(conn, names["a"], wake)
+                await blocked(conn, names["b"], wake)
                 await nudge(conn, queue, "a")
                 await a_done.wait()
-                await trio.sleep(0.1)  # b had the same chance to return: it must not
+                assert await is_blocked(conn, names["b"], wake)  # b still waits on the server
                 assert done == ["a"]
                 await nudge(conn, queue, "b")
     assert done == ["a", "b"]

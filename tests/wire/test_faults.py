@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 import echomq
+from _waits import until
 from echomq.errors import ConnectionLost, ServerError
 from echomq.testing import RedisServer, drop_redis, freeze_redis, restart_redis
 
@@ -195,15 +196,25 @@ async def test_busy_server_is_retried_until_the_script_is_killed(queue: str) -> 
             with trio.fail_after(10):
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(runaway)
-                    await trio.sleep(0.15)  # past lua-time-limit: the server answers BUSY
+                    await until(lambda: _answers_busy(server.url))  # past lua-time-limit
                     nursery.start_soon(write)
-                    await trio.sleep(0.3)  # the writer is retrying with backoff
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.05)  # it backs off
                     assert "set" not in results
                     assert await admin.execute("SCRIPT", "KILL") == b"OK"
             assert results["set"] == b"OK"
             assert "killed" in str(results["script"]).lower()
             assert await caller.execute("GET", queue) == b"done"
             assert await _errorstat(admin, "BUSY") >= 1
+
+
+async def _answers_busy(url: str) -> bool:
+    """Whether the server answers BUSY now (a probe that waits for nothing)."""
+    try:
+        async with echomq.connect(url, connect_timeout=0.01) as probe:
+            await probe.execute("PING")
+    except ServerError as exc:
+        return str(exc).startswith("BUSY")
+    return False
 
 
 async def test_loading_server_is_retried_until_loaded(queue: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import trio
 
 import echomq
+from _waits import blocked
 from echomq.errors import ServerError
 
 
@@ -42,7 +43,8 @@ async def test_a_command_behind_blpop_runs_when_it_unblocks(
     """INCR queued behind a BLPOP is run by the server only once the BLPOP is served."""
     wake, counter = f"{queue}:wake", f"{queue}:n"
     got: list[list[object]] = []
-    async with echomq.connect(redis_url) as blocking:
+    name = f"blpop-{queue}"
+    async with echomq.connect(redis_url, client_name=name) as blocking:
 
         async def wait() -> None:
             got.append(await blocking.execute_pipeline([("BLPOP", wake, 5), ("INCR", counter)]))
@@ -50,7 +52,7 @@ async def test_a_command_behind_blpop_runs_when_it_unblocks(
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(wait)
-                await trio.sleep(0.2)
+                await blocked(conn, name, wake)
                 assert await conn.execute("GET", counter) is None  # still queued behind
                 await conn.execute("RPUSH", wake, "token")
     assert got == [[[wake.encode(), b"token"], 1]]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import trio
+import trio.testing
 
 import echomq
-from echomq._redis.pubsub import Message, PubSub, open_pubsub
+from echomq._redis.dial import open_pubsub
+from echomq._redis.pubsub import Message, PubSub
 from echomq.testing import RedisServer, drop_redis, restart_redis
 
 
@@ -108,7 +110,7 @@ async def test_subscribe_during_an_outage_returns_once_resubscribed(
             async with trio.open_nursery() as nursery:
                 async with drop_redis(own_server):
                     nursery.start_soon(ps.subscribe, "second")
-                    await trio.sleep(0.1)  # subscribe is waiting for a connection
+                    await trio.testing.wait_all_tasks_blocked(cushion=0.02)  # it waits to reconnect
             await _publish_until_heard(conn, "second", b"hello")
             assert await ps.receive() == Message("second", b"hello")
 

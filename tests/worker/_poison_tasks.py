@@ -1,6 +1,6 @@
 """Healthy and poison tasks for the poison-job test (a worker subprocess serves this queue).
 
-``python -m echomq._worker.main _poison_tasks:queue``; the queue name, URL and lease come
+``python -m echomq worker _poison_tasks:queue``; the queue name, URL and lease come
 from the environment the test sets. Process tasks are module-level so the spawned pool
 children can import them.
 """

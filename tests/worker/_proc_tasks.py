@@ -1,4 +1,4 @@
-"""Tasks for worker subprocesses (``python -m echomq._worker.main _proc_tasks:queue``).
+"""Tasks for worker subprocesses (``python -m echomq worker _proc_tasks:queue``).
 
 The queue name, URL and lease come from the environment the test sets.
 """

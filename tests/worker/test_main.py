@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import echomq
-from echomq._worker.main import TargetError, load_target, run_worker
+from echomq.cli.worker_cmd import TargetError, load_target, run_worker
 
 
 def test_load_target_finds_a_queue_or_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,10 +16,10 @@ import trio
 
 import echomq
 from echomq import jobs
+from echomq._model.backoff import MAX_DELAY
 from echomq._model.codec import JsonCodec
 from echomq._redis.scripts import is_sharded
 from echomq._verbs.rows import MAX_LOG_LINE
-from echomq._worker.backoff import MAX_DELAY
 from echomq._worker.execution import MAX_ERROR_TEXT
 from echomq.app import Task
 from echomq.errors import InvalidArgument, JobFailed, ScriptError, ServerError

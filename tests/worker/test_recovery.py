@@ -1,4 +1,5 @@
-"""Leases and recovery: seed 000's worked example, crashed workers, stale holders, the guard."""
+"""Leases and recovery: the worked example of docs/runtime.md, crashed workers, stale
+holders, the guard."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import echomq
 from echomq import jobs, stalled
@@ -20,7 +22,8 @@ from ._runtime import serving, until, wait_state, worker_process
 
 
 async def test_long_job_with_short_lease_completes_exactly_once(redis_url: str, queue: str) -> None:
-    """Seed 000, scaled down: lease 300 ms, a 1 s handler, a sweep every 50 ms: one run."""
+    """The worked example, scaled down: lease 300 ms, a 1 s handler, a sweep every 50 ms:
+    one run."""
     q = echomq.Queue(queue, url=redis_url)
     runs: list[int] = []
 
@@ -109,11 +112,13 @@ async def test_stale_holder_abandons_its_job_when_the_keeper_sees_the_takeover(
     q = echomq.Queue(queue, url=redis_url)
     executions: list[int] = []
     gate = threading.Event()
+    returned = threading.Event()
 
     @q.task(lease=0.3)
     def blocking() -> str:
         executions.append(echomq.current_job().token)
         gate.wait(5)
+        returned.set()
         return "from the stale holder"
 
     worker = echomq.Worker(q, concurrency=1, recovery_interval=60)
@@ -129,7 +134,8 @@ async def test_stale_holder_abandons_its_job_when_the_keeper_sees_the_takeover(
                 assert claimed.token == 2
                 await until(lambda: worker.statistics().lost > 0)
                 gate.set()
-                await trio.sleep(0.1)  # the abandoned thread returns; nothing must settle
+                await until(returned.is_set)  # the abandoned thread returns...
+                await trio.testing.wait_all_tasks_blocked(cushion=0.02)  # ...nothing settles
                 info = await handle.info()
                 assert info is not None and info.state == "active" and info.result is None
                 assert info.failures == 0 and info.attempts == 2
@@ -195,10 +201,14 @@ async def test_two_workers_share_one_sweep_per_interval(redis_url: str, queue: s
     with trio.fail_after(10):
         async with q.open(), serving(first), serving(second):
             start = trio.current_time()
-            await trio.sleep(0.6)
+
+            def sweeps() -> int:
+                return first.statistics().sweeps + second.statistics().sweeps
+
+            await until(lambda: sweeps() >= 5)
             elapsed = trio.current_time() - start
-    sweeps = first.statistics().sweeps + second.statistics().sweeps
-    assert 1 <= sweeps <= elapsed / 0.09 + 2
+            done = sweeps()
+    assert done <= elapsed / 0.09 + 2  # one sweep per interval between them, not two
 
 
 async def test_a_failing_worker_leaves_its_jobs_to_recovery_counted(

@@ -1,5 +1,5 @@
-"""Shutdown hands back more held jobs than one ``release`` call may take (issue 9: the
-batch verbs are capped at ``MAX_HELD`` pairs; the worker splits its hand-back)."""
+"""Shutdown hands back more held jobs than one ``release`` call may take (docs/lua.md,
+rule 8: the batch verbs are capped at ``MAX_HELD`` pairs; the worker splits its hand-back)."""
 
 from __future__ import annotations
 

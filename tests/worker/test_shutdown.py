@@ -8,9 +8,10 @@ import trio
 
 import echomq
 from echomq import jobs
+from echomq._redis.keyspace import Keyspace
 from echomq.testing import wait_running
 
-from ._runtime import serving, wait_state, worker_process
+from ._runtime import serving, until, wait_state, worker_process
 
 
 async def test_sigterm_lets_in_flight_jobs_finish_within_grace(redis_url: str, queue: str) -> None:
@@ -91,7 +92,8 @@ async def test_shutdown_in_process_releases_jobs_still_running(redis_url: str, q
 
 
 async def test_cancelling_serve_from_outside_also_releases(redis_url: str, queue: str) -> None:
-    """A worker cancelled by its caller's scope hands its jobs back too."""
+    """A worker cancelled by its caller's scope hands its jobs back too (its connections
+    outlive the cancellation until then, so no claim reply is lost on the way out)."""
     q = echomq.Queue(queue, url=redis_url)
 
     @q.task
@@ -122,12 +124,13 @@ async def test_stopping_an_idle_worker_leaves_new_work_pending(redis_url: str, q
     with trio.fail_after(10):
         async with q.open(), trio.open_nursery() as nursery:
             await nursery.start(worker.serve)
-            await trio.sleep(0.2)  # idle: blocked in the pipelined wait
+            await until(lambda: worker.statistics().idle_waits > 0)  # in the pipelined wait
             worker.shutdown()
         async with echomq.connect(redis_url) as conn:
             job_id = await jobs.enqueue(conn, queue, b'{"task":"noop","args":[],"kwargs":{}}')
-            await trio.sleep(0.1)
             info = await jobs.get_job(conn, queue, job_id)
+            # a BLPOP (and its claim) left on the server would have taken the token at once
+            assert await conn.execute("LLEN", Keyspace(queue).wake) == 1
     assert info is not None and info.state is echomq.JobState.PENDING
 
 
@@ -185,3 +188,28 @@ async def test_second_sigterm_with_every_slot_busy_skips_the_grace(
     text = proc.output
     assert "again: stopping without grace" in text
     assert "handed 2 job(s) back to pending" in text
+
+
+async def test_cancelling_serve_right_after_a_woken_claim_loses_no_job(
+    redis_url: str, queue: str
+) -> None:
+    """Jobs taken by the idle wait's pipelined claim (on the worker's own wake connection)
+    are handed back when the caller cancels serve as soon as they are active."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(name="forever")
+    async def forever() -> None:
+        await trio.sleep_forever()
+
+    with trio.fail_after(10):
+        async with q.open():
+            worker = echomq.Worker(q, concurrency=8)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(worker.serve)
+                await until(lambda: worker.statistics().idle_waits > 0)
+                handles = [await forever.delay() for _ in range(3)]
+                for handle in handles:
+                    await wait_state(q.connection, queue, handle.id, "active")
+                nursery.cancel_scope.cancel()
+            states = [await handle.info() for handle in handles]
+    assert [s.state if s else None for s in states] == ["pending"] * 3

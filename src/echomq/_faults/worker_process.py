@@ -34,7 +34,7 @@ from ..errors import EchoMQError, InvalidArgument
 
 __all__ = ["WorkerProcess", "WorkerProcessError", "kill_worker", "open_worker_process"]
 
-FAULT_HOOKS = "ECHOMQ_FAULT_HOOKS"  # read by echomq._worker.main (the one hook it has)
+FAULT_HOOKS = "ECHOMQ_FAULT_HOOKS"  # read by echomq.cli.worker_cmd (the one hook it has)
 SERVING = re.compile(r"worker serving '([^']+)' at ")
 _TAIL = 3000  # characters of output quoted in an error
 _EOF_WAIT = 5.0  # seconds the output may stay open after the process ended (grandchildren)

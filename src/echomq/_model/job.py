@@ -1,4 +1,4 @@
-"""Values the verbs answer: a claimed job, a job's row."""
+"""Values the verbs take and answer: a job to enqueue, a claimed job, a job's row."""
 
 from __future__ import annotations
 
@@ -8,7 +8,22 @@ import attrs
 
 from .states import CANCELLED_PREFIX, JobState
 
-__all__ = ["Claimed", "JobInfo", "Sweep"]
+__all__ = ["Claimed", "JobInfo", "NewJob", "Sweep"]
+
+
+@attrs.frozen(kw_only=True)
+class NewJob:
+    """One job for ``jobs.enqueue_many``: its payload and the enqueue's options as the
+    verbs take them (integer milliseconds; the options are gated when the call is built).
+
+    ``EnqueueOptions.new_job`` (``_model/options.py``) builds one from the API's options.
+    """
+
+    payload: bytes | str
+    job_id: str | None = None
+    delay_ms: int = 0
+    priority: int = 0
+    max_attempts: int = 1
 
 
 @attrs.frozen(kw_only=True)
@@ -43,12 +58,17 @@ def _str(value: bytes | None) -> str | None:
 
 @attrs.frozen(kw_only=True)
 class JobInfo:
-    """A job's row as stored. Times are server-clock milliseconds since the epoch."""
+    """A job's row as stored. Times are server-clock milliseconds since the epoch.
+
+    ``token`` is the fencing token: the row's ``attempts`` field, grown by one at every
+    claim (the row keeps the contract's field name; ``info.attempts`` still reads it).
+    ``failures`` counts handler failures against ``max_attempts``.
+    """
 
     id: str
     state: JobState
     payload: bytes
-    attempts: int
+    token: int
     failures: int
     stalled: int
     max_attempts: int
@@ -61,6 +81,11 @@ class JobInfo:
     claimed_at: int | None
     finished_at: int | None
     run_at: int | None
+
+    @property
+    def attempts(self) -> int:
+        """The fencing token under the row field's name (0.1 spelling; prefer ``token``)."""
+        return self.token
 
     @property
     def cancelled(self) -> bool:
@@ -76,7 +101,7 @@ class JobInfo:
             id=job_id,
             state=JobState(row[b"state"].decode()),
             payload=row.get(b"payload", b""),
-            attempts=_int(row.get(b"attempts")),
+            token=_int(row.get(b"attempts")),
             failures=_int(row.get(b"failures")),
             stalled=_int(row.get(b"stalled")),
             max_attempts=_int(row.get(b"max_attempts"), 1),

@@ -55,7 +55,7 @@ TRANSITIONS: dict[str, Moves] = {
     "reap": {JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD})},
     "stalled_check": {JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD})},
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
-    # the operator plane (seed 004)
+    # the operator plane (docs/operations.md)
     "reprocess_job": {JobState.DEAD: frozenset({JobState.PENDING})},
     "remove_job": {state: frozenset({None}) for state in JobState},
     # cancel removes a waiting job; an active one only gets a flag (it completes later)

@@ -30,29 +30,39 @@ command goes to whoever serves its slot, until ``connect_timeout``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
 import hiredis
 import trio
 
+from .._jitter import Backoff
+from .._trio import open_service_nursery
 from ..config import ConnectionConfig
 from ..errors import ClusterDown, ClusterError, ConnectionLost, CrossSlot, NotACluster, ServerError
 from .connection import Arg, Connection, ReplyError, is_transient, pack, pack_command
-from .replies import server_error
+from .server_errors import server_error
 from .slots import ALL_MASTERS, ANY_MASTER, command_slot, key_slot, pipeline_slot
 from .topology import Address, SlotMap, parse_redirect, parse_shards, parse_slots
 
-__all__ = ["ClusterConnection"]
+__all__ = ["ClusterConnection", "open_cluster"]
 
 log = logging.getLogger("echomq.wire")
 
 _MAX_HOPS = 16  # redirects followed for one command before giving up
 _NODE_CONNECT_TIMEOUT = 1.0  # per node: a dead master is skipped after this, not connect_timeout
 # First words of replies that mean "not run here, now": sent again after a backoff.
-_WAIT = frozenset({"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY", "UNBLOCKED"})
-_WAIT_IN_PIPELINE = frozenset({"TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED"})
+# NONLOCAL stands for "ERR Script attempted to access a non local key": mid-migration, a
+# script met a per-job key the source no longer holds (or one that does not exist yet).
+# Every script reads each per-job key before its first write (docs/lua.md, rule 1), so it
+# stopped having written nothing: sending it again, once the slot has moved, is safe.
+_WAIT = frozenset(
+    {"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY", "UNBLOCKED", "NONLOCAL"}
+)
+_WAIT_IN_PIPELINE = frozenset({"TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED", "NONLOCAL"})
+_NON_LOCAL = "ERR Script attempted to access a non local key"
 _ASKING = pack(("ASKING",))
 
 
@@ -69,6 +79,9 @@ class _Uncovered(Exception):
 
 
 def _first_word(message: str) -> str:
+    """The reply's first word (``NONLOCAL`` for a script's "non local key" refusal)."""
+    if message.startswith(_NON_LOCAL):
+        return "NONLOCAL"
     return message.split(" ", 1)[0]
 
 
@@ -216,6 +229,11 @@ class ClusterConnection(Connection):
         layout = self._map or await self.refresh()
         return list(layout.masters)
 
+    async def every_master(self) -> list[Connection]:
+        """One connection per master serving a slot: together they hold every key (a
+        ``SCAN`` over the cluster runs on each)."""
+        return [self.node(address) for address in await self.masters()]
+
     async def refresh(self) -> SlotMap:
         """Read the layout again from the first node that answers (one read at a time;
         callers that waited for a read share it).
@@ -349,7 +367,7 @@ class ClusterConnection(Connection):
         todo = list(range(len(commands)))
         ask: Address | None = None
         hops = 0
-        delay = 0.01
+        backoff = Backoff(0.01, 0.5)
         deadline = trio.current_time() + self.config.connect_timeout
         last_lost: ConnectionLost | None = None
         while True:
@@ -365,19 +383,19 @@ class ClusterConnection(Connection):
                 try:
                     address = await self._owner(slot)
                 except ConnectionLost:  # no layout yet and no node answered: try again
+                    delay = backoff.next()
                     if trio.current_time() + delay >= deadline:
                         raise
                     await trio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
                     continue
                 except _Uncovered:
+                    delay = backoff.next()
                     if trio.current_time() + delay >= deadline:
                         raise ClusterDown(
                             f"CLUSTERDOWN slot {slot} is served by no master "
                             f"({self.config.display}, after {self.config.connect_timeout} s)"
                         ) from None
                     await trio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
                     await self._try_refresh()
                     continue
                 if len(todo) == 1:
@@ -392,10 +410,10 @@ class ClusterConnection(Connection):
                     last_lost = exc.lost
                     self._suspects[address] = None
                     ask = None
+                    delay = backoff.next()
                     if trio.current_time() + delay >= deadline:
                         raise last_lost from None
                     await trio.sleep(delay)
-                    delay = min(delay * 2, 0.5)
                     await self._try_refresh()
                     continue
                 if expect == 1:
@@ -429,10 +447,10 @@ class ClusterConnection(Connection):
                         self._map.move(redirect.slot, redirect.address)
                     self._refresh_soon()
                 continue
+            delay = backoff.next()
             if trio.current_time() + delay >= deadline:
                 return replies
             await trio.sleep(delay)
-            delay = min(delay * 2, 0.5)
             if word in ("CLUSTERDOWN", "UNBLOCKED", "MASTERDOWN"):
                 await self._try_refresh()
 
@@ -451,3 +469,15 @@ class ClusterConnection(Connection):
             if i == 0:
                 first = reply
         return first
+
+
+@asynccontextmanager
+async def open_cluster(config: ConnectionConfig) -> AsyncIterator[ClusterConnection]:
+    """A connection to the Redis Cluster ``config`` names (``echomq.connect`` picks it for
+    a ``redis+cluster://`` URL); no I/O happens until the first command."""
+    async with open_service_nursery() as nursery:
+        conn = ClusterConnection(config, nursery)
+        try:
+            yield conn
+        finally:
+            await conn.aclose()

@@ -23,12 +23,13 @@ from typing import Any
 
 import trio
 
+from .._jitter import Backoff
 from ..config import ConnectionConfig
 from ..errors import ConnectionLost, InvalidArgument, NotACluster, TLSError
-from .cluster import ClusterConnection
-from .connection import TRANSPORT_ERRORS, Parser, ReplyError, connect, new_parser, open_stream, pack
+from .cluster import ClusterConnection, open_cluster
+from .connection import TRANSPORT_ERRORS, Parser, ReplyError, new_parser, open_stream, pack
 from .pubsub import Message, PubSub, _Confirm, authenticate
-from .replies import server_error
+from .server_errors import server_error
 from .slots import key_slot
 from .topology import Address, parse_redirect
 
@@ -160,8 +161,7 @@ class ClusterPubSub(PubSub):
         The first layout read must succeed (``ConnectionLost`` or ``NotACluster``
         otherwise); later moves are retried with backoff for as long as it runs.
         """
-        async with connect(self.config) as conn:
-            assert isinstance(conn, ClusterConnection)
+        async with open_cluster(self.config) as conn:
             self._conn = conn
             await conn.refresh()
             async with trio.open_nursery() as nursery:
@@ -215,13 +215,13 @@ class ClusterPubSub(PubSub):
             self._lost(name, stale=True)
 
     async def _rehome_loop(self) -> None:
-        delay = 0.02
+        backoff = Backoff(0.02, 1.0)
         while True:
             if not self._homeless:
                 self._wake = trio.Event()
                 await self._wake.wait()
                 continue
-            await trio.sleep(delay)
+            await backoff.sleep()
             conn = self._conn
             assert conn is not None
             try:
@@ -233,11 +233,11 @@ class ClusterPubSub(PubSub):
             except (ConnectionLost, NotACluster) as exc:
                 log.debug("sharded subscriptions: cannot read the layout (%s)", exc)
                 self._layout_stale = True
-                delay = min(delay * 2, 1.0)
                 continue
             if any(n in self._home for n in names):
                 self.reconnects += 1
-            delay = 0.02 if not self._homeless else min(delay * 2, 1.0)
+            if not self._homeless:
+                backoff.reset()
 
     # -- replies -----------------------------------------------------------------------
 

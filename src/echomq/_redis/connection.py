@@ -32,16 +32,17 @@ import hiredis
 import outcome
 import trio
 
+from .._jitter import Backoff
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, TLSError
-from .replies import server_error
+from .server_errors import server_error
 
 __all__ = [
     "Arg",
     "Connection",
     "ReplyError",
-    "connect",
+    "open_connection",
     "new_parser",
     "open_stream",
     "pack",
@@ -331,7 +332,8 @@ class _Session:
 
 
 class Connection:
-    """A multiplexed, auto-pipelined RESP connection. Open one with :func:`connect`.
+    """A multiplexed, auto-pipelined RESP connection. Open one with ``echomq.connect``
+    (``_redis/dial.py``).
 
     Safe to share between any number of tasks. Use a connection of its own for blocking
     commands (BLPOP) and for pub/sub (:mod:`echomq._redis.pubsub`).
@@ -400,10 +402,12 @@ class Connection:
         """Raise the reply's error (:func:`~echomq._redis.replies.server_error`); but a
         transient refusal (not run) is sent again, with backoff."""
         deadline = trio.current_time() + self.config.connect_timeout
-        delay = 0.01
-        while is_transient(message) and trio.current_time() + delay < deadline:
+        backoff = Backoff(0.01, 0.5)
+        while is_transient(message):
+            delay = backoff.next()
+            if trio.current_time() + delay >= deadline:
+                break
             await trio.sleep(delay)
-            delay = min(delay * 2, 0.5)
             session = self._session
             if session is None or session.broken is not None:
                 session = await self._connect()
@@ -436,8 +440,9 @@ class Connection:
 
     async def _connect_with_backoff(self) -> _Session:
         deadline = trio.current_time() + self.config.connect_timeout
-        delay = 0.02
+        backoff = Backoff(0.02, 1.0)
         while True:
+            delay = backoff.next()
             try:
                 return await self._open_session()
             except ConnectionLost:  # (an OSError too) the server is not ready yet
@@ -449,7 +454,6 @@ class Connection:
                         f"cannot connect to {self.config.display}: {exc!r}"
                     ) from exc
             await trio.sleep(delay)
-            delay = min(delay * 2, 1.0)
 
     async def _open_session(self) -> _Session:
         stream = await open_stream(self.config)
@@ -483,6 +487,12 @@ class Connection:
         if config.client_name:
             commands.append(("CLIENT", "SETNAME", config.client_name))
         return commands
+
+    async def every_master(self) -> list[Connection]:
+        """The connections that together hold every key: this one (a cluster answers one
+        per master). For keyless reads over the whole keyspace, such as ``SCAN``."""
+        await trio.lowlevel.checkpoint()
+        return [self]
 
     def drop(self) -> None:
         """Break the current socket as if the network failed (for tests and shutdown)."""
@@ -522,23 +532,11 @@ async def probe(url: str | ConnectionConfig, **options: Any) -> None:
 
 
 @asynccontextmanager
-async def connect(
-    url: str | ConnectionConfig = "redis://127.0.0.1:6379/0", **options: Any
-) -> AsyncIterator[Connection]:
-    """Open a multiplexed connection; no I/O happens until the first command.
-
-    ``options`` override fields of :class:`~echomq.config.ConnectionConfig`
-    (``connect_timeout``, ``ssl_context``, ``client_name``...).
-    A ``redis+cluster://`` URL answers a ``ClusterConnection`` (``_redis/cluster.py``).
-    """
-    config = parse_url(url, **options)
+async def open_connection(config: ConnectionConfig) -> AsyncIterator[Connection]:
+    """A connection to one server (``echomq.connect`` picks this or a cluster's); no I/O
+    happens until the first command."""
     async with open_service_nursery() as nursery:
-        if config.cluster:
-            from .cluster import ClusterConnection  # (it imports this module)
-
-            conn: Connection = ClusterConnection(config, nursery)
-        else:
-            conn = Connection(config, nursery)
+        conn = Connection(config, nursery)
         try:
             yield conn
         finally:

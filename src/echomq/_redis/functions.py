@@ -1,11 +1,17 @@
 """The native twin (DESIGN.md section 6): the same Lua transitions as a Redis Functions library.
 
 Every script under ``lua/`` becomes ``emq_<name>`` in the library ``echomq``: the body is
-the script's own source, wrapped in a function whose parameters are named ``KEYS`` and
-``ARGV``, so the keys, argument order and replies are the script's, by construction.
-``FunctionsConnection`` routes the verbs through ``FCALL`` instead of ``EVALSHA``; the
-differential test (tests/conformance) runs every transition both ways and compares
-replies and keyspace.
+the script's own source (includes expanded), wrapped in a function whose parameters are
+named ``KEYS`` and ``ARGV``, so the keys, argument order and replies are the script's, by
+construction. On a Redis Cluster the library is built from the scripts' sharded twins
+(``SPUBLISH``: an event goes to the queue's shard), exactly as ``EVALSHA`` runs them there.
+``FunctionsConnection`` routes the verbs through ``FCALL`` instead of ``EVALSHA``.
+
+What the conformance test (tests/conformance) proves: that wrapping a script as a function
+changes nothing (same replies, same keyspace, both checked against ``TRANSITIONS`` and
+against hand-written expected changes for a few transitions). It does not prove the Lua
+right by comparing it with itself: the hand-written expectations and the transition table
+are the independent checks.
 """
 
 from __future__ import annotations
@@ -13,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .connection import Arg, Connection
-from .scripts import SCRIPTS, Script
+from .connection import Arg
+from .scripts import SCRIPTS, Executor, Script, is_sharded
 
 __all__ = ["LIBRARY", "FunctionsConnection", "function_name", "library_source", "load_library"]
 
@@ -22,14 +28,15 @@ LIBRARY = "echomq"
 
 
 def function_name(script: Script) -> str:
-    return f"emq_{script.name}"
+    return f"emq_{script.name.split('@', 1)[0]}"
 
 
-def library_source(scripts: Mapping[str, Script] = SCRIPTS) -> str:
-    """The library text for ``FUNCTION LOAD``, built from the scripts' sources."""
+def library_source(scripts: Mapping[str, Script] = SCRIPTS, *, sharded: bool = False) -> str:
+    """The library text for ``FUNCTION LOAD``, built from the scripts' sources (their
+    sharded twins when ``sharded``: a cluster)."""
     parts = [f"#!lua name={LIBRARY}"]
     for name in sorted(scripts):
-        script = scripts[name]
+        script = scripts[name].variant(sharded)
         parts.append(
             f"redis.register_function('{function_name(script)}', function(KEYS, ARGV)\n"
             f"{script.source}\nend)"
@@ -37,9 +44,10 @@ def library_source(scripts: Mapping[str, Script] = SCRIPTS) -> str:
     return "\n".join(parts) + "\n"
 
 
-async def load_library(conn: Connection) -> None:
-    """Load (or replace) the library on the server."""
-    await conn.execute("FUNCTION", "LOAD", "REPLACE", library_source())
+async def load_library(conn: Executor) -> None:
+    """Load (or replace) the library on the server (on every master of a cluster, with the
+    sharded twins)."""
+    await conn.execute("FUNCTION", "LOAD", "REPLACE", library_source(sharded=is_sharded(conn)))
 
 
 class FunctionsConnection:
@@ -48,9 +56,13 @@ class FunctionsConnection:
     Everything else passes through. Call :func:`load_library` once first.
     """
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Executor) -> None:
         self.conn = conn
-        self._by_sha = {s.sha: s for s in SCRIPTS.values()}
+        self.sharded_pubsub = is_sharded(conn)
+        self._by_sha: dict[str, Script] = {}
+        for script in SCRIPTS.values():
+            self._by_sha[script.sha] = script
+            self._by_sha[script.variant(True).sha] = script
 
     async def execute(self, *args: Arg) -> Any:
         if args and args[0] == "EVALSHA":

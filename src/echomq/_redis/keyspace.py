@@ -3,42 +3,22 @@
 Rule 1: every key of queue ``q`` carries the hash tag ``{q}``, so a queue lives in one
 Redis Cluster slot and every script touches one slot.
 Rule 2: queue names and job ids are gated here, before any I/O: 1..128 characters of
-``[A-Za-z0-9._~-]``; anything else raises :class:`~echomq.errors.InvalidKey`.
+``[A-Za-z0-9._~-]``; anything else raises :class:`~echomq.errors.InvalidKey` (the rule
+itself is ``_model/names.py``, re-exported here).
 """
 
 from __future__ import annotations
 
 import functools
-import re
 
 import attrs
 
+from .._model.names import check_id, check_queue
 from ..errors import InvalidKey
 
 __all__ = ["Keyspace", "keyspace", "check_id", "check_queue", "PREFIX"]
 
 PREFIX = "emq"
-_VALID = re.compile(r"[A-Za-z0-9._~-]{1,128}")
-
-
-def _check(kind: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidKey(f"{kind} must be a str, not {type(value).__name__}")
-    if _VALID.fullmatch(value) is None:
-        raise InvalidKey(
-            f"invalid {kind} {value[:140]!r}: use 1..128 characters of [A-Za-z0-9._~-]"
-        )
-    return value
-
-
-def check_queue(name: object) -> str:
-    """Return ``name`` if it is a valid queue name, else raise InvalidKey."""
-    return _check("queue name", name)
-
-
-def check_id(job_id: object) -> str:
-    """Return ``job_id`` if it is a valid job id, else raise InvalidKey."""
-    return _check("job id", job_id)
 
 
 @attrs.frozen

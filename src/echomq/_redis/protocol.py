@@ -35,6 +35,9 @@ class RedisConnection(Protocol):
     async def execute_packed(self, packed: bytes) -> Any:
         """One command already packed (``connection.pack``)."""
 
+    async def every_master(self) -> Sequence[RedisConnection]:
+        """The connections that together hold every key (one server: itself)."""
+
     def drop(self) -> None:
         """Break the socket(s) as if the network failed."""
 

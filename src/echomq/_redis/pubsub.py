@@ -13,19 +13,18 @@ than stalling the socket.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
 import trio
 
-from .._trio import open_service_nursery
-from ..config import ConnectionConfig, parse_url
+from .._jitter import Backoff
+from ..config import ConnectionConfig
 from ..errors import ConnectionLost, TLSError
 from .connection import TRANSPORT_ERRORS, Parser, ReplyError, new_parser, open_stream, pack
-from .replies import server_error
+from .server_errors import server_error
 
-__all__ = ["Message", "PubSub", "open_pubsub"]
+__all__ = ["Message", "PubSub"]
 
 _CONFIRMS = {b"subscribe": "channel", b"psubscribe": "pattern"}
 
@@ -125,7 +124,7 @@ class PubSub:
         The first connection must succeed (``ConnectionLost`` otherwise); later ones are
         retried with backoff for as long as it runs.
         """
-        delay = 0.02
+        backoff = Backoff(0.02, 1.0)
         started = False
         while True:
             try:
@@ -137,8 +136,7 @@ class PubSub:
                     raise ConnectionLost(
                         f"cannot connect to {self.config.display}: {exc!r}"
                     ) from exc
-                await trio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+                await backoff.sleep()
                 continue
             try:
                 parser = new_parser()
@@ -150,7 +148,7 @@ class PubSub:
                 else:
                     started = True
                     task_status.started()
-                delay = 0.02
+                backoff.reset()
                 await self._read(stream, parser)
             except TRANSPORT_ERRORS:
                 if not started:
@@ -221,26 +219,3 @@ async def authenticate(stream: trio.abc.Stream, parser: Parser, config: Connecti
         parser.feed(data)
     if isinstance(reply, ReplyError):
         raise server_error(str(reply), f"{config.display}: AUTH failed")
-
-
-@asynccontextmanager
-async def open_pubsub(
-    url: str | ConnectionConfig, *channels: str, buffer: int = 1024
-) -> AsyncIterator[PubSub]:
-    """A pub/sub connection subscribed to ``channels``; kept alive until the block exits.
-
-    The block starts once the server has confirmed ``channels``. On a Redis Cluster
-    (``redis+cluster://``) the subscriptions are sharded (``_redis/cluster_pubsub.py``).
-    """
-    config = parse_url(url)
-    if config.cluster:
-        from .cluster_pubsub import ClusterPubSub  # (it imports this module)
-
-        pubsub: PubSub = ClusterPubSub(config, buffer=buffer)
-    else:
-        pubsub = PubSub(config, buffer=buffer)
-    async with open_service_nursery() as nursery:
-        await nursery.start(pubsub.run)
-        if channels:
-            await pubsub.subscribe(*channels)
-        yield pubsub

@@ -1,10 +1,11 @@
 """The reply table: every status code and error prefix a script answers, and its meaning.
 
 Scripts refuse in two ways, both before their first write: a small negative integer
-(``Code``), or an error reply whose first word names the refusal (``EMQSTALE``,
-``EMQSTATE ...``). This module is the only place that knows either. It also names the
-server's own refusals that have a type of their own: credentials (``WRONGPASS``, ``NOAUTH``)
-and ACL permissions (``NOPERM``); see :func:`server_error`.
+(``Code``: no row, stale token, not active; the same codes in single-job and batch
+replies), or an error reply whose first word names the refusal (``EMQSTATE ...``,
+``EMQDUP``...). This module is the only place that knows either (:func:`check_status`,
+:func:`translate`). The server's own refusals with a type of their own (credentials, ACL)
+are the wire's (``server_errors.py``; :func:`server_error` is re-exported here).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 
 from ..errors import (
     ActiveJobs,
-    AuthenticationError,
     DuplicateJob,
     EchoMQError,
     InvalidArgument,
@@ -24,13 +24,20 @@ from ..errors import (
     NotCancellable,
     NotDead,
     NotPaused,
-    PermissionDenied,
     ScriptError,
-    ServerError,
     StaleToken,
 )
+from .server_errors import server_error
 
-__all__ = ["Code", "ExtendResult", "translate", "server_error", "check", "text", "as_int"]
+__all__ = [
+    "Code",
+    "ExtendResult",
+    "translate",
+    "server_error",
+    "check_status",
+    "text",
+    "as_int",
+]
 
 
 class Code(enum.IntEnum):
@@ -40,7 +47,7 @@ class Code(enum.IntEnum):
     ALREADY = 2  # idempotent repeat: e.g. complete again with the same token
     CANCEL = 3  # extended, and the row carries a cancel request (extend_locks only)
     GONE = -1  # no row
-    STALE = -2  # the token is not the row's attempts (batch replies only)
+    STALE = -2  # the token is not the row's attempts (single-job and batch replies alike)
     NOT_ACTIVE = -3  # the id has left the active set
 
 
@@ -74,7 +81,6 @@ _CODE_ERRORS: dict[int, type[EchoMQError]] = {
 
 # Error replies: the longest matching prefix wins.
 _ERROR_PREFIXES: tuple[tuple[str, type[EchoMQError]], ...] = (
-    ("EMQSTALE", StaleToken),
     ("EMQSTATE not paused", NotPaused),
     ("EMQSTATE active", ActiveJobs),
     ("EMQSTATE not dead", NotDead),
@@ -94,43 +100,13 @@ def translate(message: str) -> EchoMQError:
     return server_error(message)
 
 
-# The server's own refusals with a type of their own. redis-py drops the first word of an
-# error reply; the second column matches what it leaves.
-_NOAUTH_HINT = (
-    "the server requires a password and none was given: "
-    "put it in the URL (redis://:PASSWORD@host, or redis://USER:PASSWORD@host)"
-)
+def check_status(reply: Any, what: str) -> int:
+    """Return an OK/ALREADY status; raise the typed error for a refusal code.
 
-
-_AUTH_REFUSED = (
-    "ERR AUTH",  # AUTH <password> called without any password configured
-    "ERR invalid password",  # Redis < 6
-    "ERR Client sent AUTH, but no password is set",  # Redis < 6
-    "AUTH <password> called",  # as redis-py words the first
-)
-
-
-def server_error(message: str, context: str = "") -> ServerError:
-    """The error for a server's error reply: ``AuthenticationError`` for wrong or missing
-    credentials, ``PermissionDenied`` for an ACL refusal, else ``ServerError``.
-
-    ``context`` (e.g. ``"redis://host:6379/0: AUTH failed"``) prefixes the message.
+    Raises:
+        JobGone, StaleToken, NotActive: the script refused (``Code``).
+        ScriptError: not a status the scripts answer.
     """
-    text = f"{context}: {message}" if context else message
-    first = message.split(" ", 1)[0]
-    if first == "NOAUTH" or "Protocol error: unauthenticated" in message:
-        # A client that has not authenticated may not send a long command: the server
-        # answers "Protocol error: unauthenticated multibulk length" (and closes).
-        return AuthenticationError(f"NOAUTH: {_NOAUTH_HINT} ({text})")
-    if first == "WRONGPASS" or message.startswith(_AUTH_REFUSED):
-        return AuthenticationError(text)
-    if first == "NOPERM":
-        return PermissionDenied(text)
-    return ServerError(text)
-
-
-def check(reply: Any, what: str) -> int:
-    """Return an OK/ALREADY status; raise the typed error for a refusal code."""
     if not isinstance(reply, int):
         raise ScriptError(f"{what}: unexpected reply {reply!r}")
     if reply in (Code.OK, Code.ALREADY, 0):

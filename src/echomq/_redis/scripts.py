@@ -3,6 +3,12 @@
 Rule 1: one file per transition, named after its verb; the sha1 is computed here, so the
 first call is an EVALSHA; on ``NOSCRIPT`` the script's source is sent once with EVAL
 (which also loads it), then calls go back to EVALSHA.
+Rule 1b: helpers shared by several scripts (the server clock, the priority score, the
+wake cap, the run id, the queue's schema mark) are written once in ``lua/include/<name>.lua``;
+a script names one with a line ``-- @include <name>``, replaced here, at import, by the
+file's text (one level: an include includes nothing). The sha is of the expanded source,
+and the native twin loads the expanded source too. :data:`SCHEMA_VERSION` is read from
+``include/schema.lua``: the layout's version is written in that one place.
 Rule 2: a :class:`ScriptCall` is plain data (script, keys, argv, and the function that
 reads the reply): the verbs build one without I/O, and the trio and sync drivers both run
 it through :func:`evaluate` / :func:`evaluate_sync`.
@@ -38,10 +44,14 @@ from ..errors import (
 from .replies import server_error, translate
 
 __all__ = [
+    "Executor",
+    "INCLUDES",
+    "SCHEMA_VERSION",
     "Script",
     "ScriptCall",
     "SCRIPTS",
-    "call",
+    "expand_includes",
+    "script_call",
     "evaluate",
     "evaluate_sync",
     "is_sharded",
@@ -55,12 +65,13 @@ T = TypeVar("T")
 
 @attrs.frozen
 class Script:
-    """One Lua transition: its name (the file's stem), source and sha1."""
+    """One Lua transition: its name (the file's stem), source (includes expanded) and sha1."""
 
     name: str
     source: str = attrs.field(repr=False)
     sha: str
     sharded: Script | None = attrs.field(default=None, repr=False, eq=False)
+    includes: tuple[str, ...] = attrs.field(default=(), eq=False)
 
     def variant(self, sharded: bool) -> Script:
         """The script to run: the sharded twin on a cluster (when it publishes), else self."""
@@ -75,25 +86,80 @@ def sharded_source(source: str) -> str:
     return _PUBLISH.sub(lambda m: f"redis.call({m[1]}{m[2]}SPUBLISH{m[2]}", source)
 
 
-def make_script(name: str, source: str) -> Script:
-    """A :class:`Script` and, when it publishes, its sharded twin."""
+_INCLUDE = re.compile(r"^-- @include (\w+)[ \t]*$", re.MULTILINE)
+
+
+def _read_includes() -> Mapping[str, str]:
+    found: dict[str, str] = {}
+    for entry in resources.files(__package__).joinpath("lua", "include").iterdir():
+        if entry.name.endswith(".lua"):
+            found[entry.name[:-4]] = entry.read_text(encoding="utf-8")
+    return found
+
+
+INCLUDES: Mapping[str, str] = _read_includes()
+
+
+def expand_includes(
+    name: str, source: str, includes: Mapping[str, str] = INCLUDES
+) -> tuple[str, tuple[str, ...]]:
+    """``source`` with each ``-- @include <x>`` line replaced by ``include/<x>.lua``
+    (between ``-- @begin include x`` / ``-- @end include x`` lines); and the names used.
+
+    Raises:
+        ValueError: an unknown include, or an include that includes (one level only).
+    """
+    used: list[str] = []
+
+    def expand(match: re.Match[str]) -> str:
+        include = match[1]
+        text = includes.get(include)
+        if text is None:
+            raise ValueError(f"{name}.lua: no lua/include/{include}.lua")
+        if _INCLUDE.search(text):
+            raise ValueError(f"include/{include}.lua includes: one level only")
+        used.append(include)
+        return f"-- @begin include {include}\n{text.rstrip()}\n-- @end include {include}"
+
+    return _INCLUDE.sub(expand, source), tuple(used)
+
+
+def make_script(name: str, source: str, includes: tuple[str, ...] = ()) -> Script:
+    """A :class:`Script` (``source`` already expanded) and, when it publishes, its sharded
+    twin."""
     twin = None
     spublish = sharded_source(source)
     if spublish != source:
-        twin = Script(f"{name}@sharded", spublish, hashlib.sha1(spublish.encode()).hexdigest())
-    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), twin)
+        twin = Script(
+            f"{name}@sharded", spublish, hashlib.sha1(spublish.encode()).hexdigest(), None,
+            includes,
+        )  # fmt: skip
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), twin, includes)
 
 
 def _load_all() -> Mapping[str, Script]:
     found: dict[str, Script] = {}
     for entry in resources.files(__package__).joinpath("lua").iterdir():
         if entry.name.endswith(".lua"):
-            source = entry.read_text(encoding="utf-8")
-            found[entry.name[:-4]] = make_script(entry.name[:-4], source)
+            name = entry.name[:-4]
+            source, used = expand_includes(name, entry.read_text(encoding="utf-8"))
+            found[name] = make_script(name, source, used)
     return found
 
 
 SCRIPTS: Mapping[str, Script] = _load_all()
+
+
+def _schema_version() -> int:
+    match = re.search(r"^local SCHEMA_VERSION = (\d+)$", INCLUDES["schema"], re.MULTILINE)
+    if match is None:
+        raise RuntimeError("lua/include/schema.lua does not set SCHEMA_VERSION")
+    return int(match[1])
+
+
+#: the version of the queue's data layout, written by ``mark_queue`` (``include/schema.lua``)
+#: into ``emq:{q}:meta`` and checked by every worker at start (``admin.ensure_schema``)
+SCHEMA_VERSION: int = _schema_version()
 
 
 @attrs.frozen
@@ -115,15 +181,25 @@ class ScriptCall(Generic[T]):
         return ("EVAL", source, len(self.keys), *self.keys, *self.argv)
 
 
-def call(
+def script_call(
     name: str, keys: Sequence[str], argv: Sequence[Any], read: Callable[[Any], T]
 ) -> ScriptCall[T]:
-    """Build a :class:`ScriptCall` for the script named ``name``."""
+    """The call description (:class:`ScriptCall`) of the script named ``name``: what to
+    run, with which keys and argv, and how to read the reply. No I/O."""
     return ScriptCall(SCRIPTS[name], keys, argv, read)
 
 
-class AsyncExecutor(Protocol):
+class Executor(Protocol):
+    """What a verb needs of a connection to run one command or script: ``execute``.
+
+    ``Connection``, ``ClusterConnection`` (``_redis/protocol.RedisConnection``: the whole
+    interface) and the native twin's ``FunctionsConnection`` all provide it.
+    """
+
     async def execute(self, *args: Any) -> Any: ...
+
+
+AsyncExecutor = Executor  # (its former name)
 
 
 def is_sharded(conn: object) -> bool:
@@ -131,7 +207,7 @@ def is_sharded(conn: object) -> bool:
     return bool(getattr(conn, "sharded_pubsub", False))
 
 
-async def evaluate(conn: AsyncExecutor, sc: ScriptCall[T]) -> T:
+async def evaluate(conn: Executor, sc: ScriptCall[T]) -> T:
     """Run ``sc`` on a trio connection; script refusals raise their typed errors."""
     sharded = is_sharded(conn)
     try:
@@ -151,7 +227,7 @@ def _typed(exc: ServerError) -> ServerError | EchoMQError:
     return translate(str(exc)) if type(exc) is ServerError else exc
 
 
-async def evaluate_reply(conn: AsyncExecutor, sc: ScriptCall[T], reply: Any) -> T:
+async def evaluate_reply(conn: Executor, sc: ScriptCall[T], reply: Any) -> T:
     """Read the reply ``sc`` got inside a pipeline (``Connection.execute_pipeline``).
 
     ``NOSCRIPT`` means it did not run: it is run now through :func:`evaluate` on ``conn``

@@ -1,10 +1,8 @@
 """Argument gates shared by the verbs: each raises before any I/O.
 
-Rule 1: ``bool`` is not an int here (``True`` is not a lease), and neither is ``1.5`` or
-``"10"``; bad values raise :class:`~echomq.errors.InvalidArgument` (a ``ValueError``).
-Rule 2: every bound keeps the scripts' arithmetic exact: a score is a double, so
-``priority * 2^40 + seq`` and ``now + lease`` stay below 2^53, and a batch stays below
-Lua's ``unpack`` limit.
+The caps and the integer gates live in ``_model/limits.py`` (the task options check them
+too) and are re-exported here: the verbs read them as ``validate.MAX_COUNT``. This module
+adds what only the scripts' arguments need: tokens, texts, payloads, (id, token) pairs.
 """
 
 from __future__ import annotations
@@ -12,6 +10,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .. import config
+from .._model.limits import (
+    MAX_ATTEMPTS,
+    MAX_BATCH,
+    MAX_BUDGET,
+    MAX_COUNT,
+    MAX_ENQUEUE,
+    MAX_HELD,
+    MAX_MS,
+    MAX_PRIORITY,
+    int_in,
+    non_negative_int,
+    positive_int,
+)
 from ..errors import InvalidArgument, PayloadTooLarge, SerializationError
 from .keyspace import check_id
 
@@ -33,45 +44,6 @@ __all__ = [
     "text_arg",
     "token_str",
 ]
-
-MAX_PRIORITY = 4095  # priority * 2^40 + seq must stay exact in a double score
-# Caps on the work one script call does (each script checks its own again, before its
-# first write): chosen so that no call blocks Redis for more than ~10 ms on a queue of 1M
-# jobs (measured by `python -m benchmarks bounds`, table in benchmarks/README.md).
-MAX_COUNT = 250  # jobs per claim (which also promotes at most 100 due scheduled jobs)
-MAX_BATCH = 250  # expired leases per reap / stalled sweep
-MAX_ENQUEUE = 250  # jobs per enqueue_many call
-MAX_HELD = 250  # (id, token) pairs per extend_locks / release call
-MAX_BUDGET = 500  # jobs (or leftover keys) per drain / obliterate step
-MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a double
-MAX_ATTEMPTS = 1_000_000  # handler failures a job may have; a sane bound, not arithmetic
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def positive_int(name: str, value: object, high: int | None = None) -> int:
-    """``value`` if it is an int in [1, high], else InvalidArgument."""
-    if not _is_int(value) or value <= 0 or (high is not None and value > high):  # type: ignore[operator]
-        bound = f" <= {high}" if high is not None else ""
-        raise InvalidArgument(f"{name} must be a positive int{bound}, not {value!r}")
-    return value  # type: ignore[return-value]
-
-
-def non_negative_int(name: str, value: object, high: int | None = None) -> int:
-    """``value`` if it is an int in [0, high], else InvalidArgument."""
-    if not _is_int(value) or value < 0 or (high is not None and value > high):  # type: ignore[operator]
-        bound = f" <= {high}" if high is not None else ""
-        raise InvalidArgument(f"{name} must be an int >= 0{bound}, not {value!r}")
-    return value  # type: ignore[return-value]
-
-
-def int_in(name: str, value: object, low: int, high: int) -> int:
-    """``value`` if it is an int in [low, high], else InvalidArgument."""
-    if not _is_int(value) or not low <= value <= high:  # type: ignore[operator]
-        raise InvalidArgument(f"{name} must be an int in [{low}, {high}], not {value!r}")
-    return value  # type: ignore[return-value]
 
 
 def token_str(value: object) -> str:

@@ -33,11 +33,17 @@ import attrs
 import hiredis
 import trio
 
-from .._redis.connection import pack
-from .._redis.slots import SLOTS, key_slot
 from .single import RedisServer, RedisServerError, free_port
 
 __all__ = ["ClusterNode", "RedisCluster", "SlotMigration", "open_redis_cluster"]
+
+SLOTS = 16384  # a Redis Cluster's hash slots
+
+
+def pack(args: tuple[Any, ...]) -> bytes:
+    """One command as RESP bytes (this module speaks to its nodes on plain sockets; it
+    imports nothing of the wire, docs/design.md)."""
+    return bytes(hiredis.pack_command(tuple(args)))
 
 
 class _ReplyError(Exception):
@@ -288,8 +294,9 @@ class RedisCluster:
         return found
 
     def slot_of(self, key: str | bytes) -> int:
-        """The slot of ``key`` (a queue's keys all map to the slot of ``"{" + q + "}"``)."""
-        return key_slot(key)
+        """The slot of ``key`` (a queue's keys all map to the slot of ``"{" + q + "}"``),
+        as a master computes it (``CLUSTER KEYSLOT``)."""
+        return int(self.masters()[0].execute("CLUSTER", "KEYSLOT", key))
 
     def owner(self, slot: int) -> ClusterNode:
         """The master serving ``slot`` now."""

@@ -9,13 +9,13 @@ longer than one interval.
 from __future__ import annotations
 
 from .._redis import validate as v
-from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
+from .._redis.scripts import Executor
 
 __all__ = ["take_sweep_guard"]
 
 
-async def take_sweep_guard(conn: Connection, queue: str, owner: str, ttl_ms: int) -> bool:
+async def take_sweep_guard(conn: Executor, queue: str, owner: str, ttl_ms: int) -> bool:
     """Try to take the queue's sweep guard for ``ttl_ms``; True when this caller won it.
 
     Raises:

@@ -13,12 +13,11 @@ from typing import Any, Literal
 
 import attrs
 
-from .._model.job import Claimed, JobInfo, Sweep
+from .._model.job import Claimed, JobInfo, NewJob, Sweep
 from .._redis import validate as v
-from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace, check_id, keyspace
-from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check, text
-from .._redis.scripts import ScriptCall, call, evaluate
+from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check_status, text
+from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -63,17 +62,6 @@ def new_id() -> str:
     return os.urandom(16).hex()
 
 
-@attrs.frozen(kw_only=True)
-class NewJob:
-    """One job for :func:`enqueue_many`; the fields mean what enqueue's arguments mean."""
-
-    payload: bytes | str
-    job_id: str | None = None
-    delay_ms: int = 0
-    priority: int = 0
-    max_attempts: int = 1
-
-
 # -- builders (no I/O) ---------------------------------------------------------------------
 
 
@@ -109,7 +97,7 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
             raise ScriptError(f"enqueue: unexpected reply {reply!r}")
         return ids
 
-    return call("enqueue", [ks.pending, ks.schedule, ks.meta, ks.wake], argv, read)
+    return script_call("enqueue", [ks.pending, ks.schedule, ks.meta, ks.wake], argv, read)
 
 
 def enqueue_one_call(
@@ -164,7 +152,7 @@ def claim_batch_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[Cl
     v.positive_int("lease_ms", lease_ms, v.MAX_MS)
     v.int_in("count", count, 1, v.MAX_COUNT)
     keys = [ks.pending, ks.active, ks.schedule, ks.meta, ks.wake]
-    return call("claim", keys, [ks.base, lease_ms, count], _read_claim)
+    return script_call("claim", keys, [ks.base, lease_ms, count], _read_claim)
 
 
 def claim_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[list[Claimed]]:
@@ -195,9 +183,9 @@ def complete_call(
     ]
 
     def read(reply: Any) -> None:
-        check(reply, f"complete {job_id}")
+        check_status(reply, f"complete {job_id}")
 
-    return call("complete", keys, argv, read)
+    return script_call("complete", keys, argv, read)
 
 
 def fail_call(
@@ -225,7 +213,7 @@ def fail_call(
 
     def read(reply: Any) -> FailOutcome:
         if isinstance(reply, int):
-            check(reply, f"fail {job_id}")
+            check_status(reply, f"fail {job_id}")
             raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
         outcome = text(reply)
         if outcome == "retrying":
@@ -234,7 +222,7 @@ def fail_call(
             return "dead"
         raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
 
-    return call("fail", keys, argv, read)
+    return script_call("fail", keys, argv, read)
 
 
 def extend_lock_call(queue: str, job_id: str, token: int, lease_ms: int) -> ScriptCall[None]:
@@ -242,9 +230,9 @@ def extend_lock_call(queue: str, job_id: str, token: int, lease_ms: int) -> Scri
     argv = [job_id, v.token_str(token), v.positive_int("lease_ms", lease_ms, v.MAX_MS)]
 
     def read(reply: Any) -> None:
-        check(reply, f"extend {job_id}")
+        check_status(reply, f"extend {job_id}")
 
-    return call("extend_lock", [ks.active, ks.job(job_id)], argv, read)
+    return script_call("extend_lock", [ks.active, ks.job(job_id)], argv, read)
 
 
 def _read_codes(ids: list[str], what: str) -> Callable[[Any], dict[str, ExtendResult]]:
@@ -298,7 +286,7 @@ def extend_locks_call(
     ks = keyspace(queue)
     v.positive_int("lease_ms", lease_ms, v.MAX_MS)
     ids, pairs = v.held_pairs(held, "extend_locks")
-    return call("extend_locks", [ks.active], [ks.base, lease_ms, *pairs], _read_extend(ids))
+    return script_call("extend_locks", [ks.active], [ks.base, lease_ms, *pairs], _read_extend(ids))
 
 
 def release_call(
@@ -306,7 +294,7 @@ def release_call(
 ) -> ScriptCall[dict[str, ExtendResult]]:
     ks = keyspace(queue)
     ids, pairs = v.held_pairs(held, "release")
-    return call(
+    return script_call(
         "release", [ks.active, ks.pending, ks.wake], [ks.base, *pairs], _read_codes(ids, "release")
     )
 
@@ -328,14 +316,14 @@ def reap_call(
     if max_recoveries != NO_COUNT:
         v.non_negative_int("max_recoveries", max_recoveries, v.MAX_ATTEMPTS)
     keys = [ks.active, ks.pending, ks.dead, ks.metrics_failed, ks.wake]
-    return call("reap", keys, [ks.base, limit, max_recoveries], _read_sweep)
+    return script_call("reap", keys, [ks.base, limit, max_recoveries], _read_sweep)
 
 
 # -- verbs ------------------------------------------------------------------------------------
 
 
 async def enqueue(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     payload: bytes | str,
     *,
@@ -367,7 +355,7 @@ async def enqueue(
     )
 
 
-async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> list[str]:
+async def enqueue_many(conn: Executor, queue: str, jobs: Sequence[NewJob]) -> list[str]:
     """Add many jobs in one script call (all or nothing); answer their ids in order.
 
     Raises:
@@ -378,7 +366,7 @@ async def enqueue_many(conn: Connection, queue: str, jobs: Sequence[NewJob]) -> 
     return await evaluate(conn, enqueue_call(queue, jobs))
 
 
-async def claim(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
+async def claim(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
     """Claim up to ``count`` (1..250, ``MAX_COUNT``) ready jobs with a lease of ``lease_ms``.
 
     Highest priority first, FIFO within a priority. Empty when the queue is paused (the
@@ -392,7 +380,7 @@ async def claim(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) 
     return await evaluate(conn, claim_call(queue, lease_ms, count))
 
 
-async def claim_batch(conn: Connection, queue: str, lease_ms: int, *, count: int = 1) -> ClaimBatch:
+async def claim_batch(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) -> ClaimBatch:
     """:func:`claim`, also answering how long until the earliest scheduled job is due
     when fewer than ``count`` jobs were ready (the worker's idle wait uses it: no extra
     round trip between an empty claim and the wake list)."""
@@ -400,7 +388,7 @@ async def claim_batch(conn: Connection, queue: str, lease_ms: int, *, count: int
 
 
 async def complete(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     job_id: str,
     token: int,
@@ -421,7 +409,7 @@ async def complete(
 
 
 async def fail(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     job_id: str,
     token: int,
@@ -442,7 +430,7 @@ async def fail(
     )
 
 
-async def extend_lock(conn: Connection, queue: str, job_id: str, token: int, lease_ms: int) -> None:
+async def extend_lock(conn: Executor, queue: str, job_id: str, token: int, lease_ms: int) -> None:
     """Checkpoint a lease: its deadline becomes server now + ``lease_ms``.
 
     Raises:
@@ -453,7 +441,7 @@ async def extend_lock(conn: Connection, queue: str, job_id: str, token: int, lea
 
 
 async def extend_locks(
-    conn: Connection, queue: str, held: Iterable[tuple[str, int]], lease_ms: int
+    conn: Executor, queue: str, held: Iterable[tuple[str, int]], lease_ms: int
 ) -> ExtendAnswers:
     """Checkpoint many leases in one round trip; answer id -> ExtendResult.
 
@@ -467,7 +455,7 @@ async def extend_locks(
 
 
 async def release(
-    conn: Connection, queue: str, held: Iterable[tuple[str, int]]
+    conn: Executor, queue: str, held: Iterable[tuple[str, int]]
 ) -> dict[str, ExtendResult]:
     """Hand held jobs back to pending at once, without counting (graceful shutdown).
 
@@ -478,7 +466,7 @@ async def release(
 
 
 async def reap(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     *,
     limit: int = v.MAX_BATCH,
@@ -499,7 +487,7 @@ async def reap(
 
 
 async def reap_counted(
-    conn: Connection,
+    conn: Executor,
     queue: str,
     *,
     limit: int = v.MAX_BATCH,
@@ -533,6 +521,6 @@ def read_job(job_id: str, row: Any) -> JobInfo | None:
     return JobInfo.from_row(job_id, row)
 
 
-async def get_job(conn: Connection, queue: str, job_id: str) -> JobInfo | None:
+async def get_job(conn: Executor, queue: str, job_id: str) -> JobInfo | None:
     """The job's row, or None when there is none."""
     return read_job(job_id, await conn.execute(*get_job_args(queue, job_id)))

@@ -1,7 +1,8 @@
-"""The per-job verbs (seed 004): reach into one row.
+"""The per-job verbs (docs/operations.md): reach into one row.
 
 ``update_data``, ``update_progress``, ``add_log``, ``get_job_logs``, ``remove_job``,
-``reprocess_job`` and ``explain``. Each gates its arguments before any I/O, runs one
+``reprocess_job`` and ``explain`` (which answers data, an :class:`Explanation`; the CLI
+words it). Each gates its arguments before any I/O, runs one
 script, and answers a value or raises a typed error; a refusal changes nothing. A missing
 row is :class:`~echomq.errors.JobGone` for every one of them. The ``*_call`` builders do no
 I/O, so ``echomq.sync`` can run them on redis-py.
@@ -9,18 +10,16 @@ I/O, so ``echomq.sync`` can run them on redis-py.
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 import attrs
 
 from .._model.job import JobInfo
-from .._model.states import CANCELLED_PREFIX, JobState
+from .._model.states import JobState
 from .._redis import validate as v
-from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
-from .._redis.replies import Code, check, text
-from .._redis.scripts import ScriptCall, call, evaluate
+from .._redis.replies import Code, check_status, text
+from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -42,7 +41,7 @@ MAX_LOG_LINE = 64 * 1024  # bytes; a log line is a line, not a blob
 
 def _status(what: str) -> Any:
     def read(reply: Any) -> None:
-        check(reply, what)
+        check_status(reply, what)
 
     return read
 
@@ -59,14 +58,16 @@ def progress_text(progress: object) -> str:
 def update_data_call(queue: str, job_id: str, payload: bytes | str) -> ScriptCall[None]:
     ks = Keyspace(queue)
     keys = [ks.job(job_id)]
-    return call("update_data", keys, [v.payload_bytes(payload)], _status(f"update_data {job_id}"))
+    return script_call(
+        "update_data", keys, [v.payload_bytes(payload)], _status(f"update_data {job_id}")
+    )
 
 
 def update_progress_call(queue: str, job_id: str, progress: str | int | float) -> ScriptCall[None]:
     ks = Keyspace(queue)
     keys = [ks.job(job_id)]
     argv = [progress_text(progress), job_id, ks.base]
-    return call("update_progress", keys, argv, _status(f"update_progress {job_id}"))
+    return script_call("update_progress", keys, argv, _status(f"update_progress {job_id}"))
 
 
 def add_log_call(queue: str, job_id: str, line: str, *, keep: int | None = None) -> ScriptCall[int]:
@@ -82,10 +83,10 @@ def add_log_call(queue: str, job_id: str, line: str, *, keep: int | None = None)
     def read(reply: Any) -> int:
         if isinstance(reply, int) and reply >= 0:
             return reply
-        check(reply, f"add_log {job_id}")
+        check_status(reply, f"add_log {job_id}")
         raise ScriptError(f"add_log {job_id}: unexpected reply {reply!r}")
 
-    return call("add_log", keys, [data, keep_n], read)
+    return script_call("add_log", keys, [data, keep_n], read)
 
 
 def get_job_logs_call(queue: str, job_id: str) -> ScriptCall[list[str]]:
@@ -94,10 +95,10 @@ def get_job_logs_call(queue: str, job_id: str) -> ScriptCall[list[str]]:
     def read(reply: Any) -> list[str]:
         if isinstance(reply, list):
             return [text(line) for line in reply]
-        check(reply, f"get_job_logs {job_id}")
+        check_status(reply, f"get_job_logs {job_id}")
         raise ScriptError(f"get_job_logs {job_id}: unexpected reply {reply!r}")
 
-    return call("get_job_logs", [ks.job(job_id), ks.logs(job_id)], [], read)
+    return script_call("get_job_logs", [ks.job(job_id), ks.logs(job_id)], [], read)
 
 
 def remove_job_call(queue: str, job_id: str) -> ScriptCall[None]:
@@ -112,13 +113,13 @@ def remove_job_call(queue: str, job_id: str) -> ScriptCall[None]:
         ks.dead,
         ks.completed,
     ]
-    return call("remove_job", keys, [job_id, ks.base], _status(f"remove_job {job_id}"))
+    return script_call("remove_job", keys, [job_id, ks.base], _status(f"remove_job {job_id}"))
 
 
 def reprocess_job_call(queue: str, job_id: str) -> ScriptCall[None]:
     ks = Keyspace(queue)
     keys = [ks.job(job_id), ks.dead, ks.pending, ks.wake]
-    return call("reprocess_job", keys, [job_id, ks.base], _status(f"reprocess_job {job_id}"))
+    return script_call("reprocess_job", keys, [job_id, ks.base], _status(f"reprocess_job {job_id}"))
 
 
 # -- explain -----------------------------------------------------------------------------------
@@ -133,28 +134,13 @@ _EXPECTED_SET = {
 }
 
 
-def _span(ms: int) -> str:
-    """A duration for people: 850 ms, 4.2 s, 3 min 5 s, 2 h 10 min."""
-    ms = abs(ms)
-    if ms < 1000:
-        return f"{ms} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    seconds = ms // 1000
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-
-
-def _utc(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
 @attrs.frozen(kw_only=True)
 class Explanation:
-    """Why a job is (not) running: every fact that decides it, read atomically, and a summary.
+    """Why a job is (not) running: every fact that decides it, read atomically.
 
     Times are server-clock milliseconds. ``position`` is 0-based in the pending order.
+    This is data; the sentences for people are the CLI's (``echomq.cli.explain_text``:
+    ``summary(e)``, ``facts(e)``), so a surface words it without this layer knowing.
     """
 
     job: JobInfo
@@ -175,7 +161,7 @@ class Explanation:
     @property
     def token(self) -> int:
         """The fencing token: the row's ``attempts`` (grows at every claim)."""
-        return self.job.attempts
+        return self.job.token
 
     @property
     def lease_remaining_ms(self) -> int | None:
@@ -191,95 +177,14 @@ class Explanation:
         return self.job.lease_epoch == self.run_id
 
     @property
-    def summary(self) -> str:
-        """One line for people: what the job is doing and what would change that."""
-        job, state = self.job, self.job.state
-        gate = " - the queue is paused: nothing is claimed until resume" if self.paused else ""
-        if state is JobState.PENDING:
-            if self.position is None:
-                return "pending by its row, but in no pending set: it cannot be claimed"
-            where = f"position {self.position + 1} of {self.pending_count} in pending"
-            if self.paused:
-                return f"waiting at {where}{gate}"
-            return f"ready at {where}: the next free worker claims it in that order"
-        if state is JobState.SCHEDULED:
-            if self.run_at_ms is None:
-                return "scheduled by its row, but in no schedule set: it cannot run"
-            why = (
-                f"a retry after failure {job.failures} of {job.max_attempts}"
-                if job.failures
-                else "delayed"
-            )
-            due = self.run_at_ms - self.now_ms
-            if due > 0:
-                return f"{why}: runs in {_span(due)} (at {_utc(self.run_at_ms)}){gate}"
-            return f"{why}: due {_span(due)} ago, promoted to pending at the next claim{gate}"
-        if state is JobState.ACTIVE:
-            left = self.lease_remaining_ms
-            if left is None:
-                return "active by its row, but in no active set: no lease holds it"
-            if self.epoch_current is False or job.lease_epoch is None:
-                return (
-                    f"claimed before the server's last restart (token {job.attempts}): "
-                    "the next recovery sweep returns it to pending without counting a stall"
-                )
-            if left > 0:
-                return (
-                    f"running: held with token {job.attempts}, lease ends in {_span(left)}"
-                    f" (stalls so far {job.stalled})"
-                )
-            return (
-                f"lease expired {_span(left)} ago: its holder stopped checkpointing (crashed or "
-                f"stuck); the next recovery sweep counts a stall (so far {job.stalled}) and "
-                "returns it, or dead-letters it past the bound"
-            )
-        if state is JobState.DEAD:
-            if job.last_error == "stalled":
-                return f"dead: its lease lapsed {job.stalled} time(s); reprocess runs it again"
-            return (
-                f"dead after {job.failures} failure(s) of {job.max_attempts} allowed: "
-                f"{job.last_error}; reprocess runs it again"
-            )
-        finished = (
-            f" {_span(self.now_ms - job.finished_at)} ago" if job.finished_at is not None else ""
-        )
-        if job.cancelled and job.result is not None:
-            reason = job.result.decode("utf-8", "replace")[len(CANCELLED_PREFIX) :]
-            return f"cancelled{finished}: {reason}; it will not run again"
-        return f"completed{finished}; it will not run again"
+    def expected_set(self) -> str:
+        """The state set the row's state says should hold the id."""
+        return _EXPECTED_SET[self.job.state]
 
-    def facts(self) -> list[tuple[str, str]]:
-        """Labelled facts for a table: state, lease, token, counters, gate, position..."""
-        job = self.job
-        out = [("state", str(job.state)), ("in sets", ", ".join(self.sets) or "(none)")]
-        expected = _EXPECTED_SET[job.state]
-        if self.sets != (expected,):
-            out.append(("inconsistent", f"state {job.state} expects the {expected} set"))
-        out.append(("queue", "paused" if self.paused else "running"))
-        if self.position is not None:
-            out.append(("position", f"{self.position + 1} of {self.pending_count}"))
-        if self.lease_deadline_ms is not None:
-            left = self.lease_deadline_ms - self.now_ms
-            when = f"in {_span(left)}" if left > 0 else f"expired {_span(left)} ago"
-            out.append(("lease deadline", f"{_utc(self.lease_deadline_ms)} ({when})"))
-        if job.lease_epoch is not None:
-            current = "current run" if self.epoch_current else "a previous run"
-            out.append(("lease epoch", f"{job.lease_epoch} ({current})"))
-        out.append(("token (attempts)", str(job.attempts)))
-        out.append(("failures", f"{job.failures} of {job.max_attempts}"))
-        out.append(("stalls", str(job.stalled)))
-        if self.run_at_ms is not None:
-            due = self.run_at_ms - self.now_ms
-            when = f"in {_span(due)}" if due > 0 else f"due {_span(due)} ago"
-            out.append(("next run", f"{_utc(self.run_at_ms)} ({when})"))
-        if job.last_error is not None:
-            out.append(("last error", job.last_error))
-        if job.progress is not None:
-            out.append(("progress", job.progress))
-        if self.locked:
-            out.append(("lock", "operator lock set: remove refuses it"))
-        out.append(("server run id", self.run_id))
-        return out
+    @property
+    def consistent(self) -> bool:
+        """Whether exactly the expected set holds the id."""
+        return self.sets == (self.expected_set,)
 
 
 def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
@@ -297,7 +202,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
 
     def read(reply: Any) -> Explanation:
         if reply == Code.GONE:
-            check(reply, f"explain {job_id}")
+            check_status(reply, f"explain {job_id}")
         if not isinstance(reply, list) or len(reply) != 11 or not isinstance(reply[0], list):
             raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
         flat = reply[0]
@@ -325,13 +230,13 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
             locked=bool(reply[10]) or lock_field,
         )
 
-    return call("explain", keys, [job_id], read)
+    return script_call("explain", keys, [job_id], read)
 
 
 # -- verbs ------------------------------------------------------------------------------------
 
 
-async def update_data(conn: Connection, queue: str, job_id: str, payload: bytes | str) -> None:
+async def update_data(conn: Executor, queue: str, job_id: str, payload: bytes | str) -> None:
     """Replace the job's payload (whatever its state; a running handler keeps its copy).
 
     Raises:
@@ -341,7 +246,7 @@ async def update_data(conn: Connection, queue: str, job_id: str, payload: bytes 
 
 
 async def update_progress(
-    conn: Connection, queue: str, job_id: str, progress: str | int | float
+    conn: Executor, queue: str, job_id: str, progress: str | int | float
 ) -> None:
     """Write the row's ``progress`` and publish ``{"event": "progress", ...}``.
 
@@ -354,7 +259,7 @@ async def update_progress(
 
 
 async def add_log(
-    conn: Connection, queue: str, job_id: str, line: str, *, keep: int | None = None
+    conn: Executor, queue: str, job_id: str, line: str, *, keep: int | None = None
 ) -> int:
     """Append ``line`` to the job's logs; with ``keep``, keep only the last ``keep`` lines.
 
@@ -366,7 +271,7 @@ async def add_log(
     return await evaluate(conn, add_log_call(queue, job_id, line, keep=keep))
 
 
-async def get_job_logs(conn: Connection, queue: str, job_id: str) -> list[str]:
+async def get_job_logs(conn: Executor, queue: str, job_id: str) -> list[str]:
     """The job's log lines in append order (``[]`` when none).
 
     Raises:
@@ -375,7 +280,7 @@ async def get_job_logs(conn: Connection, queue: str, job_id: str) -> list[str]:
     return await evaluate(conn, get_job_logs_call(queue, job_id))
 
 
-async def remove_job(conn: Connection, queue: str, job_id: str) -> None:
+async def remove_job(conn: Executor, queue: str, job_id: str) -> None:
     """Remove the job from whichever set holds it (active included), with its row and logs.
 
     A worker still running a removed job finds its row gone when it settles (``JobGone``).
@@ -387,7 +292,7 @@ async def remove_job(conn: Connection, queue: str, job_id: str) -> None:
     await evaluate(conn, remove_job_call(queue, job_id))
 
 
-async def reprocess_job(conn: Connection, queue: str, job_id: str) -> None:
+async def reprocess_job(conn: Executor, queue: str, job_id: str) -> None:
     """Move a dead job back to pending, first in its priority band, and wake a worker.
 
     ``last_error`` is cleared; ``attempts``, ``failures`` and ``stalled`` stay. The pause
@@ -399,10 +304,11 @@ async def reprocess_job(conn: Connection, queue: str, job_id: str) -> None:
     await evaluate(conn, reprocess_job_call(queue, job_id))
 
 
-async def explain(conn: Connection, queue: str, job_id: str) -> Explanation:
+async def explain(conn: Executor, queue: str, job_id: str) -> Explanation:
     """Why is this job not running? Its state, lease deadline and epoch, fencing token,
     stalls, failures, next run time, the pause gate and its place in pending, read in one
-    atomic script; ``.summary`` says it in one line and ``.facts()`` lists it.
+    atomic script. ``echomq.cli.explain_text.summary(e)`` says it in one line and
+    ``facts(e)`` lists it.
 
     Raises:
         InvalidKey: before any I/O. JobGone: no row.

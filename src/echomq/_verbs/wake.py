@@ -14,8 +14,8 @@ is due sooner than its timeout.
 
 from __future__ import annotations
 
-from .._redis.connection import Connection
 from .._redis.keyspace import Keyspace
+from .._redis.protocol import RedisConnection
 from .._redis.scripts import evaluate_reply, is_sharded
 from ..errors import InvalidArgument, ServerError
 from .lifecycle import ClaimBatch, claim_batch_call
@@ -27,8 +27,8 @@ _NUDGE_TTL_MS = 10_000  # a nudge nobody took does not linger
 
 
 async def wait_then_claim(
-    wake_conn: Connection,
-    conn: Connection,
+    wake_conn: RedisConnection,
+    conn: RedisConnection,
     queue: str,
     consumer: str,
     block: float,
@@ -61,7 +61,7 @@ async def wait_then_claim(
     return batch
 
 
-async def nudge(conn: Connection, queue: str, consumer: str) -> None:
+async def nudge(conn: RedisConnection, queue: str, consumer: str) -> None:
     """Wake one consumer blocked in :func:`wait_then_claim` (and no other)."""
     key = Keyspace(queue).wake_direct(consumer)
     replies = await conn.execute_pipeline([("RPUSH", key, 1), ("PEXPIRE", key, _NUDGE_TTL_MS)])

@@ -18,7 +18,7 @@ from collections import OrderedDict
 import attrs
 import trio
 
-from ..cancel import CancelToken
+from .._model.cancel import CancelToken
 
 __all__ = ["Held", "InFlight", "Stop"]
 

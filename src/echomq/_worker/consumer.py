@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any
 
 import attrs
 import trio
 
 from .. import jobs
+from .._jitter import Backoff
 from .._redis import validate as v
+from .._redis.protocol import RedisConnection
 from .._verbs.wake import nudge, wait_then_claim
 from ..errors import ConnectionLost
 from ..jobs import ClaimBatch
@@ -42,8 +43,8 @@ _MIN_IDLE = 0.05  # a due-but-unclaimable job (a paused queue) must not make us 
 
 @attrs.define(eq=False)
 class Consumer:
-    conn: Any
-    wake_conn: Any
+    conn: RedisConnection
+    wake_conn: RedisConnection
     queue: str
     inflight: InFlight
     runner: JobRunner
@@ -69,7 +70,7 @@ class Consumer:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        delay = 0.02
+        backoff = Backoff(0.02, 2.0)
         idle_for: float | None = None  # set: the last claim was under-filled
         try:
             while not self._stopping:
@@ -85,12 +86,12 @@ class Consumer:
                     else:
                         batch = await self._claim_when_woken(want, idle_for)
                 except ConnectionLost as exc:
+                    delay = backoff.next()
                     log.warning("claim loop: %s; retrying in %.2f s", exc, delay)
                     await trio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
                     idle_for = None
                     continue
-                delay = 0.02
+                backoff.reset()
                 self._take(batch)
                 idle_for = self._idle_time(batch) if len(batch.jobs) < want else None
                 await trio.lowlevel.checkpoint()

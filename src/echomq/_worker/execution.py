@@ -33,10 +33,13 @@ import attrs
 import trio
 
 from .. import jobs
+from .._jitter import Backoff
+from .._model.backoff import NoDelay, backoff_ms, default_backoff, delay_ms
+from .._model.cancel import cancelled_result
 from .._model.job import Claimed
 from .._model.text import clip, error_text, safe_str
+from .._redis.scripts import Executor
 from .._verbs.rows import MAX_LOG_LINE
-from ..app import Job, Queue, Task, cancelled_result
 from ..errors import (
     ConnectionLost,
     JobCancelled,
@@ -46,9 +49,10 @@ from ..errors import (
     SerializationError,
     StaleToken,
 )
-from .backoff import NoDelay, backoff_ms, default_backoff, delay_ms
 from .cancellation import Held, InFlight, Stop
+from .context import Job
 from .processes import ProcessPool
+from .protocols import QueueSpec, TaskSpec
 
 __all__ = ["MAX_ERROR_TEXT", "Counters", "JobRunner", "Settlement"]
 
@@ -126,8 +130,8 @@ def _traceback_line(exc: BaseException) -> str:
 class JobRunner:
     """Runs claimed jobs for one worker; the consumer starts :meth:`run` per job."""
 
-    queue: Queue
-    conn: Any  # echomq.Connection (Any: tests may wrap it)
+    queue: QueueSpec
+    conn: Executor  # an echomq.Connection (tests may wrap it)
     inflight: InFlight
     on_done: Callable[[], None]
     settle_timeout: float = 10.0
@@ -209,7 +213,7 @@ class JobRunner:
 
     def _outcome(
         self,
-        task: Task,
+        task: TaskSpec,
         claimed: Claimed,
         held: Held,
         failure: BaseException,
@@ -243,7 +247,7 @@ class JobRunner:
         log.warning("job %s: %s", job_id, error)
         return Settlement(complete=False, error=error, dead=True)
 
-    def _failure(self, task: Task, claimed: Claimed, error: str, tb: str | None) -> Settlement:
+    def _failure(self, task: TaskSpec, claimed: Claimed, error: str, tb: str | None) -> Settlement:
         try:
             delay = backoff_ms(task.options.backoff, claimed.failures + 1)
         except NoDelay as why:
@@ -253,7 +257,7 @@ class JobRunner:
             complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay, traceback=tb
         )
 
-    def _retry(self, task: Task, claimed: Claimed, ask: Retry) -> Settlement:
+    def _retry(self, task: TaskSpec, claimed: Claimed, ask: Retry) -> Settlement:
         error = f"Retry: {safe_str(ask.reason)}"
         try:
             if ask.delay is not None:
@@ -268,7 +272,7 @@ class JobRunner:
 
     async def _invoke(
         self,
-        task: Task,
+        task: TaskSpec,
         held: Held,
         job: Job,
         args: tuple[Any, ...],
@@ -298,7 +302,7 @@ class JobRunner:
         """Record the outcome; True once the server took it (or already had it)."""
         s = settlement
         with trio.CancelScope(shield=True), trio.move_on_after(self.settle_timeout):
-            delay = 0.02
+            backoff = Backoff(0.02, 1.0)
             while True:
                 try:
                     if s.traceback is not None:
@@ -314,8 +318,7 @@ class JobRunner:
                     return True  # never retried, never handed back
                 except ConnectionLost as exc:
                     log.warning("job %s: settling failed (%s); retrying", held.id, exc)
-                    await trio.sleep(delay)
-                    delay = min(delay * 2, 1.0)
+                    await backoff.sleep()
                 except Exception as exc:  # not transient: fail the job instead
                     why = error_text(exc, _REASON_ROOM)
                     if s.fallback:

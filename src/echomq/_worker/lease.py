@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import Any
 
 import attrs
 import trio
@@ -26,6 +25,7 @@ import trio
 from .. import jobs
 from .._redis import validate as v
 from .._redis.replies import ExtendResult
+from .._redis.scripts import Executor
 from ..errors import ConnectionLost
 from .cancellation import InFlight, Stop
 
@@ -38,7 +38,7 @@ CHUNK = v.MAX_HELD  # pairs per extend_locks call (the verb's cap)
 
 @attrs.define(eq=False)
 class LeaseKeeper:
-    conn: Any
+    conn: Executor
     queue: str
     inflight: InFlight
     period: float

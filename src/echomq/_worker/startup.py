@@ -2,8 +2,8 @@
 
 Rule 1: a worker started before its Redis (a fleet booting, a container ordering race)
 waits: one connection attempt (connect, AUTH, PING), then a pause that doubles from
-``WAIT_MIN`` to ``WAIT_MAX`` with jitter (so a fleet does not retry in step), and one log
-line per failed attempt: ``waiting for redis at <url> (attempt N): <reason>``.
+``WAIT_MIN`` to ``WAIT_MAX`` with jitter (``_jitter.Backoff``: a fleet does not retry in
+step), and one log line per failed attempt: ``waiting for redis at <url> (attempt N): <reason>``.
 Rule 2: only what may pass by itself is waited for: nothing listening, a dropped socket,
 a server still loading its data (``ConnectionLost``). Wrong or missing credentials, an ACL
 refusal or a TLS certificate nobody trusts (``AuthenticationError``, ``PermissionDenied``,
@@ -15,12 +15,12 @@ Rule 3: a stop asked while waiting ends the wait at once (``None``: nothing was 
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import trio
 
+from .._jitter import Backoff
 from .._redis.connection import probe
 from ..config import parse_url
 from ..errors import ConnectionLost
@@ -61,7 +61,7 @@ async def wait_for_redis(url: str, stop: trio.Event, then: Callable[[], Awaitabl
     """
     display = parse_url(url).display
     attempt = 0
-    delay = WAIT_MIN
+    backoff = Backoff(WAIT_MIN, WAIT_MAX)
     while not stop.is_set():
         attempt += 1
         try:
@@ -74,9 +74,8 @@ async def wait_for_redis(url: str, stop: trio.Event, then: Callable[[], Awaitabl
             if attempt > 1:
                 log.info("redis at %s answered (attempt %d)", display, attempt)
             return answer
-        with trio.move_on_after(delay * random.uniform(0.5, 1.0)):
+        with trio.move_on_after(backoff.next()):
             await stop.wait()
-        delay = min(delay * 2, WAIT_MAX)
     return None
 
 

@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import Any, Literal
 
 import attrs
 import trio
 
 from .. import jobs, stalled
+from .._redis.scripts import Executor
 from .._verbs.guard import take_sweep_guard
+from ..config import Recovery
 from ..errors import ConnectionLost
 
-__all__ = ["Recovery", "Sweeper"]
+__all__ = ["Recovery", "Sweeper"]  # (Recovery lives in config.py; re-exported)
 
 log = logging.getLogger("echomq.worker")
-
-Recovery = Literal["reap", "stalled"]
 
 _PAGE = 100
 _MAX_PAGES = 10
@@ -35,7 +34,7 @@ _MAX_PAGES = 10
 
 @attrs.define(eq=False)
 class Sweeper:
-    conn: Any
+    conn: Executor
     queue: str
     recovery: Recovery
     interval: float

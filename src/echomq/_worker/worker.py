@@ -13,7 +13,8 @@ Layout::
         └── cancel listener       cancel events -> InFlight.request_cancel
 
 Start: until Redis answers, ``serve`` waits with backoff (startup.py), one log line per
-attempt; a stop asked meanwhile ends it cleanly.
+attempt; a stop asked meanwhile ends it cleanly. Then the queue's data layout must be this
+echomq's (``admin.ensure_schema``: marked if absent, ``SchemaMismatch`` if another).
 
 Shutdown (``shutdown()``, or SIGINT/SIGTERM through ``run_worker``): stop claiming; wait
 up to ``grace`` seconds for held jobs (the lease keeper keeps renewing them); cancel the
@@ -27,37 +28,34 @@ back uncounted, their leases are cut so that recovery collects them as stalls at
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 import trio
 
-from .. import jobs, stalled
+from .. import admin, jobs
+from .._model.options import DEFAULT_LEASE, seconds, to_ms
 from .._redis import validate as v
-from .._redis.connection import connect
-from ..app import Queue, to_ms
-from ..config import parse_url
+from .._redis.dial import connect
+from .._redis.protocol import RedisConnection
+from ..config import WorkerConfig, parse_url
 from ..errors import ConnectionLost, InvalidArgument
 from ..events import EventFeed
 from .cancellation import InFlight
 from .consumer import Consumer
 from .execution import JobRunner
 from .lease import LeaseKeeper
+from .protocols import QUEUE_ATTRIBUTES, QueueSpec
 from .startup import wait_for_redis
-from .sweeper import Recovery, Sweeper
+from .supervise import Loop, Supervisor, is_crash
+from .sweeper import Sweeper
 
 __all__ = ["Worker", "WorkerStatistics"]
 
 log = logging.getLogger("echomq.worker")
 
-_RESTART_MIN = 0.1
-_RESTART_MAX = 5.0
 _RELEASE_TIMEOUT = 5.0
-_HEALTHY = 30.0  # a helper that ran this long before crashing restarts fast
-
-Loop = Callable[..., Awaitable[None]]
+_CONFIG_FIELDS = frozenset(field.name for field in attrs.fields(WorkerConfig))
 
 
 @attrs.frozen(kw_only=True)
@@ -78,59 +76,62 @@ class WorkerStatistics:
     recovered: int
     dead_lettered: int
     helper_restarts: int
+    claims: int  # claim calls made
+    idle_waits: int  # waits on the wake list (the queue was empty or paused)
     stopping: bool
 
 
 class Worker:
     """Runs a queue's tasks. ``trio.run(worker.serve)`` or ``await nursery.start(worker.serve)``.
 
+    ``Worker(queue, config=WorkerConfig(...))``, or the config's fields as keywords:
+    ``Worker(queue, concurrency=8, grace=0)`` (keywords given with a config replace its
+    fields). Every option, its default and its meaning is a field of
+    :class:`~echomq.config.WorkerConfig`; ``worker.config`` holds them (and
+    ``worker.concurrency`` etc. read them).
+
     Args:
-        queue: the :class:`~echomq.Queue` whose registered tasks this worker runs.
-        concurrency: jobs held at once.
-        recovery: how expired leases (a crashed or stuck worker) come back; both count a
-            stall, except for a lease from before a Redis restart. ``"reap"``: back to
-            pending until a job has been recovered ``max_stalled`` times, dead at its next
-            stall. ``"stalled"`` (seed 000's sweep): dead at ``max_stalled`` stalls.
-        recovery_interval: seconds between sweeps (one worker per queue sweeps each interval).
-        max_stalled: the recovery threshold (see ``recovery``; default 1: reap recovers
-            a job once, the stalled sweep dead-letters its first stall).
-        grace: seconds in-flight jobs get to finish at shutdown.
-        settle_timeout: the bound on recording one outcome (retried on ConnectionLost).
+        queue: the :class:`~echomq.Queue` whose registered tasks this worker runs (any
+            object with its shape will do: ``_worker/protocols.QueueSpec``).
+        config: the options (default: ``WorkerConfig()``).
+        **options: fields of ``WorkerConfig`` (concurrency, recovery, recovery_interval,
+            max_stalled, grace, settle_timeout).
 
     Raises:
-        InvalidArgument: a bad option (before any I/O).
+        InvalidArgument: a bad or unknown option (before any I/O).
     """
 
     def __init__(
-        self,
-        queue: Queue,
-        *,
-        concurrency: int = 64,
-        recovery: Recovery = "reap",
-        recovery_interval: float = 5.0,
-        max_stalled: int = stalled.DEFAULT_MAX_STALLED,
-        grace: float = 10.0,
-        settle_timeout: float = 10.0,
+        self, queue: QueueSpec, config: WorkerConfig | None = None, **options: Any
     ) -> None:
-        if not isinstance(queue, Queue):
+        if not all(hasattr(queue, name) for name in QUEUE_ATTRIBUTES):
             raise InvalidArgument(f"Worker needs an echomq.Queue, not {queue!r}")
-        if recovery not in ("reap", "stalled"):
-            raise InvalidArgument(f"recovery must be 'reap' or 'stalled', not {recovery!r}")
+        unknown = sorted(set(options) - _CONFIG_FIELDS)
+        if unknown:
+            raise InvalidArgument(
+                f"unknown worker option(s) {', '.join(unknown)}; "
+                f"the options are {', '.join(sorted(_CONFIG_FIELDS))}"
+            )
+        if config is not None and not isinstance(config, WorkerConfig):
+            raise InvalidArgument(f"config must be a WorkerConfig, not {config!r}")
+        base = config if config is not None else WorkerConfig()
+        self.config = attrs.evolve(base, **options) if options else base
         self.queue = queue
-        self.concurrency = v.int_in("concurrency", concurrency, 1, 100_000)
-        self.recovery: Recovery = recovery
-        self.recovery_interval = _positive("recovery_interval", recovery_interval)
-        self.max_stalled = v.positive_int("max_stalled", max_stalled)
-        self.grace = _non_negative("grace", grace)
-        self.settle_timeout = _positive("settle_timeout", settle_timeout)
         self.inflight = InFlight()
         self._stop = trio.Event()
         self._hurry = trio.Event()
         self._runner: JobRunner | None = None
         self._sweeper: Sweeper | None = None
         self._keeper: LeaseKeeper | None = None  # reached by echomq.testing.freeze_renewal
-        self._restarts = 0
+        self._consumer: Consumer | None = None
+        self._supervisor = Supervisor()
         self._serving = False
+
+    def __getattr__(self, name: str) -> Any:
+        """``worker.concurrency``, ``worker.grace``...: the config's fields, read-only."""
+        if name in _CONFIG_FIELDS:
+            return getattr(self.config, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- control -----------------------------------------------------------------------
 
@@ -140,7 +141,7 @@ class Worker:
         ``grace=0`` (or a second call with it) stops waiting for in-flight jobs: they are
         cancelled and handed back to pending at once.
         """
-        if grace is not None and _non_negative("grace", grace) == 0:
+        if grace is not None and seconds("grace", grace) == 0:
             self._hurry.set()
         self._stop.set()
 
@@ -152,7 +153,7 @@ class Worker:
         c = self._runner.counters if self._runner is not None else None
         return WorkerStatistics(
             queue=self.queue.name,
-            concurrency=self.concurrency,
+            concurrency=self.config.concurrency,
             held=len(self.inflight),
             claimed=c.claimed if c else 0,
             completed=c.completed if c else 0,
@@ -164,7 +165,9 @@ class Worker:
             sweeps=self._sweeper.sweeps if self._sweeper else 0,
             recovered=self._sweeper.recovered if self._sweeper else 0,
             dead_lettered=self._sweeper.dead if self._sweeper else 0,
-            helper_restarts=self._restarts,
+            helper_restarts=self._supervisor.restarts,
+            claims=self._consumer.claims if self._consumer else 0,
+            idle_waits=self._consumer.idle_waits if self._consumer else 0,
             stopping=self.stopping,
         )
 
@@ -172,28 +175,60 @@ class Worker:
 
     def _leases(self) -> tuple[int, float]:
         """The claim lease (the longest task lease, ms) and the keeper's period (s)."""
-        leases = [t.options.lease_ms for t in self.queue.tasks.values()] or [to_ms("lease", 30.0)]
+        leases = [t.options.lease_ms for t in self.queue.tasks.values()] or [
+            to_ms("lease", DEFAULT_LEASE)
+        ]
         return max(leases), min(leases) / 3000.0
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run until :meth:`shutdown` (or cancellation); ``started()`` once claiming."""
+        """Run until :meth:`shutdown` (or cancellation); ``started()`` once claiming.
+
+        Cancelling ``serve`` from outside (its caller's scope) is a shutdown without grace:
+        the held jobs are cancelled and handed back to pending before the cancellation
+        goes on. The worker's own connections live under a shield until then, so no reply
+        in flight (a claim that already took jobs) is lost on the way out.
+        """
         if self._serving:
             raise RuntimeError("this worker is already serving")
         self._serving = True
         try:
-            async with self.queue.open() as queue:
-                # Redis may not be up yet (a fleet booting): wait for it, or for a stop
-                feed = await wait_for_redis(queue.url, self._stop, queue.event_feed)
-                if feed is None:
-                    log.info("stopped while waiting for redis")
-                    return
-                async with connect(queue.url) as wake_conn:
-                    await self._serve(queue.connection, wake_conn, feed, task_status)
+            async with trio.open_nursery() as outside:
+                outside.start_soon(self._stop_when_cancelled)
+                with trio.CancelScope(shield=True):
+                    await self._serve_shielded(task_status)
+                outside.cancel_scope.cancel()
         finally:
             self._serving = False
 
+    async def _stop_when_cancelled(self) -> None:
+        """Outside the shield: a cancellation of ``serve`` lands here and asks for a stop."""
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.shutdown(grace=0)
+
+    async def _serve_shielded(self, task_status: trio.TaskStatus[None]) -> None:
+        queue = self.queue
+        async with queue.open():
+            # Redis may not be up yet (a fleet booting): wait for it, or for a stop;
+            # then the queue's layout must be this echomq's (SchemaMismatch otherwise)
+            async def ready() -> EventFeed:
+                await admin.ensure_schema(queue.connection, queue.name)
+                return await queue.event_feed()
+
+            feed = await wait_for_redis(queue.url, self._stop, ready)
+            if feed is None:
+                log.info("stopped while waiting for redis")
+                return
+            async with connect(queue.url) as wake_conn:
+                await self._serve(queue.connection, wake_conn, feed, task_status)
+
     async def _serve(
-        self, conn: Any, wake_conn: Any, feed: EventFeed, task_status: trio.TaskStatus[None]
+        self,
+        conn: RedisConnection,
+        wake_conn: RedisConnection,
+        feed: EventFeed,
+        task_status: trio.TaskStatus[None],
     ) -> None:
         name = self.queue.name
         if not self.queue.tasks:
@@ -204,11 +239,13 @@ class Worker:
             conn=conn,
             inflight=self.inflight,
             on_done=lambda: None,
-            settle_timeout=self.settle_timeout,
+            settle_timeout=self.config.settle_timeout,
         )
         self._runner = runner
         keeper = self._keeper = LeaseKeeper(conn, name, self.inflight, period)
-        sweeper = Sweeper(conn, name, self.recovery, self.recovery_interval, self.max_stalled)
+        sweeper = Sweeper(
+            conn, name, self.config.recovery, self.config.recovery_interval, self.config.max_stalled
+        )
         self._sweeper = sweeper
         crashed = False
         try:
@@ -220,17 +257,22 @@ class Worker:
                     inflight=self.inflight,
                     runner=runner,
                     jobs_nursery=jobs_nursery,
-                    concurrency=self.concurrency,
+                    concurrency=self.config.concurrency,
                     claim_lease_ms=claim_lease_ms,
                 )
                 runner.on_done = consumer.slot_freed
+                self._consumer = consumer
                 async with trio.open_nursery() as helpers:
-                    await helpers.start(self._supervise, "cancel listener", self._listen(feed))
                     await helpers.start(
-                        self._supervise, "schedule listener", self._watch_schedule(feed, consumer)
+                        self._supervisor.supervise, "cancel listener", self._listen(feed)
                     )
-                    await helpers.start(self._supervise, "lease keeper", keeper.run)
-                    await helpers.start(self._supervise, "recovery", sweeper.run)
+                    await helpers.start(
+                        self._supervisor.supervise,
+                        "schedule listener",
+                        self._watch_schedule(feed, consumer),
+                    )
+                    await helpers.start(self._supervisor.supervise, "lease keeper", keeper.run)
+                    await helpers.start(self._supervisor.supervise, "recovery", sweeper.run)
                     claiming = trio.CancelScope()
                     await helpers.start(self._claim_until_stopped, claiming, consumer)
                     log.info(
@@ -239,9 +281,9 @@ class Worker:
                         name,
                         parse_url(self.queue.url).display,
                         sorted(self.queue.tasks),
-                        self.concurrency,
-                        self.recovery,
-                        self.recovery_interval,
+                        self.config.concurrency,
+                        self.config.recovery,
+                        self.config.recovery_interval,
                     )
                     task_status.started()
                     await self._stop.wait()
@@ -250,7 +292,7 @@ class Worker:
                     await self._drain()
                     helpers.cancel_scope.cancel()
         except BaseException as exc:
-            crashed = _is_crash(exc)
+            crashed = is_crash(exc)
             raise
         finally:
             if crashed:
@@ -267,15 +309,15 @@ class Worker:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         with claiming:
-            await self._supervise("claim loop", consumer.run, task_status=task_status)
+            await self._supervisor.supervise("claim loop", consumer.run, task_status=task_status)
         log.info("stopped claiming on %r", self.queue.name)
 
     async def _drain(self) -> None:
         """Wait up to grace for held jobs, then cancel the rest (handed back by _release)."""
         held = len(self.inflight)
         if held:
-            log.info("shutdown: waiting up to %.1f s for %d job(s)", self.grace, held)
-        with trio.move_on_after(self.grace):
+            log.info("shutdown: waiting up to %.1f s for %d job(s)", self.config.grace, held)
+        with trio.move_on_after(self.config.grace):
             async with trio.open_nursery() as race:
 
                 async def idle() -> None:
@@ -293,7 +335,7 @@ class Worker:
         self.inflight.shut_down_all()
         await self.inflight.wait_idle()
 
-    async def _release(self, conn: Any, runner: JobRunner) -> None:
+    async def _release(self, conn: RedisConnection, runner: JobRunner) -> None:
         """Hand unsettled jobs back to pending at once (fenced; no count)."""
         pending = runner.to_release
         if not pending:
@@ -316,7 +358,7 @@ class Worker:
             runner.counters.released += len(released)
             log.info("shutdown: handed %d job(s) back to pending", len(released))
 
-    async def _abandon(self, conn: Any, runner: JobRunner) -> None:
+    async def _abandon(self, conn: RedisConnection, runner: JobRunner) -> None:
         """The worker failed: leave held jobs to recovery as crashed (counted as stalls).
 
         Their leases are cut to 1 ms, so the next sweep (any worker's, or this one's when
@@ -373,56 +415,3 @@ class Worker:
                         pass  # the idle cap still bounds the wait
 
         return watch
-
-    async def _supervise(
-        self,
-        name: str,
-        loop: Loop,
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Run a helper loop; a crash is logged and the loop restarted with backoff.
-
-        A failure before the loop first started propagates (a bad start should be loud).
-        """
-        delay = _RESTART_MIN
-        started = False
-        while True:
-            began = trio.current_time()
-            try:
-                async with trio.open_nursery() as nursery:
-                    await nursery.start(loop)
-                    if not started:
-                        started = True
-                        task_status.started()
-                return
-            except Exception:
-                if not started:
-                    raise
-                self._restarts += 1
-                if trio.current_time() - began > _HEALTHY:
-                    delay = _RESTART_MIN  # it ran well for a while: start the backoff over
-                log.exception("worker helper %r crashed; restarting in %.1f s", name, delay)
-                await trio.sleep(delay)
-                delay = min(delay * 2, _RESTART_MAX)
-
-
-def _is_crash(exc: BaseException) -> bool:
-    """An error (not a cancellation, KeyboardInterrupt or SystemExit) is leaving serve."""
-    if isinstance(exc, BaseExceptionGroup):
-        return any(_is_crash(e) for e in exc.exceptions)
-    return isinstance(exc, Exception)
-
-
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise InvalidArgument(f"{name} must be a positive number of seconds, not {value!r}")
-    if not math.isfinite(value):
-        raise InvalidArgument(f"{name} must be finite, not {value!r}")
-    return float(value)
-
-
-def _non_negative(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
-        raise InvalidArgument(f"{name} must be >= 0 seconds, not {value!r}")
-    return float(value)

@@ -30,7 +30,10 @@ import attrs
 import trio
 
 from .._model.completion import CorruptEntry, FinishedJob, parse_entry
-from .._redis.completions import (
+from .._redis.connection import Connection
+from .._redis.dial import connect
+from .._redis.keyspace import check_queue
+from .._verbs.completions import (
     Backlog,
     GroupMissing,
     StreamEntry,
@@ -40,8 +43,6 @@ from .._redis.completions import (
     group_read,
     stream_backlog,
 )
-from .._redis.connection import Connection, connect
-from .._redis.keyspace import check_queue
 from ..errors import ConnectionLost, InvalidArgument, ServerError
 from .store import (
     EntryRejected,

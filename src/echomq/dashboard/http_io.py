@@ -1,20 +1,23 @@
-"""A minimal HTTP/1.1 responder for the page and its assets, on the websocket's port.
+"""HTTP/1.1 for the page and its assets, on the websocket's port, spoken with ``h11``.
 
-Rule 1: one request per connection. The request head is read whole (at most
-``MAX_HEAD`` bytes, within ``HEAD_TIMEOUT`` seconds) and parsed strictly; anything odd is
-a 400 and the connection closes. Only GET and HEAD of a fixed set of names are served.
+Rule 1: one request per connection. The request head is read by an ``h11.Connection``
+(at most ``MAX_HEAD`` bytes, within ``HEAD_TIMEOUT`` seconds); what h11 refuses is a 400
+(431 when too large, 408 when too slow) and the connection closes. On top of h11, only
+origin-form targets (``/path``) are served and a folded header line is refused. Only
+GET and HEAD of a fixed set of names are served.
 Rule 2: a websocket upgrade is not answered here: its head, and any bytes read after it,
 are handed to trio-websocket in a :class:`ReplayStream`, which reads them back first.
-Rule 3: every response carries a strict Content-Security-Policy (same-origin scripts and
-styles only, no framing) and ``Connection: close``.
+Rule 3: every response (written by h11, which frames it and knows a HEAD has no body)
+carries a strict Content-Security-Policy (same-origin scripts and styles only, no
+framing) and ``Connection: close``.
 """
 
 from __future__ import annotations
 
 import importlib.resources
-import re
 
 import attrs
+import h11
 import trio
 
 __all__ = [
@@ -23,14 +26,14 @@ __all__ = [
     "Head",
     "ReplayStream",
     "load_asset",
+    "parse_head",
     "read_head",
     "respond",
 ]
 
 MAX_HEAD = 16 * 1024
 HEAD_TIMEOUT = 10.0
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_REQUEST_LINE = re.compile(r"([A-Z]+) (\S+) HTTP/(1\.[01])")
+_RECEIVE = 4096
 
 #: URL path -> (file under static/, content type)
 ASSETS: dict[str, tuple[str, str]] = {
@@ -63,12 +66,17 @@ class BadRequest(Exception):
 
 @attrs.frozen(kw_only=True)
 class Head:
-    """A parsed request head. Header names are lower case; repeats are comma-joined."""
+    """A parsed request head. Header names are lower case; repeats are comma-joined.
+
+    ``exchange``: the h11 connection that read it (a response to it is framed by it: a
+    HEAD request gets no body).
+    """
 
     method: str
     target: str
     version: str
     headers: dict[str, str]
+    exchange: h11.Connection | None = attrs.field(default=None, eq=False, repr=False)
 
     @property
     def path(self) -> str:
@@ -87,30 +95,49 @@ class Head:
         )
 
 
-def parse_head(data: bytes) -> Head:
-    """Parse the bytes before the blank line (request line and header lines)."""
+def _exchange() -> h11.Connection:
+    return h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+
+
+def _next_event(conn: h11.Connection) -> object:
     try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        raise BadRequest(400, "request head is not ASCII") from None
-    lines = text.split("\r\n")
-    match = _REQUEST_LINE.fullmatch(lines[0])
-    if match is None:
-        raise BadRequest(400, "bad request line")
-    method, target, version = match.groups()
+        return conn.next_event()
+    except h11.RemoteProtocolError as exc:
+        raise BadRequest(exc.error_status_hint, f"bad request: {exc}") from None
+
+
+def _head(request: h11.Request, raw: bytes, conn: h11.Connection) -> Head:
+    """Our view of h11's request, with the rules h11 leaves to us (Rule 1)."""
+    if b"\r\n " in raw or b"\r\n\t" in raw:
+        raise BadRequest(400, "folded header lines are refused")
+    target = request.target.decode("ascii", "replace")
     if not target.startswith("/"):
         raise BadRequest(400, "only origin-form targets are served")
     headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or _TOKEN.fullmatch(name) is None:
-            raise BadRequest(400, "bad header line")
-        key = name.lower()
-        value = value.strip(" \t")
-        headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    if version == "1.1" and "host" not in headers:
-        raise BadRequest(400, "HTTP/1.1 needs a Host header")
-    return Head(method=method, target=target, version=version, headers=headers)
+    for name, value in request.headers:
+        key, text = name.decode("latin-1"), value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+    return Head(
+        method=request.method.decode("ascii"),
+        target=target,
+        version=request.http_version.decode("ascii"),
+        headers=headers,
+        exchange=conn,
+    )
+
+
+def parse_head(data: bytes) -> Head:
+    """Parse the bytes before the blank line (request line and header lines).
+
+    Raises:
+        BadRequest: what h11 refuses (400), or the rules of Rule 1.
+    """
+    conn = _exchange()
+    conn.receive_data(data + b"\r\n\r\n")
+    event = _next_event(conn)
+    if not isinstance(event, h11.Request):
+        raise BadRequest(400, "no request head")
+    return _head(event, data, conn)
 
 
 async def read_head(stream: trio.abc.ReceiveStream) -> tuple[Head, bytes, bytes]:
@@ -120,21 +147,24 @@ async def read_head(stream: trio.abc.ReceiveStream) -> tuple[Head, bytes, bytes]
         BadRequest: malformed (400), larger than ``MAX_HEAD`` (431), too slow (408), or
             the peer closed before a whole head arrived (400).
     """
-    buffer = bytearray()
+    conn = _exchange()
+    received = bytearray()
+    event: object = None
     with trio.move_on_after(HEAD_TIMEOUT) as scope:
-        while (end := buffer.find(b"\r\n\r\n")) < 0:
-            if len(buffer) > MAX_HEAD:
-                raise BadRequest(431, "request head too large")
-            chunk = await stream.receive_some(4096)
-            if not chunk:
+        while not isinstance(event := _next_event(conn), h11.Request):
+            if event is not h11.NEED_DATA:
                 raise BadRequest(400, "connection closed before the request head ended")
-            buffer += chunk
+            chunk = await stream.receive_some(_RECEIVE)
+            received += chunk
+            conn.receive_data(bytes(chunk))  # b"" marks the end of the stream
     if scope.cancelled_caught:
         raise BadRequest(408, "request head too slow")
-    if end > MAX_HEAD:
+    assert isinstance(event, h11.Request)
+    rest = bytes(conn.trailing_data[0])
+    raw = bytes(received[: len(received) - len(rest)])
+    if len(raw) > MAX_HEAD + 4:
         raise BadRequest(431, "request head too large")
-    raw = bytes(buffer[: end + 4])
-    return parse_head(bytes(buffer[:end])), raw, bytes(buffer[end + 4 :])
+    return _head(event, raw, conn), raw, rest
 
 
 def security_headers(connect_src: str) -> list[tuple[str, str]]:
@@ -158,22 +188,32 @@ async def respond(
     body: bytes,
     *,
     content_type: str = "text/plain; charset=utf-8",
-    head_only: bool = False,
+    head: Head | None = None,
     extra: list[tuple[str, str]] | None = None,
 ) -> None:
-    """Write a whole response and nothing more (the caller closes the connection)."""
-    lines = [
-        f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}",
-        f"Content-Type: {content_type}",
-        f"Content-Length: {len(body)}",
-        "Cache-Control: no-store",
-        "Connection: close",
-        *(f"{name}: {value}" for name, value in extra or ()),
+    """Write a whole response and nothing more (the caller closes the connection).
+
+    ``head``: the request answered, when one was read (h11 then frames the answer for it:
+    no body for HEAD); without it (a refused head) a fresh h11 connection writes it.
+    """
+    conn = head.exchange if head is not None and head.exchange is not None else None
+    if conn is None or conn.our_state is not h11.SEND_RESPONSE:
+        conn = h11.Connection(h11.SERVER)
+    headers = [
+        ("Content-Type", content_type),
+        ("Content-Length", str(len(body))),
+        ("Cache-Control", "no-store"),
+        ("Connection", "close"),
+        *(extra or ()),
     ]
     if status == 405:
-        lines.append("Allow: GET, HEAD")
-    data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    await stream.send_all(data if head_only else data + body)
+        headers.append(("Allow", "GET, HEAD"))
+    reason = REASONS.get(status, "Error").encode()
+    data = conn.send(h11.Response(status_code=status, headers=headers, reason=reason)) or b""
+    if head is None or head.method != "HEAD":
+        data += conn.send(h11.Data(data=body)) or b""
+    data += conn.send(h11.EndOfMessage()) or b""
+    await stream.send_all(data)
 
 
 def load_asset(name: str) -> bytes:

@@ -20,10 +20,11 @@ from typing import Any
 import trio
 
 from .._redis.connection import Connection
-from .._redis.keyspace import Keyspace
-from .._redis.pubsub import PubSub, open_pubsub
+from .._redis.dial import open_pubsub
+from .._redis.pubsub import PubSub
 from ..config import ConnectionConfig
 from ..errors import EchoMQError
+from ..events import event_channel
 from .messages import EventItem, QueueView, events_message, snapshot_message, status_message
 from .state import FailureLog, Throughput, discover_queues, read_queue, server_now_ms
 
@@ -122,11 +123,11 @@ class Hub:
 
     async def _follow(self, queues: Sequence[str]) -> None:
         assert self._pubsub is not None
-        new = [q for q in queues if Keyspace(q).events not in self._channels]
+        new = [q for q in queues if event_channel(q) not in self._channels]
         for q in new:
-            self._channels[Keyspace(q).events] = q
+            self._channels[event_channel(q)] = q
         if new:
-            await self._pubsub.subscribe(*(Keyspace(q).events for q in new))
+            await self._pubsub.subscribe(*(event_channel(q) for q in new))
 
     async def _poll_loop(self) -> None:
         polls = 0

@@ -56,7 +56,7 @@ class ActiveJob:
     id: str
     task: str
     call: str
-    attempts: int
+    token: int  # the fencing token of the current claim
     progress: str | None
     lease_deadline_ms: int
     claimed_at_ms: int | None

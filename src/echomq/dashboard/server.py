@@ -33,7 +33,8 @@ import trio
 import trio_websocket
 
 from .. import __version__, jobs
-from .._redis.connection import Connection, connect
+from .._redis.connection import Connection
+from .._redis.dial import connect
 from .._redis.keyspace import check_queue
 from ..config import DEFAULT_URL, ConnectionConfig
 from ..errors import EchoMQError, InvalidArgument
@@ -211,21 +212,21 @@ class _Server:
             await respond(stream, exc.status, str(exc).encode())
             return
         if not self.gate.host_ok(head):
-            await respond(stream, 421, b"unknown Host: use 127.0.0.1 or localhost")
+            await respond(stream, 421, b"unknown Host: use 127.0.0.1 or localhost", head=head)
             return
         if head.path == WS_PATH and head.is_websocket:
             if not self.gate.origin_ok(head):
                 log.warning("refused websocket from Origin %r", head.headers.get("origin"))
-                await respond(stream, 403, b"foreign Origin refused")
+                await respond(stream, 403, b"foreign Origin refused", head=head)
                 return
             await self._websocket(ReplayStream(stream, raw + rest))
             return
         if head.method not in ("GET", "HEAD"):
-            await respond(stream, 405, b"method not allowed")
+            await respond(stream, 405, b"method not allowed", head=head)
             return
         asset = ASSETS.get(head.path)
         if asset is None:
-            await respond(stream, 404, b"not found", head_only=head.method == "HEAD")
+            await respond(stream, 404, b"not found", head=head)
             return
         name, content_type = asset
         host = head.headers.get("host", f"127.0.0.1:{self.gate.port}")
@@ -234,7 +235,7 @@ class _Server:
             200,
             load_asset(name),
             content_type=content_type,
-            head_only=head.method == "HEAD",
+            head=head,
             extra=_security_headers(f"'self' ws://{host}"),
         )
 
@@ -440,7 +441,7 @@ def exposed_warning(host: str, allowed: frozenset[str]) -> str:
 
 async def _serve_until_signal(url: str, **options: Any) -> None:
     """Serve (with a private redis-server for ``embedded://``) until SIGINT or SIGTERM."""
-    from ..testing import open_redis_server
+    from .._servers.single import open_redis_server
 
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -1,8 +1,8 @@
 """Read-only views of queues for the dashboard: counts, active and dead jobs, throughput.
 
-Rule 1: nothing here writes to Redis. Counts come from ``admin.stats`` (one atomic read);
-the job lists are plain reads with keys from :class:`Keyspace` only; queue names
-found by SCAN are accepted only if ``Keyspace(name).meta`` gives back the key found.
+Rule 1: nothing here writes to Redis, and nothing here sends a Redis command: counts come
+from ``admin.stats`` (one atomic read), the job lists from ``admin.active_jobs`` and
+``admin.dead_jobs``, the queues from ``admin.list_queues`` (the verbs the CLI uses too).
 Rule 2: throughput is computed from deltas of the metrics counters (``count`` on
 ``metrics:completed`` and ``metrics:failed``) between polls, on the server clock, so every
 dashboard and every worker agree. ``failed`` counts jobs that ended dead; a failure that
@@ -22,9 +22,9 @@ from .. import admin
 from .._model.codec import JSON
 from .._model.text import raw_text
 from .._redis.connection import Connection
-from .._redis.keyspace import Keyspace, check_queue, queues_pattern
+from .._redis.keyspace import check_queue
 from ..admin import QueueStats
-from ..errors import SerializationError, ServerError
+from ..errors import SerializationError
 from .messages import ActiveJob, DeadJob, QueueView, RecentFailure
 
 __all__ = [
@@ -40,30 +40,6 @@ __all__ = [
 #: The states counted per queue, in the order the page shows them.
 COUNT_NAMES = ("pending", "active", "scheduled", "dead", "completed")
 CALL_PREVIEW = 120
-
-
-async def _read_many(conn: Connection, commands: list[tuple[Any, ...]]) -> list[Any]:
-    """Read-only commands in one write (``execute_pipeline``); an error reply raises."""
-    replies = await conn.execute_pipeline(commands)
-    for reply in replies:
-        if isinstance(reply, ServerError):
-            raise reply
-    return replies
-
-
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _int(value: Any, default: int = 0) -> int:
-    try:
-        return int(value) if value is not None else default
-    except ValueError:
-        return default
 
 
 def describe_payload(payload: bytes | None) -> tuple[str, str]:
@@ -89,93 +65,39 @@ def describe_payload(payload: bytes | None) -> tuple[str, str]:
 
 async def server_now_ms(conn: Connection) -> int:
     """The server clock in milliseconds (the clock leases are scored on)."""
-    seconds, micros = await conn.execute("TIME")
-    return int(seconds) * 1000 + int(micros) // 1000
+    return await admin.server_now_ms(conn)
 
 
 async def discover_queues(conn: Connection, *, limit: int = 200) -> list[str]:
-    """Names of the queues that have a meta hash, sorted; at most ``limit``."""
-    pattern = queues_pattern()
-    found: set[str] = set()
-    cursor = b"0"
-    while True:
-        cursor, keys = await conn.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 500)
-        for key in keys:
-            name = _queue_of(_text(key) or "")
-            if name is not None:
-                found.add(name)
-        if cursor in (b"0", 0, "0") or len(found) >= limit:
-            break
-    return sorted(found)[:limit]
+    """Names of the queues (every ``emq:{q}:meta``, every master), sorted; at most ``limit``."""
+    return await admin.list_queues(conn, limit=limit)
 
 
-def _queue_of(meta_key: str) -> str | None:
-    """The queue whose meta key this is, or None (checked by building it back)."""
-    start, end = meta_key.find("{"), meta_key.rfind("}")
-    if start < 0 or end <= start:
-        return None
-    name = meta_key[start + 1 : end]
-    try:
-        return name if Keyspace(name).meta == meta_key else None
-    except ValueError:
-        return None
-
-
-def _pairs(flat: list[Any]) -> list[tuple[str, int]]:
-    return [(_text(flat[i]) or "", int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
-
-
-async def _active_jobs(conn: Connection, ks: Keyspace, limit: int) -> list[ActiveJob]:
-    members = _pairs(await conn.execute("ZRANGE", ks.active, 0, limit - 1, "WITHSCORES"))
-    fields = ("payload", "attempts", "progress", "claimed_at")
-    rows = await _read_many(
-        conn,
-        [("HMGET", ks.job(j), *fields) for j, _ in members]
-        + [("LINDEX", ks.logs(j), -1) for j, _ in members],
+def _active_job(row: admin.ActiveRow) -> ActiveJob:
+    task, call = describe_payload(row.payload)
+    return ActiveJob(
+        id=row.id,
+        task=task,
+        call=call,
+        token=row.token,
+        progress=row.progress,
+        lease_deadline_ms=row.lease_deadline_ms,
+        claimed_at_ms=row.claimed_at_ms,
+        last_log=row.last_log,
     )
-    jobs = []
-    for i, (job_id, deadline) in enumerate(members):
-        payload, attempts, progress, claimed_at = rows[i]
-        task, call = describe_payload(payload)
-        jobs.append(
-            ActiveJob(
-                id=job_id,
-                task=task,
-                call=call,
-                attempts=_int(attempts),
-                progress=_text(progress),
-                lease_deadline_ms=deadline,
-                claimed_at_ms=_int(claimed_at) or None,
-                last_log=_text(rows[len(members) + i]),
-            )
-        )
-    return jobs
 
 
-async def _dead_jobs(conn: Connection, ks: Keyspace, limit: int, log_lines: int) -> list[DeadJob]:
-    members = _pairs(await conn.execute("ZREVRANGE", ks.dead, 0, limit - 1, "WITHSCORES"))
-    fields = ("payload", "failures", "last_error", "finished_at")
-    rows = await _read_many(
-        conn,
-        [("HMGET", ks.job(j), *fields) for j, _ in members]
-        + [("LRANGE", ks.logs(j), -log_lines, -1) for j, _ in members],
+def _dead_job(row: admin.DeadRow) -> DeadJob:
+    task, call = describe_payload(row.payload)
+    return DeadJob(
+        id=row.id,
+        task=task,
+        call=call,
+        failures=row.failures,
+        last_error=row.last_error,
+        finished_at_ms=row.died_at_ms,
+        logs=row.logs,
     )
-    jobs = []
-    for i, (job_id, died_at) in enumerate(members):
-        payload, failures, last_error, finished_at = rows[i]
-        task, call = describe_payload(payload)
-        jobs.append(
-            DeadJob(
-                id=job_id,
-                task=task,
-                call=call,
-                failures=_int(failures),
-                last_error=_text(last_error),
-                finished_at_ms=_int(finished_at) or died_at,
-                logs=[_text(line) or "" for line in rows[len(members) + i]],
-            )
-        )
-    return jobs
 
 
 class Throughput:
@@ -260,7 +182,7 @@ async def read_queue(
     log_lines: int = 10,
 ) -> QueueView:
     """One queue's view; also feeds its totals into ``throughput``."""
-    ks = Keyspace(check_queue(queue))
+    check_queue(queue)
     counts: QueueStats | None = None
     active: list[ActiveJob] = []
     dead: list[DeadJob] = []
@@ -270,10 +192,12 @@ async def read_queue(
         counts = await admin.stats(conn, queue)
 
     async def read_active() -> None:
-        active.extend(await _active_jobs(conn, ks, active_limit))
+        rows = await admin.active_jobs(conn, queue, limit=active_limit)
+        active.extend(_active_job(row) for row in rows)
 
     async def read_dead() -> None:
-        dead.extend(await _dead_jobs(conn, ks, dead_limit, log_lines))
+        rows = await admin.dead_jobs(conn, queue, limit=dead_limit, log_lines=log_lines)
+        dead.extend(_dead_job(row) for row in rows)
 
     async with trio.open_nursery() as nursery:
         for reader in (read_counts, read_active, read_dead):

@@ -1,5 +1,6 @@
 --[[
-  Cancel a job by id in one atomic step (seed 000's request, without its read-then-act gap):
+  Cancel a job by id in one atomic step (the lifecycle design's request, docs/runtime.md,
+  without its read-then-act gap):
   a waiting job is removed, an active one is signalled, a finished one is refused.
   KEYS  1 row        HASH    the job
         2 lock       STRING  the optional operator lock (emq:{q}:job:<id>:lock)
@@ -27,6 +28,7 @@ local row, lock, logs, pending, schedule = KEYS[1], KEYS[2], KEYS[3], KEYS[4], K
 local id, base = ARGV[1], ARGV[2]
 local reason = cjson.null
 if ARGV[3] == '1' then reason = ARGV[4] end
+-- @include time
 
 -- checks, in order: row, state (waiting: the lock), all before the first write
 local f = redis.call('HMGET', row, 'state', 'lock', 'cancel_requested', 'cancel_reason')
@@ -52,8 +54,7 @@ if f[3] then
   -- a repeat: the first request's reason stands; only the event goes out again
   reason = f[4] or cjson.null
 else
-  local t = redis.call('TIME')
-  local now = t[1] * 1000 + math.floor(t[2] / 1000)
+  local now = now_ms()
   if ARGV[3] == '1' then
     redis.call('HSET', row, 'cancel_requested', now, 'cancel_reason', ARGV[4])
   else

@@ -12,7 +12,8 @@
   Moves    pending | scheduled -> (none)
   Bound    O(budget * log N); at most 500 jobs per call (validate.MAX_BUDGET)
   The ids are taken from the head of each set and removed by rank (ZREMRANGEBYRANK); the
-  rows, logs and locks go in one DEL per 100 jobs (so no unpack is longer than 300 keys).
+  rows, logs and locks are read (one EXISTS per 100 jobs) before the first write, then go
+  in one DEL per 100 jobs (so no unpack is longer than 300 keys).
 ]]
 local MAX_BUDGET = 500
 local pending, schedule = KEYS[1], KEYS[2]
@@ -21,25 +22,34 @@ if not budget or budget < 1 or budget > MAX_BUDGET then
   return redis.error_reply('EMQARG drain budget must be 1..' .. MAX_BUDGET)
 end
 
-local function wipe(set, limit)
-  local ids = redis.call('ZRANGE', set, 0, limit - 1)
-  local doomed = {}  -- one DEL per 100 jobs: far fewer calls than one per job
-  for i, id in ipairs(ids) do
-    local jk = base .. 'job:' .. id
-    doomed[#doomed + 1] = jk
-    doomed[#doomed + 1] = jk .. ':logs'
-    doomed[#doomed + 1] = jk .. ':lock'
-    if i % 100 == 0 or i == #ids then
-      redis.call('DEL', unpack(doomed))
-      doomed = {}
-    end
-  end
-  if #ids > 0 then redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1) end
-  return #ids
+-- reads first (docs/lua.md, rule 1): the ids to delete, and every row, log list and lock
+-- of theirs (a key another node holds mid-reshard fails the call here, having written
+-- nothing)
+local ids = redis.call('ZRANGE', pending, 0, budget - 1)
+local scheduled = {}
+if with_schedule and #ids < budget then
+  scheduled = redis.call('ZRANGE', schedule, 0, budget - #ids - 1)
 end
+local doomed = {}  -- the per-job keys, in groups of 100 jobs (one EXISTS and one DEL each)
+for _, list in ipairs({ids, scheduled}) do
+  for i, id in ipairs(list) do
+    local jk = base .. 'job:' .. id
+    local group = doomed[#doomed]
+    if i % 100 == 1 or not group then
+      group = {}
+      doomed[#doomed + 1] = group
+    end
+    group[#group + 1] = jk
+    group[#group + 1] = jk .. ':logs'
+    group[#group + 1] = jk .. ':lock'
+  end
+end
+for _, group in ipairs(doomed) do redis.call('EXISTS', unpack(group)) end
 
-local n = wipe(pending, budget)
-if with_schedule and n < budget then n = n + wipe(schedule, budget - n) end
+for _, group in ipairs(doomed) do redis.call('DEL', unpack(group)) end
+if #ids > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #ids - 1) end
+if #scheduled > 0 then redis.call('ZREMRANGEBYRANK', schedule, 0, #scheduled - 1) end
+local n = #ids + #scheduled
 local remaining = redis.call('ZCARD', pending)
 if with_schedule then remaining = remaining + redis.call('ZCARD', schedule) end
 if n > 0 then

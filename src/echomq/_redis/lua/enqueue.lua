@@ -2,7 +2,8 @@
   Enqueue one or more jobs (a bulk enqueue is one call, all or nothing).
   KEYS  1 pending   ZSET  ready ids; score = -priority * 2^40 + seq (higher priority first, FIFO)
         2 schedule  ZSET  delayed ids; score = run-at ms
-        3 meta      HASH  queue settings; field seq = the FIFO counter
+        3 meta      HASH  queue settings; seq = the FIFO counter; schema_version (set
+                          if absent: the queue exists from now on)
         4 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..250)
         then n groups of 5: id, payload, delay_ms, priority, max_attempts
@@ -13,11 +14,17 @@
   Moves    (none) -> pending | scheduled
   Bound    O(n * log N); at most 250 jobs per call (validate.MAX_ENQUEUE)
   Every id is checked before the first write, so a refused call writes nothing.
+  It marks the queue (mark_queue: meta's schema_version), so a queue whose only jobs are
+  delayed is found by discovery too.
 ]]
 local MAX_JOBS = 250
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n = tonumber(ARGV[2])
+-- @include time
+-- @include score
+-- @include wake
+-- @include schema
 if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * 5 then
   return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 5 arguments')
 end
@@ -33,8 +40,8 @@ for i = 0, n - 1 do
   if tonumber(ARGV[5 + i * 5]) == 0 then ready = ready + 1 end
 end
 
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
+mark_queue(meta)
 local channel = base .. 'events'
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
 local seq = 0
@@ -56,7 +63,7 @@ for i = 0, n - 1 do
     redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'attempts', 0,
       'failures', 0, 'stalled', 0, 'priority', priority, 'max_attempts', max_attempts,
       'created_at', now)
-    ready_args[#ready_args + 1] = -priority * 1099511627776 + seq
+    ready_args[#ready_args + 1] = band_score(priority, seq)
     ready_args[#ready_args + 1] = id
     if #ready_args == 512 then  -- one variadic ZADD per 256 ready jobs
       redis.call('ZADD', pending, unpack(ready_args))
@@ -66,7 +73,5 @@ for i = 0, n - 1 do
   end
 end
 if #ready_args > 0 then redis.call('ZADD', pending, unpack(ready_args)) end
-if ready > 0 and redis.call('LLEN', wake) < 64 then
-  redis.call('RPUSH', wake, ready)
-end
+if ready > 0 then push_wake(wake, ready) end
 return n

@@ -10,10 +10,11 @@
   Bound    O(log N): one ZRANK, five ZSCOREs, the row (a fixed set of fields)
 ]]
 local id = ARGV[1]
+-- @include time
+-- @include run_id
 local row = redis.call('HGETALL', KEYS[1])
 if #row == 0 then return -1 end
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 return {
   row,
   redis.call('ZRANK', KEYS[2], id),
@@ -23,7 +24,7 @@ return {
   redis.call('ZSCORE', KEYS[5], id),
   redis.call('ZSCORE', KEYS[6], id),
   redis.call('HEXISTS', KEYS[7], 'paused'),
-  string.match(redis.call('INFO', 'server'), 'run_id:(%w+)'),
+  server_run_id(),
   now,
   redis.call('EXISTS', KEYS[8]),
 }

@@ -18,6 +18,8 @@
 local MAX_PAIRS = 250
 local active, base = KEYS[1], ARGV[1]
 local lease = tonumber(ARGV[2])
+-- @include time
+-- @include run_id
 if (#ARGV - 2) / 2 > MAX_PAIRS then
   return redis.error_reply('EMQARG extend_locks takes at most ' .. MAX_PAIRS .. ' pairs')
 end
@@ -52,9 +54,8 @@ for n, id in ipairs(ids) do
   codes[n] = code
 end
 if #ok_ids > 0 then
-  local t = redis.call('TIME')
-  local deadline = t[1] * 1000 + math.floor(t[2] / 1000) + lease
-  local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+  local deadline = now_ms() + lease
+  local run_id = server_run_id()
   local args = {}
   for n, id in ipairs(ok_ids) do
     args[#args + 1] = deadline

@@ -11,8 +11,7 @@
         8 wake       LIST  wake tokens
   ARGV  1 id   2 token   3 error text   4 retry delay ms   5 queue base
         6 '1' = dead now, whatever the count
-  Returns  'retrying' | 'dead' | -1 no row | -3 not in active
-  Errors   EMQSTALE   the token is not the row's attempts
+  Returns  'retrying' | 'dead' | -1 no row | -2 stale token | -3 not in active
   Events   retrying {job, error, delay_ms} | dead {job, error}
   Moves    active -> scheduled | pending | dead
   Bound    O(log N)
@@ -21,15 +20,17 @@ local row, active, schedule, dead, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
 local metrics, meta, wake = KEYS[6], KEYS[7], KEYS[8]
 local id, token, err, base = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
 local delay = tonumber(ARGV[4])
+-- @include time
+-- @include score
+-- @include wake
 
 -- checks, in order: row, token, membership
 local fields = redis.call('HMGET', row, 'attempts', 'failures', 'max_attempts', 'priority')
 if not fields[1] then return -1 end
-if fields[1] ~= token then return redis.error_reply('EMQSTALE fail token mismatch') end
+if fields[1] ~= token then return -2 end
 if not redis.call('ZSCORE', active, id) then return -3 end
 
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local failures = tonumber(fields[2] or '0') + 1
 local max_attempts = tonumber(fields[3] or '1')
 local channel = base .. 'events'
@@ -49,8 +50,8 @@ if delay > 0 then
 else
   local seq = redis.call('HINCRBY', meta, 'seq', 1)
   redis.call('HSET', row, 'state', 'pending', 'failures', failures, 'last_error', err)
-  redis.call('ZADD', pending, -tonumber(fields[4] or '0') * 1099511627776 + seq, id)
-  if redis.call('LLEN', wake) < 64 then redis.call('RPUSH', wake, 1) end
+  redis.call('ZADD', pending, band_score(fields[4] or '0', seq), id)
+  push_wake(wake, 1)
 end
 redis.call('PUBLISH', channel, cjson.encode({event = 'retrying', job = id, error = err,
   delay_ms = delay}))

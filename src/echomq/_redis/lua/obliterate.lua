@@ -25,7 +25,8 @@
   Moves    pending | scheduled | active | dead | completed -> (none)
   Bound    O(budget * log N); at most 500 jobs or keys per call (validate.MAX_BUDGET)
   Ids are taken from the head of each set and removed by rank (ZREMRANGEBYRANK); rows,
-  logs and locks go in one DEL per 100 jobs (no unpack is longer than 300 keys).
+  logs and locks are read (one EXISTS per 100 jobs) before the first write, then go in one
+  DEL per 100 jobs (no unpack is longer than 300 keys).
 ]]
 local MAX_BUDGET = 500
 local meta, active = KEYS[1], KEYS[2]
@@ -43,37 +44,55 @@ if not force and redis.call('ZCARD', active) > 0 then
   return redis.error_reply('EMQSTATE active jobs present: wait, or force')
 end
 
-local deleted = 0
--- the leftovers the caller found (rows without a set, other verbs' keys): one unit each
-for i = 11, #KEYS do
-  redis.call('DEL', KEYS[i])
-  deleted = deleted + 1
-end
-budget = budget - deleted
-
--- the state sets, active first, each job a unit of the budget
+-- the plan, read before any write (docs/lua.md, rule 1): the leftovers count first, then
+-- the state sets, active first, each job a unit of the budget; every row, log list and
+-- lock to delete is read (one EXISTS per 100 jobs)
+local leftovers = #KEYS - 10
+budget = budget - leftovers
+local plan, more = {}, false  -- plan: {set, ids}; more: the budget ran out first
 for i = 2, 6 do
   local set = KEYS[i]
-  if redis.call('ZCARD', set) > 0 then
-    if budget <= 0 then return {1, deleted} end
-    local ids = redis.call('ZRANGE', set, 0, budget - 1)
-    local doomed = {}  -- one DEL per 100 jobs
-    for n, id in ipairs(ids) do
-      local jk = base .. 'job:' .. id
-      doomed[#doomed + 1] = jk
-      doomed[#doomed + 1] = jk .. ':logs'
-      doomed[#doomed + 1] = jk .. ':lock'
-      if n % 100 == 0 or n == #ids then
-        redis.call('DEL', unpack(doomed))
-        doomed = {}
-      end
+  local card = redis.call('ZCARD', set)
+  if card > 0 then
+    if budget <= 0 then
+      more = true
+      break
     end
-    redis.call('ZREMRANGEBYRANK', set, 0, #ids - 1)
+    local ids = redis.call('ZRANGE', set, 0, budget - 1)
+    plan[#plan + 1] = {set, ids}
     budget = budget - #ids
-    deleted = deleted + #ids
-    if redis.call('ZCARD', set) > 0 then return {1, deleted} end
+    if card > #ids then
+      more = true
+      break
+    end
   end
 end
+local groups = {}  -- the per-job keys, 100 jobs a group
+for _, step in ipairs(plan) do
+  local group = {}
+  for n, id in ipairs(step[2]) do
+    local jk = base .. 'job:' .. id
+    group[#group + 1] = jk
+    group[#group + 1] = jk .. ':logs'
+    group[#group + 1] = jk .. ':lock'
+    if n % 100 == 0 or n == #step[2] then
+      groups[#groups + 1] = group
+      group = {}
+    end
+  end
+end
+for _, group in ipairs(groups) do redis.call('EXISTS', unpack(group)) end
+
+-- writes: the leftovers the caller found (rows without a set, other verbs' keys), then
+-- the planned jobs
+local deleted = leftovers
+for i = 11, #KEYS do redis.call('DEL', KEYS[i]) end
+for _, group in ipairs(groups) do redis.call('DEL', unpack(group)) end
+for _, step in ipairs(plan) do
+  redis.call('ZREMRANGEBYRANK', step[1], 0, #step[2] - 1)
+  deleted = deleted + #step[2]
+end
+if more then return {1, deleted} end
 if not finish then return {2, deleted} end
 redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10], meta)
 return {0, deleted}

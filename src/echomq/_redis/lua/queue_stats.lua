@@ -9,8 +9,8 @@
   Moves    (none)
   Bound    O(log N): ZCARDs, one ZCOUNT, two HGETs
 ]]
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+-- @include time
+local now = now_ms()
 local window = tonumber(ARGV[1])
 return {
   redis.call('ZCARD', KEYS[2]),

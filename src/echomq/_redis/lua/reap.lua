@@ -22,17 +22,20 @@
 ]]
 local active, pending, dead, metrics, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
+-- @include time
+-- @include score
+-- @include wake
+-- @include run_id
 local max_recoveries = tonumber(ARGV[3])
 local MAX_LIMIT = 250
 local limit = tonumber(ARGV[2])
 if not limit or limit < 1 or limit > MAX_LIMIT then
   return redis.error_reply('EMQARG reap limit must be 1..' .. MAX_LIMIT)
 end
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
 if #expired == 0 then return {{}, {}} end
-local run_id = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+local run_id = server_run_id()
 
 -- reads first: each row's epoch, stall count and priority
 local rows = {}
@@ -61,11 +64,11 @@ for i, id in ipairs(expired) do
       died[#died + 1] = id
     else
       redis.call('HSET', jk, 'state', 'pending')
-      redis.call('ZADD', pending, -tonumber(f[4] or '0') * 1099511627776, id)
+      redis.call('ZADD', pending, band_score(f[4] or '0', 0), id)
       redis.call('PUBLISH', channel, '{"event":"recovered","job":"' .. id .. '"}')
       recovered[#recovered + 1] = id
     end
   end
 end
-if #recovered > 0 and redis.call('LLEN', wake) < 64 then redis.call('RPUSH', wake, #recovered) end
+if #recovered > 0 then push_wake(wake, #recovered) end
 return {recovered, died}

@@ -14,6 +14,8 @@
 ]]
 local MAX_PAIRS = 250
 local active, pending, wake, base = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+-- @include score
+-- @include wake
 if (#ARGV - 1) / 2 > MAX_PAIRS then
   return redis.error_reply('EMQARG release takes at most ' .. MAX_PAIRS .. ' pairs')
 end
@@ -31,9 +33,9 @@ end
 for _, job in ipairs(ok) do
   local id = job[1]
   redis.call('ZREM', active, id)
-  redis.call('ZADD', pending, -job[2] * 1099511627776, id)
+  redis.call('ZADD', pending, band_score(job[2], 0), id)
   redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
   redis.call('PUBLISH', base .. 'events', '{"event":"released","job":"' .. id .. '"}')
 end
-if #ok > 0 and redis.call('LLEN', wake) < 64 then redis.call('RPUSH', wake, #ok) end
+if #ok > 0 then push_wake(wake, #ok) end
 return codes

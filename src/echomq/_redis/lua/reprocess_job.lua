@@ -16,6 +16,8 @@
 ]]
 local row, dead, pending, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, base = ARGV[1], ARGV[2]
+-- @include score
+-- @include wake
 -- checks, in order: row, dead membership
 local priority = redis.call('HGET', row, 'priority')
 if redis.call('EXISTS', row) == 0 then return -1 end
@@ -25,7 +27,7 @@ end
 redis.call('ZREM', dead, id)
 redis.call('HDEL', row, 'last_error', 'finished_at', 'cancel_requested', 'cancel_reason')
 redis.call('HSET', row, 'state', 'pending')
-redis.call('ZADD', pending, -tonumber(priority or '0') * 1099511627776, id)
-if redis.call('LLEN', wake) < 64 then redis.call('RPUSH', wake, 1) end
+redis.call('ZADD', pending, band_score(priority or '0', 0), id)
+push_wake(wake, 1)
 redis.call('PUBLISH', base .. 'events', cjson.encode({event = 'reprocessed', job = id}))
 return 1

@@ -7,10 +7,9 @@
   Events   (none)
   Moves    (none)
   Bound    O(1)
-  Resuming a running queue changes nothing observable (seed 004): no field, no wake token.
+  Resuming a running queue changes nothing observable (docs/operations.md): no field, no wake token.
 ]]
 local meta, wake = KEYS[1], KEYS[2]
-if redis.call('HDEL', meta, 'paused') == 1 and redis.call('LLEN', wake) < 64 then
-  redis.call('RPUSH', wake, 1)
-end
+-- @include wake
+if redis.call('HDEL', meta, 'paused') == 1 then push_wake(wake, 1) end
 return 1

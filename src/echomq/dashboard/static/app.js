@@ -461,7 +461,7 @@
           job.last_log ? h("div", { class: "lastlog", text: job.last_log.slice(0, 90) }) : null),
         h("td", {}, progressCell(job.progress)),
         h("td", {}, leaseCell(job)),
-        h("td", { class: "mono", text: String(job.attempts) }),
+        h("td", { class: "mono", text: String(job.token) }),
         h("td", { class: "actions" }, opButton("Cancel", "cancel", q.name, job.id, "danger"))));
     $("active-body").replaceChildren(...rows);
     $("active-empty").hidden = rows.length > 0;

@@ -1,4 +1,4 @@
-"""The completions stream's consumer-group commands: one round trip each, no loops.
+"""The completions stream's consumer-group reads: one round trip each, no loops.
 
 The scripts append to ``emq:{q}:completions`` (one entry per finished job) and trim it
 with ``MINID ~`` / ``MAXLEN ~``; readers here never write entries and never trim. A reader
@@ -13,9 +13,9 @@ from typing import Any
 
 import attrs
 
+from .._redis.connection import Connection
+from .._redis.keyspace import keyspace
 from ..errors import ScriptError, ServerError
-from .connection import Connection
-from .keyspace import keyspace
 
 __all__ = [
     "AutoClaim",

@@ -1,15 +1,18 @@
-"""Run a worker from the command line: ``echomq worker module:queue`` (and this module).
+"""``echomq worker module:queue``: the one command-line front end of a worker.
 
-``python -m echomq._worker.main module:attr [--url ...] [--concurrency N] ...`` imports
-``attr`` from ``module`` (a :class:`~echomq.Queue`, or a ready :class:`~echomq.Worker`),
-runs it under ``trio.run``, and maps signals through ``trio.open_signal_receiver``: the
-first SIGINT/SIGTERM is a graceful shutdown (stop claiming, wait ``grace``, hand the rest
-back to pending); the second cuts the wait short. Exit codes: 0 after a clean stop
-(also while still waiting for Redis), 1 when the worker failed (a refused password, an
-ACL refusal or a TLS failure: one line, no traceback), 2 when the target cannot be loaded.
+``echomq worker module:attr [--url ...] [--concurrency N] ...`` (also ``python -m echomq
+worker``) imports ``attr`` from ``module`` (a :class:`~echomq.Queue`, or a ready
+:class:`~echomq.Worker`), runs it under ``trio.run``, and maps signals through
+``trio.open_signal_receiver``: the first SIGINT/SIGTERM is a graceful shutdown (stop
+claiming, wait ``grace``, hand the rest back to pending); the second cuts the wait short.
+Exit codes: 0 after a clean stop (also while still waiting for Redis), 1 when the worker
+failed (a refused password, an ACL refusal or a TLS failure: one line, no traceback), 2
+when the target cannot be loaded.
 
 The URL: ``--url``, else ``$ECHOMQ_URL``, else the queue's own ``Queue(url=...)``, else
-``redis://127.0.0.1:6379/0``.
+``redis://127.0.0.1:6379/0``. The worker's options: one flag per field of
+:class:`~echomq.config.WorkerConfig` (``--concurrency``...), else its ``$ECHOMQ_<FIELD>``
+variable, else the field's default; nothing here names an option by hand.
 """
 
 from __future__ import annotations
@@ -20,16 +23,34 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable
+from typing import Any
 
+import attrs
 import trio
 
+from .._worker.worker import Worker
 from ..app import Queue
-from ..errors import AuthenticationError, EchoMQError, PermissionDenied, TLSError
-from .sweeper import Recovery
-from .worker import Worker
+from ..config import WorkerConfig, env_name
+from ..errors import (
+    AuthenticationError,
+    EchoMQError,
+    InvalidArgument,
+    PermissionDenied,
+    SchemaMismatch,
+    TLSError,
+)
+from .common import USAGE, Commands, say
 
-__all__ = ["load_target", "main", "resolve_url", "run_worker"]
+__all__ = [
+    "TargetError",
+    "add_config_flags",
+    "config_from_flags",
+    "load_target",
+    "register",
+    "resolve_url",
+    "run_worker",
+]
 
 log = logging.getLogger("echomq.worker")
 
@@ -106,16 +127,15 @@ def run_worker(
     target: str,
     *,
     url: str | None = None,
-    concurrency: int = 64,
-    recovery: str = "reap",
-    recovery_interval: float = 5.0,
-    max_stalled: int = 1,
-    grace: float = 10.0,
+    config: WorkerConfig | None = None,
+    **options: Any,
 ) -> int:
     """Load ``target`` and serve it until signalled; answer the process exit code.
 
-    When ``target`` names a Worker, its own options are used and only ``url`` applies.
-    ``url`` None keeps the queue's own (``Queue(url=...)``); see :func:`resolve_url`.
+    ``config`` (or ``options``, fields of :class:`~echomq.config.WorkerConfig`) apply when
+    ``target`` names a Queue; when it names a Worker, its own options are used and only
+    ``url`` applies. ``url`` None keeps the queue's own (``Queue(url=...)``); see
+    :func:`resolve_url`.
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(
@@ -123,20 +143,7 @@ def run_worker(
         )
     try:
         obj = load_target(target)
-        if isinstance(obj, Worker):
-            worker = obj
-        else:
-            if recovery not in ("reap", "stalled"):
-                raise TargetError(f"recovery must be 'reap' or 'stalled', not {recovery!r}")
-            mode: Recovery = "stalled" if recovery == "stalled" else "reap"
-            worker = Worker(
-                obj,
-                concurrency=concurrency,
-                recovery=mode,
-                recovery_interval=recovery_interval,
-                max_stalled=max_stalled,
-                grace=grace,
-            )
+        worker = obj if isinstance(obj, Worker) else Worker(obj, config, **options)
         if url is not None:
             worker.queue.url = url
     except (TargetError, ValueError) as exc:
@@ -146,7 +153,7 @@ def run_worker(
         trio.run(serve_until_signalled, worker)
     except Exception as exc:
         leaf = _leaf(exc)
-        if isinstance(leaf, AuthenticationError | PermissionDenied | TLSError):
+        if isinstance(leaf, AuthenticationError | PermissionDenied | TLSError | SchemaMismatch):
             # not transient: one clear line, not a traceback (docs/wire.md)
             log.error("cannot serve %r: %s", worker.queue.name, leaf)
             return 1
@@ -167,28 +174,57 @@ def resolve_url(flag: str | None) -> str | None:
     return flag or os.environ.get("ECHOMQ_URL") or None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m echomq._worker.main")
-    parser.add_argument("target", help="module:attribute naming a Queue or a Worker")
-    parser.add_argument(
-        "--url", default=None, help="Redis URL (default: $ECHOMQ_URL, else the queue's own)"
-    )
-    parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--recovery", choices=("reap", "stalled"), default="reap")
-    parser.add_argument("--recovery-interval", type=float, default=5.0)
-    parser.add_argument("--max-stalled", type=int, default=1)
-    parser.add_argument("--grace", type=float, default=10.0)
-    args = parser.parse_args(argv)
-    return run_worker(
-        args.target,
-        url=resolve_url(args.url),
-        concurrency=args.concurrency,
-        recovery=args.recovery,
-        recovery_interval=args.recovery_interval,
-        max_stalled=args.max_stalled,
-        grace=args.grace,
-    )
+def _flag_type(field: attrs.Attribute[Any]) -> Callable[[str], Any]:
+    parse = field.metadata["parse"]
+
+    def read(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a valid {field.name}: {text!r}") from None
+
+    read.__name__ = field.name  # argparse names the type in its messages
+    return read
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per :class:`~echomq.config.WorkerConfig` field: ``--<field-name>``, its
+    help, default and environment variable read from the field (default None: not given)."""
+    for field in attrs.fields(WorkerConfig):
+        parser.add_argument(
+            "--" + field.name.replace("_", "-"),
+            type=_flag_type(field),
+            choices=field.metadata.get("choices"),
+            default=None,
+            help=f"{field.metadata['help']} (default {field.default}; ${env_name(field.name)})",
+        )
+
+
+def config_from_flags(args: argparse.Namespace) -> WorkerConfig:
+    """The flags given, over ``$ECHOMQ_<FIELD>`` variables, over the defaults.
+
+    Raises:
+        InvalidArgument: a bad value (from a flag or a variable).
+    """
+    given = {field.name: getattr(args, field.name) for field in attrs.fields(WorkerConfig)}
+    return WorkerConfig.from_env(os.environ, **given)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    if ":" not in args.target:
+        say(args, f"expected module:queue, not {args.target!r}")
+        return USAGE
+    try:
+        config = config_from_flags(args)
+    except InvalidArgument as exc:
+        say(args, str(exc))
+        return USAGE
+    return run_worker(args.target, url=resolve_url(getattr(args, "url", None)), config=config)
+
+
+def register(commands: Commands) -> None:
+    p = commands.add(
+        "worker", "run a worker: module:queue names a Queue object", entry=_run_command
+    )
+    p.add_argument("target", help="module:attribute of an echomq.Queue (e.g. app.tasks:queue)")
+    add_config_flags(p)

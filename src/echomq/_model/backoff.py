@@ -18,9 +18,9 @@ import math
 import numbers
 from collections.abc import Callable
 
-from .._model.text import error_text
-from .._redis import validate as v
 from ..errors import InvalidArgument
+from .limits import MAX_MS
+from .text import error_text
 
 __all__ = [
     "Backoff",
@@ -36,7 +36,7 @@ __all__ = [
 Backoff = float | int | Callable[[int], float]
 
 DEFAULT_BACKOFF_CAP = 300.0
-MAX_DELAY = v.MAX_MS / 1000  # seconds (~34.8 years): the longest delay, lease or timeout
+MAX_DELAY = MAX_MS / 1000  # seconds (~34.8 years): the longest delay, lease or timeout
 
 
 class NoDelay(ValueError):

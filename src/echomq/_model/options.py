@@ -1,0 +1,160 @@
+"""Options as values: a task's (:class:`TaskOptions`) and one enqueue's
+(:class:`EnqueueOptions`). Each is the one place its options are declared: a new option is
+a new field here (with its check), and the API's keywords reach it unchanged
+(``@queue.task(**fields)``, ``task.apply(args, kwargs, **fields)``).
+
+Rule 1: the API speaks float seconds; the verbs speak integer milliseconds. The one
+conversion is :func:`to_ms`, and every seconds value is gated by :func:`seconds` first
+(a finite number, within the scripts' cap :data:`~echomq._model.backoff.MAX_DELAY`).
+Rule 2: an option is checked when its value object is built (at ``@queue.task``, at
+``apply``), against the same caps the scripts enforce, so a bad option fails at import or
+before any I/O, never when a job fails.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import attrs
+
+from ..errors import InvalidArgument
+from . import limits
+from .backoff import MAX_DELAY, Backoff, check_backoff
+from .job import NewJob
+from .names import check_id
+
+__all__ = ["DEFAULT_LEASE", "EnqueueOptions", "TaskOptions", "build_options", "seconds", "to_ms"]
+
+OptionsT = TypeVar("OptionsT", "TaskOptions", "EnqueueOptions")
+
+DEFAULT_LEASE = 30.0  # seconds of a lease, unless the task says otherwise
+
+
+def seconds(
+    name: str, value: object, *, allow_zero: bool = True, high: float | None = None
+) -> float:
+    """``value`` as float seconds: finite, >= 0 (> 0 without ``allow_zero``), <= ``high``.
+
+    Raises:
+        InvalidArgument: anything else (a bool is not a number here).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidArgument(f"{name} must be a finite number of seconds, not {value!r}")
+    if value < 0 or (value == 0 and not allow_zero):
+        raise InvalidArgument(f"{name} must be {'>=' if allow_zero else '>'} 0, not {value!r}")
+    if high is not None and value > high:
+        raise InvalidArgument(f"{name} must be at most {high:.0f} seconds, not {value!r}")
+    return float(value)
+
+
+def to_ms(name: str, value: float) -> int:
+    """Float seconds (the API) to integer milliseconds (the verbs)."""
+    return limits.non_negative_int(name, round(value * 1000), limits.MAX_MS)
+
+
+@attrs.frozen(kw_only=True)
+class TaskOptions:
+    """A task's options. ``lease`` and ``timeout`` are seconds; ``backoff`` see ``Backoff``."""
+
+    max_attempts: int = 1
+    backoff: Backoff = attrs.field(default=None, converter=check_backoff)
+    timeout: float | None = None
+    lease: float = DEFAULT_LEASE
+    priority: int = 0
+    process: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        # the caps the scripts enforce, checked now rather than when a job fails
+        limits.positive_int("max_attempts", self.max_attempts, limits.MAX_ATTEMPTS)
+        if self.timeout is not None:
+            seconds("timeout", self.timeout, allow_zero=False, high=MAX_DELAY)
+        seconds("lease", self.lease, allow_zero=False, high=MAX_DELAY)
+        if self.lease < 0.003:
+            raise InvalidArgument(f"lease must be at least 3 ms, not {self.lease!r}")
+        limits.int_in("priority", self.priority, -limits.MAX_PRIORITY, limits.MAX_PRIORITY)
+
+    @property
+    def lease_ms(self) -> int:
+        return max(3, round(self.lease * 1000))
+
+
+@attrs.frozen(kw_only=True)
+class EnqueueOptions:
+    """One enqueue's options: ``task.apply(args, kwargs, delay=10)`` builds one, or pass
+    ``options=EnqueueOptions(...)``. None means "the task's" (``priority``,
+    ``max_attempts``) or "none" (``delay``, ``at``, ``job_id``).
+
+    Attributes:
+        delay: seconds from now before the job may run.
+        at: a datetime (naive means local time) or epoch seconds; converted to a delay on
+            this machine's clock when the job is built. Not with ``delay``.
+        priority: higher runs first (-4095..4095).
+        job_id: an id of your own (1..128 of ``[A-Za-z0-9._~-]``); an existing job with it
+            is answered instead of a new one (``handle.deduplicated``).
+        max_attempts: handler failures allowed (1..1,000,000).
+
+    Raises:
+        InvalidArgument, InvalidKey: a bad value, when built (before any I/O).
+    """
+
+    delay: float | None = None
+    at: dt.datetime | float | None = None
+    priority: int | None = None
+    job_id: str | None = None
+    max_attempts: int | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.delay is not None and self.at is not None:
+            raise InvalidArgument("give delay or at, not both")
+        if self.delay is not None:
+            seconds("delay", self.delay, high=MAX_DELAY)
+        if self.at is not None and not isinstance(self.at, dt.datetime):
+            seconds("at", self.at)
+        if self.priority is not None:
+            limits.int_in("priority", self.priority, -limits.MAX_PRIORITY, limits.MAX_PRIORITY)
+        if self.job_id is not None:
+            check_id(self.job_id)
+        if self.max_attempts is not None:
+            limits.positive_int("max_attempts", self.max_attempts, limits.MAX_ATTEMPTS)
+
+    def delay_seconds(self) -> float:
+        """Seconds from now until the job is due (``at`` read on this machine's clock)."""
+        if self.at is None:
+            return 0.0 if self.delay is None else float(self.delay)
+        target = self.at.timestamp() if isinstance(self.at, dt.datetime) else float(self.at)
+        return max(0.0, target - time.time())
+
+    def new_job(self, payload: bytes, task: TaskOptions) -> NewJob:
+        """The job to enqueue: ``payload`` with these options over the task's defaults."""
+        return NewJob(
+            payload=payload,
+            job_id=self.job_id,
+            delay_ms=to_ms("delay", self.delay_seconds()),
+            priority=task.priority if self.priority is None else self.priority,
+            max_attempts=task.max_attempts if self.max_attempts is None else self.max_attempts,
+        )
+
+
+def build_options(
+    cls: type[OptionsT], options: OptionsT | None, fields: Mapping[str, Any]
+) -> OptionsT:
+    """``options`` (or the defaults) with ``fields`` replacing some of them.
+
+    Raises:
+        InvalidArgument: a name that is not a field of ``cls``, a bad value, or ``options``
+            of another type.
+    """
+    if options is not None and not isinstance(options, cls):
+        raise InvalidArgument(f"options must be {cls.__name__}, not {options!r}")
+    names = {field.name for field in attrs.fields(cls)}
+    unknown = sorted(set(fields) - names)
+    if unknown:
+        raise InvalidArgument(
+            f"unknown option(s) {', '.join(unknown)}; {cls.__name__} has {', '.join(sorted(names))}"
+        )
+    base = options if options is not None else cls()
+    return attrs.evolve(base, **fields) if fields else base

@@ -1,0 +1,100 @@
+"""The :class:`Job` context a task sees while it runs, and ``current_job()``.
+
+Rule 1: the worker makes one ``Job`` per claim (``execution.py``) and binds it to a context
+variable for the duration of the handler, so ``current_job()`` answers it from anywhere
+inside the job, a sync task's thread included.
+Rule 2: a ``Job`` reaches Redis only through the verbs (``progress``, ``log``,
+``checkpoint``); it never settles the job: the worker does.
+Rule 3: a lost lease seen by ``checkpoint()`` goes to the cancellation bridge (``lose``),
+as if the lease keeper had seen it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import attrs
+import trio
+
+from .. import jobs
+from .._model.cancel import CancelToken
+from .._redis.scripts import Executor
+from ..errors import ConnectionLost, JobGone, NotActive, StaleToken
+
+__all__ = ["Job", "current_job"]
+
+log = logging.getLogger("echomq")
+
+_current: contextvars.ContextVar[Job] = contextvars.ContextVar("echomq_current_job")
+
+
+def current_job() -> Job:
+    """The :class:`Job` this code runs in (also inside a sync task's thread).
+
+    Raises:
+        RuntimeError: called outside a job.
+    """
+    try:
+        return _current.get()
+    except LookupError:
+        raise RuntimeError("current_job() was called outside a running job") from None
+
+
+@attrs.define(eq=False)
+class Job:
+    """The running job, as its task sees it.
+
+    ``attempt`` is 1 on the first try and grows with each failure (a retry); ``token``
+    is the fencing token of this claim (it also grows when a lease is recovered).
+    """
+
+    id: str
+    task: str
+    queue: str
+    attempt: int
+    token: int
+    cancel_token: CancelToken
+    _conn: Executor = attrs.field(repr=False)
+    _lease_ms: int = attrs.field(repr=False)
+    _lose: Callable[[], None] = attrs.field(repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once a cancel was requested (the handler stops at its next checkpoint)."""
+        return self.cancel_token.cancelled
+
+    async def progress(self, value: str | int | float) -> None:
+        """Write the row's ``progress`` and publish a ``progress`` event."""
+        await jobs.update_progress(self._conn, self.queue, self.id, value)
+
+    async def log(self, line: str, *, keep: int | None = None) -> int:
+        """Append a line to the job's log list; answer the number of lines kept."""
+        return await jobs.add_log(self._conn, self.queue, self.id, line, keep=keep)
+
+    def shielded(self) -> trio.CancelScope:
+        """A section a cancel request waits for: ``with job.shielded(): ...``."""
+        return trio.CancelScope(shield=True)
+
+    async def checkpoint(self) -> None:
+        """Renew the lease now, then yield to Trio (where a pending cancel is delivered).
+
+        A lost lease (the job was taken over) cancels the job: it is never settled.
+        """
+        try:
+            await jobs.extend_lock(self._conn, self.queue, self.id, self.token, self._lease_ms)
+        except (StaleToken, NotActive, JobGone):
+            self._lose()
+        except ConnectionLost as exc:
+            log.warning("checkpoint of job %s: %s (the lease keeper will retry)", self.id, exc)
+        await trio.lowlevel.checkpoint()
+
+    @contextmanager
+    def _bind(self) -> Iterator[None]:
+        token = _current.set(self)
+        try:
+            yield
+        finally:
+            _current.reset(token)

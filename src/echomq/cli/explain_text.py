@@ -1,0 +1,125 @@
+"""The English of ``explain``: an :class:`~echomq.jobs.Explanation` (data, read in one
+atomic script) worded for people.
+
+Rule 1: this is the one place that words a job's situation. ``echomq explain`` prints
+:func:`summary` and :func:`facts`; another surface (a dashboard panel) calls the same
+functions rather than phrasing it again.
+Rule 2: durations read as people say them (``850 ms``, ``4.2 s``, ``3 min 5 s``); times
+are the server's clock, printed in UTC.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from .._model.cancel import cancelled_reason
+from .._model.states import JobState
+from .._verbs.rows import Explanation
+
+__all__ = ["facts", "span", "summary", "utc"]
+
+
+def span(ms: int) -> str:
+    """A duration for people: 850 ms, 4.2 s, 3 min 5 s, 2 h 10 min."""
+    ms = abs(ms)
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    seconds = ms // 1000
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def utc(ms: int) -> str:
+    """Server-clock milliseconds as a UTC time, to the millisecond."""
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def summary(e: Explanation) -> str:
+    """One line for people: what the job is doing and what would change that."""
+    job, state = e.job, e.job.state
+    gate = " - the queue is paused: nothing is claimed until resume" if e.paused else ""
+    if state is JobState.PENDING:
+        if e.position is None:
+            return "pending by its row, but in no pending set: it cannot be claimed"
+        where = f"position {e.position + 1} of {e.pending_count} in pending"
+        if e.paused:
+            return f"waiting at {where}{gate}"
+        return f"ready at {where}: the next free worker claims it in that order"
+    if state is JobState.SCHEDULED:
+        if e.run_at_ms is None:
+            return "scheduled by its row, but in no schedule set: it cannot run"
+        why = (
+            f"a retry after failure {job.failures} of {job.max_attempts}"
+            if job.failures
+            else "delayed"
+        )
+        due = e.run_at_ms - e.now_ms
+        if due > 0:
+            return f"{why}: runs in {span(due)} (at {utc(e.run_at_ms)}){gate}"
+        return f"{why}: due {span(due)} ago, promoted to pending at the next claim{gate}"
+    if state is JobState.ACTIVE:
+        left = e.lease_remaining_ms
+        if left is None:
+            return "active by its row, but in no active set: no lease holds it"
+        if e.epoch_current is False or job.lease_epoch is None:
+            return (
+                f"claimed before the server's last restart (token {e.token}): "
+                "the next recovery sweep returns it to pending without counting a stall"
+            )
+        if left > 0:
+            return (
+                f"running: held with token {e.token}, lease ends in {span(left)}"
+                f" (stalls so far {job.stalled})"
+            )
+        return (
+            f"lease expired {span(left)} ago: its holder stopped checkpointing (crashed or "
+            f"stuck); the next recovery sweep counts a stall (so far {job.stalled}) and "
+            "returns it, or dead-letters it past the bound"
+        )
+    if state is JobState.DEAD:
+        if job.last_error == "stalled":
+            return f"dead: its lease lapsed {job.stalled} time(s); reprocess runs it again"
+        return (
+            f"dead after {job.failures} failure(s) of {job.max_attempts} allowed: "
+            f"{job.last_error}; reprocess runs it again"
+        )
+    finished = f" {span(e.now_ms - job.finished_at)} ago" if job.finished_at is not None else ""
+    if job.cancelled:
+        return f"cancelled{finished}: {cancelled_reason(job.result) or ''}; it will not run again"
+    return f"completed{finished}; it will not run again"
+
+
+def facts(e: Explanation) -> list[tuple[str, str]]:
+    """Labelled facts for a table: state, lease, token, counters, gate, position..."""
+    job = e.job
+    out = [("state", str(job.state)), ("in sets", ", ".join(e.sets) or "(none)")]
+    if not e.consistent:
+        out.append(("inconsistent", f"state {job.state} expects the {e.expected_set} set"))
+    out.append(("queue", "paused" if e.paused else "running"))
+    if e.position is not None:
+        out.append(("position", f"{e.position + 1} of {e.pending_count}"))
+    if e.lease_deadline_ms is not None:
+        left = e.lease_deadline_ms - e.now_ms
+        when = f"in {span(left)}" if left > 0 else f"expired {span(left)} ago"
+        out.append(("lease deadline", f"{utc(e.lease_deadline_ms)} ({when})"))
+    if job.lease_epoch is not None:
+        current = "current run" if e.epoch_current else "a previous run"
+        out.append(("lease epoch", f"{job.lease_epoch} ({current})"))
+    out.append(("token", str(e.token)))
+    out.append(("failures", f"{job.failures} of {job.max_attempts}"))
+    out.append(("stalls", str(job.stalled)))
+    if e.run_at_ms is not None:
+        due = e.run_at_ms - e.now_ms
+        when = f"in {span(due)}" if due > 0 else f"due {span(due)} ago"
+        out.append(("next run", f"{utc(e.run_at_ms)} ({when})"))
+    if job.last_error is not None:
+        out.append(("last error", job.last_error))
+    if job.progress is not None:
+        out.append(("progress", job.progress))
+    if e.locked:
+        out.append(("lock", "operator lock set: remove refuses it"))
+    out.append(("server run id", e.run_id))
+    return out
