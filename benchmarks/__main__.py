@@ -100,7 +100,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a small validation run (--scale 0.1)")
     p.add_argument("--callers", default="1,16,64,256", help="concurrent callers for `verbs`")
     p.add_argument("--jobs", type=int, default=10_000, help="jobs per end-to-end run")
-    p.add_argument("--latency-jobs", type=int, default=500, help="jobs for the latency figure")
+    p.add_argument("--latency-jobs", type=int, default=500, help="round trips for the latency")
+    p.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=20.0,
+        help="stop the latency round trips after this long (once 20 are in): slow pollers",
+    )
+    p.add_argument("--bulk-jobs", type=int, default=10_000, help="jobs for the bulk figure")
+    p.add_argument("--drain-jobs", type=int, default=10_000, help="the backlog to drain")
+    p.add_argument(
+        "--no-big-drain",
+        dest="big_drain",
+        action="store_false",
+        help="skip the 100,000-job drain (else run where projected under 2 minutes)",
+    )
     p.add_argument("--concurrency", type=int, default=100, help="worker concurrency (all)")
     p.add_argument("--peer", action="append", help="only these peers (repeatable)")
     p.add_argument("--archive-rate", type=float, default=9000.0, help="`archive`: entries/s")
