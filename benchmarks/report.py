@@ -197,7 +197,8 @@ class Report:
                 )
             )
         return markdown(head, rows) + (
-            f"\n\nechomq at commit {self.meta.get('echomq_commit', '?')}, run of "
+            f"\n\nFrom `{self.path.as_posix()}`: echomq at commit "
+            f"{self.meta.get('echomq_commit', '?')}, run of "
             f"{self.meta.get('date', '?')}; medians of {self._reps()} repetitions; ratios are "
             "medians of per-repetition ratios (lower is better for the latencies)."
         )
@@ -339,9 +340,9 @@ def write_blocks(blocks: dict[str, str], path: Path) -> list[str]:
     done = []
     for name, body in blocks.items():
         pattern = re.compile(
-            rf"(<!-- report:{name} begin -->\n).*?(\n<!-- report:{name} end -->)", re.S
+            rf"(<!-- report:{name} begin -->\n)(?:.*?\n)?(<!-- report:{name} end -->)", re.S
         )
-        text, n = pattern.subn(lambda m: m.group(1) + body + m.group(2), text)  # noqa: B023
+        text, n = pattern.subn(lambda m: m.group(1) + body + "\n" + m.group(2), text)  # noqa: B023
         if n:
             done.append(name)
     path.write_text(text)
