@@ -57,7 +57,22 @@ def machine() -> dict[str, str]:
         "echomq": echomq.__version__,
         "echomq_source": str(Path(echomq.__file__).parent),
         "echomq_commit": _commit(Path(echomq.__file__).parent),
+        "echomq_src_commit": _src_commit(Path(echomq.__file__).parent),
     }
+
+
+def _src_commit(where: Path) -> str:
+    """The last commit that changed echomq's source (stable across rebases of other files)."""
+    try:
+        return subprocess.run(
+            ["git", "log", "-1", "--format=%h", "--", "."],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def _commit(where: Path) -> str:
