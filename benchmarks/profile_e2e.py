@@ -8,8 +8,8 @@ Two scenarios on one private redis-server, with echomq's own benchmark adapter
 
 - ``drain``: N jobs enqueued first (``enqueue_many``), then a fresh worker drains them;
   py-spy records the worker from its start to the last completion.
-- ``e2e``: a warm worker, the producer enqueuing N jobs 100 at a time while it runs (the
-  ``produce`` role); py-spy records both processes.
+- ``e2e``: an emptied server, a fresh worker, the producer enqueuing N jobs 100 at a time
+  while it runs (the ``produce`` role, after its 200-job warm-up); py-spy records both.
 
 For each: the top frames by own time and by inclusive time (percent of the process's
 non-idle samples), the server's commands (calls, usec/call, share of the server's
@@ -89,7 +89,7 @@ def _server_side(r: redis.Redis) -> dict[str, Any]:
         args = entry["command"].split()
         if args and args[0].upper() == b"EVALSHA":
             per[by_sha.get(args[1].decode(), args[1].decode())].append(entry["duration"])
-        elif args:
+        elif args and args[0].upper() not in (b"SLOWLOG", b"CONFIG", b"INFO", b"FLUSHALL"):
             per[args[0].decode().upper()].append(entry["duration"])
     scripts = {
         name: {"calls": len(d), "usec_per_call": sum(d) / len(d), "usec": sum(d)}
@@ -99,17 +99,18 @@ def _server_side(r: redis.Redis) -> dict[str, Any]:
 
 
 def fold(path: Path) -> dict[str, Any]:
-    """Own-time and inclusive shares of a py-spy raw (collapsed) file."""
+    """Own-time and inclusive shares of a py-spy raw (collapsed) file; samples taken while
+    the process was still importing (its start-up) are left out."""
     own: collections.Counter[str] = collections.Counter()
     incl: collections.Counter[str] = collections.Counter()
     total = 0
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if not stack:
+        if not stack or not count.isdigit():
             continue
         n = int(count)
         frames = [f for f in stack.split(";") if not f.startswith("process ")]
-        if not frames:
+        if not frames or any(f.startswith("_find_and_load") for f in frames):
             continue
         total += n
         own[_short(frames[-1])] += n
@@ -157,7 +158,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--jobs", type=int, default=50_000)
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    p.add_argument("--fold", type=Path, help="only summarise the py-spy files of this folder")
     args = p.parse_args()
+    if args.fold:
+        for name in ("drain-worker", "e2e-worker", "e2e-producer"):
+            _print(name, fold(args.fold / f"{name}.txt"))
+        return
     out = HERE / "results" / f"profile-{dt.datetime.now():%Y%m%d-%H%M%S}"
     out.mkdir(parents=True)
     summary: dict[str, Any] = {"jobs": args.jobs, "load_at_start": os.getloadavg()}
@@ -179,8 +185,14 @@ def main() -> None:
         _stop_spy(spy)
         summary["drain_server"] = _server_side(r)
 
-        # -- e2e: the same (now warm) worker, the producer enqueuing while it runs --------
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=15)
+
+        # -- e2e: a fresh queue and worker, the producer enqueuing while it runs ----------
+        # (the adapter's "done" reads the queue's completed count: start from an empty one)
+        r.flushall()
         _reset(r)
+        worker = subprocess.Popen(_cmd("worker", url, 0), cwd=PEERS, env=env)
         wspy = _spy(worker.pid, out / "e2e-worker.txt", args.rate)
         time.sleep(0.5)
         spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
