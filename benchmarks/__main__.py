@@ -6,12 +6,15 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
   first     issue 2's figure script: ``verbs`` with 1 and 64 callers
   e2e       echomq end to end: no-op jobs/s with 1 and 2 worker processes; enqueue -> result
             latency p50/p99, one job at a time
-  peers     the same end-to-end workload on arq, saq, rq, celery, taskiq, streaq, bullmq,
-            dramatiq, huey (each in benchmarks/.peers/<name>, made from PyPI at run time)
+  peers     every mode (drain a backlog, concurrent producer, enqueue one at a time, bulk,
+            latency) for echomq, BullMQ on Node and arq, saq, rq, celery, taskiq, streaq,
+            bullmq (Python), dramatiq, huey (each in benchmarks/.peers/<name>, made from PyPI or
+            npm at run time), with redis-benchmark's ceiling in every repetition
   archive   the durable archive (issue 11): entries/s into SQLite and PostgreSQL, paced at
             echomq's end-to-end rate and draining a backlog; the lag over the run
   all       verbs, e2e and peers, in that order
-  report    print the tables and issue 6's targets from saved result files (--from)
+  report    the README tables from one saved results file (--from FILE); --write puts them
+            into benchmarks/README.md and README.md between their report markers
   bounds    every Lua script's server time on a queue of 1M jobs, at its caps (issue 9);
             saved to benchmarks/bounds.json and rendered into README.md (--render: no run)
 Results print as tables (median over --reps, and each figure's ratio to its ceiling) and are
@@ -54,7 +57,22 @@ def machine() -> dict[str, str]:
         "echomq": echomq.__version__,
         "echomq_source": str(Path(echomq.__file__).parent),
         "echomq_commit": _commit(Path(echomq.__file__).parent),
+        "echomq_src_commit": _src_commit(Path(echomq.__file__).parent),
     }
+
+
+def _src_commit(where: Path) -> str:
+    """The last commit that changed echomq's source (stable across rebases of other files)."""
+    try:
+        return subprocess.run(
+            ["git", "log", "-1", "--format=%h", "--", "."],
+            cwd=where,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 def _commit(where: Path) -> str:
@@ -100,7 +118,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="a small validation run (--scale 0.1)")
     p.add_argument("--callers", default="1,16,64,256", help="concurrent callers for `verbs`")
     p.add_argument("--jobs", type=int, default=10_000, help="jobs per end-to-end run")
-    p.add_argument("--latency-jobs", type=int, default=500, help="jobs for the latency figure")
+    p.add_argument("--latency-jobs", type=int, default=500, help="round trips for the latency")
+    p.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=20.0,
+        help="stop the latency round trips after this long (once 20 are in): slow pollers",
+    )
+    p.add_argument("--bulk-jobs", type=int, default=10_000, help="jobs for the bulk figure")
+    p.add_argument("--drain-jobs", type=int, default=10_000, help="the backlog to drain")
+    p.add_argument(
+        "--no-big-drain",
+        dest="big_drain",
+        action="store_false",
+        help="skip the 100,000-job drain (else run where projected under 2 minutes)",
+    )
     p.add_argument("--concurrency", type=int, default=100, help="worker concurrency (all)")
     p.add_argument("--peer", action="append", help="only these peers (repeatable)")
     p.add_argument("--archive-rate", type=float, default=9000.0, help="`archive`: entries/s")
@@ -109,7 +141,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--archive-stores", default="sqlite,postgresql", help="`archive`: stores")
     p.add_argument("--json", type=Path, help="where to save the results (default: results/)")
     p.add_argument(
-        "--from", dest="sources", type=Path, nargs="*", default=[], help="result files for `report`"
+        "--from", dest="sources", type=Path, nargs="*", default=[], help="results file to report"
+    )
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="report: rewrite the generated blocks of benchmarks/README.md and README.md",
     )
     return p.parse_args(argv)
 
@@ -151,12 +188,18 @@ async def amain(args: argparse.Namespace) -> Results:
     return total
 
 
-def report(sources: list[Path]) -> None:
-    from .targets import E2E_HEAD, TARGET_HEAD, e2e_rows, load, markdown, targets_table
+def report(sources: list[Path], *, write: bool) -> None:
+    from .report import Report, render_blocks, write_blocks
 
-    figures = load(sources)
-    print(markdown(E2E_HEAD, e2e_rows(figures)), end="\n\n")
-    print(markdown(TARGET_HEAD, targets_table(figures)))
+    if len(sources) != 1:
+        raise SystemExit("report: give one results file (--from benchmarks/results/....json)")
+    blocks = render_blocks(Report(sources[0]))
+    for name, body in blocks.items():
+        print(f"<!-- {name} -->\n{body}\n")
+    if write:
+        root = Path(__file__).resolve().parent
+        for path in (root / "README.md", root.parent / "README.md"):
+            log(f"{path}: replaced {', '.join(write_blocks(blocks, path)) or 'nothing'}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -168,16 +211,17 @@ def main(argv: list[str] | None = None) -> None:
         return
     args.reps = args.reps or 5
     if args.what == "report":
-        report(args.sources)
+        report(args.sources, write=args.write)
         return
     if args.quick and args.jobs == 10_000:
         args.jobs, args.latency_jobs = 1_000, 100
     results = trio.run(amain, args)
+    results.meta["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     path = args.json or RESULTS_DIR / f"{args.what}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     results.save(path)
     log(f"saved {path}")
-    if args.what == "all":
-        report([path])
+    if args.what in ("all", "peers"):
+        report([path], write=False)
 
 
 if __name__ == "__main__":

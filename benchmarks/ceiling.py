@@ -30,9 +30,15 @@ def _binary() -> str:
 
 
 def command_line(
-    port: int, args: Sequence[str | bytes | int | float], n: int, *, random_keyspace: int = 0
+    port: int,
+    args: Sequence[str | bytes | int | float],
+    n: int,
+    *,
+    random_keyspace: int = 0,
+    pipeline: int = PIPELINE,
+    clients: int = CLIENTS,
 ) -> list[str]:
-    line = [_binary(), "-p", str(port), "-P", str(PIPELINE), "-c", str(CLIENTS), "-n", str(n)]
+    line = [_binary(), "-p", str(port), "-P", str(pipeline), "-c", str(clients), "-n", str(n)]
     if random_keyspace:
         line += ["-r", str(random_keyspace)]
     line += ["--csv"]
@@ -40,10 +46,18 @@ def command_line(
 
 
 async def redis_benchmark(
-    port: int, args: Sequence[str | bytes | int | float], n: int, *, random_keyspace: int = 0
+    port: int,
+    args: Sequence[str | bytes | int | float],
+    n: int,
+    *,
+    random_keyspace: int = 0,
+    pipeline: int = PIPELINE,
+    clients: int = CLIENTS,
 ) -> float:
     """Requests per second that redis-benchmark measured for one command (its CSV ``rps``)."""
-    line = command_line(port, args, n, random_keyspace=random_keyspace)
+    line = command_line(
+        port, args, n, random_keyspace=random_keyspace, pipeline=pipeline, clients=clients
+    )
     done = await trio.run_process(line, capture_stdout=True, capture_stderr=True, check=False)
     out = done.stdout.decode()
     if done.returncode != 0:

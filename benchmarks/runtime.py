@@ -21,17 +21,23 @@ def runtime_available() -> bool:
 
 
 async def run_e2e(args: argparse.Namespace, *, log: Callable[[str], None]) -> Results:
+    """echomq alone: the concurrent-producer run with one and two worker processes (the
+    ``peers`` rotation measures every other mode, beside the peers)."""
     res = Results()
     if not runtime_available():
         res.notes.append("echomq.Queue / echomq.Worker are not importable yet: e2e skipped")
         return res
     for rep in range(args.reps):
         for workers in (1, 2):
+            modes = ("produce", "latency") if workers == 1 else ("produce",)
+            label = f"echomq e2e, {workers} worker process{'es' if workers > 1 else ''}"
             try:
-                figs = await run_adapter("echomq", args, workers=workers, rep=rep, log=log)
+                figs = await run_adapter(
+                    "echomq", args, workers=workers, rep=rep, modes=modes, log=log
+                )
             except Exception as exc:
-                res.notes.append(f"echomq x{workers} rep {rep + 1}: {exc}")
-                log(f"echomq x{workers}: FAILED {exc}")
+                res.notes.append(f"{label} rep {rep + 1}: {exc}")
+                log(f"{label}: FAILED {exc}")
                 continue
-            record(res, "echomq", workers, figs, None)
+            record(res, label, figs, rep=rep)
     return res

@@ -53,6 +53,7 @@ class Results:
     figures: dict[str, Figure] = attrs.field(factory=dict)
     notes: list[str] = attrs.field(factory=list)
     meta: dict[str, Any] = attrs.field(factory=dict)
+    samples: list[dict[str, Any]] = attrs.field(factory=list)  # raw, one per system and rep
 
     def add(
         self, name: str, value: float, unit: str, *, ceiling: float | None = None, of: str = ""
@@ -107,6 +108,7 @@ class Results:
                 }
                 for n, f in self.figures.items()
             },
+            "samples": self.samples,
         }
 
     def save(self, path: Path) -> None:
@@ -120,6 +122,7 @@ class Results:
             mine.ratios += fig.ratios
         self.notes += other.notes
         self.meta.update(other.meta)
+        self.samples += other.samples
 
 
 def rate(count: float, seconds: float) -> float:

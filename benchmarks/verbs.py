@@ -21,6 +21,7 @@ import trio
 import echomq
 from echomq import jobs
 from echomq._redis.keyspace import Keyspace
+from echomq._redis.validate import MAX_COUNT, MAX_ENQUEUE
 from echomq._verbs import lifecycle as calls
 
 from .ceiling import load_scripts, redis_benchmark
@@ -44,7 +45,9 @@ class Scale:
         return max(1, int(base * self.factor))
 
 
-async def prefill(conn: echomq.Connection, queue: str, count: int, *, batch: int = 1000) -> None:
+async def prefill(
+    conn: echomq.Connection, queue: str, count: int, *, batch: int = MAX_ENQUEUE
+) -> None:
     """Enqueue ``count`` jobs with bulk enqueue, a few batches in flight at once."""
     left = count
 
@@ -83,7 +86,7 @@ async def _hold(conn: echomq.Connection, queue: str, count: int) -> list[tuple[s
     await prefill(conn, queue, count)
     held: list[tuple[str, int]] = []
     while len(held) < count:
-        got = await jobs.claim(conn, queue, LEASE_MS, count=min(1000, count - len(held)))
+        got = await jobs.claim(conn, queue, LEASE_MS, count=min(MAX_COUNT, count - len(held)))
         held += [(c.id, c.token) for c in got]
     return held
 
@@ -242,7 +245,7 @@ async def measure(
             of="enqueue.lua x1 EVALSHA -P16",
         )
 
-    for size in (100, 1000):
+    for size in (100, MAX_ENQUEUE):  # 100, and the cap of one call (issue 9)
         await _fresh(conn)
         q = f"enqueue-bulk{size}-{rep}"
         n = max(1, scale.n(100_000) // size)

@@ -1,11 +1,23 @@
-"""Run one adapter (a peer, or echomq itself) end to end on a redis-server of its own.
+"""Run one adapter (a peer, or echomq itself) through every mode on redis-servers of its own.
 
-Per adapter and repetition: start a private redis-server; measure enqueue/s with no worker
-(``enqueue`` role, one job at a time); flush; start the worker process(es) the way the
-adapter documents; ``produce`` (warm-up, then N jobs, time until all are done); ``latency``
-(one job at a time, enqueue -> result); stop the workers (SIGTERM to their process group,
-then SIGKILL) and the server. Adapters run from this folder with ``python -c`` so that the
-worker CLIs import them by their module name (``peer_<name>``).
+Per adapter and repetition (``run_adapter``), each mode on a fresh private redis-server
+(persistence off):
+
+- ``enqueue``: one job at a time, no worker running -> enqueue/s (at most 2,000 jobs);
+- ``bulk``: the peer's bulk enqueue API in chunks of 1,000, no worker -> jobs/s (peers
+  without one: :data:`benchmarks.peers.NO_BULK`);
+- ``produce`` then ``latency``: the worker process(es) started the way the adapter documents,
+  N jobs enqueued while it runs (clock stops when all are done), then enqueue -> result
+  round trips one at a time;
+- ``drain``: N jobs enqueued with no worker, then a freshly started worker drains them; the
+  rate is taken from the first completion seen to the last (10,000, and 100,000 where the
+  system's 10,000 prefill + drain of the same repetition projects the 100,000 ones under 2
+  minutes). A mode that fails is recorded in the notes; the other modes still count.
+
+Workers are stopped with SIGTERM to their process group, then SIGKILL. Python adapters run
+from this folder with ``python -c`` so that the worker CLIs import them by their module name
+(``peer_<name>``); the Node adapter is ``node bullmq-node.cjs`` with ``NODE_PATH`` at its
+``benchmarks/.peers/bullmq-node/node_modules``.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +37,36 @@ import trio
 
 from echomq.testing import RedisServer
 
+from ..ceiling import redis_benchmark
 from ..stats import Results, percentile
-from . import PEERS
-from .venvs import PEERS_DIR, ensure, versions
+from . import NO_BULK, PEERS
+from .venvs import PEERS_DIR, ensure, node_modules, versions
 
 __all__ = ["run_adapter", "run_peers"]
 
 HERE = Path(__file__).resolve().parent
 LOGS = HERE.parent / "results" / "logs"
+BIG_DRAIN = 100_000
+BIG_DRAIN_LIMIT_S = 120.0  # run the 100,000 drain only where prefill + drain projects less
 
 
-def _python(name: str) -> Path:
-    return Path(sys.executable) if name == "echomq" else ensure(PEERS[name])
+def _kind(name: str) -> str:
+    return "python" if name == "echomq" else PEERS[name].kind
+
+
+def _program(name: str) -> list[str]:
+    if name == "echomq":
+        return [sys.executable, "-c", "import _common, peer_echomq as a; _common.main(a)"]
+    peer = PEERS[name]
+    if peer.kind == "node":
+        return [str(ensure(peer)), str(HERE / f"{name}.cjs")]
+    code = f"import _common, {peer.module} as a; _common.main(a)"
+    return [str(ensure(peer)), "-c", code]
 
 
 def _argv(name: str, role: str, url: str, args: argparse.Namespace, jobs: int) -> list[str]:
-    code = f"import _common, peer_{name} as a; _common.main(a)"
     return [
-        str(_python(name)),
-        "-c",
-        code,
+        *_program(name),
         role,
         "--url",
         url,
@@ -52,13 +74,18 @@ def _argv(name: str, role: str, url: str, args: argparse.Namespace, jobs: int) -
         str(jobs),
         "--concurrency",
         str(args.concurrency),
+        "--latency-seconds",
+        str(args.latency_seconds),
     ]
 
 
 def _env(name: str, url: str, args: argparse.Namespace) -> dict[str, str]:
     env = dict(os.environ)
-    bindir = str(_python(name).parent)
     env.update(BENCH_URL=url, BENCH_CONCURRENCY=str(args.concurrency), PYTHONUNBUFFERED="1")
+    if _kind(name) == "node":
+        env["NODE_PATH"] = str(node_modules(PEERS[name]))
+        return env
+    bindir = str(Path(_program(name)[0]).parent)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     # adapters import as ``peer_<name>``; echomq's own adapter keeps the caller's PYTHONPATH
     # (a snapshot's src/ when measuring a fixed commit)
@@ -126,31 +153,122 @@ def _stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
         p.wait()
 
 
+async def _drain(
+    name: str, url: str, args: argparse.Namespace, jobs: int, tag: str
+) -> dict[str, Any]:
+    """Prefill ``jobs`` with no worker, start a fresh worker on the adapter's
+    ``{"prefilled": N}`` line, answer the adapter's drain figures."""
+    argv = _argv(name, "drain", url, args, jobs)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with (LOGS / f"{name}-{tag}-drain.log").open("wb") as errors:
+        proc = await trio.lowlevel.open_process(
+            argv,
+            cwd=HERE,
+            env=_env(name, url, args),
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            stdin=subprocess.DEVNULL,
+        )
+    workers: list[subprocess.Popen[bytes]] = []
+    out = b""
+    try:
+        assert proc.stdout is not None
+        with trio.fail_after(900):
+            while b"\n" not in out:  # the prefilled line
+                chunk = await proc.stdout.receive_some()
+                if not chunk:
+                    break
+                out += chunk
+            if not out.startswith(b'{"prefilled"'):
+                raise RuntimeError(f"{name} drain: no prefilled line: {out[-300:]!r}")
+            workers = _start_workers(name, url, args, 1, tag)
+            while chunk := await proc.stdout.receive_some():
+                out += chunk
+            code = await proc.wait()
+        if code != 0:
+            raise RuntimeError(f"{name} drain exited {code}: see {LOGS}/{name}-{tag}-drain.log")
+        figs: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+        return figs
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await trio.to_thread.run_sync(_stop_workers, workers)
+
+
+def _has_bulk(name: str) -> bool:
+    return name == "echomq" or PEERS[name].bulk
+
+
 async def run_adapter(
     name: str,
     args: argparse.Namespace,
     *,
     workers: int = 1,
     rep: int = 0,
+    modes: tuple[str, ...] = ("enqueue", "bulk", "produce", "latency", "drain"),
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """One repetition of the end-to-end workload for ``name``; answers its raw figures."""
+    """One repetition of every mode for ``name``; answers its raw figures (flat dict)."""
     out: dict[str, Any] = {}
-    with RedisServer() as server:
-        if workers == 1:
+    errors: list[str] = []
+    tag = f"w{workers}-r{rep}"
+
+    async def attempt(mode: str, run: Callable[[], Awaitable[None]]) -> None:
+        try:  # one mode failing is recorded; the other modes of the repetition still count
+            await run()
+        except Exception as exc:
+            errors.append(f"{mode}: {exc}"[:600])
+            log(f"{name} rep {rep + 1} {mode}: FAILED {exc}"[:600])
+
+    async def enqueue() -> None:
+        with RedisServer() as server:
             out.update(await _role(name, "enqueue", server.url, args, min(args.jobs, 2000)))
-            await trio.run_process(
-                ["redis-cli", "-p", str(server.port), "FLUSHALL"], capture_stdout=True
-            )
-        procs = _start_workers(name, server.url, args, workers, f"w{workers}-r{rep}")
-        try:
-            out.update(await _role(name, "produce", server.url, args, args.jobs))
-            if workers == 1:
-                lat = await _role(name, "latency", server.url, args, args.latency_jobs)
-                out["latency_p50_ms"] = percentile(lat["latencies_s"], 50) * 1000
-                out["latency_p99_ms"] = percentile(lat["latencies_s"], 99) * 1000
-        finally:
-            await trio.to_thread.run_sync(_stop_workers, procs)
+
+    async def bulk() -> None:
+        with RedisServer() as server:
+            out.update(await _role(name, "bulk", server.url, args, args.bulk_jobs))
+
+    async def produce() -> None:
+        with RedisServer() as server:
+            procs = _start_workers(name, server.url, args, workers, tag)
+            try:
+                out.update(await _role(name, "produce", server.url, args, args.jobs))
+                if "latency" in modes:
+                    lat = await _role(name, "latency", server.url, args, args.latency_jobs)
+                    samples = lat["latencies_s"]
+                    out["latency_n"] = len(samples)
+                    out["latency_p50_ms"] = percentile(samples, 50) * 1000
+                    out["latency_p99_ms"] = percentile(samples, 99) * 1000
+                    out["latencies_ms"] = [round(x * 1000, 3) for x in samples]
+            finally:
+                await trio.to_thread.run_sync(_stop_workers, procs)
+
+    async def drain(size: int) -> None:
+        with RedisServer() as server:
+            d = await _drain(name, server.url, args, size, f"{tag}-drain{size}")
+        out[f"drain{size}_per_s"] = d["drain_per_s"]
+        out[f"drain{size}_prefill_s"] = d["prefill_s"]
+
+    if "enqueue" in modes:
+        await attempt("enqueue", enqueue)
+    if "bulk" in modes and _has_bulk(name):
+        await attempt("bulk", bulk)
+    if "produce" in modes:
+        await attempt("produce", produce)
+    if "drain" in modes:
+        small = args.drain_jobs
+        await attempt(f"drain {small}", lambda: drain(small))
+        rate = out.get(f"drain{small}_per_s")
+        if rate and args.big_drain and small < BIG_DRAIN:
+            # the whole exercise (prefill and drain) projected from this repetition's
+            projected = BIG_DRAIN / small * (out[f"drain{small}_prefill_s"] + small / rate)
+            if projected < BIG_DRAIN_LIMIT_S:
+                await attempt(f"drain {BIG_DRAIN}", lambda: drain(BIG_DRAIN))
+            else:
+                out[f"drain{BIG_DRAIN}_skipped"] = f"projected {projected:.0f} s"
+    if errors:
+        out["errors"] = errors
     log(
         f"{name} x{workers} rep {rep + 1}: "
         + ", ".join(f"{k}={v:,.2f}" for k, v in out.items() if isinstance(v, float))
@@ -158,22 +276,40 @@ async def run_adapter(
     return out
 
 
-def record(res: Results, name: str, workers: int, figs: dict[str, Any], best: float | None) -> None:
-    label = name if workers == 1 else f"{name}, {workers} worker processes"
-    res.add(
-        f"{label}: end-to-end no-op",
-        figs["jobs_per_s"],
-        "jobs/s",
-        ceiling=best,
-        of="best peer (this run)" if best else "",
-    )
+# the figures of one repetition, by the key run_adapter answers: (figure suffix, unit)
+FIGURES = {
+    "jobs_per_s": ("end-to-end no-op (concurrent producer)", "jobs/s"),
+    "enqueue_per_s": ("enqueue, one at a time", "jobs/s"),
+    "bulk_per_s": ("bulk enqueue (chunks of 1,000)", "jobs/s"),
+    "latency_p50_ms": ("enqueue->result p50", "ms"),
+    "latency_p99_ms": ("enqueue->result p99", "ms"),
+    "drain10000_per_s": ("drain a 10,000-job backlog", "jobs/s"),
+    "drain100000_per_s": ("drain a 100,000-job backlog", "jobs/s"),
+}
+
+
+def record(res: Results, label: str, figs: dict[str, Any], *, rep: int = 0) -> None:
+    """Add one repetition's figures to ``res`` (and its raw sample to ``res.samples``)."""
+    for key, (what, unit) in FIGURES.items():
+        if key in figs and figs[key] is not None:
+            res.add(f"{label}: {what}", figs[key], unit)
     if "enqueue_s" in figs:  # near 1.0: the producer, not the worker, set the pace
         res.add(f"{label}: producer share of the run", figs["enqueue_s"] / figs["total_s"], "")
-    if "enqueue_per_s" in figs:
-        res.add(f"{label}: enqueue, one at a time", figs["enqueue_per_s"], "jobs/s")
-    if "latency_p50_ms" in figs:
-        res.add(f"{label}: enqueue->result p50", figs["latency_p50_ms"], "ms")
-        res.add(f"{label}: enqueue->result p99", figs["latency_p99_ms"], "ms")
+    res.samples.append({"system": label, "rep": rep, **figs})
+
+
+async def ceilings(rep: int, res: Results, *, log: Callable[[str], None]) -> None:
+    """The machine's Redis ceiling in this repetition (redis-benchmark on a fresh server)."""
+    with RedisServer() as server:
+        piped = await redis_benchmark(server.port, ["PING"], 1_000_000)
+        single = await redis_benchmark(server.port, ["PING"], 50_000, pipeline=1, clients=1)
+    res.add("ceiling: PING -P16 -c50", piped, "calls/s")
+    res.add("ceiling: PING -P1 -c1 (one round trip at a time)", single, "calls/s")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    res.samples.append(
+        {"system": "redis", "rep": rep, "ping_p16_c50": piped, "ping_p1_c1": single, "load": load}
+    )
+    log(f"ceiling rep {rep + 1}: PING -P16 {piped:,.0f}/s, -P1 -c1 {single:,.0f}/s, load {load}")
 
 
 async def run_peers(args: argparse.Namespace, *, log: Callable[[str], None]) -> Results:
@@ -181,7 +317,7 @@ async def run_peers(args: argparse.Namespace, *, log: Callable[[str], None]) -> 
 
     from ..runtime import runtime_available
 
-    # echomq runs in the same rotation, so "x best peer" is a ratio within one run
+    # echomq runs in the same rotation, so every ratio is one within one run
     names = args.peer or (["echomq"] if runtime_available() else []) + list(PEERS)
     res = Results()
     for name in names:
@@ -194,7 +330,9 @@ async def run_peers(args: argparse.Namespace, *, log: Callable[[str], None]) -> 
         except Exception as exc:  # a peer that cannot install is recorded, not fatal
             res.notes.append(f"{name}: could not install: {exc!r}")
             names = [n for n in names if n != name]
-    for rep in range(args.reps):  # peers interleaved, so each repetition shares the load
+    res.meta["no_bulk"] = {n: NO_BULK[n] for n in names if n in NO_BULK}
+    for rep in range(args.reps):  # systems interleaved, so each repetition shares the load
+        await ceilings(rep, res, log=log)
         for name in names:
             try:
                 figs = await run_adapter(name, args, rep=rep, log=log)
@@ -202,8 +340,9 @@ async def run_peers(args: argparse.Namespace, *, log: Callable[[str], None]) -> 
                 res.notes.append(f"{name} rep {rep + 1}: {exc}")
                 log(f"{name}: FAILED {exc}")
                 continue
-            record(res, name, 1, figs, None)
+            record(res, name, figs, rep=rep)
+            res.notes += [f"{name} rep {rep + 1} {e}" for e in figs.get("errors", [])]
     return res
 
 
-__all__ += ["PEERS_DIR", "record"]
+__all__ += ["FIGURES", "PEERS_DIR", "ceilings", "record"]

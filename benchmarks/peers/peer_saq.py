@@ -45,6 +45,9 @@ class Client:
     async def enqueue_batch(self, k: int) -> list[str]:
         return list(await asyncio.gather(*(self.enqueue_one() for _ in range(k))))
 
+    async def count_done(self, ids: list[str]) -> int:
+        return len(ids) - await self.queue.count("incomplete")
+
     async def done(self, ids: list[str]) -> int:
         incomplete = await self.queue.count("incomplete")
         return len(ids) if incomplete == 0 else 0

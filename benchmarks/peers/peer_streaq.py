@@ -40,6 +40,11 @@ class Client:
     async def enqueue_batch(self, k: int) -> list[str]:
         return list(await asyncio.gather(*(self.enqueue_one() for _ in range(k))))
 
+    async def enqueue_bulk(self, k: int) -> list[str]:
+        tasks = [noop.enqueue(_common.PAYLOAD) for _ in range(k)]  # not awaited: batched below
+        await worker_app.enqueue_many(tasks)
+        return [t.id for t in tasks]
+
     async def done(self, ids: list[str]) -> int:
         return _common.exists_count(self.sync, [worker_app.results_key + i for i in ids])
 

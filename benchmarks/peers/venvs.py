@@ -1,15 +1,17 @@
-"""Make each peer's virtual environment under ``benchmarks/.peers/<name>`` from PyPI."""
+"""Make each peer's environment under ``benchmarks/.peers/<name>``: a venv from PyPI for the
+Python peers, ``npm install`` of the latest packages for the Node one (bullmq-node)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from . import PEERS, Peer
 
-__all__ = ["PEERS_DIR", "ensure", "python_of", "versions"]
+__all__ = ["PEERS_DIR", "ensure", "node_modules", "python_of", "versions"]
 
 PEERS_DIR = Path(__file__).resolve().parent.parent / ".peers"
 
@@ -18,10 +20,29 @@ def python_of(peer: Peer) -> Path:
     return PEERS_DIR / peer.name / "bin" / "python"
 
 
+def node_modules(peer: Peer) -> Path:
+    return PEERS_DIR / peer.name / "node_modules"
+
+
 def ensure(peer: Peer, *, upgrade: bool = False) -> Path:
-    """Create the venv and install the peer (once); answer its python. Raises on failure."""
-    py = python_of(peer)
+    """Create the environment and install the peer (once); answer its python (or node).
+
+    Raises on failure."""
     marker = PEERS_DIR / peer.name / ".installed"
+    if peer.kind == "node":
+        node = shutil.which("node")
+        if node is None:
+            raise RuntimeError("node is not installed")
+        if not marker.exists() or upgrade:
+            (PEERS_DIR / peer.name).mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                ["npm", "install", "--prefix", str(PEERS_DIR / peer.name), "--no-audit",
+                 "--no-fund", "--loglevel=error", *(f"{r}@latest" for r in peer.requirements)],
+                check=True,
+            )  # fmt: skip
+            marker.write_text(json.dumps(versions(peer)))
+        return Path(node)
+    py = python_of(peer)
     if marker.exists() and not upgrade:
         return py
     if not py.exists():
@@ -43,8 +64,21 @@ def ensure(peer: Peer, *, upgrade: bool = False) -> Path:
     return py
 
 
+def _npm_version(peer: Peer, package: str) -> str:
+    """The version node resolves for ``package`` (bullmq's own copy of ioredis if nested)."""
+    top = node_modules(peer)
+    nested = top / "bullmq" / "node_modules" / package / "package.json"
+    found = nested if nested.exists() else top / package / "package.json"
+    version: str = json.loads(found.read_text())["version"]
+    return version + (" (bullmq's own copy)" if found == nested else "")
+
+
 def versions(peer: Peer) -> dict[str, str]:
     """Installed versions of the packages the results table names."""
+    if peer.kind == "node":
+        node = subprocess.run(["node", "--version"], capture_output=True, text=True, check=True)
+        found = {p: _npm_version(peer, p) for p in peer.version_of}
+        return {**found, "node": node.stdout.strip()}
     code = (
         "import json, sys, importlib.metadata as m\n"
         "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
@@ -55,8 +89,8 @@ def versions(peer: Peer) -> dict[str, str]:
         capture_output=True,
         text=True,
     )
-    found: dict[str, str] = json.loads(out.stdout)
-    return found
+    answer: dict[str, str] = json.loads(out.stdout)
+    return answer
 
 
 if __name__ == "__main__":

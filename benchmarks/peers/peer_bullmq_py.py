@@ -1,5 +1,6 @@
-"""bullmq (Python port): a script that runs ``Worker("bench", processor, {"concurrency": 100})``
-as its docs show (it has no worker CLI); completed jobs kept (its default)."""
+"""bullmq-py (BullMQ's Python port, PyPI ``bullmq``): a script that runs
+``Worker("bench", processor, {"concurrency": 100})`` as its docs show (it has no worker
+CLI); completed jobs kept (its default)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,13 @@ class Client:
 
     async def enqueue_batch(self, k: int) -> list[str]:
         return list(await asyncio.gather(*(self.enqueue_one() for _ in range(k))))
+
+    async def enqueue_bulk(self, k: int) -> list[str]:
+        jobs = [{"name": "noop", "data": {"payload": _common.PAYLOAD}} for _ in range(k)]
+        return [str(j.id) for j in await self.queue.addBulk(jobs)]
+
+    async def count_done(self, ids: list[str]) -> int:
+        return min(len(ids), int(self.sync.zcard(f"bull:{NAME}:completed")))
 
     async def done(self, ids: list[str]) -> int:
         key = f"bull:{NAME}:completed"
