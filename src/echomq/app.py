@@ -186,7 +186,7 @@ class Task:
         if not isinstance(kwargs, Mapping):
             raise InvalidArgument("kwargs must be a mapping")
         payload = self.queue.codec.encode_call(self.name, args, kwargs)
-        return chosen.new_job(payload, self.options)
+        return chosen.new_job(payload, self.options, self.name)
 
 
 @attrs.define(eq=False)

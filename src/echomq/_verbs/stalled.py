@@ -43,7 +43,7 @@ def check_call(
         v.positive_int("max_stalled", max_stalled),
         v.positive_int("limit", limit, v.MAX_BATCH),
     ]
-    keys = [ks.active, ks.pending, ks.dead, ks.metrics_failed, ks.wake]
+    keys = [ks.active, ks.pending, ks.wake]
     return script_call("stalled_check", keys, argv, _read)
 
 
