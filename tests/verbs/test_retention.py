@@ -195,9 +195,7 @@ async def test_rows_written_by_0_1_get_their_retention_from_finished_at(
     it finished: deleted when that is past, else given the TTL and re-scored."""
     now = await server_now_ms(conn)
     for job_id, finished_at in (("old", now - 2 * DAY_MS), ("recent", now - 1_000)):
-        await conn.execute(
-            "HSET", ks.job(job_id), "state", "completed", "finished_at", finished_at
-        )
+        await conn.execute("HSET", ks.job(job_id), "state", "completed", "finished_at", finished_at)
         await conn.execute("RPUSH", ks.logs(job_id), "line")
         await conn.execute("ZADD", ks.completed, finished_at, job_id)
     await run(conn, queue, jobs.NewJob(payload=b""))

@@ -161,5 +161,3 @@ async def test_fail_with_dead_flag_dead_letters_at_once(
     assert await field(conn, ks, job_id, "state") == b"dead"
     assert await field(conn, ks, job_id, "failures") == b"1"
     assert await field(conn, ks, job_id, "last_error") == b"fatal"
-
-

@@ -26,7 +26,6 @@ from ..errors import InvalidArgument
 from . import limits
 
 __all__ = [
-    "DEFAULT_RETENTION",
     "METRICS_KEEP_MINUTES",
     "Retention",
     "keep_ms",
@@ -53,7 +52,9 @@ def keep_ms(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         raise InvalidArgument(f"{name} must be a number of seconds, not {value!r}")
     if value < 0 or value * 1000 > limits.MAX_MS:
-        raise InvalidArgument(f"{name} must be in [0, {limits.MAX_MS // 1000}] seconds, not {value!r}")
+        raise InvalidArgument(
+            f"{name} must be in [0, {limits.MAX_MS // 1000}] seconds, not {value!r}"
+        )
     return round(value * 1000)
 
 

@@ -432,9 +432,7 @@ async def obliterate_all(
             return total
 
 
-async def stats(
-    conn: Executor, queue: str, *, minutes: int = DEFAULT_STATS_MINUTES
-) -> QueueStats:
+async def stats(conn: Executor, queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> QueueStats:
     """Counts per state, the gate and throughput of ``queue``, in one atomic read:
     completed / dead / cancelled jobs in each of the last ``minutes`` (1..1440) minutes.
 

@@ -67,7 +67,8 @@ def new_id() -> str:
 def _task_name(name: object) -> str:
     if not isinstance(name, str) or not name or len(name.encode()) > MAX_TASK_NAME:
         raise InvalidArgument(
-            f"a task name must be a non-empty str of at most {MAX_TASK_NAME} bytes, not {name!r:.80}"
+            f"a task name must be a non-empty str of at most {MAX_TASK_NAME} bytes, "
+            f"not {name!r:.80}"
         )
     return name
 
@@ -96,12 +97,12 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
             v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
             v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
             "" if job.task is None else _task_name(job.task),
-            "" if job.keep_result_ms is None else v.non_negative_int(
-                "keep_result_ms", job.keep_result_ms, v.MAX_MS
-            ),
-            "" if job.keep_dead_ms is None else v.non_negative_int(
-                "keep_dead_ms", job.keep_dead_ms, v.MAX_MS
-            ),
+            ""
+            if job.keep_result_ms is None
+            else v.non_negative_int("keep_result_ms", job.keep_result_ms, v.MAX_MS),
+            ""
+            if job.keep_dead_ms is None
+            else v.non_negative_int("keep_dead_ms", job.keep_dead_ms, v.MAX_MS),
         ]
         ids.append(job_id)
     v.batch_bytes(total)
