@@ -265,3 +265,29 @@ async def test_stats_throughput_survives_retention(redis_url: str, queue: str) -
         await finish(q.connection, queue, 15, b"0")
         stats = await admin.stats(q.connection, queue, minutes=2)
     assert stats.completed == 0 and sum(stats.completed_per_minute) == 15
+
+
+async def test_the_sweeping_worker_warns_when_the_count_guard_was_hit(
+    redis_url: str, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row deleted by the guard before its time is reported: QueueStats.capped and one
+    warning from the worker that sweeps (at most once a minute)."""
+    from echomq._worker.sweeper import Sweeper
+
+    q, noop = make_queue(queue, redis_url)
+    async with q.open():
+        conn = q.connection
+        await admin.set_retention(conn, queue, max_completed=1)
+        sweeper = Sweeper(conn, queue, "stalled", interval=1.0, max_stalled=1)
+        assert await sweeper.sweep_once()
+        for i in range(3):
+            await noop.delay(i)
+        await finish(conn, queue, 3, b"0")
+        with caplog.at_level("WARNING", logger="echomq.worker"):
+            await conn.execute("DEL", Keyspace(queue).sweep_guard)
+            assert await sweeper.sweep_once()
+            await conn.execute("DEL", Keyspace(queue).sweep_guard)
+            assert await sweeper.sweep_once()  # within the minute: no second warning
+        assert (await admin.capped(conn, queue)).completed == 2
+    warnings = [r.getMessage() for r in caplog.records if "count guard" in r.getMessage()]
+    assert len(warnings) == 1 and "deleted 2 completed rows" in warnings[0]

@@ -43,6 +43,7 @@ __all__ = [
     "Capped",
     "QueueStats",
     "Retention",
+    "capped",
     "drain",
     "drain_call",
     "drain_step",
@@ -440,6 +441,19 @@ async def stats(conn: Executor, queue: str, *, minutes: int = DEFAULT_STATS_MINU
         InvalidKey, InvalidArgument: before any I/O.
     """
     return await evaluate(conn, stats_call(queue, minutes=minutes))
+
+
+async def capped(conn: Executor, queue: str) -> Capped:
+    """What the count guard removed before its time, ever (one HMGET; ``stats`` has it too).
+
+    Raises:
+        InvalidKey: before any I/O.
+    """
+    raw = await conn.execute(
+        "HMGET", Keyspace(queue).metrics_capped, "completed", "dead", "completions"
+    )
+    n = [int(x) if x is not None else 0 for x in raw]
+    return Capped(completed=n[0], dead=n[1], completions=n[2])
 
 
 async def set_retention(conn: Executor, queue: str, **settings: Any) -> None:
