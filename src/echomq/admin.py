@@ -27,6 +27,7 @@ from __future__ import annotations
 from ._verbs.admin import (
     DEFAULT_BUDGET,
     MAX_BUDGET,
+    MAX_STATS_MINUTES,
     THROUGHPUT_WINDOW_MS,
     Capped,
     DrainStep,
@@ -60,6 +61,7 @@ from ._verbs.views import MAX_VIEW, ActiveRow, DeadRow, active_jobs, dead_jobs, 
 __all__ = [
     "DEFAULT_BUDGET",
     "MAX_BUDGET",
+    "MAX_STATS_MINUTES",
     "MAX_VIEW",
     "THROUGHPUT_WINDOW_MS",
     "ActiveRow",

@@ -37,6 +37,7 @@ from ..errors import InvalidArgument, SchemaMismatch, ScriptError
 __all__ = [
     "DEFAULT_BUDGET",
     "MAX_BUDGET",
+    "MAX_STATS_MINUTES",
     "THROUGHPUT_WINDOW_MS",
     "DrainStep",
     "ObliterateStep",
@@ -128,6 +129,11 @@ class QueueStats:
     @property
     def minutes(self) -> int:
         return len(self.completed_per_minute)
+
+    def last_minute(self, outcome: str = "completed") -> int:
+        """Jobs of ``outcome`` in the last 60 s (the current minute's count plus the
+        unexpired share of the previous one)."""
+        return _last_minute(list(getattr(self, f"{outcome}_per_minute")), self.now_ms)
 
     def rate(self, outcome: str = "completed") -> float:
         """Jobs per minute of ``outcome`` (``completed`` | ``dead`` | ``cancelled``),
