@@ -224,8 +224,8 @@ async def test_history_panel_pages_the_archive_newest_first(
         second = rows(page)
         page.select_option("#history-state", "dead")
         page.wait_for_function(
-            "() => [...document.querySelectorAll('#history-body tr')].length === 6 && "
-            "[...document.querySelectorAll('#history-body tr')].every(r => r.dataset.state === 'dead')"
+            "() => { const rows = [...document.querySelectorAll('#history-body tr')];"
+            " return rows.length === 6 && rows.every(r => r.dataset.state === 'dead'); }"
         )
         dead = rows(page)
         return {"first": first, "second": second, "dead": dead, "text": text}
