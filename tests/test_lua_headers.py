@@ -20,7 +20,6 @@ import re
 
 import pytest
 
-from echomq._model.retention import METRICS_KEEP_MINUTES
 from echomq._model.states import TRANSITIONS, JobState, Moves
 from echomq._redis import replies
 from echomq._redis import validate as v
@@ -40,7 +39,7 @@ CAPPED = {
     "stalled_check": ("MAX_LIMIT", v.MAX_BATCH),
     "drain": ("MAX_BUDGET", v.MAX_BUDGET),
     "obliterate": ("MAX_BUDGET", v.MAX_BUDGET),
-    "queue_stats": ("MAX_MINUTES", METRICS_KEEP_MINUTES),
+    "queue_stats": ("MAX_MINUTES", v.MAX_MINUTES),
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "

@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 DAY = 86_400.0
-METRICS_KEEP_MINUTES = 1440  # per-minute counters kept a day (their TTL: a day + 2 min)
+METRICS_KEEP_MINUTES = limits.MAX_MINUTES  # per-minute counters kept 12 h (TTL 12 h + 2 min)
 MAX_COUNT_SETTING = 2**40  # any count setting (a sane bound, exact in a double)
 
 # setting -> (kind, default); "ms" settings are seconds in the API

@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from .._model.retention import METRICS_KEEP_MINUTES, Retention
+from .._model.retention import Retention
 from .._redis import validate as v
 from .._redis.keyspace import Keyspace
 from .._redis.replies import as_int, check_status, text
@@ -70,7 +70,7 @@ MAX_BUDGET = v.MAX_BUDGET  # jobs per drain / obliterate script call (a ~10 ms b
 DEFAULT_BUDGET = MAX_BUDGET  # the operator-plane design says 1000: docs/operations.md
 THROUGHPUT_WINDOW_MS = 60_000
 DEFAULT_STATS_MINUTES = 15
-MAX_STATS_MINUTES = METRICS_KEEP_MINUTES  # the per-minute counters live a day
+MAX_STATS_MINUTES = v.MAX_MINUTES  # = METRICS_KEEP_MINUTES: the counters live 12 h
 
 
 def _ok(what: str) -> Any:
@@ -441,7 +441,7 @@ async def obliterate_all(
 
 async def stats(conn: Executor, queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> QueueStats:
     """Counts per state, the gate and throughput of ``queue``, in one atomic read:
-    completed / dead / cancelled jobs in each of the last ``minutes`` (1..1440) minutes.
+    completed / dead / cancelled jobs in each of the last ``minutes`` (1..720) minutes.
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O.

@@ -467,7 +467,7 @@ async def reap(
 ) -> list[str]:
     """Crash recovery (the contract's verb): expired leases back to pending, no count.
 
-    Answers the recovered ids. At most ``limit`` (1..250, ``MAX_BATCH``) leases per call:
+    Answers the recovered ids. At most ``limit`` (1..100, ``MAX_BATCH``) leases per call:
     call again while it answers a full page. An expired id with no row leaves active and is
     listed nowhere.
     The worker's ``recovery="reap"`` mode uses :func:`reap_counted` instead, so a job that

@@ -58,7 +58,7 @@ async def check(
 
     Args:
         max_stalled: the counted stalls at which a job is dead-lettered (>= 1).
-        limit: at most this many expired leases per call (1..250, ``MAX_BATCH``);
+        limit: at most this many expired leases per call (1..100, ``MAX_BATCH``);
             call again for more.
 
     Raises:

@@ -1,23 +1,23 @@
 --[[
   Read a queue's counts and its throughput by the minute in one atomic look; a read only.
   KEYS  1 meta  2 pending  3 schedule  4 active  5 dead  6 completed
-  ARGV  1 queue base   2 minutes (1..1440): how many minutes of counters, the current one
+  ARGV  1 queue base   2 minutes (1..720): how many minutes of counters, the current one
         included
   Returns  {pending, scheduled, active, dead, completed, paused (0|1),
             completed total, failed (dead) total, cancelled total, server now ms,
             {capped completed rows, capped dead rows, capped completions entries},
             {completed per minute}, {dead per minute}, {cancelled per minute}}
            (the per-minute lists oldest first; the last is the current, partial minute)
-  Errors   EMQARG   minutes is not 1..1440
+  Errors   EMQARG   minutes is not 1..720
   Events   (none)
   Moves    (none)
-  Bound    O(minutes): ZCARDs and 3 HGETs per minute, at most 1440 minutes per call
+  Bound    O(minutes): ZCARDs and 3 HGETs per minute, at most 720 minutes per call
   The per-minute counters are `metrics:<outcome>:<minute>` (minute = server ms / 60000),
-  written by include/finished.lua with a TTL of a day: what is older reads as 0.
+  written by include/finished.lua with a TTL of 12 h (and 2 minutes): what is older reads as 0.
 ]]
 -- @include time
 local base = ARGV[1]
-local MAX_MINUTES = 1440
+local MAX_MINUTES = 720
 local minutes = tonumber(ARGV[2])
 if not minutes or minutes < 1 or minutes > MAX_MINUTES then
   return redis.error_reply('EMQARG stats minutes must be 1..' .. MAX_MINUTES)

@@ -4,10 +4,10 @@
   KEYS  1 active   ZSET  claimed ids; score = lease deadline ms
         2 pending  ZSET  ready ids
         3 wake     LIST  wake tokens
-  ARGV  1 queue base   2 limit (1..250)   3 max_recoveries (-1: count nothing, never dead:
+  ARGV  1 queue base   2 limit (1..100)   3 max_recoveries (-1: count nothing, never dead:
         the contract's plain reap)
   Returns  {recovered ids, dead ids}
-  Errors   EMQARG   limit is not 1..250 (nothing written; the verb refuses it first)
+  Errors   EMQARG   limit is not 1..100 (nothing written; the verb refuses it first)
   Per expired lease (at most limit): leave active; a lease stamped before the server's
   last restart (lease_epoch missing or another run_id) is recovered without counting;
   otherwise count `stalled` (a claim followed by a crash is never free, so a job that
@@ -16,7 +16,7 @@
   An id with no row leaves active, is listed nowhere, and no row is written for it.
   Events   recovered | dead (per job)
   Moves    active -> pending | dead; dead -> (none) (the retention, other rows)
-  Bound    O(limit * log N); at most 250 expired leases per call (validate.MAX_BATCH),
+  Bound    O(limit * log N); at most 100 expired leases per call (validate.MAX_BATCH),
            plus the dead retention's cleanup (at most 100 + 100 index entries per call)
   A dead job finishes (include/finished.lua: its completions entry, counters, retention).
 ]]
@@ -28,7 +28,7 @@ local base = ARGV[1]
 -- @include run_id
 -- @include finished
 local max_recoveries = tonumber(ARGV[3])
-local MAX_LIMIT = 250
+local MAX_LIMIT = 100
 local limit = tonumber(ARGV[2])
 if not limit or limit < 1 or limit > MAX_LIMIT then
   return redis.error_reply('EMQARG reap limit must be 1..' .. MAX_LIMIT)

@@ -14,14 +14,15 @@
 -- deletes it now (a waiter still reads the stream entry). The count caps are a memory
 -- guard: past one, the rows closest to their end go first, counted in metrics:capped.
 -- Per call at most FINISH_TRIM index entries are cleaned (expired, or 0.1 rows with no
--- TTL: given one from finished_at) and FINISH_TRIM rows deleted by the cap.
+-- TTL: given one from finished_at) and FINISH_TRIM rows deleted by the cap; the counters
+-- and the stream's count guard are written once per call (the first finished() does).
 local FINISH_TRIM = 100
 local DAY_MS = 86400000
 local FINISH_DEFAULTS = {
   keep_result = DAY_MS, keep_dead = 7 * DAY_MS, completions_keep = DAY_MS,
   completions_max = 1000000, max_completed = 1000000, max_dead = 1000000,
 }
-local METRICS_KEEP_MS = DAY_MS + 120000
+local METRICS_KEEP_MS = 720 * 60000 + 120000  -- 12 h of per-minute counters, and 2 min
 local FINISH_TOTALS = {
   completed = 'metrics:completed', dead = 'metrics:failed', cancelled = 'metrics:cancelled',
 }
@@ -34,6 +35,7 @@ local function finish_read(base, kept, now, jobs)
   for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or FINISH_DEFAULTS[name] end
   local minute = math.floor(now / 60000)
   local derived, seen = {base .. 'completions', base .. 'metrics:capped'}, {}
+  fin.counts = {}  -- state -> jobs of this call: one HINCRBY per counter per call
   for i, job in ipairs(jobs) do
     local id, state = job[1], job[2]
     local row = base .. 'job:' .. id
@@ -41,13 +43,13 @@ local function finish_read(base, kept, now, jobs)
       'claimed_at', 'keep_' .. (kept == 'dead' and 'dead' or 'result'))
     fin.jobs[i] = {id = id, state = state, row = row, logs = row .. ':logs', task = f[1],
       attempts = f[2] or '0', failures = f[3], created_at = f[4], claimed_at = f[5],
-      keep = tonumber(f[6]), bucket = base .. 'metrics:' .. state .. ':' .. minute,
-      has_logs = redis.call('EXISTS', row .. ':logs') == 1}
+      keep = tonumber(f[6]), has_logs = redis.call('EXISTS', row .. ':logs') == 1}
     if not seen[state] then
       seen[state] = true
       derived[#derived + 1] = base .. FINISH_TOTALS[state]
-      derived[#derived + 1] = fin.jobs[i].bucket
+      derived[#derived + 1] = base .. 'metrics:' .. state .. ':' .. minute
     end
+    fin.counts[state] = (fin.counts[state] or 0) + 1
   end
   redis.call('EXISTS', unpack(derived))  -- read: a key moved mid-reshard fails here
   if not kept then return fin end
@@ -134,10 +136,6 @@ local function finished(fin, i, detail)
   entry[#entry + 1] = now
   local stream = base .. 'completions'
   redis.call('XADD', stream, 'MINID', '~', now - fin.completions_keep, '*', unpack(entry))
-  redis.call('HINCRBY', base .. FINISH_TOTALS[job.state], 'count', 1)
-  if redis.call('HINCRBY', job.bucket, 'count', 1) == 1 then
-    redis.call('PEXPIRE', job.bucket, METRICS_KEEP_MS)
-  end
   if fin.kept then
     local keep = job.keep or fin[fin.kept == 'dead' and 'keep_dead' or 'keep_result']
     if keep <= 0 then
@@ -149,7 +147,14 @@ local function finished(fin, i, detail)
       redis.call('ZADD', fin.index, now + keep, job.id)
     end
   end
-  if not fin.cleaned then
+  if not fin.cleaned then  -- once per call: the counters, the stream's guard, the cleanup
+    for state, n in pairs(fin.counts) do
+      redis.call('HINCRBY', base .. FINISH_TOTALS[state], 'count', n)
+      local bucket = base .. 'metrics:' .. state .. ':' .. math.floor(now / 60000)
+      if redis.call('HINCRBY', bucket, 'count', n) == n then
+        redis.call('PEXPIRE', bucket, METRICS_KEEP_MS)
+      end
+    end
     local trimmed = redis.call('XTRIM', stream, 'MAXLEN', '~', fin.completions_max)
     if trimmed > 0 then redis.call('HINCRBY', base .. 'metrics:capped', 'completions', trimmed) end
     if fin.kept then finish_clean(fin) else fin.cleaned = true end
