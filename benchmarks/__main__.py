@@ -12,6 +12,8 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
             npm at run time), with redis-benchmark's ceiling in every repetition
   archive   the durable archive (issue 11): entries/s into SQLite and PostgreSQL, paced at
             echomq's end-to-end rate and draining a backlog; the lag over the run
+  results   the scripts' half of issue 11: no-op jobs/s with and without the completions
+            stream, the archive on the real worker's stream, Redis memory after 1M jobs
   all       verbs, e2e and peers, in that order
   report    the README tables from one saved results file (--from FILE); --write puts them
             into benchmarks/README.md and README.md between their report markers
@@ -107,7 +109,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "what", choices=["verbs", "first", "e2e", "peers", "archive", "all", "report", "bounds"]
+        "what",
+        choices=["verbs", "first", "e2e", "peers", "archive", "results", "all", "report", "bounds"],
     )
     p.add_argument(
         "--reps", type=int, default=None, help="repetitions (medians; default 5, bounds 20)"
@@ -139,6 +142,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--archive-seconds", type=float, default=20.0, help="`archive`: producing")
     p.add_argument("--archive-backlog", type=int, default=100_000, help="`archive`: drain size")
     p.add_argument("--archive-stores", default="sqlite,postgresql", help="`archive`: stores")
+    p.add_argument(
+        "--results-parts", default="stream,archive,memory", help="`results`: which parts"
+    )
+    p.add_argument(
+        "--results-seconds", type=float, default=20.0, help="`results`: producing, archive part"
+    )
+    p.add_argument("--memory-jobs", type=int, default=1_000_000, help="`results`: memory part")
     p.add_argument("--json", type=Path, help="where to save the results (default: results/)")
     p.add_argument(
         "--from", dest="sources", type=Path, nargs="*", default=[], help="results file to report"
@@ -178,6 +188,12 @@ async def amain(args: argparse.Namespace) -> Results:
 
         res = await run_archive(args, log=log)
         print(res.table("the durable archive (issue 11)"), flush=True)
+        total.merge(res)
+    if args.what == "results":
+        from .results import run_results
+
+        res = await run_results(args, log=log)
+        print(res.table("the completions stream, the live archive, memory (issue 11)"), flush=True)
         total.merge(res)
     if args.what in ("peers", "all"):
         from .peers import harness

@@ -183,7 +183,7 @@ async def build_queue(conn: echomq.Connection, jobs: int) -> dict[str, int]:
             if dead:
                 await life.fail(conn, QUEUE, c.id, c.token, "boom", dead=True)
             else:
-                await life.complete(conn, QUEUE, c.id, c.token, b"r", keep_count=-1, keep_age_ms=0)
+                await life.complete(conn, QUEUE, c.id, c.token, b"r")
 
     async with trio.open_nursery() as nursery:
         for i in range(0, 50_000, 5_000):
@@ -238,19 +238,37 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
         lambda: fixed(life.enqueue_call(q, [life.NewJob(payload=PAYLOAD)] * v.MAX_ENQUEUE)),
         length,
     )
-    held = await claim_many(conn, reps * 6 + v.MAX_HELD, DAY_MS)
+    held = await claim_many(conn, reps * 7 + v.MAX_HELD, DAY_MS)
     pool = iter(held)
 
     async def complete_plain() -> ScriptCall[Any]:
         c = next(pool)
-        return life.complete_call(q, c.id, c.token, b"r", keep_count=-1, keep_age_ms=0)
+        return life.complete_call(q, c.id, c.token, b"r")
+
+    async def worst_retention(kept: str) -> None:
+        """The most a finish's cleanup can do: 100 index entries whose time is up, rows
+        with no TTL (the 0.1 path: read, then deleted), and the index 100+ over its cap."""
+        index = getattr(ks, kept)
+        old = await conn.execute("ZRANGE", index, 0, 99)
+        await conn.execute("ZADD", index, *[x for m in old for x in (1, m)])
+        for m in old:
+            await conn.execute("PERSIST", ks.job(m.decode()))
+        over = int(await conn.execute("ZCARD", index)) - 300
+        await evaluate(conn, admin.set_retention_call(q, **{f"max_{kept}": over}))
 
     async def complete_trim() -> ScriptCall[Any]:
+        await worst_retention("completed")
         c = next(pool)
-        return life.complete_call(q, c.id, c.token, b"r", keep_count=10_000, keep_age_ms=1)
+        return life.complete_call(q, c.id, c.token, b"r")
 
-    await m.case("complete", "no retention", reps, complete_plain, one)
-    await m.case("complete", "retention trims 100 by age + 100 by count", reps, complete_trim, one)
+    await m.case("complete", "no retention work (entry, counters, TTL)", reps, complete_plain, one)
+    await m.case(
+        "complete",
+        "retention: 100 expired 0.1 rows deleted + 100 past the count cap",
+        reps,
+        complete_trim,
+        one,
+    )
 
     async def fail_retry() -> ScriptCall[Any]:
         c = next(pool)
@@ -260,8 +278,15 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
         c = next(pool)
         return life.fail_call(q, c.id, c.token, "boom", dead=True)
 
+    async def fail_dead_trim() -> ScriptCall[Any]:
+        await worst_retention("dead")
+        return await fail_dead()
+
     await m.case("fail", "retry (to schedule)", reps, fail_retry, one)
     await m.case("fail", "dead", reps, fail_dead, one)
+    await m.case(
+        "fail", "dead; retention: 100 expired + 100 past the cap", reps, fail_dead_trim, one
+    )
     c = next(pool)
     await m.case(
         "extend_lock", "1 lease", reps, same(life.extend_lock_call(q, c.id, c.token, DAY_MS)), one
@@ -290,6 +315,11 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
         await lapsed()
         return life.reap_call(q, limit=v.MAX_BATCH)
 
+    async def reap_all_dead() -> ScriptCall[Any]:
+        await lapsed()
+        await worst_retention("dead")
+        return life.reap_call(q, limit=v.MAX_BATCH, max_recoveries=0)
+
     async def sweep_cap() -> ScriptCall[Any]:
         await lapsed()
         return stalled.check_call(q, max_stalled=2, limit=v.MAX_BATCH)
@@ -302,6 +332,13 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
         lambda r: len(r.recovered) + len(r.dead),
     )
     await m.case(
+        "reap",
+        f"{v.MAX_BATCH} expired leases (the cap), all dead (entries), retention at its worst",
+        reps,
+        reap_all_dead,
+        lambda r: len(r.recovered) + len(r.dead),
+    )
+    await m.case(
         "stalled_check",
         f"{v.MAX_BATCH} expired leases (the cap)",
         reps,
@@ -311,7 +348,26 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
 
     # -- reads and the per-job verbs ---------------------------------------------------------
     deep = (await conn.execute("ZRANGE", ks.pending, -1, -1))[0].decode()
-    await m.case("queue_stats", "counts, gate, throughput", reps, same(admin.stats_call(q)), one)
+    await m.case(
+        "queue_stats",
+        "counts, gate, 15 minutes of counters (the default)",
+        reps,
+        same(admin.stats_call(q)),
+        one,
+    )
+    await m.case(
+        "queue_stats",
+        f"counts, gate, {admin.MAX_STATS_MINUTES} minutes of counters (the cap)",
+        reps,
+        same(admin.stats_call(q, minutes=admin.MAX_STATS_MINUTES)),
+        one,
+    )
+    settings = {"keep_result": 86_400, "keep_dead": 604_800, "completions_keep": 86_400,
+                "completions_max": 10**6, "max_completed": 10**6, "max_dead": 10**6,
+                "max_log_lines": 1000}  # fmt: skip
+    await m.case(
+        "set_retention", "all 7 settings", reps, same(admin.set_retention_call(q, **settings)), one
+    )
     await m.case("explain", "the last pending job", reps, same(rows.explain_call(q, deep)), one)
     await m.case("update_data", "1 row", reps, same(rows.update_data_call(q, deep, PAYLOAD)), one)
     await m.case(
@@ -319,6 +375,9 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
     )
     await m.case(
         "add_log", "1 line, keep=100", reps, same(rows.add_log_call(q, deep, "line", keep=100)), one
+    )
+    await m.case(
+        "add_log", "1 line, the queue's cap", reps, same(rows.add_log_call(q, deep, "line")), one
     )
     await m.case("get_job_logs", "100 lines", reps, same(rows.get_job_logs_call(q, deep)), length)
 

@@ -101,9 +101,10 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     [one] = await claim()  # p1 taken; s1, s2 promoted
     await step("complete", lambda: jobs.complete(rec, queue, one.id, one.token, b"r"))
     [two] = await claim()
-    await step(  # keep 1: the oldest completed row (p1) is trimmed
-        "complete, trim",
-        lambda: jobs.complete(rec, queue, two.id, two.token, b"r", keep_count=1),
+    # the count guards at 1 row: each finish past it deletes the row closest to its end
+    await admin.set_retention(conn, queue, max_completed=1)
+    await step(  # the completed row of p1 goes
+        "complete, trim", lambda: jobs.complete(rec, queue, two.id, two.token, b"r")
     )
     [c] = await claim()
     await step(
@@ -113,7 +114,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await step("fail now", lambda: jobs.fail(rec, queue, c.id, c.token, "e"))
     [c] = await claim()
     await step("fail dead", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
-    dead_one = c.id
+    await admin.set_retention(conn, queue, max_dead=1)  # each dead-lettering drops the last
     held = await claim(lease_ms=1)
     await lapse(held)
     await step("reap", lambda: jobs.reap(rec, queue))
@@ -127,8 +128,11 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await lapse(held)
     await step("sweep, at", lambda: stalled.check(rec, queue, max_stalled=1))
     [c] = await claim()
+    await step("fail dead, trim", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
+    [c] = await claim()
     await step("release", lambda: jobs.release(rec, queue, [(c.id, c.token)]))
-    await step("reprocess", lambda: jobs.reprocess_job(rec, queue, dead_one))
+    [dead_one] = await conn.execute("ZRANGE", Keyspace(queue).dead, 0, -1)
+    await step("reprocess", lambda: jobs.reprocess_job(rec, queue, dead_one.decode()))
     await step("cancel scheduled", lambda: cancel.request(rec, queue, "s3"))
     [waiting] = [i for i, s in (await _states(conn, queue, ids)).items() if s is JobState.PENDING][
         :1

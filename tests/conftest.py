@@ -25,7 +25,7 @@ import echomq
 from echomq.testing import RedisCluster, RedisServer
 
 BACKENDS = ("single", "cluster")
-BOTH_BACKENDS = ("verbs", "worker", "cancellation")  # redis_url parametrized there
+BOTH_BACKENDS = ("verbs", "worker", "cancellation", "results")  # redis_url parametrized there
 
 
 def pytest_configure(config: pytest.Config) -> None:

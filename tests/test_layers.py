@@ -46,6 +46,7 @@ EXACT = {
     "echomq.stalled": "verbs",
     "echomq.cancel": "verbs",
     "echomq.events": "verbs",
+    "echomq.results": "verbs",
     "echomq._redis": "wire",
     "echomq._redis.scripts": "scripts",
     "echomq._redis.replies": "scripts",

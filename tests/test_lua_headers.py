@@ -39,21 +39,36 @@ CAPPED = {
     "stalled_check": ("MAX_LIMIT", v.MAX_BATCH),
     "drain": ("MAX_BUDGET", v.MAX_BUDGET),
     "obliterate": ("MAX_BUDGET", v.MAX_BUDGET),
+    "queue_stats": ("MAX_MINUTES", v.MAX_MINUTES),
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "
     "HINCRBY DEL UNLINK SET SETNX INCR INCRBY RPUSH LPUSH LPOP RPOP LTRIM LREM EXPIRE PEXPIRE "
-    "PUBLISH"
+    "EXPIREAT PEXPIREAT PERSIST XADD XTRIM XDEL PUBLISH"
 ).split()
 _WRITE_CALL = r"redis\.call\(\s*'(" + "|".join(WRITES) + r")'"
 _DEFINED = re.compile(r"^local (?:function )?(\w+)", re.MULTILINE)
-# include helpers whose body writes: a call to one is a write where it is made
-WRITING_HELPERS = sorted(
-    name
-    for text in INCLUDES.values()
-    if re.search(_WRITE_CALL, text, re.IGNORECASE)
-    for name in re.findall(r"^local function (\w+)", text, re.MULTILINE)
-)
+# include helpers whose body writes: a call to one is a write where it is made (each
+# function's body is its text up to the next top-level `local`; a helper that calls a
+# writing helper writes too)
+_FUNCTION = re.compile(r"^local function (\w+)\(.*?(?=^local |\Z)", re.MULTILINE | re.DOTALL)
+
+
+def _writing_helpers() -> list[str]:
+    bodies = {m[1]: m[0] for text in INCLUDES.values() for m in _FUNCTION.finditer(text)}
+    writing = {name for name, body in bodies.items() if re.search(_WRITE_CALL, body, re.I)}
+    while True:
+        more = {
+            name
+            for name, body in bodies.items()
+            if name not in writing and any(re.search(rf"\b{w}\(", body) for w in writing)
+        }
+        if not more:
+            return sorted(writing)
+        writing |= more
+
+
+WRITING_HELPERS = _writing_helpers()
 _WRITE = re.compile(
     "|".join([_WRITE_CALL, *(rf"\b{name}\(" for name in WRITING_HELPERS)]), re.IGNORECASE
 )
@@ -202,8 +217,10 @@ def test_a_script_uses_what_it_includes(name: str) -> None:
 
 
 def test_includes_write_as_their_helpers_say() -> None:
-    """The helpers that write are known to the write check (push_wake, mark_queue)."""
-    assert {"push_wake", "mark_queue"} <= set(WRITING_HELPERS)
+    """The helpers that write are known to the write check (push_wake, mark_queue,
+    finished); finish_read only reads."""
+    assert {"push_wake", "mark_queue", "finished"} <= set(WRITING_HELPERS)
+    assert "finish_read" not in WRITING_HELPERS
     assert not re.search(_WRITE_CALL, INCLUDES["time"] + INCLUDES["score"])
 
 

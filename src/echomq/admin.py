@@ -9,7 +9,9 @@ before any I/O, and either answers a value or raises a typed error from
 - ``drain`` (``drain_step``): delete the backlog a ``budget`` of jobs per script call.
 - ``obliterate`` (``obliterate_step``, ``obliterate_all``): destroy a paused queue, a
   ``budget`` of jobs per call, down to its last ``emq:{q}:*`` key.
-- ``stats``: counts per state, the gate, and throughput, in one atomic read.
+- ``stats``: counts per state, the gate, and throughput by the minute, in one atomic read.
+- ``set_retention`` / ``retention``: how long finished jobs and completions entries are
+  kept, and the count caps that guard memory (docs/results.md).
 - ``ensure_schema``: the queue's data layout version, written if absent, refused
   (``SchemaMismatch``) if not this echomq's; every worker calls it at start.
 - ``list_queues``: every queue (a queue exists when it has ``emq:{q}:meta``), every master.
@@ -25,10 +27,14 @@ from __future__ import annotations
 from ._verbs.admin import (
     DEFAULT_BUDGET,
     MAX_BUDGET,
+    MAX_STATS_MINUTES,
     THROUGHPUT_WINDOW_MS,
+    Capped,
     DrainStep,
     ObliterateStep,
     QueueStats,
+    Retention,
+    capped,
     drain,
     drain_step,
     ensure_schema,
@@ -38,6 +44,8 @@ from ._verbs.admin import (
     obliterate_step,
     pause,
     resume,
+    retention,
+    set_retention,
     stats,
 )
 from ._verbs.admin import drain_call as drain_call  # builders (no I/O), for other drivers
@@ -45,6 +53,7 @@ from ._verbs.admin import ensure_schema_call as ensure_schema_call
 from ._verbs.admin import obliterate_call as obliterate_call
 from ._verbs.admin import pause_call as pause_call
 from ._verbs.admin import resume_call as resume_call
+from ._verbs.admin import set_retention_call as set_retention_call
 from ._verbs.admin import stats_call as stats_call
 from ._verbs.discovery import list_queues
 from ._verbs.views import MAX_VIEW, ActiveRow, DeadRow, active_jobs, dead_jobs, server_now_ms
@@ -52,14 +61,18 @@ from ._verbs.views import MAX_VIEW, ActiveRow, DeadRow, active_jobs, dead_jobs, 
 __all__ = [
     "DEFAULT_BUDGET",
     "MAX_BUDGET",
+    "MAX_STATS_MINUTES",
     "MAX_VIEW",
     "THROUGHPUT_WINDOW_MS",
     "ActiveRow",
+    "Capped",
     "DeadRow",
     "DrainStep",
     "ObliterateStep",
     "QueueStats",
+    "Retention",
     "active_jobs",
+    "capped",
     "dead_jobs",
     "drain",
     "drain_step",
@@ -71,6 +84,8 @@ __all__ = [
     "obliterate_step",
     "pause",
     "resume",
+    "retention",
     "server_now_ms",
+    "set_retention",
     "stats",
 ]

@@ -3,8 +3,8 @@
 Rule 1: nothing here does I/O at construction. ``Queue(...)`` and ``@queue.task`` only
 record names and options; ``async with queue.open()`` connects. Arguments are encoded
 (and refused with :class:`~echomq.errors.SerializationError`) before any I/O.
-Rule 2: the queue holds one connection and, at most, one event subscription (opened the
-first time a ``result()`` waits), shared by every handle.
+Rule 2: the queue holds one connection and, at most, one reader of its completions stream
+(opened the first time a ``result()`` waits, docs/results.md), shared by every handle.
 Rule 3: a task function is called by the worker with its arguments, plus the
 :class:`Job` context first when its first parameter is annotated ``echomq.Job``;
 ``current_job()`` answers the same object from anywhere inside the job. (The ``Job``
@@ -35,7 +35,6 @@ from ._model.options import DEFAULT_LEASE as DEFAULT_LEASE  # (moved: re-exporte
 from ._model.options import EnqueueOptions, TaskOptions, build_options
 from ._model.options import seconds as _seconds
 from ._model.options import to_ms as to_ms
-from ._model.states import JobState
 from ._redis.connection import Connection
 from ._redis.dial import connect
 from ._redis.keyspace import check_id, check_queue
@@ -52,6 +51,7 @@ from .errors import (
     JobGone,
 )
 from .events import EventFeed, open_event_feed
+from .results import GONE_CHECK, FinishState, Outcome, ResultFeed
 
 if TYPE_CHECKING:
     from .sync import SyncConnection
@@ -67,11 +67,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("echomq")
-
-# result() re-reads the row this often even without an event: events are at most once,
-# and a subscription that reconnected may have missed the one it waits for.
-RESULT_RECHECK = 5.0
-_FINAL_EVENTS = frozenset({"completed", "dead", "removed"})
 
 
 def _wants_job(fn: Callable[..., Any]) -> bool:
@@ -186,7 +181,7 @@ class Task:
         if not isinstance(kwargs, Mapping):
             raise InvalidArgument("kwargs must be a mapping")
         payload = self.queue.codec.encode_call(self.name, args, kwargs)
-        return chosen.new_job(payload, self.options)
+        return chosen.new_job(payload, self.options, self.name)
 
 
 @attrs.define(eq=False)
@@ -221,44 +216,55 @@ class TaskHandle:
     async def result(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - Celery's spelling
         """Wait for the job to finish and answer its return value.
 
-        Waits on the queue's event subscription (no polling), re-reading the row when a
-        final event for this job arrives (and every few seconds, as a safety net).
+        Reads the job's row, then (while it runs) the queue's completions stream from
+        where the row was read: the queue's one stream reader hands the entry over, so
+        nothing polls, and a call made late, or across a Redis reconnect, still finds the
+        outcome while the job's row is kept (its retention, docs/results.md).
 
         Raises:
             JobFailed: the job is dead (``error`` is its last error text).
             JobCancelled: the job was cancelled (``reason``).
-            JobGone: the job has no row (removed, or trimmed by retention).
+            JobGone: the job has no row: it finished longer ago than its retention
+                (``keep_result``, 24 h by default), the count guard deleted it, or it was
+                removed.
             trio.TooSlowError: ``timeout`` seconds passed first.
         """
         limit = math.inf if timeout is None else _seconds("timeout", timeout)
         queue = self.queue
-        conn = queue.connection
         with trio.fail_after(limit):
-            feed = await queue.event_feed()
-            # listen first, read second: a completion between the two is not missed
-            with feed.listen(job=self.id, events=_FINAL_EVENTS, buffer=8) as events:
-                while True:
-                    info = await jobs.get_job(conn, queue.name, self.id)
-                    done, value = self._settled(info)
-                    if done:
-                        return value
-                    with trio.move_on_after(RESULT_RECHECK):
-                        await events.receive()
+            feed = await queue.result_feed()
+            outcome = await feed.wait(queue.connection, self.id)
+        return self._value(outcome)
 
-    def _settled(self, info: JobInfo | None) -> tuple[bool, Any]:
-        if info is None:
+    def result_sync(self, timeout: float | None = None) -> Any:
+        """The blocking twin of :meth:`result` (``echomq.sync``: no ``queue.open()``
+        needed); it waits with an ``XREAD`` of its own.
+
+        Raises:
+            JobFailed, JobCancelled, JobGone: as :meth:`result`.
+            TimeoutError: ``timeout`` seconds passed first.
+        """
+        limit = None if timeout is None else _seconds("timeout", timeout)
+        outcome = self.queue.sync_connection().wait_outcome(self.queue.name, self.id, limit)
+        return self._value(outcome)
+
+    def _value(self, outcome: Outcome | None) -> Any:
+        if outcome is None:
             if self._removed:
                 raise JobCancelled(self._removed_reason, job_id=self.id)
-            raise JobGone(f"job {self.id} has no row")
-        if info.state is JobState.DEAD:
-            raise JobFailed(self.id, info.last_error)
-        if info.state is not JobState.COMPLETED:
-            return False, None
-        if info.cancelled:
-            raise JobCancelled(cancelled_reason(info.result), job_id=self.id)
-        if not info.result:
-            return True, None
-        return True, self.queue.codec.decode_result(info.result)
+            raise JobGone(
+                f"job {self.id} has no row: it finished longer ago than its retention "
+                "(keep_result, 24 h unless the task or the queue says otherwise), the "
+                "queue's count guard deleted it early (admin.stats: capped), or it was "
+                "removed"
+            )
+        if outcome.state is FinishState.DEAD:
+            raise JobFailed(self.id, outcome.error)
+        if outcome.state is FinishState.CANCELLED:
+            raise JobCancelled(outcome.reason or None, job_id=self.id)
+        if not outcome.result:
+            return None
+        return self.queue.codec.decode_result(outcome.result)
 
 
 class Queue:
@@ -279,6 +285,8 @@ class Queue:
         self._nursery: trio.Nursery | None = None
         self._feed: EventFeed | None = None
         self._feed_lock = trio.Lock()
+        self._results: ResultFeed | None = None
+        self.result_gone_check = GONE_CHECK  # seconds: how soon a removed job's waiter knows
         self._sync: SyncConnection | None = None  # the blocking producer, made on first use
 
     def __repr__(self) -> str:
@@ -381,7 +389,7 @@ class Queue:
             try:
                 yield self
             finally:
-                self._conn = self._nursery = self._feed = None
+                self._conn = self._nursery = self._feed = self._results = None
 
     async def event_feed(self) -> EventFeed:
         """The queue's one event subscription, opened on first use."""
@@ -395,6 +403,22 @@ class Queue:
                 self._feed = await self._nursery.start(self._serve_feed)
         assert self._feed is not None
         return self._feed
+
+    async def result_feed(self) -> ResultFeed:
+        """The queue's one reader of its completions stream, started on first use."""
+        if self._results is not None:
+            return self._results
+        async with self._feed_lock:
+            if self._results is None:
+                if self._nursery is None:
+                    self.connection  # noqa: B018 - raises the "not open" error
+                assert self._nursery is not None
+                feed = ResultFeed(
+                    self.connection.config, self.name, gone_check=self.result_gone_check
+                )
+                self._results = await self._nursery.start(feed.run)
+        assert self._results is not None
+        return self._results
 
     async def _serve_feed(self, *, task_status: trio.TaskStatus[EventFeed]) -> None:
         async with open_event_feed(self.url, self.name) as feed:
@@ -417,14 +441,18 @@ class Queue:
             return TaskHandle(new.job_id, self, task, deduplicated=True)
         return TaskHandle(ids[0], self, task)
 
-    def enqueue_new_sync(self, new: jobs.NewJob) -> str:
-        """Blocking :meth:`enqueue_new` through ``echomq.sync``; answers the job id."""
+    def sync_connection(self) -> SyncConnection:
+        """The queue's blocking connection (``echomq.sync``), made on first use."""
         from . import sync
 
         if self._sync is None:
             self._sync = sync.connect(self.url)
+        return self._sync
+
+    def enqueue_new_sync(self, new: jobs.NewJob) -> str:
+        """Blocking :meth:`enqueue_new` through ``echomq.sync``; answers the job id."""
         try:
-            return self._sync.enqueue_many(self.name, [new])[0]
+            return self.sync_connection().enqueue_many(self.name, [new])[0]
         except DuplicateJob:
             assert new.job_id is not None
             return new.job_id

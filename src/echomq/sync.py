@@ -18,6 +18,7 @@ connection dropped); a dropped or unreachable server raises
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
@@ -35,6 +36,18 @@ from ._verbs.lifecycle import (
     enqueue_one_call,
     get_job_args,
     read_job,
+)
+from ._verbs.results import (
+    BLOCK,
+    GONE_CHECK,
+    Outcome,
+    entry_job_id,
+    entry_outcome,
+    probe_commands,
+    read_probe,
+    read_stream_entries,
+    row_outcome,
+    xread_command,
 )
 from .config import DEFAULT_URL, ConnectionConfig, parse_url
 from .errors import InvalidArgument
@@ -140,6 +153,49 @@ class SyncConnection:
         with sync_errors():
             row = client.execute_command(*args)
         return read_job(job_id, row)
+
+    def wait_outcome(self, queue: str, job_id: str, timeout: float | None = None) -> Outcome | None:
+        """Wait for the job's outcome (``echomq.results``, the blocking way): its row, then
+        its completions entry, read with a blocking ``XREAD`` from where the row was read.
+        None when the job has no row (past its retention, or removed; a removed job is
+        noticed within ``GONE_CHECK`` seconds).
+
+        Raises:
+            InvalidKey: before any I/O. TimeoutError: ``timeout`` seconds passed first.
+            ConnectionLost: the server could not be reached, or dropped the call.
+        """
+        get_job_args(queue, job_id)  # the gates, before any I/O
+        deadline = None if timeout is None else time.monotonic() + timeout
+        client: Any = self.client  # redis-py's commands are untyped
+        want = job_id.encode()
+        with sync_errors():
+            pipe = client.pipeline(transaction=False)
+            for command in probe_commands(queue, job_id):
+                pipe.execute_command(*command)
+            probe = read_probe(job_id, pipe.execute())
+            if probe.info is None:
+                return None
+            outcome = row_outcome(probe.info)
+            after, checked = probe.after, time.monotonic()
+            while outcome is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"job {job_id} did not finish within {timeout} s")
+                block = BLOCK if left is None else min(BLOCK, left)
+                command = xread_command(
+                    queue, after, count=1000, block_ms=max(1, round(block * 1000))
+                )
+                for stream_id, fields in read_stream_entries(client.execute_command(*command)):
+                    after = stream_id
+                    if entry_job_id(fields) == want:
+                        outcome = entry_outcome(queue, stream_id, fields)
+                if outcome is None and time.monotonic() - checked >= GONE_CHECK:
+                    checked = time.monotonic()  # removal writes no entry: look at the row
+                    info = self.get_job(queue, job_id)
+                    if info is None:
+                        return None
+                    outcome = row_outcome(info)
+        return outcome
 
     def close(self) -> None:
         """Close the client's sockets."""

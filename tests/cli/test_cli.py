@@ -122,8 +122,30 @@ async def test_status_shows_counts_gate_and_throughput(
     assert row["queue"] == queue and row["paused"] is True
     assert (row["pending"], row["completed"], row["completed_total"]) == (2, 1, 1)
     assert row["completed_last_minute"] == 1
+    assert sum(row["per_minute"]["completed"]) == 1 and len(row["per_minute"]["dead"]) == 6
+    assert row["capped"] == {"completed": 0, "dead": 0, "completions": 0}
     p = await run(redis_url, "status", "--json")
     assert queue in [r["queue"] for r in json.loads(out(p))]
+
+
+async def test_retention_shows_and_sets_the_settings(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """retention QUEUE shows the settings (default or set); flags set them (spans, counts);
+    --reset goes back to the default; a bad span is bad input (exit 2)."""
+    p = await run(redis_url, "retention", queue)
+    assert p.returncode == 0 and "keep_result" in out(p) and "1d" in out(p)
+    p = await run(
+        redis_url, "retention", queue, "--keep-result", "1h30m", "--max-dead", "5000", "--json"
+    )
+    got = json.loads(out(p))
+    assert (got["keep_result"], got["max_dead"]) == (5400.0, 5000)
+    assert got["explicit"] == ["keep_result", "max_dead"]
+    assert (await admin.retention(conn, queue)).keep_result == 5400.0
+    p = await run(redis_url, "retention", queue, "--reset", "keep_result", "--json")
+    assert json.loads(out(p))["explicit"] == ["max_dead"]
+    p = await run(redis_url, "retention", queue, "--keep-dead", "soon")
+    assert p.returncode == 2 and "span" in err(p)
 
 
 async def test_job_shows_row_and_logs(redis_url: str, conn: echomq.Connection, queue: str) -> None:

@@ -39,6 +39,7 @@ async def run_briefly(url: str, *args: str) -> subprocess.CompletedProcess[bytes
         (["--token", "with spaces inside"], "8..256"),
         (["--host", "0.0.0.0"], "--allow-host"),
         (["--host", "0.0.0.0", "--allow-host", "*"], "wildcard"),
+        (["--archive", "mysql://db/x"], "sqlite"),
     ],
 )
 async def test_bad_dashboard_options_exit_2_with_a_clear_message(

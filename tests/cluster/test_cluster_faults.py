@@ -241,30 +241,35 @@ async def test_a_claim_with_the_queue_split_by_a_migration_loses_no_job(
         assert [c.id for c in await jobs.claim(conn, queue, 600_000, count=2)] == ids[1:]
 
 
-async def test_a_complete_whose_trim_meets_a_moved_row_changes_nothing(
-    fault_cluster: RedisCluster,
+@pytest.mark.parametrize("moved", ["capped row", "completions stream"])
+async def test_a_complete_whose_finish_meets_a_moved_key_changes_nothing(
+    fault_cluster: RedisCluster, moved: str
 ) -> None:
-    """complete reads the completed rows its retention will delete before its first write."""
+    """complete reads every key its finish touches (the rows the count guard will delete,
+    the derived completions stream and counters) before its first write."""
     queue = f"split-{uuid.uuid4().hex[:8]}"
     ks = Keyspace(queue)
     slot = key_slot(ks.pending)
     async with echomq.connect(fault_cluster.url, connect_timeout=1) as conn:
+        await admin.set_retention(conn, queue, max_completed=1)
         first, second = [await jobs.enqueue(conn, queue, b"x") for _ in range(2)]
         [one] = await jobs.claim(conn, queue, 600_000)
         await jobs.complete(conn, queue, one.id, one.token, b"r")
         [two] = await jobs.claim(conn, queue, 600_000)
         migration = fault_cluster.start_migration(slot, other_master(fault_cluster, slot))
         try:
-            migration.move_keys([ks.job(first)])  # the row the trim would delete
+            key = ks.job(first) if moved == "capped row" else ks.completions
+            migration.move_keys([key])
             with pytest.raises(ServerError):
-                await jobs.complete(conn, queue, two.id, two.token, b"r", keep_count=0)
+                await jobs.complete(conn, queue, two.id, two.token, b"r")
             active = await conn.execute("ZRANGE", ks.active, 0, -1)
             state = await conn.execute("HGET", ks.job(second), "state")
         finally:
             await trio.to_thread.run_sync(migration.finish)
         assert (active, state) == ([second.encode()], b"active")
-        await jobs.complete(conn, queue, two.id, two.token, b"r", keep_count=0)
-        assert await conn.execute("ZCARD", ks.completed) == 0
+        await jobs.complete(conn, queue, two.id, two.token, b"r")
+        assert await conn.execute("ZRANGE", ks.completed, 0, -1) == [second.encode()]
+        assert await conn.execute("XLEN", ks.completions) == 2
 
 
 async def test_a_drain_that_meets_a_moved_row_changes_nothing(

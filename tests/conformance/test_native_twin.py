@@ -10,6 +10,7 @@ by hand), and for enqueue, claim and complete the whole keyspace is written out 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -165,7 +166,10 @@ async def dump(conn: echomq.Connection, q: str) -> dict[str, Any]:
         if cursor == b"0":
             break
     for key in keys:
-        name = key.decode().replace(f"{{{q}}}", "{Q}")
+        # a per-minute counter's name carries the server's minute: compared by outcome
+        name = re.sub(
+            r"(:metrics:\w+:)\d+$", r"\1<minute>", key.decode().replace(f"{{{q}}}", "{Q}")
+        )
         kind = await conn.execute("TYPE", key)
         if kind == b"hash":
             flat = await conn.execute("HGETALL", key)
@@ -179,6 +183,12 @@ async def dump(conn: echomq.Connection, q: str) -> dict[str, Any]:
                 out[name] = flat
         elif kind == b"list":
             out[name] = await conn.execute("LRANGE", key, 0, -1)
+        elif kind == b"stream":  # the entries' fields; their ids and times by presence
+            entries = await conn.execute("XRANGE", key, "-", "+")
+            out[name] = [
+                [v if i % 2 == 0 or f[i - 1] not in TIME_FIELDS else True for i, v in enumerate(f)]
+                for _, f in entries
+            ]
         else:
             out[name] = await conn.execute("GET", key)
     return out
@@ -290,4 +300,9 @@ async def test_hand_written_keyspace_after_enqueue_claim_complete(
         del done["emq:{Q}:active"]
         done["emq:{Q}:completed"] = [b"a"]
         done["emq:{Q}:metrics:completed"] = {b"count": b"1"}
+        done["emq:{Q}:metrics:completed:<minute>"] = {b"count": b"1"}
+        done["emq:{Q}:completions"] = [
+            [b"id", b"a", b"state", b"completed", b"attempts", b"1", b"result", b"R",
+             b"failures", b"0", b"created_at", True, b"claimed_at", True, b"finished_at", True]
+        ]  # fmt: skip
         assert await dump(conn, q) == done

@@ -158,3 +158,81 @@ async def test_wrong_token_leaves_the_page_read_only(
 
     assert await in_browser(dashboard.url, "wrong-token", steps) is True
     assert await admin.is_paused(conn, queue) is False
+
+
+async def _archived_jobs(conn: echomq.Connection, queue: str, store: str) -> list[str]:
+    """30 jobs finished by the scripts (every fifth dead), folded into an SQLite archive by
+    the recording consumer; answers their ids in finishing order."""
+    from _waits import until
+    from echomq.archive import ArchiveConfig, history, serve_archive
+
+    ids = await jobs.enqueue_many(
+        conn, queue, [jobs.NewJob(payload=payload("demo.square", i), task="demo.square")
+                      for i in range(30)]
+    )  # fmt: skip
+    for i, job_id in enumerate(ids):
+        [held] = await jobs.claim(conn, queue, 30_000)
+        assert held.id == job_id
+        if i % 5 == 4:
+            await jobs.fail(conn, queue, job_id, held.token, f"ValueError: {i}", dead=True)
+        else:
+            await jobs.complete(conn, queue, job_id, held.token, str(i * i))
+
+    async def archived() -> bool:
+        return len((await history(store, queue, limit=100)).jobs) == 30
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: serve_archive(
+                conn.config, [queue], store, config=ArchiveConfig(block=0.1),
+                task_status=task_status,
+            )
+        )  # fmt: skip
+        await until(archived, within=20)
+        nursery.cancel_scope.cancel()
+    return ids
+
+
+async def test_history_panel_pages_the_archive_newest_first(
+    nursery: trio.Nursery, conn: echomq.Connection, queue: str, tmp_path: Path
+) -> None:
+    """Given --archive, the page shows the queue's archived runs newest first, 25 a page;
+    Older pages on, the outcome filter narrows it."""
+    from echomq.dashboard import serve_dashboard
+
+    store = f"sqlite:///{tmp_path / 'archive.db'}"
+    ids = await _archived_jobs(conn, queue, store)
+    info: DashboardInfo = await nursery.start(
+        lambda task_status: serve_dashboard(
+            conn, queues=[queue], interval=0.1, archive=store, task_status=task_status
+        )
+    )
+
+    def rows(page: Any) -> list[tuple[str, str]]:
+        return [
+            (str(r.get_attribute("data-job")), str(r.get_attribute("data-state")))
+            for r in page.locator("#history-body tr").all()
+        ]
+
+    def steps(page: Any) -> dict[str, Any]:
+        page.wait_for_selector("#history-panel:not([hidden])")
+        page.wait_for_function("() => document.querySelectorAll('#history-body tr').length === 25")
+        first = rows(page)
+        text = page.locator(f"#history-body tr[data-job='{ids[-2]}'] td:last-child").text_content()
+        page.click("#history-older")
+        page.wait_for_function("() => document.querySelectorAll('#history-body tr').length === 5")
+        second = rows(page)
+        page.select_option("#history-state", "dead")
+        page.wait_for_function(
+            "() => { const rows = [...document.querySelectorAll('#history-body tr')];"
+            " return rows.length === 6 && rows.every(r => r.dataset.state === 'dead'); }"
+        )
+        dead = rows(page)
+        return {"first": first, "second": second, "dead": dead, "text": text}
+
+    seen = await in_browser(info.url, "history", steps)
+    newest_first = list(reversed(ids))
+    assert [job for job, _ in seen["first"]] == newest_first[:25]
+    assert [job for job, _ in seen["second"]] == newest_first[25:]
+    assert [job for job, _ in seen["dead"]] == [j for i, j in enumerate(ids) if i % 5 == 4][::-1]
+    assert seen["text"] == "784"  # 28 * 28, the result as text

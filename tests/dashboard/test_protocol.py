@@ -345,3 +345,49 @@ async def test_undecodable_payloads_show_raw_and_the_dashboard_lives(
     assert deep["task"] == "?" and deep["call"].startswith('{"task":"deep","args":[[[[')
     assert garbage["task"] == "?" and garbage["call"].startswith("\\xff\\xfe\\x80garbage")
     assert later
+
+
+async def test_snapshots_count_by_the_minute_whatever_is_retained(
+    dashboard: DashboardInfo, conn: echomq.Connection, queue: str
+) -> None:
+    """per_minute (60 minutes by outcome) comes from the per-minute counters: jobs whose
+    rows are not kept are counted too; hello says there is no archive."""
+    for _ in range(3):
+        await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=payload(), keep_result_ms=0)])
+        [held] = await jobs.claim(conn, queue, 5000)
+        await jobs.complete(conn, queue, held.id, held.token, b"1")
+    await dead_job(conn, queue)
+    async with trio_websocket.open_websocket_url(ws_url(dashboard)) as ws:
+        client = Client(ws)
+        hello = await client.next("hello")
+        snap = await client.next(
+            "snapshot", lambda m: sum(view(m, queue)["per_minute"]["dead"]) == 1
+        )
+    per = view(snap, queue)["per_minute"]
+    assert {name: len(series) for name, series in per.items()} == {
+        "completed": 60, "dead": 60, "cancelled": 60,
+    }  # fmt: skip
+    assert (sum(per["completed"]), sum(per["dead"]), sum(per["cancelled"])) == (3, 1, 0)
+    assert view(snap, queue)["counts"]["completed"] == 0  # nothing retained
+    assert view(snap, queue)["capped"] == 0
+    assert hello["archive"] is None
+
+
+@pytest.mark.parametrize(
+    "message, kind",
+    [
+        ({"type": "history", "ref": 1, "queue": "QUEUE"}, "no_archive"),
+        ({"type": "history", "ref": 1, "queue": "QUEUE", "limit": 0}, "bad_message"),
+        ({"type": "history", "ref": 1, "queue": "QUEUE", "state": "lost"}, "bad_message"),
+        ({"type": "history", "ref": "1", "queue": "QUEUE"}, "bad_message"),
+    ],
+)
+async def test_history_requests_are_checked_and_need_an_archive(
+    dashboard: DashboardInfo, queue: str, message: dict, kind: str
+) -> None:
+    """A history request to a dashboard with no archive, or a malformed one, is refused."""
+    async with trio_websocket.open_websocket_url(ws_url(dashboard)) as ws:
+        client = Client(ws)
+        await client.send(**{k: (queue if v == "QUEUE" else v) for k, v in message.items()})
+        reply = await client.next("result")
+    assert (reply["ok"], reply["kind"]) == (False, kind)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import echomq
-from echomq import jobs, stalled
+from echomq import admin, jobs, stalled
 from echomq._redis import validate as v
 from echomq.errors import (
     ConnectionLost,
@@ -86,9 +86,35 @@ CASES: list[tuple[str, Verb, type[Exception]]] = [
         for t in [0, "2"]
     ],
     ("complete result", lambda c: jobs.complete(c, "q", "j", 1, 3.5), SerializationError),  # type: ignore[arg-type]
+    *[
+        (
+            f"retention {name}={value!r}",
+            lambda c, name=name, value=value: admin.set_retention(c, "q", **{name: value}),
+            InvalidArgument,
+        )
+        for name, value in [
+            ("keep_result", -1),
+            ("keep_result", float("nan")),
+            ("keep_dead", 2**41),
+            ("keep_dead", "1"),
+            ("max_completed", 0),
+            ("max_dead", 1.5),
+            ("completions_max", -1),
+            ("max_log_lines", True),
+            ("keep_forever", 1),
+        ]
+    ],
+    ("retention nothing", lambda c: admin.set_retention(c, "q"), InvalidArgument),
+    ("stats minutes", lambda c: admin.stats(c, "q", minutes=0), InvalidArgument),
+    ("stats minutes high", lambda c: admin.stats(c, "q", minutes=721), InvalidArgument),
     (
-        "complete keep_count",
-        lambda c: jobs.complete(c, "q", "j", 1, b"", keep_count=-2),
+        "enqueue_many task name",
+        lambda c: jobs.enqueue_many(c, "q", [jobs.NewJob(payload=b"", task="")]),
+        InvalidArgument,
+    ),
+    (
+        "enqueue_many keep",
+        lambda c: jobs.enqueue_many(c, "q", [jobs.NewJob(payload=b"", keep_result_ms=-1)]),
         InvalidArgument,
     ),
     ("fail error text", lambda c: jobs.fail(c, "q", "j", 1, b"bytes"), InvalidArgument),  # type: ignore[arg-type]

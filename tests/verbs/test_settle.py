@@ -1,11 +1,11 @@
-"""complete and fail: fenced like extend, complete idempotent, retries then dead, retention."""
+"""complete and fail: fenced like extend, complete idempotent, retries then dead (the
+retention of finished rows: test_retention.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 import echomq
-from _waits import clock_moves, clock_past
 from echomq import jobs
 from echomq._redis.keyspace import Keyspace
 from echomq.errors import JobGone, NotActive, StaleToken
@@ -25,7 +25,9 @@ async def test_complete_settles_the_job(conn: echomq.Connection, queue: str, ks:
     assert info.result == b"the result"
     assert info.finished_at is not None and info.finished_at >= before
     assert await conn.execute("ZSCORE", ks.active, job_id) is None
-    assert float(await conn.execute("ZSCORE", ks.completed, job_id)) == info.finished_at
+    # the index is scored by when the row's retention ends (24 h by default)
+    ends = float(await conn.execute("ZSCORE", ks.completed, job_id))
+    assert ends == info.finished_at + 86_400_000
     assert await conn.execute("HGET", ks.metrics_completed, "count") == b"1"
 
 
@@ -159,53 +161,3 @@ async def test_fail_with_dead_flag_dead_letters_at_once(
     assert await field(conn, ks, job_id, "state") == b"dead"
     assert await field(conn, ks, job_id, "failures") == b"1"
     assert await field(conn, ks, job_id, "last_error") == b"fatal"
-
-
-async def test_completed_retention_keeps_the_newest_rows(
-    conn: echomq.Connection, queue: str, ks: Keyspace
-) -> None:
-    """keep_count trims the oldest completed rows (and their logs) and the set."""
-    ids = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"") for _ in range(4)])
-    for job_id in ids:
-        held = await claim_one(conn, queue)
-        assert held.id == job_id
-        await conn.execute("RPUSH", ks.logs(job_id), "a line")
-        await jobs.complete(conn, queue, job_id, held.token, b"r", keep_count=2)
-        await clock_moves(conn, 2, ks.meta)  # distinct finish times
-    assert await conn.execute("ZRANGE", ks.completed, 0, -1) == [i.encode() for i in ids[2:]]
-    for job_id in ids[:2]:
-        assert await conn.execute("EXISTS", ks.job(job_id), ks.logs(job_id)) == 0
-    for job_id in ids[2:]:
-        assert await conn.execute("EXISTS", ks.job(job_id), ks.logs(job_id)) == 2
-    assert await conn.execute("HGET", ks.metrics_completed, "count") == b"4"
-
-
-async def test_completed_retention_by_age(
-    conn: echomq.Connection, queue: str, ks: Keyspace
-) -> None:
-    """keep_age_ms trims completed rows older than the age at the next completion."""
-    old, new = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"") for _ in range(2)])
-    held = await claim_one(conn, queue)
-    await jobs.complete(conn, queue, old, held.token, b"", keep_age_ms=30)
-    await clock_past(conn, float(await conn.execute("ZSCORE", ks.completed, old)) + 30, ks.meta)
-    held = await claim_one(conn, queue)
-    await jobs.complete(conn, queue, new, held.token, b"", keep_age_ms=30)
-    assert await conn.execute("ZRANGE", ks.completed, 0, -1) == [new.encode()]
-    assert await conn.execute("EXISTS", ks.job(old)) == 0
-
-
-async def test_retention_never_deletes_a_row_that_is_no_longer_completed(
-    conn: echomq.Connection, queue: str, ks: Keyspace
-) -> None:
-    """A completed-set member whose row is live again (removed, re-enqueued) survives a trim."""
-    reused = await jobs.enqueue(conn, queue, b"")
-    held = await claim_one(conn, queue)
-    await jobs.complete(conn, queue, reused, held.token, b"")
-    await conn.execute("DEL", ks.job(reused))  # an operator removed the row, not the member
-    await jobs.enqueue(conn, queue, b"again", job_id=reused)
-    other = await jobs.enqueue(conn, queue, b"", priority=-1)
-    held = await claim_one(conn, queue)
-    assert held.id == reused
-    held_other = await jobs.claim(conn, queue, 1_000)
-    await jobs.complete(conn, queue, other, held_other[0].token, b"", keep_count=0)
-    assert await field(conn, ks, reused, "state") == b"active"

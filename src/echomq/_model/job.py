@@ -17,6 +17,9 @@ class NewJob:
     verbs take them (integer milliseconds; the options are gated when the call is built).
 
     ``EnqueueOptions.new_job`` (``_model/options.py``) builds one from the API's options.
+    ``task`` is the task's name (the app sets it; the completions entry carries it);
+    ``keep_result_ms`` / ``keep_dead_ms`` the job's own retention once finished (None:
+    the queue's, docs/results.md).
     """
 
     payload: bytes | str
@@ -24,6 +27,9 @@ class NewJob:
     delay_ms: int = 0
     priority: int = 0
     max_attempts: int = 1
+    task: str | None = None
+    keep_result_ms: int | None = None
+    keep_dead_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)

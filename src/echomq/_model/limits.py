@@ -18,6 +18,7 @@ __all__ = [
     "MAX_BUDGET",
     "MAX_COUNT",
     "MAX_ENQUEUE",
+    "MAX_MINUTES",
     "MAX_HELD",
     "MAX_MS",
     "MAX_PRIORITY",
@@ -31,12 +32,13 @@ MAX_PRIORITY = 4095  # priority * 2^40 + seq must stay exact in a double score
 # than ~10 ms on a queue of 1M jobs (measured by `python -m benchmarks bounds`, table in
 # benchmarks/README.md).
 MAX_COUNT = 250  # jobs per claim (which also promotes at most 100 due scheduled jobs)
-MAX_BATCH = 250  # expired leases per reap / stalled sweep
+MAX_BATCH = 100  # expired leases per reap / stalled sweep (each may finish a job)
 MAX_ENQUEUE = 250  # jobs per enqueue_many call
 MAX_HELD = 250  # (id, token) pairs per extend_locks / release call
 MAX_BUDGET = 500  # jobs (or leftover keys) per drain / obliterate step
 MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a double
 MAX_ATTEMPTS = 1_000_000  # handler failures a job may have; a sane bound, not arithmetic
+MAX_MINUTES = 720  # minutes of per-minute counters one stats call reads (3 HGETs each)
 
 
 def _is_int(value: object) -> bool:

@@ -26,6 +26,7 @@ from . import limits
 from .backoff import MAX_DELAY, Backoff, check_backoff
 from .job import NewJob
 from .names import check_id
+from .retention import keep_ms
 
 __all__ = ["DEFAULT_LEASE", "EnqueueOptions", "TaskOptions", "build_options", "seconds", "to_ms"]
 
@@ -58,7 +59,9 @@ def to_ms(name: str, value: float) -> int:
 
 @attrs.frozen(kw_only=True)
 class TaskOptions:
-    """A task's options. ``lease`` and ``timeout`` are seconds; ``backoff`` see ``Backoff``."""
+    """A task's options. ``lease`` and ``timeout`` are seconds; ``backoff`` see ``Backoff``.
+    ``keep_result`` / ``keep_dead``: seconds a finished job's row is kept (completed or
+    cancelled / dead); None: the queue's (24 h / 7 days unless set, docs/results.md)."""
 
     max_attempts: int = 1
     backoff: Backoff = attrs.field(default=None, converter=check_backoff)
@@ -66,6 +69,8 @@ class TaskOptions:
     lease: float = DEFAULT_LEASE
     priority: int = 0
     process: bool = False
+    keep_result: float | None = None
+    keep_dead: float | None = None
 
     def __attrs_post_init__(self) -> None:
         # the caps the scripts enforce, checked now rather than when a job fails
@@ -76,6 +81,7 @@ class TaskOptions:
         if self.lease < 0.003:
             raise InvalidArgument(f"lease must be at least 3 ms, not {self.lease!r}")
         limits.int_in("priority", self.priority, -limits.MAX_PRIORITY, limits.MAX_PRIORITY)
+        _check_keeps(self.keep_result, self.keep_dead)
 
     @property
     def lease_ms(self) -> int:
@@ -96,6 +102,11 @@ class EnqueueOptions:
         job_id: an id of your own (1..128 of ``[A-Za-z0-9._~-]``); an existing job with it
             is answered instead of a new one (``handle.deduplicated``).
         max_attempts: handler failures allowed (1..1,000,000).
+        keep_result: seconds the job's row (its result) is kept once it completed or was
+            cancelled (0: not kept; a waiting ``result()`` still gets it); default the task's,
+            else the queue's (24 h).
+        keep_dead: seconds the row is kept once dead; default the task's, else the queue's
+            (7 days).
 
     Raises:
         InvalidArgument, InvalidKey: a bad value, when built (before any I/O).
@@ -106,8 +117,11 @@ class EnqueueOptions:
     priority: int | None = None
     job_id: str | None = None
     max_attempts: int | None = None
+    keep_result: float | None = None
+    keep_dead: float | None = None
 
     def __attrs_post_init__(self) -> None:
+        _check_keeps(self.keep_result, self.keep_dead)
         if self.delay is not None and self.at is not None:
             raise InvalidArgument("give delay or at, not both")
         if self.delay is not None:
@@ -128,15 +142,27 @@ class EnqueueOptions:
         target = self.at.timestamp() if isinstance(self.at, dt.datetime) else float(self.at)
         return max(0.0, target - time.time())
 
-    def new_job(self, payload: bytes, task: TaskOptions) -> NewJob:
-        """The job to enqueue: ``payload`` with these options over the task's defaults."""
+    def new_job(self, payload: bytes, task: TaskOptions, name: str | None = None) -> NewJob:
+        """The job to enqueue: ``payload`` with these options over the task's defaults;
+        ``name`` is the task's (stored on the row, carried by the completions entry)."""
+        keep_result = task.keep_result if self.keep_result is None else self.keep_result
+        keep_dead = task.keep_dead if self.keep_dead is None else self.keep_dead
         return NewJob(
             payload=payload,
             job_id=self.job_id,
             delay_ms=to_ms("delay", self.delay_seconds()),
             priority=task.priority if self.priority is None else self.priority,
             max_attempts=task.max_attempts if self.max_attempts is None else self.max_attempts,
+            task=name,
+            keep_result_ms=None if keep_result is None else keep_ms("keep_result", keep_result),
+            keep_dead_ms=None if keep_dead is None else keep_ms("keep_dead", keep_dead),
         )
+
+
+def _check_keeps(keep_result: object, keep_dead: object) -> None:
+    for name, value in (("keep_result", keep_result), ("keep_dead", keep_dead)):
+        if value is not None:
+            keep_ms(name, value)
 
 
 def build_options(

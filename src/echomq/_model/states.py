@@ -46,14 +46,25 @@ TRANSITIONS: dict[str, Moves] = {
         JobState.SCHEDULED: frozenset({JobState.PENDING}),
         JobState.PENDING: frozenset({JobState.ACTIVE}),
     },
-    # complete also applies the completed retention: it deletes the oldest completed rows
+    # a finishing script also applies its set's retention (include/finished.lua): it
+    # deletes other rows past the count cap (and 0.1 rows whose time is up); a row whose
+    # TTL ends is deleted by Redis itself, outside any script
     "complete": {
         JobState.ACTIVE: frozenset({JobState.COMPLETED}),
         JobState.COMPLETED: frozenset({None}),
     },
-    "fail": {JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD})},
-    "reap": {JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD})},
-    "stalled_check": {JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD})},
+    "fail": {
+        JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD}),
+        JobState.DEAD: frozenset({None}),
+    },
+    "reap": {
+        JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD}),
+        JobState.DEAD: frozenset({None}),
+    },
+    "stalled_check": {
+        JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD}),
+        JobState.DEAD: frozenset({None}),
+    },
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
     # the operator plane (docs/operations.md)
     "reprocess_job": {JobState.DEAD: frozenset({JobState.PENDING})},

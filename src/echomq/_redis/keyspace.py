@@ -79,7 +79,22 @@ class Keyspace:
 
     @property
     def metrics_failed(self) -> str:
+        """Dead-lettered jobs, ever (the name is 0.1's: it counts the ``dead`` outcome)."""
         return self.base + "metrics:failed"
+
+    @property
+    def metrics_cancelled(self) -> str:
+        return self.base + "metrics:cancelled"
+
+    @property
+    def metrics_capped(self) -> str:
+        """Rows / entries the count caps removed before their time (the memory guard)."""
+        return self.base + "metrics:capped"
+
+    def metrics_minute(self, outcome: str, minute: int) -> str:
+        """One minute's counter of an outcome (``completed`` | ``dead`` | ``cancelled``);
+        ``minute`` = server ms // 60000. The scripts derive it from the server clock."""
+        return f"{self.base}metrics:{outcome}:{minute}"
 
     @property
     def sweep_guard(self) -> str:

@@ -10,7 +10,12 @@ stats. ``echomq.admin`` is their public face.
   for long; active jobs and recurring registrations are spared.
 - ``obliterate``: a paused queue is destroyed a ``budget`` of jobs at a time, down to its
   last ``emq:{q}:*`` key; ``obliterate_all`` loops until it is done.
-- ``stats``: counts per state, the gate, and throughput, in one atomic read.
+- ``stats``: counts per state, the gate, and throughput by the minute (from the
+  per-minute counters ``metrics:<outcome>:<minute>`` the finishing scripts write), in one
+  atomic read.
+- ``set_retention`` / ``retention``: the queue's retention settings in its meta hash
+  (docs/results.md): how long finished rows and completions entries are kept, and the
+  count caps that guard memory.
 - ``ensure_schema``: the queue's data layout version, written if absent, refused if not
   this echomq's (every worker calls it at start).
 """
@@ -22,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from .._model.retention import Retention
 from .._redis import validate as v
 from .._redis.keyspace import Keyspace
 from .._redis.replies import as_int, check_status, text
@@ -31,10 +37,14 @@ from ..errors import InvalidArgument, SchemaMismatch, ScriptError
 __all__ = [
     "DEFAULT_BUDGET",
     "MAX_BUDGET",
+    "MAX_STATS_MINUTES",
     "THROUGHPUT_WINDOW_MS",
     "DrainStep",
     "ObliterateStep",
+    "Capped",
     "QueueStats",
+    "Retention",
+    "capped",
     "drain",
     "drain_call",
     "drain_step",
@@ -49,6 +59,9 @@ __all__ = [
     "pause_call",
     "resume",
     "resume_call",
+    "retention",
+    "set_retention",
+    "set_retention_call",
     "stats",
     "stats_call",
 ]
@@ -56,6 +69,8 @@ __all__ = [
 MAX_BUDGET = v.MAX_BUDGET  # jobs per drain / obliterate script call (a ~10 ms bound)
 DEFAULT_BUDGET = MAX_BUDGET  # the operator-plane design says 1000: docs/operations.md
 THROUGHPUT_WINDOW_MS = 60_000
+DEFAULT_STATS_MINUTES = 15
+MAX_STATS_MINUTES = v.MAX_MINUTES  # = METRICS_KEEP_MINUTES: the counters live 12 h
 
 
 def _ok(what: str) -> Any:
@@ -66,8 +81,28 @@ def _ok(what: str) -> Any:
 
 
 @attrs.frozen(kw_only=True)
+class Capped:
+    """What the count caps (the memory guard, docs/results.md) removed before its time, ever:
+    completed and dead rows, completions stream entries. Non-zero: a cap was hit."""
+
+    completed: int = 0
+    dead: int = 0
+    completions: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.completed + self.dead + self.completions
+
+
+@attrs.frozen(kw_only=True)
 class QueueStats:
-    """One queue at one instant (server clock): counts per state, the gate, throughput."""
+    """One queue at one instant (server clock): counts per state, the gate, throughput.
+
+    Throughput comes from the per-minute counters (``metrics:<outcome>:<minute>``), not
+    from the retained rows: ``completed_per_minute`` (and ``dead_``, ``cancelled_``) hold
+    the last ``minutes`` minutes, oldest first, the last one being the current minute
+    (partial). The totals count since the metrics began.
+    """
 
     queue: str
     pending: int
@@ -78,13 +113,44 @@ class QueueStats:
     paused: bool
     completed_total: int  # every completion since the metrics began (metrics:completed)
     failed_total: int  # every dead-lettering since the metrics began (metrics:failed)
-    completed_last_minute: int  # completions in the last 60 s still retained
+    completed_last_minute: int  # completions in the last 60 s (two buckets, interpolated)
     now_ms: int
+    cancelled_total: int = 0
+    capped: Capped = Capped()
+    completed_per_minute: tuple[int, ...] = ()
+    dead_per_minute: tuple[int, ...] = ()
+    cancelled_per_minute: tuple[int, ...] = ()
 
     @property
     def jobs(self) -> int:
         """Jobs held in the five state sets."""
         return self.pending + self.scheduled + self.active + self.dead + self.completed
+
+    @property
+    def minutes(self) -> int:
+        return len(self.completed_per_minute)
+
+    def last_minute(self, outcome: str = "completed") -> int:
+        """Jobs of ``outcome`` in the last 60 s (the current minute's count plus the
+        unexpired share of the previous one)."""
+        return _last_minute(list(getattr(self, f"{outcome}_per_minute")), self.now_ms)
+
+    def rate(self, outcome: str = "completed") -> float:
+        """Jobs per minute of ``outcome`` (``completed`` | ``dead`` | ``cancelled``),
+        averaged over the window's full minutes (the current one left out; 0 if none)."""
+        series = getattr(self, f"{outcome}_per_minute")
+        full = series[:-1]
+        return sum(full) / len(full) if full else 0.0
+
+
+def _last_minute(series: list[int], now_ms: int) -> int:
+    """Completions in the last 60 s: the current minute's count plus the unexpired share of
+    the previous minute's (the usual sliding-window estimate)."""
+    if not series:
+        return 0
+    previous = series[-2] if len(series) > 1 else 0
+    elapsed = (now_ms % 60_000) / 60_000
+    return series[-1] + round(previous * (1 - elapsed))
 
 
 @attrs.frozen(kw_only=True)
@@ -170,23 +236,17 @@ def obliterate_call(
     return script_call("obliterate", keys + extra, argv, read)
 
 
-def stats_call(queue: str) -> ScriptCall[QueueStats]:
+def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCall[QueueStats]:
     ks = Keyspace(queue)
-    keys = [
-        ks.meta,
-        ks.pending,
-        ks.schedule,
-        ks.active,
-        ks.dead,
-        ks.completed,
-        ks.metrics_completed,
-        ks.metrics_failed,
-    ]
+    keys = [ks.meta, ks.pending, ks.schedule, ks.active, ks.dead, ks.completed]
+    v.int_in("minutes", minutes, 1, MAX_STATS_MINUTES)
 
     def read(reply: Any) -> QueueStats:
-        if not isinstance(reply, list) or len(reply) != 10:
+        if not isinstance(reply, list) or len(reply) != 14:
             raise ScriptError(f"stats {queue}: unexpected reply {reply!r}")
-        n = [as_int(x) for x in reply]
+        n = [as_int(x) for x in reply[:10]]
+        capped = [as_int(x) for x in reply[10]]
+        series = [[as_int(x) for x in part] for part in reply[11:14]]
         return QueueStats(
             queue=queue,
             pending=n[0],
@@ -197,11 +257,22 @@ def stats_call(queue: str) -> ScriptCall[QueueStats]:
             paused=bool(n[5]),
             completed_total=n[6],
             failed_total=n[7],
-            completed_last_minute=n[8],
+            cancelled_total=n[8],
             now_ms=n[9],
+            completed_last_minute=_last_minute(series[0], n[9]),
+            capped=Capped(completed=capped[0], dead=capped[1], completions=capped[2]),
+            completed_per_minute=tuple(series[0]),
+            dead_per_minute=tuple(series[1]),
+            cancelled_per_minute=tuple(series[2]),
         )
 
-    return script_call("queue_stats", keys, [THROUGHPUT_WINDOW_MS], read)
+    return script_call("queue_stats", keys, [ks.base, minutes], read)
+
+
+def set_retention_call(queue: str, **settings: Any) -> ScriptCall[None]:
+    ks = Keyspace(queue)
+    argv = Retention.meta_args(settings)
+    return script_call("set_retention", [ks.meta], argv, _ok(f"set_retention {queue}"))
 
 
 def ensure_schema_call(queue: str) -> ScriptCall[int]:
@@ -368,9 +439,56 @@ async def obliterate_all(
             return total
 
 
-async def stats(conn: Executor, queue: str) -> QueueStats:
-    """Counts per state, the gate and throughput of ``queue``, in one atomic read."""
-    return await evaluate(conn, stats_call(queue))
+async def stats(conn: Executor, queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> QueueStats:
+    """Counts per state, the gate and throughput of ``queue``, in one atomic read:
+    completed / dead / cancelled jobs in each of the last ``minutes`` (1..720) minutes.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    return await evaluate(conn, stats_call(queue, minutes=minutes))
+
+
+async def capped(conn: Executor, queue: str) -> Capped:
+    """What the count guard removed before its time, ever (one HMGET; ``stats`` has it too).
+
+    Raises:
+        InvalidKey: before any I/O.
+    """
+    raw = await conn.execute(
+        "HMGET", Keyspace(queue).metrics_capped, "completed", "dead", "completions"
+    )
+    n = [int(x) if x is not None else 0 for x in raw]
+    return Capped(completed=n[0], dead=n[1], completions=n[2])
+
+
+async def set_retention(conn: Executor, queue: str, **settings: Any) -> None:
+    """Set the queue's retention settings (docs/results.md); ``None`` resets one to its
+    default. Times in seconds: ``keep_result``, ``keep_dead``, ``completions_keep``;
+    counts: ``completions_max``, ``max_completed``, ``max_dead``, ``max_log_lines``.
+    What finishes from now on follows them; rows already finished keep their TTL.
+
+    Raises:
+        InvalidKey, InvalidArgument: an unknown setting or a bad value, before any I/O.
+    """
+    await evaluate(conn, set_retention_call(queue, **settings))
+
+
+async def retention(conn: Executor, queue: str) -> Retention:
+    """The queue's retention settings, defaults filled in (``explicit``: those it sets).
+
+    Raises:
+        InvalidKey: before any I/O.
+    """
+    names = Retention.names()
+    raw = await conn.execute("HMGET", Keyspace(queue).meta, *names)
+    values: dict[str, int | None] = {}
+    for name, value in zip(names, raw, strict=True):
+        try:
+            values[name] = int(value) if value is not None else None
+        except ValueError:
+            values[name] = None  # not a number: the scripts read it as unset too
+    return Retention.from_meta(values)
 
 
 async def ensure_schema(conn: Executor, queue: str) -> int:

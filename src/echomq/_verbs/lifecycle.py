@@ -49,8 +49,7 @@ __all__ = [
 FailOutcome = Literal["retrying", "dead"]
 DEFAULT_MAX_RECOVERIES = 1  # the worker's reap mode: recovered once, dead at the next stall
 NO_COUNT = -1  # reap_call's max_recoveries for the contract's uncounted reap
-DEFAULT_KEEP_COMPLETED = 10_000
-DEFAULT_KEEP_COMPLETED_MS = 24 * 3600 * 1000
+MAX_TASK_NAME = 1024  # bytes of a task name stored on the row
 
 
 def new_id() -> str:
@@ -63,6 +62,15 @@ def new_id() -> str:
 
 
 # -- builders (no I/O) ---------------------------------------------------------------------
+
+
+def _task_name(name: object) -> str:
+    if not isinstance(name, str) or not name or len(name.encode()) > MAX_TASK_NAME:
+        raise InvalidArgument(
+            f"a task name must be a non-empty str of at most {MAX_TASK_NAME} bytes, "
+            f"not {name!r:.80}"
+        )
+    return name
 
 
 def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
@@ -88,6 +96,13 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
             v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
             v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
             v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
+            "" if job.task is None else _task_name(job.task),
+            ""
+            if job.keep_result_ms is None
+            else v.non_negative_int("keep_result_ms", job.keep_result_ms, v.MAX_MS),
+            ""
+            if job.keep_dead_ms is None
+            else v.non_negative_int("keep_dead_ms", job.keep_dead_ms, v.MAX_MS),
         ]
         ids.append(job_id)
     v.batch_bytes(total)
@@ -165,22 +180,12 @@ def complete_call(
     job_id: str,
     token: int,
     result: bytes | str = b"",
-    *,
-    keep_count: int = DEFAULT_KEEP_COMPLETED,
-    keep_age_ms: int = DEFAULT_KEEP_COMPLETED_MS,
 ) -> ScriptCall[None]:
+    """The row keeps ``result`` for its retention (docs/results.md) and the completions
+    stream gets an entry; ``cancelled:<reason>`` finishes the job as cancelled."""
     ks = keyspace(queue)
-    keys = [ks.job(job_id), ks.active, ks.completed, ks.metrics_completed]
-    if keep_count != -1:
-        v.non_negative_int("keep_count", keep_count)
-    argv = [
-        job_id,
-        v.token_str(token),
-        v.payload_bytes(result, "result"),
-        ks.base,
-        keep_count,
-        v.non_negative_int("keep_age_ms", keep_age_ms),
-    ]
+    keys = [ks.job(job_id), ks.active]
+    argv = [job_id, v.token_str(token), v.payload_bytes(result, "result"), ks.base]
 
     def read(reply: Any) -> None:
         check_status(reply, f"complete {job_id}")
@@ -192,16 +197,7 @@ def fail_call(
     queue: str, job_id: str, token: int, error: str, *, retry_delay_ms: int = 0, dead: bool = False
 ) -> ScriptCall[FailOutcome]:
     ks = keyspace(queue)
-    keys = [
-        ks.job(job_id),
-        ks.active,
-        ks.schedule,
-        ks.dead,
-        ks.pending,
-        ks.metrics_failed,
-        ks.meta,
-        ks.wake,
-    ]
+    keys = [ks.job(job_id), ks.active, ks.schedule, ks.pending, ks.meta, ks.wake]
     argv = [
         job_id,
         v.token_str(token),
@@ -315,7 +311,7 @@ def reap_call(
     v.int_in("limit", limit, 1, v.MAX_BATCH)
     if max_recoveries != NO_COUNT:
         v.non_negative_int("max_recoveries", max_recoveries, v.MAX_ATTEMPTS)
-    keys = [ks.active, ks.pending, ks.dead, ks.metrics_failed, ks.wake]
+    keys = [ks.active, ks.pending, ks.wake]
     return script_call("reap", keys, [ks.base, limit, max_recoveries], _read_sweep)
 
 
@@ -393,19 +389,17 @@ async def complete(
     job_id: str,
     token: int,
     result: bytes | str = b"",
-    *,
-    keep_count: int = DEFAULT_KEEP_COMPLETED,
-    keep_age_ms: int = DEFAULT_KEEP_COMPLETED_MS,
 ) -> None:
     """Settle a held job as completed. Idempotent for the same token.
+
+    The row keeps ``result`` for the job's retention (``keep_result``, else the queue's:
+    24 h unless ``admin.set_retention`` says otherwise) and the completions stream gets the
+    job's entry, in the same script (docs/results.md).
 
     Raises:
         JobGone, StaleToken, NotActive: the caller does not hold the job; nothing changed.
     """
-    await evaluate(
-        conn,
-        complete_call(queue, job_id, token, result, keep_count=keep_count, keep_age_ms=keep_age_ms),
-    )
+    await evaluate(conn, complete_call(queue, job_id, token, result))
 
 
 async def fail(
@@ -473,7 +467,7 @@ async def reap(
 ) -> list[str]:
     """Crash recovery (the contract's verb): expired leases back to pending, no count.
 
-    Answers the recovered ids. At most ``limit`` (1..250, ``MAX_BATCH``) leases per call:
+    Answers the recovered ids. At most ``limit`` (1..100, ``MAX_BATCH``) leases per call:
     call again while it answers a full page. An expired id with no row leaves active and is
     listed nowhere.
     The worker's ``recovery="reap"`` mode uses :func:`reap_counted` instead, so a job that

@@ -72,7 +72,7 @@ def update_progress_call(queue: str, job_id: str, progress: str | int | float) -
 
 def add_log_call(queue: str, job_id: str, line: str, *, keep: int | None = None) -> ScriptCall[int]:
     ks = Keyspace(queue)
-    keys = [ks.job(job_id), ks.logs(job_id)]
+    keys = [ks.job(job_id), ks.logs(job_id), ks.meta]
     if not isinstance(line, str):
         raise InvalidArgument(f"a log line must be a str, not {type(line).__name__}")
     data = line.encode()
@@ -118,7 +118,7 @@ def remove_job_call(queue: str, job_id: str) -> ScriptCall[None]:
 
 def reprocess_job_call(queue: str, job_id: str) -> ScriptCall[None]:
     ks = Keyspace(queue)
-    keys = [ks.job(job_id), ks.dead, ks.pending, ks.wake]
+    keys = [ks.job(job_id), ks.dead, ks.pending, ks.wake, ks.logs(job_id)]
     return script_call("reprocess_job", keys, [job_id, ks.base], _status(f"reprocess_job {job_id}"))
 
 
@@ -261,9 +261,11 @@ async def update_progress(
 async def add_log(
     conn: Executor, queue: str, job_id: str, line: str, *, keep: int | None = None
 ) -> int:
-    """Append ``line`` to the job's logs; with ``keep``, keep only the last ``keep`` lines.
+    """Append ``line`` to the job's logs, keeping the last ``keep`` lines (default: the
+    queue's ``max_log_lines``, 1,000 unless ``admin.set_retention`` says otherwise).
 
-    Answers the number of lines kept.
+    Answers the number of lines kept. The lines end with their job: a finished job's logs
+    expire with its row (docs/results.md).
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O. JobGone: no row; nothing written.

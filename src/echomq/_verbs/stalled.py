@@ -43,7 +43,7 @@ def check_call(
         v.positive_int("max_stalled", max_stalled),
         v.positive_int("limit", limit, v.MAX_BATCH),
     ]
-    keys = [ks.active, ks.pending, ks.dead, ks.metrics_failed, ks.wake]
+    keys = [ks.active, ks.pending, ks.wake]
     return script_call("stalled_check", keys, argv, _read)
 
 
@@ -58,7 +58,7 @@ async def check(
 
     Args:
         max_stalled: the counted stalls at which a job is dead-lettered (>= 1).
-        limit: at most this many expired leases per call (1..250, ``MAX_BATCH``);
+        limit: at most this many expired leases per call (1..100, ``MAX_BATCH``);
             call again for more.
 
     Raises:

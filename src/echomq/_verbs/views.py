@@ -48,8 +48,9 @@ class DeadRow:
     payload: bytes | None
     failures: int
     last_error: str | None
-    died_at_ms: int  # the dead set's score
+    died_at_ms: int  # the row's finished_at (the dead set's score is when its retention ends)
     logs: list[str]
+    expires_at_ms: int | None = None  # when the dead retention deletes the row
 
 
 def _text(value: Any) -> str | None:
@@ -118,8 +119,9 @@ async def active_jobs(conn: RedisConnection, queue: str, *, limit: int = 50) -> 
 async def dead_jobs(
     conn: RedisConnection, queue: str, *, limit: int = 20, log_lines: int = 10
 ) -> list[DeadRow]:
-    """The dead-lettered jobs, latest first, each with its last ``log_lines`` log lines;
-    at most ``limit`` (1..1000) jobs.
+    """The dead-lettered jobs, latest first (by when their retention ends: the latest to
+    die, unless retentions differ), each with its last ``log_lines`` log lines; at most
+    ``limit`` (1..1000) jobs.
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O.
@@ -128,23 +130,24 @@ async def dead_jobs(
     positive_int("limit", limit, MAX_VIEW)
     positive_int("log_lines", log_lines, MAX_VIEW)
     members = _members(await conn.execute("ZREVRANGE", ks.dead, 0, limit - 1, "WITHSCORES"))
-    fields = ("payload", "failures", "last_error")
+    fields = ("payload", "failures", "last_error", "finished_at")
     replies = await _read_many(
         conn,
         [("HMGET", ks.job(j), *fields) for j, _ in members]
         + [("LRANGE", ks.logs(j), -log_lines, -1) for j, _ in members],
     )
     rows = []
-    for i, (job_id, died_at) in enumerate(members):
-        payload, failures, last_error = replies[i]
+    for i, (job_id, ends_at) in enumerate(members):
+        payload, failures, last_error, finished_at = replies[i]
         rows.append(
             DeadRow(
                 id=job_id,
                 payload=payload,
                 failures=_int(failures) or 0,
                 last_error=_text(last_error),
-                died_at_ms=died_at,
+                died_at_ms=_int(finished_at) or 0,
                 logs=[_text(line) or "" for line in replies[len(members) + i]],
+                expires_at_ms=ends_at,
             )
         )
     return rows

@@ -8,17 +8,21 @@ Rule 3: both modes count an expired lease as a stall (except a lease from before
 restart), so a job that crashes its worker is bounded: ``stalled`` dead-letters at
 ``max_stalled`` stalls, ``reap`` recovers a job ``max_stalled`` times and dead-letters it
 at the next stall.
+Rule 4: the worker that sweeps also reads the queue's count-guard counters
+(``metrics:capped``): when they grew, rows or completions entries were deleted before
+their retention (docs/results.md), and it logs a warning (at most once a minute).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 
 import attrs
 import trio
 
-from .. import jobs, stalled
+from .. import admin, jobs, stalled
 from .._redis.scripts import Executor
 from .._verbs.guard import take_sweep_guard
 from ..config import Recovery
@@ -43,6 +47,8 @@ class Sweeper:
     sweeps: int = 0
     recovered: int = 0
     dead: int = 0
+    capped: admin.Capped | None = None  # the count-guard counters last read
+    _capped_warned: float = -math.inf
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -80,4 +86,27 @@ class Sweeper:
             self.dead += len(sweep.dead)
             if len(sweep.recovered) + len(sweep.dead) < _PAGE:
                 break
+        await self._check_capped()
         return True
+
+    async def _check_capped(self) -> None:
+        now = await admin.capped(self.conn, self.queue)
+        before, self.capped = self.capped, now
+        grew = now.total > (before.total if before is not None else 0)
+        if not grew or trio.current_time() - self._capped_warned < 60.0:
+            if grew and before is not None:
+                self.capped = before  # keep counting from the last warning
+            return
+        self._capped_warned = trio.current_time()
+        base = before or admin.Capped()
+        log.warning(
+            "retention of %s: the count guard deleted %d completed rows, %d dead rows and "
+            "%d completions entries before their time (%s in all so far): results are "
+            "kept less long than keep_result says; raise max_completed / max_dead / "
+            "completions_max or lower the keeps (admin.set_retention, docs/results.md)",
+            self.queue,
+            now.completed - base.completed,
+            now.dead - base.dead,
+            now.completions - base.completions,
+            now.total,
+        )

@@ -11,7 +11,6 @@ clock, against the server-clock ``finished_at`` of each job.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -19,6 +18,7 @@ import attrs
 import trio
 
 from .._model.completion import FinishedJob, FinishState
+from .._model.spans import span_ms
 from .._redis.keyspace import check_queue
 from ..errors import InvalidArgument
 from .store import HistoryQuery, Store, now_ms, open_store
@@ -33,8 +33,6 @@ __all__ = [
 ]
 
 MAX_LIMIT = 1000
-_SPAN = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
 @attrs.frozen(kw_only=True)
@@ -55,9 +53,8 @@ def parse_since(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
     """
     now = now or dt.datetime.now(dt.UTC)
     text = text.strip()
-    spans = _SPAN.findall(text)
-    if spans and "".join(n + u for n, u in spans) == text:
-        total = sum(float(n) * _UNIT_MS[u] for n, u in spans)
+    total = span_ms(text)
+    if total is not None:
         return now - dt.timedelta(milliseconds=total)
     try:
         moment = dt.datetime.fromisoformat(text)

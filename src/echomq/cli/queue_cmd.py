@@ -1,4 +1,5 @@
-"""Queue-scope commands: ``status``, ``pause``, ``resume``, ``drain``, ``obliterate``."""
+"""Queue-scope commands: ``status``, ``pause``, ``resume``, ``drain``, ``obliterate``,
+``retention``."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from typing import TYPE_CHECKING
 
 from .. import admin
+from .._model.spans import span_ms
 from .._redis.connection import Connection
 from ..config import parse_url
 from ..errors import NotPaused
@@ -20,6 +22,13 @@ __all__ = ["register"]
 BUDGET_HELP = f"jobs deleted per call, 1..{admin.MAX_BUDGET} (default %(default)s)"
 
 
+def _minutes(text: str) -> int:
+    value = positive_int(text)
+    if value >= admin.MAX_STATS_MINUTES:
+        raise argparse.ArgumentTypeError(f"at most {admin.MAX_STATS_MINUTES - 1} minutes: {text!r}")
+    return value
+
+
 def _budget(text: str) -> int:
     value = positive_int(text)
     if value > admin.MAX_BUDGET:
@@ -31,7 +40,8 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
     from rich.table import Table
 
     queues = [args.queue] if args.queue else await admin.list_queues(conn)
-    rows = [await admin.stats(conn, q) for q in queues]
+    minutes = args.minutes + 1  # the full minutes asked, and the current one
+    rows = [await admin.stats(conn, q, minutes=minutes) for q in queues]
     if args.json:
         out.print_json(
             json.dumps(
@@ -46,7 +56,19 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
                         "completed": s.completed,
                         "completed_total": s.completed_total,
                         "failed_total": s.failed_total,
+                        "cancelled_total": s.cancelled_total,
                         "completed_last_minute": s.completed_last_minute,
+                        "failed_last_minute": s.last_minute("dead"),
+                        "per_minute": {
+                            "completed": list(s.completed_per_minute),
+                            "dead": list(s.dead_per_minute),
+                            "cancelled": list(s.cancelled_per_minute),
+                        },
+                        "capped": {
+                            "completed": s.capped.completed,
+                            "dead": s.capped.dead,
+                            "completions": s.capped.completions,
+                        },
                     }
                     for s in rows
                 ]
@@ -65,7 +87,10 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
     table.add_column("done (total)", justify="right")
     table.add_column("failed (total)", justify="right")
     table.add_column("done/min", justify="right")
+    table.add_column("failed/min", justify="right")
+    table.add_column(f"done/min ({args.minutes}m)", justify="right")
     for s in rows:
+        failed = s.last_minute("dead")
         table.add_row(
             s.queue,
             "[yellow]paused[/]" if s.paused else "[green]running[/]",
@@ -77,8 +102,63 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
             str(s.completed_total),
             str(s.failed_total),
             str(s.completed_last_minute),
+            f"[red]{failed}[/]" if failed else "0",
+            f"{s.rate('completed'):.1f}",
         )
     out.print(table)
+    for s in rows:
+        if s.capped.total:
+            out.print(
+                f"[yellow]{s.queue}: the retention's count guard deleted {s.capped.completed} "
+                f"completed rows, {s.capped.dead} dead rows and {s.capped.completions} "
+                "completions entries before their time (echomq retention --help)[/]"
+            )
+    return DONE
+
+
+_TIMES = ("keep_result", "keep_dead", "completions_keep")
+_COUNTS = ("completions_max", "max_completed", "max_dead", "max_log_lines")
+
+
+def _span(text: str) -> float:
+    ms = span_ms(text)
+    if ms is None:
+        raise argparse.ArgumentTypeError(f"not a span of time (90s, 30m, 1h30m, 2d, 1w): {text!r}")
+    return ms / 1000
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def _show_span(seconds: float) -> str:
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+async def cmd_retention(conn: Connection, args: argparse.Namespace, out: Console) -> int:
+    changes: dict[str, object] = {
+        name: getattr(args, name) for name in (*_TIMES, *_COUNTS) if getattr(args, name) is not None
+    }
+    for name in args.reset or ():
+        changes[name] = None
+    if changes:
+        await admin.set_retention(conn, args.queue, **changes)
+    r = await admin.retention(conn, args.queue)
+    if args.json:
+        out.print_json(json.dumps({**{n: getattr(r, n) for n in (*_TIMES, *_COUNTS)},
+                                   "explicit": sorted(r.explicit)}))  # fmt: skip
+        return DONE
+    for name in (*_TIMES, *_COUNTS):
+        value = getattr(r, name)
+        shown = _show_span(value) if name in _TIMES else f"{value:,}"
+        origin = "set" if name in r.explicit else "default"
+        out.print(f"{name:17} {shown:>12}  ({origin})")
     return DONE
 
 
@@ -158,6 +238,31 @@ def register(commands: Commands) -> None:
     p = commands.add("status", "counts per state, the pause gate and throughput", run=cmd_status)
     p.add_argument("queue", nargs="?", help="one queue (default: every queue found)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--minutes", type=_minutes, default=5,
+        help="the window of the average done/min, in full minutes (default %(default)s)",
+    )  # fmt: skip
+
+    p = commands.add(
+        "retention",
+        "show or set how long finished jobs, completions entries and logs are kept",
+        queue="positional", run=cmd_retention,
+    )  # fmt: skip
+    for name in _TIMES:
+        p.add_argument(
+            "--" + name.replace("_", "-"), dest=name, type=_span, metavar="SPAN",
+            help=f"{name}: a span of time (90s, 30m, 1h30m, 2d, 1w; 0s = not kept)",
+        )  # fmt: skip
+    for name in _COUNTS:
+        p.add_argument(
+            "--" + name.replace("_", "-"), dest=name, type=_count, metavar="N",
+            help=f"{name}: a count (the memory guard)",
+        )  # fmt: skip
+    p.add_argument(
+        "--reset", action="append", choices=(*_TIMES, *_COUNTS), metavar="NAME",
+        help="back to the default (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     commands.add(
         "pause", "stop claiming on a queue (workers and claims alike)",

@@ -57,6 +57,7 @@ def _dashboard(args: argparse.Namespace) -> int:
         token=args.token,
         queues=args.queues or None,
         allowed_hosts=args.allow_hosts or None,
+        archive=args.archive,
     )
 
 
@@ -80,6 +81,9 @@ def register(commands: Commands) -> None:
     p.add_argument("--token", help="required by the operator buttons: 8..256 of "
                    "[A-Za-z0-9._~-] (default: generated)")  # fmt: skip
     p.add_argument("--queue", dest="queues", action="append", help="follow this queue (repeat)")
+    p.add_argument("--archive", metavar="URL",
+                   help="show a history panel read from this archive (sqlite:///... or "
+                        "postgresql://..., as `echomq archive --to` writes)")  # fmt: skip
     p.add_argument("--allow-host", dest="allow_hosts", action="append", metavar="NAME",
                    help="a Host name browsers may use besides loopback (repeat; needed to "
                    "bind a non-loopback --host)")  # fmt: skip

@@ -2,7 +2,7 @@
 
 Rule 1: every message is one JSON object with a ``type`` field; the server sends
 ``hello``, ``snapshot``, ``events``, ``auth`` and ``result``; the browser sends ``auth``,
-``command`` and ``logs``. docs/dashboard.md lists every field.
+``command``, ``logs`` and ``history``. docs/dashboard.md lists every field.
 Rule 2: these are plain values (attrs, no I/O). Times are server-clock milliseconds.
 Rule 3: what a browser sends is untrusted: :func:`parse_request` turns it into a typed
 request or raises :class:`BadMessage`; nothing reaches a verb unchecked.
@@ -25,6 +25,8 @@ __all__ = [
     "CommandRequest",
     "DeadJob",
     "EventItem",
+    "HistoryJob",
+    "HistoryRequest",
     "LogsRequest",
     "QueueView",
     "RecentFailure",
@@ -43,6 +45,8 @@ __all__ = [
 ACTIONS = frozenset({"pause", "resume", "drain", "reprocess", "remove", "cancel"})
 JOB_ACTIONS = frozenset({"reprocess", "remove", "cancel"})
 MAX_MESSAGE = 4096  # bytes a browser message may have; anything longer is refused
+MAX_HISTORY_PAGE = 200  # archived jobs one history request may ask for
+HISTORY_STATES = frozenset({"completed", "dead", "cancelled"})
 
 
 class BadMessage(ValueError):
@@ -88,7 +92,14 @@ class RecentFailure:
 
 @attrs.frozen(kw_only=True)
 class QueueView:
-    """Everything the page shows for one queue."""
+    """Everything the page shows for one queue.
+
+    ``throughput``: jobs per second, one point per poll (a 5 s moving average of the
+    totals); ``per_minute``: finished jobs in each of the last 60 minutes by outcome
+    (``completed``, ``dead``, ``cancelled``; oldest first, the last one the current,
+    partial minute), from the per-minute counters (``admin.stats``); ``capped``: rows and
+    entries the retention's count guard deleted before their time, ever.
+    """
 
     name: str
     paused: bool
@@ -98,6 +109,25 @@ class QueueView:
     active: list[ActiveJob]
     dead: list[DeadJob]
     failures: list[RecentFailure]
+    per_minute: Mapping[str, list[int]] = attrs.field(factory=dict)
+    capped: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class HistoryJob:
+    """One archived run of a job (the history panel), newest first; texts clipped."""
+
+    id: str
+    task: str | None
+    state: str
+    attempts: int
+    failures: int | None
+    created_at_ms: int | None
+    claimed_at_ms: int | None
+    finished_at_ms: int
+    result: str | None
+    error: str | None
+    reason: str | None
 
 
 @attrs.frozen(kw_only=True)
@@ -129,7 +159,19 @@ class LogsRequest:
     job: str
 
 
-Request = AuthRequest | CommandRequest | LogsRequest
+@attrs.frozen(kw_only=True)
+class HistoryRequest:
+    """A page of the archive: newest first, after the cursor ``before`` (a page's ``next``)."""
+
+    ref: int
+    queue: str
+    before: str | None = None
+    state: str | None = None
+    task: str | None = None
+    limit: int = 25
+
+
+Request = AuthRequest | CommandRequest | LogsRequest | HistoryRequest
 
 
 def encode(message: Mapping[str, Any]) -> str:
@@ -141,14 +183,23 @@ def _plain(value: Any) -> Any:
     return attrs.asdict(value) if attrs.has(type(value)) else value
 
 
-def hello(*, version: str, queues: list[str], interval: float, history: int) -> dict[str, Any]:
-    """The first message on every connection."""
+def hello(
+    *,
+    version: str,
+    queues: list[str],
+    interval: float,
+    history: int,
+    archive: str | None = None,
+) -> dict[str, Any]:
+    """The first message on every connection; ``archive``: the archive the history panel
+    reads (its URL without a password), or None (no panel)."""
     return {
         "type": "hello",
         "version": version,
         "queues": queues,
         "interval": interval,
         "history": history,
+        "archive": archive,
     }
 
 
@@ -210,6 +261,22 @@ def parse_request(text: str | bytes) -> Request:
             ref=_field(data, "ref", int),
             queue=_field(data, "queue", str),
             job=_field(data, "job", str),
+        )
+    if kind == "history":
+        limit = _field(data, "limit", int, optional=True)
+        limit = 25 if limit is None else limit
+        if not 1 <= limit <= MAX_HISTORY_PAGE:
+            raise BadMessage(f"limit must be 1..{MAX_HISTORY_PAGE}")
+        state = _field(data, "state", str, optional=True) or None
+        if state is not None and state not in HISTORY_STATES:
+            raise BadMessage(f"unknown state {state!r}")
+        return HistoryRequest(
+            ref=_field(data, "ref", int),
+            queue=_field(data, "queue", str),
+            before=_field(data, "before", str, optional=True) or None,
+            state=state,
+            task=_field(data, "task", str, optional=True) or None,
+            limit=limit,
         )
     if kind == "command":
         action = _field(data, "action", str)

@@ -39,6 +39,7 @@ from .._redis.keyspace import check_queue
 from ..config import DEFAULT_URL, ConnectionConfig
 from ..errors import EchoMQError, InvalidArgument
 from .commands import CommandRefused, not_shown, run_command, token_matches
+from .history import ArchiveSource, check_archive_url
 from .http_io import ASSETS, BadRequest, Head, ReplayStream, load_asset, read_head, respond
 from .http_io import security_headers as _security_headers
 from .hub import Hub, first_error
@@ -46,6 +47,7 @@ from .messages import (
     AuthRequest,
     BadMessage,
     CommandRequest,
+    HistoryRequest,
     LogsRequest,
     auth_reply,
     encode,
@@ -193,6 +195,7 @@ class _Server:
     gate: Gate
     token: str
     connect_src: str = ""
+    archive: ArchiveSource | None = None
 
     async def handle(self, stream: trio.SocketStream) -> None:
         """One TCP connection: a page request or a websocket."""
@@ -266,6 +269,7 @@ class _Server:
                         queues=list(hub.queues),
                         interval=hub.interval,
                         history=hub.history,
+                        archive=self.archive.display if self.archive is not None else None,
                     )
                 )
             )
@@ -301,9 +305,13 @@ class _Server:
                 continue
             await ws.send_message(encode(await self._answer(request)))
 
-    async def _answer(self, request: AuthRequest | CommandRequest | LogsRequest) -> dict[str, Any]:
+    async def _answer(
+        self, request: AuthRequest | CommandRequest | LogsRequest | HistoryRequest
+    ) -> dict[str, Any]:
         if isinstance(request, AuthRequest):
             return auth_reply(token_matches(self.token, request.token))
+        if isinstance(request, HistoryRequest):
+            return await self._history(request)
         if isinstance(request, LogsRequest):
             if request.queue not in self.hub.queues:
                 error = not_shown(request.queue)
@@ -322,6 +330,20 @@ class _Server:
             return result_reply(request.ref, ok=False, error=str(exc), kind=_kind(exc))
         log.info("%s %s %s -> %r", request.action, request.queue, request.job or "", value)
         self.hub.poll_soon()
+        return result_reply(request.ref, ok=True, value=value)
+
+    async def _history(self, request: HistoryRequest) -> dict[str, Any]:
+        """A page of the archive for the history panel (read-only: no token needed)."""
+        if self.archive is None:
+            error = "this dashboard was started without an archive (--archive URL)"
+            return result_reply(request.ref, ok=False, error=error, kind="no_archive")
+        if request.queue not in self.hub.queues:
+            error = not_shown(request.queue)
+            return result_reply(request.ref, ok=False, error=error, kind="unknown_queue")
+        try:
+            value = await self.archive.page(request)
+        except EchoMQError as exc:
+            return result_reply(request.ref, ok=False, error=str(exc), kind=_kind(exc))
         return result_reply(request.ref, ok=True, value=value)
 
 
@@ -350,6 +372,7 @@ async def serve_dashboard(
     interval: float = 1.0,
     history: int = DEFAULT_HISTORY,
     allowed_hosts: Sequence[str] = (),
+    archive: str | None = None,
     task_status: trio.TaskStatus[DashboardInfo] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the live dashboard until cancelled.
@@ -368,6 +391,9 @@ async def serve_dashboard(
         history: throughput points kept per queue (one per poll).
         allowed_hosts: host names (or addresses) browsers may use besides loopback, e.g.
             ``["dash.example.com"]``; requests naming another ``Host`` get 421.
+        archive: the durable archive's URL (``sqlite:///...``, ``postgresql://...``,
+            docs/results.md): the page gets a history panel that reads it, paged, newest
+            first. None: no panel.
 
     Raises:
         InvalidKey: a bad queue name, before any I/O.
@@ -379,6 +405,7 @@ async def serve_dashboard(
     )
     if not interval > 0 or not 1 <= history <= 10_000:
         raise InvalidArgument("interval must be > 0 and history in 1..10000")
+    source = ArchiveSource(check_archive_url(archive)) if archive is not None else None
     if not is_loopback(host):
         log.warning(exposed_warning(host, allowed))
     token = token or secrets.token_urlsafe(18)
@@ -386,13 +413,15 @@ async def serve_dashboard(
         hub = Hub(conn, conn.config, queues=names, interval=interval, history=history)
         async with trio.open_nursery() as nursery:
             await nursery.start(hub.run)  # first: Redis unreachable fails before we listen
+            if source is not None:
+                await nursery.start(source.serve)
             listeners = await trio.open_tcp_listeners(port, host=host)
             for extra in listeners[1:]:
                 await extra.aclose()  # one address family is enough; its port is the one shown
             listener = listeners[0]
             bound_port: int = listener.socket.getsockname()[1]
             gate = Gate(bind_host=host, port=bound_port, allowed=allowed)
-            server = _Server(hub=hub, gate=gate, token=token)
+            server = _Server(hub=hub, gate=gate, token=token, archive=source)
             await nursery.start(trio.serve_listeners, server.handle, [listener])
             task_status.started(DashboardInfo(host=host, port=bound_port, token=token))
 
@@ -474,6 +503,7 @@ def run_dashboard(
     token: str | None = None,
     queues: Sequence[str] | None = None,
     allowed_hosts: Sequence[str] = (),
+    archive: str | None = None,
 ) -> int:
     """Serve the dashboard until Ctrl-C (the CLI's ``echomq dashboard``); answer an exit code.
 
@@ -490,6 +520,8 @@ def run_dashboard(
     _, _, allowed = check_options(
         host=host, port=port, token=token, queues=queues, allowed_hosts=allowed_hosts
     )
+    if archive is not None:
+        check_archive_url(archive)
     if not is_loopback(host):
         print(f"echomq dashboard: warning: {exposed_warning(host, allowed)}", file=sys.stderr)
     options = {
@@ -498,6 +530,7 @@ def run_dashboard(
         "token": token,
         "queues": queues,
         "allowed_hosts": sorted(allowed),
+        "archive": archive,
     }
     try:
         trio.run(partial(_serve_until_signal, url, **options))

@@ -3,10 +3,12 @@
 Rule 1: nothing here writes to Redis, and nothing here sends a Redis command: counts come
 from ``admin.stats`` (one atomic read), the job lists from ``admin.active_jobs`` and
 ``admin.dead_jobs``, the queues from ``admin.list_queues`` (the verbs the CLI uses too).
-Rule 2: throughput is computed from deltas of the metrics counters (``count`` on
-``metrics:completed`` and ``metrics:failed``) between polls, on the server clock, so every
-dashboard and every worker agree. ``failed`` counts jobs that ended dead; a failure that
-retries is not in it (it appears as a ``retrying`` event).
+Rule 2: throughput comes from counters, never from the retained rows (which retention
+trims): the live rate (jobs per second) from deltas of the totals (``count`` on
+``metrics:completed`` and ``metrics:failed``) between polls, on the server clock, and the
+last hour by the minute from the per-minute counters (``metrics:<outcome>:<minute>``),
+both read by ``admin.stats``. ``failed`` / ``dead`` count jobs that ended dead; a failure
+that retries is not in them (it appears as a ``retrying`` event).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
 #: The states counted per queue, in the order the page shows them.
 COUNT_NAMES = ("pending", "active", "scheduled", "dead", "completed")
 CALL_PREVIEW = 120
+PER_MINUTE = 60  # minutes of per-minute counts a view carries (the current one included)
 
 
 def describe_payload(payload: bytes | None) -> tuple[str, str]:
@@ -189,7 +192,7 @@ async def read_queue(
 
     async def read_counts() -> None:
         nonlocal counts
-        counts = await admin.stats(conn, queue)
+        counts = await admin.stats(conn, queue, minutes=PER_MINUTE)
 
     async def read_active() -> None:
         rows = await admin.active_jobs(conn, queue, limit=active_limit)
@@ -213,4 +216,10 @@ async def read_queue(
         active=active,
         dead=dead,
         failures=failures.recent(queue),
+        per_minute={
+            "completed": list(counts.completed_per_minute),
+            "dead": list(counts.dead_per_minute),
+            "cancelled": list(counts.cancelled_per_minute),
+        },
+        capped=counts.capped.total,
     )

@@ -1,20 +1,29 @@
 --[[
-  Append a line to a job's log list; with keep > 0, keep only the last `keep` lines.
+  Append a line to a job's log list, keeping the last `keep` lines (by default the queue's
+  max_log_lines, else 1,000: a memory guard); the list ends with its row.
   KEYS  1 row    HASH  the job
         2 logs   LIST  the job's log lines, append order
-  ARGV  1 line   2 keep (0 = keep all)
+        3 meta   HASH  the queue's settings: max_log_lines
+  ARGV  1 line   2 keep (0 = the queue's max_log_lines)
   Returns  the number of lines kept | -1 no row (nothing written)
   Events   (none)
   Moves    (none)
-  Bound    O(1) per line appended; with keep, the LTRIM is O(lines removed) (one per call
-           once the list is at keep)
+  Bound    O(1) per line appended; the LTRIM is O(lines removed) (one per call once the
+           list is at keep)
+  A finished job's row has a TTL (its retention, include/finished.lua): a list that a
+  line starts after that takes the row's remaining TTL, so logs never outlive their job.
 ]]
-local row, logs = KEYS[1], KEYS[2]
+local row, logs, meta = KEYS[1], KEYS[2], KEYS[3]
 local line, keep = ARGV[1], tonumber(ARGV[2])
-if redis.call('EXISTS', row) == 0 then return -1 end
+local DEFAULT_LOG_LINES = 1000
+local ttl = redis.call('PTTL', row)
+if ttl == -2 then return -1 end
+if keep <= 0 then keep = tonumber(redis.call('HGET', meta, 'max_log_lines')) or DEFAULT_LOG_LINES end
+local fresh = redis.call('EXISTS', logs) == 0
 local n = redis.call('RPUSH', logs, line)
-if keep > 0 and n > keep then
+if n > keep then
   redis.call('LTRIM', logs, -keep, -1)
   n = keep
 end
+if fresh and ttl > 0 then redis.call('PEXPIRE', logs, ttl) end
 return n

@@ -16,7 +16,8 @@
   Events   removed {job, reason} (a waiting job) | cancel {job, reason} (an active job)
   Moves    pending | scheduled -> (none)
   Bound    O(log N): two ZREMs and a fixed number of row commands (a removed job's
-           log lines are deleted with it: O(lines))
+           log lines are deleted with it: O(lines)); a removed job finishes as cancelled
+           (include/finished.lua: its completions entry and counters; no row is kept)
   The checks read the row once (state, lock field, the flag), then the lock key; every
   check comes before the first write. An active job's flag is `cancel_requested` (server
   ms) and `cancel_reason` (when a reason is given): extend_locks answers 'cancel' for a
@@ -29,6 +30,7 @@ local id, base = ARGV[1], ARGV[2]
 local reason = cjson.null
 if ARGV[3] == '1' then reason = ARGV[4] end
 -- @include time
+-- @include finished
 
 -- checks, in order: row, state (waiting: the lock), all before the first write
 local f = redis.call('HMGET', row, 'state', 'lock', 'cancel_requested', 'cancel_reason')
@@ -44,10 +46,12 @@ end
 
 local channel = base .. 'events'
 if waiting then
+  local fin = finish_read(base, nil, now_ms(), {{id, 'cancelled'}})
   redis.call('ZREM', pending, id)
   redis.call('ZREM', schedule, id)
   redis.call('DEL', row, logs)
   redis.call('PUBLISH', channel, cjson.encode({event = 'removed', job = id, reason = reason}))
+  finished(fin, 1, {reason = ARGV[3] == '1' and ARGV[4] or ''})
   return 'removed'
 end
 if f[3] then

@@ -4,25 +4,28 @@
   KEYS  1 row        HASH  the job
         2 active     ZSET  claimed ids
         3 schedule   ZSET  delayed ids
-        4 dead       ZSET  dead-lettered ids; score = time of death ms
-        5 pending    ZSET  ready ids
-        6 metrics    HASH  emq:{q}:metrics:failed; field count (dead-lettered jobs)
-        7 meta       HASH  seq = the FIFO counter
-        8 wake       LIST  wake tokens
+        4 pending    ZSET  ready ids
+        5 meta       HASH  seq = the FIFO counter
+        6 wake       LIST  wake tokens
   ARGV  1 id   2 token   3 error text   4 retry delay ms   5 queue base
         6 '1' = dead now, whatever the count
   Returns  'retrying' | 'dead' | -1 no row | -2 stale token | -3 not in active
   Events   retrying {job, error, delay_ms} | dead {job, error}
-  Moves    active -> scheduled | pending | dead
-  Bound    O(log N)
+  Moves    active -> scheduled | pending | dead; dead -> (none) (the retention, other rows)
+  Bound    O(log N) for the job; dead: plus the retention's cleanup, at most 100 expired
+           index entries and 100 rows past the count cap (and their logs) per call
+  A dead job finishes (include/finished.lua): its completions entry, the counters, and
+  its row's retention (a TTL of keep_dead, its place in `dead` scored by when it ends);
+  the reads it needs come before the first write.
 ]]
-local row, active, schedule, dead, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local metrics, meta, wake = KEYS[6], KEYS[7], KEYS[8]
+local row, active, schedule, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local meta, wake = KEYS[5], KEYS[6]
 local id, token, err, base = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
 local delay = tonumber(ARGV[4])
 -- @include time
 -- @include score
 -- @include wake
+-- @include finished
 
 -- checks, in order: row, token, membership
 local fields = redis.call('HMGET', row, 'attempts', 'failures', 'max_attempts', 'priority')
@@ -34,13 +37,14 @@ local now = now_ms()
 local failures = tonumber(fields[2] or '0') + 1
 local max_attempts = tonumber(fields[3] or '1')
 local channel = base .. 'events'
+local dies = ARGV[6] == '1' or failures >= max_attempts
+local fin = dies and finish_read(base, 'dead', now, {{id, 'dead'}})
 redis.call('ZREM', active, id)
-if ARGV[6] == '1' or failures >= max_attempts then
+if dies then
   redis.call('HSET', row, 'state', 'dead', 'failures', failures, 'last_error', err,
     'finished_at', now)
-  redis.call('ZADD', dead, now, id)
-  redis.call('HINCRBY', metrics, 'count', 1)
   redis.call('PUBLISH', channel, cjson.encode({event = 'dead', job = id, error = err}))
+  finished(fin, 1, {error = err, failures = failures})
   return 'dead'
 end
 if delay > 0 then

@@ -1,17 +1,42 @@
 --[[
-  Read a queue's counts in one atomic look; a read only.
+  Read a queue's counts and its throughput by the minute in one atomic look; a read only.
   KEYS  1 meta  2 pending  3 schedule  4 active  5 dead  6 completed
-        7 metrics:completed  8 metrics:failed
-  ARGV  1 window ms (completions counted in the last window)
+  ARGV  1 queue base   2 minutes (1..720): how many minutes of counters, the current one
+        included
   Returns  {pending, scheduled, active, dead, completed, paused (0|1),
-            completed total, failed total, completed in the window, server now ms}
+            completed total, failed (dead) total, cancelled total, server now ms,
+            {capped completed rows, capped dead rows, capped completions entries},
+            {completed per minute}, {dead per minute}, {cancelled per minute}}
+           (the per-minute lists oldest first; the last is the current, partial minute)
+  Errors   EMQARG   minutes is not 1..720
   Events   (none)
   Moves    (none)
-  Bound    O(log N): ZCARDs, one ZCOUNT, two HGETs
+  Bound    O(minutes): ZCARDs and 3 HGETs per minute, at most 720 minutes per call
+  The per-minute counters are `metrics:<outcome>:<minute>` (minute = server ms / 60000),
+  written by include/finished.lua with a TTL of 12 h (and 2 minutes): what is older reads as 0.
 ]]
 -- @include time
+local base = ARGV[1]
+local MAX_MINUTES = 720
+local minutes = tonumber(ARGV[2])
+if not minutes or minutes < 1 or minutes > MAX_MINUTES then
+  return redis.error_reply('EMQARG stats minutes must be 1..' .. MAX_MINUTES)
+end
 local now = now_ms()
-local window = tonumber(ARGV[1])
+local current = math.floor(now / 60000)
+local function total(name)
+  return tonumber(redis.call('HGET', base .. 'metrics:' .. name, 'count') or '0')
+end
+local capped = redis.call('HMGET', base .. 'metrics:capped', 'completed', 'dead', 'completions')
+local series = {}
+for k, outcome in ipairs({'completed', 'dead', 'cancelled'}) do
+  local counts = {}
+  for m = current - minutes + 1, current do
+    counts[#counts + 1] = tonumber(redis.call('HGET', base .. 'metrics:' .. outcome .. ':' .. m,
+      'count') or '0')
+  end
+  series[k] = counts
+end
 return {
   redis.call('ZCARD', KEYS[2]),
   redis.call('ZCARD', KEYS[3]),
@@ -19,8 +44,12 @@ return {
   redis.call('ZCARD', KEYS[5]),
   redis.call('ZCARD', KEYS[6]),
   redis.call('HEXISTS', KEYS[1], 'paused'),
-  tonumber(redis.call('HGET', KEYS[7], 'count') or '0'),
-  tonumber(redis.call('HGET', KEYS[8], 'count') or '0'),
-  redis.call('ZCOUNT', KEYS[6], now - window, '+inf'),
+  total('completed'),
+  total('failed'),
+  total('cancelled'),
   now,
+  {tonumber(capped[1] or '0'), tonumber(capped[2] or '0'), tonumber(capped[3] or '0')},
+  series[1],
+  series[2],
+  series[3],
 }

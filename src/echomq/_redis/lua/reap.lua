@@ -3,13 +3,11 @@
   until a job has been recovered max_recoveries times; its next stall dead-letters it.
   KEYS  1 active   ZSET  claimed ids; score = lease deadline ms
         2 pending  ZSET  ready ids
-        3 dead     ZSET  dead-lettered ids
-        4 metrics  HASH  emq:{q}:metrics:failed; field count
-        5 wake     LIST  wake tokens
-  ARGV  1 queue base   2 limit (1..250)   3 max_recoveries (-1: count nothing, never dead:
+        3 wake     LIST  wake tokens
+  ARGV  1 queue base   2 limit (1..100)   3 max_recoveries (-1: count nothing, never dead:
         the contract's plain reap)
   Returns  {recovered ids, dead ids}
-  Errors   EMQARG   limit is not 1..250 (nothing written; the verb refuses it first)
+  Errors   EMQARG   limit is not 1..100 (nothing written; the verb refuses it first)
   Per expired lease (at most limit): leave active; a lease stamped before the server's
   last restart (lease_epoch missing or another run_id) is recovered without counting;
   otherwise count `stalled` (a claim followed by a crash is never free, so a job that
@@ -17,17 +15,20 @@
   it with last_error 'stalled'. stalled_check is the same sweep, dead at its threshold.
   An id with no row leaves active, is listed nowhere, and no row is written for it.
   Events   recovered | dead (per job)
-  Moves    active -> pending | dead
-  Bound    O(limit * log N); at most 250 expired leases per call (validate.MAX_BATCH)
+  Moves    active -> pending | dead; dead -> (none) (the retention, other rows)
+  Bound    O(limit * log N); at most 100 expired leases per call (validate.MAX_BATCH),
+           plus the dead retention's cleanup (at most 100 + 100 index entries per call)
+  A dead job finishes (include/finished.lua: its completions entry, counters, retention).
 ]]
-local active, pending, dead, metrics, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local active, pending, wake = KEYS[1], KEYS[2], KEYS[3]
 local base = ARGV[1]
 -- @include time
 -- @include score
 -- @include wake
 -- @include run_id
+-- @include finished
 local max_recoveries = tonumber(ARGV[3])
-local MAX_LIMIT = 250
+local MAX_LIMIT = 100
 local limit = tonumber(ARGV[2])
 if not limit or limit < 1 or limit > MAX_LIMIT then
   return redis.error_reply('EMQARG reap limit must be 1..' .. MAX_LIMIT)
@@ -37,30 +38,35 @@ local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, lim
 if #expired == 0 then return {{}, {}} end
 local run_id = server_run_id()
 
--- reads first: each row's epoch, stall count and priority
-local rows = {}
+-- reads first: each row's epoch, stall count and priority; then who dies, and what
+-- finishing them reads
+local rows, plan, dying = {}, {}, {}
 for i, id in ipairs(expired) do
-  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'lease_epoch', 'stalled', 'priority')
+  local f = redis.call('HMGET', base .. 'job:' .. id, 'state', 'lease_epoch', 'stalled', 'priority')
+  rows[i] = f
+  if f[1] and f[2] == run_id and max_recoveries >= 0 then
+    local stalled = tonumber(f[3] or '0') + 1
+    plan[i] = {stalled = stalled, dies = stalled > max_recoveries}
+    if plan[i].dies then
+      dying[#dying + 1] = {id, 'dead'}
+      plan[i].n = #dying
+    end
+  end
 end
+local fin = #dying > 0 and finish_read(base, 'dead', now, dying)
 
 local recovered, died = {}, {}
 local channel = base .. 'events'
 redis.call('ZREM', active, unpack(expired))
 for i, id in ipairs(expired) do
-  local f = rows[i]
+  local f, p = rows[i], plan[i]
   if f[1] then
     local jk = base .. 'job:' .. id
-    local to_dead = false
-    if f[2] == run_id and max_recoveries >= 0 then
-      local stalled = tonumber(f[3] or '0') + 1
-      redis.call('HSET', jk, 'stalled', stalled)
-      to_dead = stalled > max_recoveries
-    end
-    if to_dead then
+    if p then redis.call('HSET', jk, 'stalled', p.stalled) end
+    if p and p.dies then
       redis.call('HSET', jk, 'state', 'dead', 'last_error', 'stalled', 'finished_at', now)
-      redis.call('ZADD', dead, now, id)
-      redis.call('HINCRBY', metrics, 'count', 1)
       redis.call('PUBLISH', channel, '{"event":"dead","job":"' .. id .. '","error":"stalled"}')
+      finished(fin, p.n, {error = 'stalled'})
       died[#died + 1] = id
     else
       redis.call('HSET', jk, 'state', 'pending')

@@ -14,9 +14,11 @@
   Events   removed
   Moves    pending | scheduled | active | dead | completed -> (none)
   Bound    O(log N), plus the job's log lines (deleted with it)
+  Removal is not an outcome: no completions entry, no counter (finished's hook only).
 ]]
 local row, lock, logs = KEYS[1], KEYS[2], KEYS[3]
 local id, base = ARGV[1], ARGV[2]
+-- @include finished
 -- checks, in order: row, lock
 if redis.call('EXISTS', row) == 0 then return -1 end
 if redis.call('EXISTS', lock) == 1 or redis.call('HEXISTS', row, 'lock') == 1 then
@@ -25,4 +27,5 @@ end
 for i = 4, 8 do redis.call('ZREM', KEYS[i], id) end
 redis.call('DEL', row, logs)
 redis.call('PUBLISH', base .. 'events', cjson.encode({event = 'removed', job = id}))
+finished(nil, id, 'removed')
 return 1

@@ -7,12 +7,14 @@
         2 dead      ZSET  dead-lettered ids
         3 pending   ZSET  ready ids; score = -priority * 2^40 (+ seq for new jobs)
         4 wake      LIST  wake tokens
+        5 logs      LIST  the job's log lines
   ARGV  1 id   2 queue base (emq:{q}:)
   Returns  1 | -1 no row (nothing written)
   Errors   EMQSTATE not dead   the id is not in the dead set (nothing written)
   Events   reprocessed
   Moves    dead -> pending
   Bound    O(log N)
+  The row and its logs lose the TTL of the dead retention (PERSIST): the job is live again.
 ]]
 local row, dead, pending, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, base = ARGV[1], ARGV[2]
@@ -20,11 +22,14 @@ local id, base = ARGV[1], ARGV[2]
 -- @include wake
 -- checks, in order: row, dead membership
 local priority = redis.call('HGET', row, 'priority')
+redis.call('EXISTS', KEYS[5])  -- read before the first write (docs/lua.md, rule 1)
 if redis.call('EXISTS', row) == 0 then return -1 end
 if not redis.call('ZSCORE', dead, id) then
   return redis.error_reply('EMQSTATE not dead: ' .. id)
 end
 redis.call('ZREM', dead, id)
+redis.call('PERSIST', row)
+redis.call('PERSIST', KEYS[5])
 redis.call('HDEL', row, 'last_error', 'finished_at', 'cancel_requested', 'cancel_reason')
 redis.call('HSET', row, 'state', 'pending')
 redis.call('ZADD', pending, band_score(priority or '0', 0), id)

@@ -23,6 +23,8 @@
     armed: new Map(), // "action:queue:job" -> expiry (two-step confirm)
     feed: [],
     leaseSpan: new Map(), // job id -> longest lease time left seen (ms)
+    archive: null, // the archive the history panel reads (null: no panel)
+    history: { queue: null, state: "", cursors: [], page: null, ref: 0, loadedAt: 0 },
   };
 
   // -- small helpers -------------------------------------------------------------------
@@ -109,6 +111,8 @@
     switch (msg.type) {
       case "hello":
         document.title = `echomq dashboard · ${msg.version}`;
+        app.archive = msg.archive || null;
+        $("history-panel").hidden = !app.archive;
         break;
       case "status":
         $("banner").hidden = msg.ok;
@@ -205,6 +209,10 @@
   }
 
   function onResult(msg) {
+    if (msg.ref === app.history.ref && app.history.ref) {
+      onHistory(msg);
+      return;
+    }
     const req = app.pending.get(msg.ref);
     app.pending.delete(msg.ref);
     if (!req) {
@@ -312,10 +320,147 @@
     }
     renderCounts(q);
     renderChart(q);
+    renderMinutes(q);
     renderActive();
     renderDead(q);
     renderFailures(q);
+    if (app.archive) {
+      const h = app.history;
+      if (h.queue !== q.name) loadHistory(true);
+      else if (!h.cursors.length && h.ref === 0 && Date.now() - h.loadedAt > 5000) loadHistory(false);
+    }
   }
+
+  // -- the last hour, by the minute (per-minute counters) ---------------------------------
+
+  function renderMinutes(q) {
+    const per = q.per_minute || {};
+    const done = per.completed || [];
+    const dead = per.dead || [];
+    const cancelled = per.cancelled || [];
+    // the last 60 s: this minute's count plus the unexpired share of the previous one
+    const share = 1 - (serverNow() % 60000) / 60000;
+    const lastMinute = (s) => (s.length ? s[s.length - 1] + Math.round((s.length > 1 ? s[s.length - 2] : 0) * share) : 0);
+    $("min-completed").textContent = fmt(lastMinute(done));
+    $("min-dead").textContent = fmt(lastMinute(dead));
+    $("min-cancelled").textContent = fmt(lastMinute(cancelled));
+    const capped = $("capped-note");
+    capped.hidden = !q.capped;
+    capped.textContent = q.capped
+      ? `The retention's count guard deleted ${q.capped.toLocaleString()} rows or entries before their time: results are kept less long than keep_result says.`
+      : "";
+    const canvas = $("chart-minutes");
+    const dpr = window.devicePixelRatio || 1;
+    const width = canvas.clientWidth;
+    const height = canvas.clientHeight;
+    if (canvas.width !== width * dpr || canvas.height !== height * dpr) {
+      canvas.width = width * dpr;
+      canvas.height = height * dpr;
+    }
+    const ctx = canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, width, height);
+    const styles = getComputedStyle(document.documentElement);
+    const color = (name) => styles.getPropertyValue(name).trim();
+    const n = Math.max(done.length, 1);
+    const totals = done.map((v, i) => v + (dead[i] || 0) + (cancelled[i] || 0));
+    const top = niceMax(Math.max(1, ...totals));
+    const left = 44, right = 8, pad = 8, bottom = 18;
+    const plotW = width - left - right;
+    const plotH = height - pad - bottom;
+    const slot = plotW / n;
+    const y = (v) => pad + plotH - (v / top) * plotH;
+    ctx.font = "11px system-ui, sans-serif";
+    ctx.fillStyle = color("--muted");
+    ctx.textAlign = "right";
+    ctx.fillText(fmt(top), left - 6, pad + 8);
+    ctx.fillText("0", left - 6, pad + plotH);
+    ctx.textAlign = "center";
+    for (const back of [0, 15, 30, 45]) {
+      const i = n - 1 - back;
+      if (i >= 0) ctx.fillText(back ? `-${back} min` : "now", left + (i + 0.5) * slot, height - 4);
+    }
+    for (let i = 0; i < done.length; i++) {
+      let base = 0;
+      for (const [series, name] of [[done, "--completed"], [dead, "--dead"], [cancelled, "--cancelled"]]) {
+        const v = series[i] || 0;
+        if (!v) continue;
+        ctx.fillStyle = color(name);
+        ctx.fillRect(left + i * slot + 1, y(base + v), Math.max(1, slot - 2), y(base) - y(base + v));
+        base += v;
+      }
+    }
+  }
+
+  // -- history (the archive) ---------------------------------------------------------------
+
+  function loadHistory(reset) {
+    const q = current();
+    if (!q || !app.archive) return;
+    const h = app.history;
+    if (reset || h.queue !== q.name) {
+      h.queue = q.name;
+      h.cursors = [];
+      h.page = null;
+    }
+    const before = h.cursors.length ? h.cursors[h.cursors.length - 1] : null;
+    h.ref = ++app.ref;
+    h.loadedAt = Date.now();
+    const msg = { type: "history", ref: h.ref, queue: q.name, limit: 25 };
+    if (before) msg.before = before;
+    if (h.state) msg.state = h.state;
+    if (!send(msg)) h.ref = 0;
+  }
+
+  function onHistory(msg) {
+    const h = app.history;
+    h.ref = 0;
+    h.loadedAt = Date.now();
+    if (!msg.ok) {
+      $("history-note").textContent = msg.error || "the archive cannot be read";
+      h.page = { jobs: [], next: null };
+    } else {
+      $("history-note").textContent = `from ${app.archive}${h.cursors.length ? `, page ${h.cursors.length + 1}` : ""}`;
+      h.page = msg.value;
+    }
+    renderHistory();
+  }
+
+  function renderHistory() {
+    const h = app.history;
+    const jobs = h.page ? h.page.jobs : [];
+    const rows = jobs.map((job) => {
+      const text = job.state === "completed" ? job.result : job.state === "dead" ? job.error : job.reason;
+      return h_row(job, text);
+    });
+    $("history-body").replaceChildren(...rows);
+    $("history-table").hidden = rows.length === 0;
+    $("history-empty").hidden = rows.length > 0;
+    $("history-older").disabled = !(h.page && h.page.next);
+    $("history-newest").disabled = h.cursors.length === 0;
+  }
+
+  function h_row(job, text) {
+    return h("tr", { dataset: { job: job.id, state: job.state } },
+      h("td", { class: "ago", title: new Date(job.finished_at_ms).toISOString(), text: ago(job.finished_at_ms) }),
+      h("td", { class: "mono", title: job.id, text: shortId(job.id) }),
+      h("td", { class: "mono", text: job.task || "—" }),
+      h("td", {}, h("span", { class: `outcome ${job.state}`, text: job.state })),
+      h("td", { class: "mono", text: String(job.attempts) }),
+      h("td", { class: job.state === "dead" ? "err" : "history-text", text: text || "" }));
+  }
+
+  $("history-state").addEventListener("change", (e) => {
+    app.history.state = e.target.value;
+    loadHistory(true);
+  });
+  $("history-older").addEventListener("click", () => {
+    const h = app.history;
+    if (!h.page || !h.page.next) return;
+    h.cursors.push(h.page.next);
+    loadHistory(false);
+  });
+  $("history-newest").addEventListener("click", () => loadHistory(true));
 
   function renderTabs() {
     const queues = app.snapshot ? app.snapshot.queues : [];
@@ -520,7 +665,10 @@
   }, 250);
   window.addEventListener("resize", () => {
     const q = current();
-    if (q) renderChart(q);
+    if (q) {
+      renderChart(q);
+      renderMinutes(q);
+    }
   });
 
   readTokenFromUrl();

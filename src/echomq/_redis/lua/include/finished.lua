@@ -1,0 +1,162 @@
+-- finish_read / finished: jobs reached a terminal outcome (docs/results.md): one entry each
+-- on the completions stream, the per-minute and total counters, the row's retention (a TTL
+-- and its place in the `completed` / `dead` index, scored by when the retention ends) and
+-- the index's bounded cleanup. Two calls, because a script reads every key it touches
+-- before its first write (docs/lua.md, rule 1):
+--   local fin = finish_read(base, kept, now, {{id, state}, ...})  -- with the reads
+--   ... the script's own writes (the rows' state, finished_at) ...
+--   finished(fin, i, detail)   -- job i; detail: result | error | reason, failures
+-- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead),
+-- or nil when the script deletes them (a cancelled waiting job). finished(nil, id,
+-- 'removed'): remove_job's hook; removal is not an outcome, so nothing is written here.
+-- Retention (queue settings in meta, else these defaults; a row's own keep_result /
+-- keep_dead, set at enqueue, first): a kept row expires keep ms after it finished; 0
+-- deletes it now (a waiter still reads the stream entry). The count caps are a memory
+-- guard: past one, the rows closest to their end go first, counted in metrics:capped.
+-- Per call at most FINISH_TRIM index entries are cleaned (expired, or 0.1 rows with no
+-- TTL: given one from finished_at) and FINISH_TRIM rows deleted by the cap; the counters
+-- and the stream's count guard are written once per call (the first finished() does).
+local FINISH_TRIM = 100
+local DAY_MS = 86400000
+local FINISH_DEFAULTS = {
+  keep_result = DAY_MS, keep_dead = 7 * DAY_MS, completions_keep = DAY_MS,
+  completions_max = 1000000, max_completed = 1000000, max_dead = 1000000,
+}
+local METRICS_KEEP_MS = 720 * 60000 + 120000  -- 12 h of per-minute counters, and 2 min
+local FINISH_TOTALS = {
+  completed = 'metrics:completed', dead = 'metrics:failed', cancelled = 'metrics:cancelled',
+}
+local function finish_read(base, kept, now, jobs)
+  local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
+    'max_completed', 'max_dead'}
+  local s = redis.call('HMGET', base .. 'meta', unpack(names))
+  local fin = {base = base, kept = kept, now = now, jobs = {}, drop = {}, migrate = {},
+    capped = {}, cleaned = false}
+  for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or FINISH_DEFAULTS[name] end
+  local minute = math.floor(now / 60000)
+  local derived, seen = {base .. 'completions', base .. 'metrics:capped'}, {}
+  fin.counts = {}  -- state -> jobs of this call: one HINCRBY per counter per call
+  for i, job in ipairs(jobs) do
+    local id, state = job[1], job[2]
+    local row = base .. 'job:' .. id
+    local f = redis.call('HMGET', row, 'task', 'attempts', 'failures', 'created_at',
+      'claimed_at', 'keep_' .. (kept == 'dead' and 'dead' or 'result'))
+    fin.jobs[i] = {id = id, state = state, row = row, logs = row .. ':logs', task = f[1],
+      attempts = f[2] or '0', failures = f[3], created_at = f[4], claimed_at = f[5],
+      keep = tonumber(f[6]), has_logs = redis.call('EXISTS', row .. ':logs') == 1}
+    if not seen[state] then
+      seen[state] = true
+      derived[#derived + 1] = base .. FINISH_TOTALS[state]
+      derived[#derived + 1] = base .. 'metrics:' .. state .. ':' .. minute
+    end
+    fin.counts[state] = (fin.counts[state] or 0) + 1
+  end
+  redis.call('EXISTS', unpack(derived))  -- read: a key moved mid-reshard fails here
+  if not kept then return fin end
+  -- the index: entries whose retention ended, then the count guard (each bounded)
+  local index = base .. kept
+  fin.index = index
+  local mine = {}
+  for _, job in ipairs(fin.jobs) do mine[job.id] = true end
+  local expired = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, FINISH_TRIM)
+  for _, old in ipairs(expired) do
+    local row = base .. 'job:' .. old
+    if not mine[old] then fin.drop[#fin.drop + 1] = old end
+    if not mine[old] and redis.call('PTTL', row) == -1 then  -- a row with no TTL (written by echomq 0.1)
+      local f = redis.call('HMGET', row, 'state', 'finished_at')
+      if f[1] == kept then
+        local keep = fin[kept == 'dead' and 'keep_dead' or 'keep_result']
+        redis.call('EXISTS', row .. ':logs')
+        fin.migrate[#fin.migrate + 1] = {old, row, (tonumber(f[2]) or now) + keep}
+      end
+    end
+  end
+  local cap = fin[kept == 'dead' and 'max_dead' or 'max_completed']
+  local excess = redis.call('ZCARD', index) + #jobs - #expired - cap
+  if excess > 0 then
+    local n = math.min(excess, FINISH_TRIM)
+    for _, old in ipairs(redis.call('ZRANGE', index, #expired, #expired + n - 1)) do
+      if not mine[old] then
+        local row = base .. 'job:' .. old
+        redis.call('EXISTS', row .. ':logs')
+        fin.capped[#fin.capped + 1] = {old, row, redis.call('HGET', row, 'state') == kept}
+      end
+    end
+  end
+  return fin
+end
+local function finish_clean(fin)
+  fin.cleaned = true
+  local base, index, now = fin.base, fin.index, fin.now
+  local gone, capped_rows = {}, 0
+  for _, old in ipairs(fin.drop) do gone[#gone + 1] = old end
+  for _, c in ipairs(fin.capped) do
+    gone[#gone + 1] = c[1]
+    if c[3] then
+      redis.call('DEL', c[2], c[2] .. ':logs')
+      capped_rows = capped_rows + 1
+    end
+  end
+  for i = 1, #gone, 100 do
+    redis.call('ZREM', index, unpack(gone, i, math.min(i + 99, #gone)))
+  end
+  for _, m in ipairs(fin.migrate) do  -- a 0.1 row: it ends keep ms after it finished
+    if m[3] > now then
+      redis.call('PEXPIREAT', m[2], m[3])
+      redis.call('PEXPIREAT', m[2] .. ':logs', m[3])
+      redis.call('ZADD', index, m[3], m[1])
+    else
+      redis.call('DEL', m[2], m[2] .. ':logs')
+    end
+  end
+  if capped_rows > 0 then
+    redis.call('HINCRBY', base .. 'metrics:capped', fin.kept, capped_rows)
+  end
+end
+local function finished(fin, i, detail)
+  if fin == nil then return end  -- remove_job (i is the id): not an outcome
+  local job, base, now = fin.jobs[i], fin.base, fin.now
+  local entry = {'id', job.id, 'state', job.state, 'attempts', job.attempts}
+  if job.task then
+    entry[#entry + 1] = 'task'
+    entry[#entry + 1] = job.task
+  end
+  local what = {completed = 'result', dead = 'error', cancelled = 'reason'}
+  entry[#entry + 1] = what[job.state]
+  entry[#entry + 1] = detail[what[job.state]] or ''
+  local optional = {'failures', detail.failures or job.failures, 'created_at', job.created_at,
+    'claimed_at', job.claimed_at}
+  for k = 1, #optional, 2 do
+    if optional[k + 1] then
+      entry[#entry + 1] = optional[k]
+      entry[#entry + 1] = optional[k + 1]
+    end
+  end
+  entry[#entry + 1] = 'finished_at'
+  entry[#entry + 1] = now
+  local stream = base .. 'completions'
+  redis.call('XADD', stream, 'MINID', '~', now - fin.completions_keep, '*', unpack(entry))
+  if fin.kept then
+    local keep = job.keep or fin[fin.kept == 'dead' and 'keep_dead' or 'keep_result']
+    if keep <= 0 then
+      redis.call('DEL', job.row, job.logs)
+      redis.call('ZREM', fin.index, job.id)
+    else
+      redis.call('PEXPIRE', job.row, keep)
+      if job.has_logs then redis.call('PEXPIRE', job.logs, keep) end
+      redis.call('ZADD', fin.index, now + keep, job.id)
+    end
+  end
+  if not fin.cleaned then  -- once per call: the counters, the stream's guard, the cleanup
+    for state, n in pairs(fin.counts) do
+      redis.call('HINCRBY', base .. FINISH_TOTALS[state], 'count', n)
+      local bucket = base .. 'metrics:' .. state .. ':' .. math.floor(now / 60000)
+      if redis.call('HINCRBY', bucket, 'count', n) == n then
+        redis.call('PEXPIRE', bucket, METRICS_KEEP_MS)
+      end
+    end
+    local trimmed = redis.call('XTRIM', stream, 'MAXLEN', '~', fin.completions_max)
+    if trimmed > 0 then redis.call('HINCRBY', base .. 'metrics:capped', 'completions', trimmed) end
+    if fin.kept then finish_clean(fin) else fin.cleaned = true end
+  end
+end
