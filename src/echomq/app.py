@@ -51,6 +51,7 @@ from .config import DEFAULT_URL
 from .errors import (
     DuplicateJob,
     InvalidArgument,
+    InvalidKey,
     JobCancelled,
     JobFailed,
     JobGone,
@@ -371,7 +372,7 @@ class Queue:
             if chosen.schedule() is not None:
                 try:
                     check_repeat_key(task_name)
-                except InvalidArgument as exc:
+                except InvalidKey as exc:
                     raise InvalidArgument(
                         f"a repeatable task's name is its repeat key: {exc}; "
                         "give the task a name= that is one"

@@ -12,9 +12,10 @@ runs at the first minute after the gap; a fixed-time run in the repeated hour (f
 runs once, in the first pass; ``*``-hour expressions run in both passes, as the clock says.
 Every answer of :meth:`Schedule.after` is strictly later than its argument.
 Rule 4: missed runs (docs/repeat.md): the runs due while no scheduler ran are coalesced into
-one (the latest due slot); ``missed="once"`` enqueues it however late, ``missed="skip"``
-only when it is at most ``grace`` late. Either way the schedule goes on at the first slot
-after now: there is never a burst of catch-up runs.
+one (the latest due slot); ``missed="once"`` enqueues it however late; ``missed="skip"``
+enqueues it only when the scheduler kept up (no slot before it went unfired) and it is at
+most ``grace`` late, else drops it. Either way the schedule goes on at the first slot after
+now: there is never a burst of catch-up runs.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ class Schedule:
             if next_ms <= now:  # a long downtime: jump to now (the count stays a floor)
                 slot = max(slot, self._latest_at_or_before(now))
                 next_ms = self.after(max(slot, now))
-        fire = missed == "once" or now - slot <= grace_ms
+        fire = missed == "once" or (coalesced == 0 and now - slot <= grace_ms)
         return Plan(slot=slot, fire=fire, next_ms=next_ms, coalesced=coalesced)
 
 

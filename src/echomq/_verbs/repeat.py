@@ -343,21 +343,23 @@ async def add(
         InvalidKey, InvalidArgument, SerializationError: before any I/O.
         RepeatFormatError: the record was written by another echomq; nothing written.
     """
-    add_call(queue, key, task=task, payload=payload, schedule=schedule, first_ms=0)  # gates
-    now = await server_now_ms(conn)
-    sc = add_call(
-        queue,
-        key,
-        task=task,
-        payload=payload,
-        schedule=schedule,
-        first_ms=schedule.after(now),
-        missed=missed,
-        grace_ms=grace_ms,
-        priority=priority,
-        max_attempts=max_attempts,
-        source=source,
-    )
+    def call(first_ms: int) -> ScriptCall[Added]:
+        return add_call(
+            queue,
+            key,
+            task=task,
+            payload=payload,
+            schedule=schedule,
+            first_ms=first_ms,
+            missed=missed,
+            grace_ms=grace_ms,
+            priority=priority,
+            max_attempts=max_attempts,
+            source=source,
+        )
+
+    call(0)  # every argument gated before any I/O
+    sc = call(schedule.after(await server_now_ms(conn)))
     return await evaluate(conn, sc)
 
 
