@@ -7,6 +7,7 @@ the record's next slot inside the enqueue script; the run's id is ``<key>~<slot>
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pytest
 import trio
@@ -22,9 +23,7 @@ from ._support import eventually, server_now_ms, snapshot
 EVERY_50MS = repeat.Schedule.of(every=0.05)
 
 
-async def add(
-    conn: echomq.Connection, queue: str, key: str = "tick", **kw: object
-) -> repeat.Added:
+async def add(conn: echomq.Connection, queue: str, key: str = "tick", **kw: object) -> repeat.Added:
     options: dict[str, object] = {"task": "app.tick", "payload": b"{}", "schedule": EVERY_50MS}
     options.update(kw)
     return await repeat.add(conn, queue, key, **options)  # type: ignore[arg-type]
@@ -239,7 +238,7 @@ async def test_list_orders_by_next_slot_paused_last(conn: echomq.Connection, que
     assert [r.key for r in listing.records] == ["minutely", "hourly", "stopped"]
     assert (listing.total, listing.paused) == (3, 1)
     upcoming = listing.records[0].upcoming(3)
-    assert len(upcoming) == 3 and all(b - a == 60_000 for a, b in zip(upcoming, upcoming[1:]))
+    assert [b - a for a, b in itertools.pairwise(upcoming)] == [60_000, 60_000]
     assert listing.records[2].upcoming(3) == []
     stats = await echomq.admin.stats(conn, queue)
     assert (stats.repeats, stats.repeats_paused) == (3, 1)

@@ -343,6 +343,7 @@ async def add(
         InvalidKey, InvalidArgument, SerializationError: before any I/O.
         RepeatFormatError: the record was written by another echomq; nothing written.
     """
+
     def call(first_ms: int) -> ScriptCall[Added]:
         return add_call(
             queue,
