@@ -445,6 +445,7 @@ async def tick(conn: Executor, queue: str, *, limit: int = MAX_PAGE) -> Tick:
     skipped: list[str] = []
     unreadable: list[str] = []
     raced = 0
+    upcoming = [] if batch.next_ms is None else [batch.next_ms]
     for key, row in batch.due:
         try:
             info = read_record(key, row, REPEAT_FORMAT)
@@ -456,6 +457,7 @@ async def tick(conn: Executor, queue: str, *, limit: int = MAX_PAGE) -> Tick:
         if due_ms is None or info.paused:
             continue
         plan = info.schedule.plan(due_ms, batch.now_ms, info.missed, info.grace_ms)
+        upcoming.append(plan.next_ms)  # (a faster scheduler planned the same slot)
         if plan.fire:
             outcome = await evaluate(conn, fire_call(queue, info, due_ms, plan))
             if outcome is FireOutcome.FIRED:
@@ -472,7 +474,7 @@ async def tick(conn: Executor, queue: str, *, limit: int = MAX_PAGE) -> Tick:
         raced=raced,
         skipped=skipped,
         unreadable=unreadable,
-        next_ms=batch.next_ms,
+        next_ms=min(upcoming, default=None),
         full=len(batch.due) >= limit,
         paused=batch.paused,
     )
