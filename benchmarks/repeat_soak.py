@@ -1,7 +1,7 @@
 """Repeat soak (issue 13): worker processes fire repeatables; every run counted.
 
 ``python -m benchmarks.repeat_soak [--workers 10] [--keys 50] [--seconds 60]
-[--phases clean,faults] [--json benchmarks/repeat-results.json]``
+[--phases clean,faults] [--json benchmarks/results/published/repeat-soak-20261201.json]``
 
 Each phase starts a private redis-server with its append-only file on, ``--workers``
 worker processes (``echomq worker benchmarks.repeat_app:queue``, each running the scheduler
