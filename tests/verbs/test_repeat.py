@@ -266,6 +266,21 @@ async def test_a_record_of_a_newer_format_is_refused_not_misread(
     assert (await repeat.list_repeats(conn, queue)).total == 0
 
 
+async def test_a_malformed_record_never_stops_the_others(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A record edited by hand (a cron that does not parse) is refused like a newer one,
+    and the scheduler's pass still fires every other due key."""
+    bad = await add(conn, queue, "bad")
+    good = await add(conn, queue, "good")
+    await conn.execute("HSET", ks.repeat_record("bad"), "every_ms", "", "cron", "bogus")
+    with pytest.raises(RepeatFormatError, match="malformed"):
+        await repeat.get(conn, queue, "bad")
+    await due(conn, max(bad.next_ms, good.next_ms))
+    tick = await repeat.tick(conn, queue)
+    assert tick.unreadable == ["bad"] and [j.split("~")[0] for j in tick.fired] == ["good"]
+
+
 async def test_drain_spares_the_registry_and_obliterate_removes_it(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:

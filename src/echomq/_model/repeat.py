@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ..errors import RepeatFormatError
+from ..errors import InvalidArgument, RepeatFormatError
 from .schedule import DEFAULT_GRACE_MS, MissedPolicy, Schedule, check_missed
 
 __all__ = ["RepeatInfo", "RepeatSource", "pairs", "read_record", "run_id"]
@@ -90,11 +90,18 @@ def read_record(key: str, row: Mapping[bytes, bytes], version: int) -> RepeatInf
             f"reads version {version}: it was written by another echomq (upgrade this one "
             "to read it; `echomq repeat remove` deletes it)"
         )
+    try:
+        return _read(key, row)
+    except (InvalidArgument, ValueError) as exc:  # a record edited by hand: refused too
+        raise RepeatFormatError(f"repeat record {key!r} is malformed: {exc}") from None
+
+
+def _read(key: str, row: Mapping[bytes, bytes]) -> RepeatInfo:
     every = _int(row, "every_ms")
     if every is not None:
-        schedule = Schedule(every_ms=every)
+        schedule = Schedule.of(every=every / 1000)
     else:
-        schedule = Schedule(cron=_text(row, "cron"), tz=_text(row, "tz", "UTC") or "UTC")
+        schedule = Schedule.of(cron=_text(row, "cron"), tz=_text(row, "tz", "UTC") or "UTC")
     source = _text(row, "source", "api")
     paused = b"paused" in row
     return RepeatInfo(

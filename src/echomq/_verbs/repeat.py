@@ -456,7 +456,12 @@ async def tick(conn: Executor, queue: str, *, limit: int = MAX_PAGE) -> Tick:
         due_ms = _int_field(row, b"next")
         if due_ms is None or info.paused:
             continue
-        plan = info.schedule.plan(due_ms, batch.now_ms, info.missed, info.grace_ms)
+        try:
+            plan = info.schedule.plan(due_ms, batch.now_ms, info.missed, info.grace_ms)
+        except Exception as exc:  # one bad record never stops the others' runs
+            log.error("repeat record %r cannot be planned: %r", key, exc)
+            unreadable.append(key)
+            continue
         upcoming.append(plan.next_ms)  # (a faster scheduler planned the same slot)
         if plan.fire:
             outcome = await evaluate(conn, fire_call(queue, info, due_ms, plan))

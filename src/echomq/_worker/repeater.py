@@ -86,7 +86,6 @@ class Repeater:
 
                 nursery.start_soon(wake_on_events)
                 task_status.started()
-                await self.register()
                 await self._loop()
 
     def wake(self) -> None:
@@ -95,8 +94,12 @@ class Repeater:
 
     async def _loop(self) -> None:
         backoff = Backoff(0.1, self.max_idle)
+        registered = False
         while True:
             try:
+                if not registered:
+                    await self.register()
+                    registered = True
                 tick = await repeat.tick(self.conn, self.queue.name)
             except ConnectionLost as exc:
                 delay = backoff.next()
