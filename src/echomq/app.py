@@ -39,7 +39,6 @@ from ._model.options import seconds as _seconds
 from ._model.options import to_ms as to_ms
 from ._model.repeat import RepeatSource
 from ._model.schedule import DEFAULT_GRACE_MS, MissedPolicy, Schedule, duration_ms
-from ._model.states import JobState
 from ._redis.connection import Connection
 from ._redis.dial import connect
 from ._redis.keyspace import check_id, check_queue, check_repeat_key

@@ -279,6 +279,7 @@ def fire_call(queue: str, info: RepeatInfo, due_ms: int, plan: Plan) -> ScriptCa
         job_id=run_id(info.key, plan.slot),
         priority=info.priority,
         max_attempts=info.max_attempts,
+        task=info.task,  # on the row: the completions entry carries it (docs/results.md)
     )
     sc = enqueue_call(queue, [job])
     tail: list[str | bytes | int | float] = [
