@@ -88,12 +88,37 @@ async def test_remove_job_leaves_a_key_another_job_holds(
     assert await conn.execute("GET", ks.dedup("k")) == second.id.encode()
 
 
-async def test_cancel_of_a_waiting_job_releases_its_key(
+async def test_cancel_of_a_waiting_job_releases_its_key_and_finishes_it(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
-    (first,) = await jobs.enqueue_batch(conn, queue, [dedup_job("c")])
-    assert await echomq.cancel.request(conn, queue, first.id) == "removed"
+    """Both at once: the key is given back and the job finishes as cancelled (its
+    completions entry, the cancelled counter; docs/results.md)."""
+    (first,) = await jobs.enqueue_batch(conn, queue, [dedup_job("c", task="app.c")])
+    assert await echomq.cancel.request(conn, queue, first.id, "not needed") == "removed"
     assert await conn.execute("EXISTS", ks.dedup("c")) == 0
+    [(_, fields)] = await conn.execute("XRANGE", ks.completions, "-", "+")
+    entry = dict(zip(fields[::2], fields[1::2], strict=True))
+    assert (entry[b"id"], entry[b"state"], entry[b"task"]) == (
+        first.id.encode(), b"cancelled", b"app.c",
+    )  # fmt: skip
+    assert await conn.execute("HGET", ks.metrics_cancelled, "count") == b"1"
+
+
+async def test_a_dedup_job_keeps_the_results_fields_on_its_row(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """The enqueue writes the dedup key and the task / retention fields on the same row;
+    a deduplicated item writes neither."""
+    job = dedup_job("f", task="app.f", keep_result_ms=5_000, keep_dead_ms=9_000)
+    (first,) = await jobs.enqueue_batch(conn, queue, [job])
+    row = await conn.execute("HMGET", ks.job(first.id), "dedup", "task", "keep_result", "keep_dead")
+    assert row == [b"f", b"app.f", b"5000", b"9000"]
+    (again,) = await jobs.enqueue_batch(conn, queue, [dedup_job("f", task="app.other")])
+    assert again.deduplicated
+    assert await conn.execute("HGET", ks.job(first.id), "task") == b"app.f"
+    held = await claim_one(conn, queue)
+    await jobs.complete(conn, queue, held.id, held.token, b"ok")
+    assert 0 < await conn.execute("PTTL", ks.job(first.id)) <= 5_000
 
 
 async def test_enqueue_many_honours_dedup_per_item(conn: echomq.Connection, queue: str) -> None:

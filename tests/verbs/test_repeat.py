@@ -86,6 +86,24 @@ async def test_a_due_slot_is_enqueued_once_and_next_advances(
     assert (await repeat.tick(conn, queue)).fired == []  # the same slot never fires again
 
 
+async def test_a_run_names_its_task_and_finishes_through_the_completions_stream(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A run is an enqueue like any other: its row carries the task, so its completions
+    entry does (docs/results.md)."""
+    added = await add(conn, queue, "named", task="app.named")
+    await due(conn, added.next_ms)
+    (run,) = (await repeat.tick(conn, queue)).fired
+    assert await conn.execute("HMGET", ks.job(run), "task", "repeat") == [b"app.named", b"named"]
+    (held,) = await jobs.claim(conn, queue, 5_000)
+    await jobs.complete(conn, queue, held.id, held.token, b"done")
+    [(_, fields)] = await conn.execute("XRANGE", ks.completions, "-", "+")
+    entry = dict(zip(fields[::2], fields[1::2], strict=True))
+    assert (entry[b"id"], entry[b"state"], entry[b"task"]) == (
+        run.encode(), b"completed", b"app.named",
+    )  # fmt: skip
+
+
 async def test_racing_schedulers_enqueue_each_slot_exactly_once(
     redis_url: str, queue: str, ks: Keyspace
 ) -> None:

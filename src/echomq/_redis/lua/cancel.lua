@@ -9,7 +9,7 @@
         5 schedule   ZSET    delayed ids
   ARGV  1 id   2 queue base (emq:{q}:)   3 '1' = a reason is given   4 the reason
   Returns  'removed' (pending | scheduled: the row, its logs and its set entry deleted,
-           and a dedup key it still holds released, as remove_job does)
+           and a dedup key it still holds released by finished, as for remove_job)
            'signalled' (active: the cancel flag is on the row, the event published)
            -1 no row (nothing written)
   Errors   EMQLOCKED  a waiting job under an operator lock (nothing written)
@@ -32,7 +32,6 @@ local reason = cjson.null
 if ARGV[3] == '1' then reason = ARGV[4] end
 -- @include time
 -- @include finished
--- @include dedup
 
 -- checks, in order: row, state (waiting: the lock), all before the first write
 local f = redis.call('HMGET', row, 'state', 'lock', 'cancel_requested', 'cancel_reason')
@@ -47,13 +46,11 @@ if not waiting and state ~= 'active' then
 end
 
 local channel = base .. 'events'
-local dedup = waiting and held_dedup(base, row, id)
 if waiting then
   local fin = finish_read(base, nil, now_ms(), {{id, 'cancelled'}})
   redis.call('ZREM', pending, id)
   redis.call('ZREM', schedule, id)
   redis.call('DEL', row, logs)
-  if dedup then redis.call('DEL', dedup) end
   redis.call('PUBLISH', channel, cjson.encode({event = 'removed', job = id, reason = reason}))
   finished(fin, 1, {reason = ARGV[3] == '1' and ARGV[4] or ''})
   return 'removed'
