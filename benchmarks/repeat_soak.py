@@ -39,6 +39,7 @@ from typing import Any
 import trio
 
 import echomq
+from benchmarks.__main__ import _commit, _src_commit
 from echomq import repeat
 from echomq._model.codec import JSON
 from echomq._redis.keyspace import Keyspace
@@ -236,6 +237,8 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "cpus": os.cpu_count(),
         "argv": " ".join(sys.argv[1:]),
+        "echomq_commit": _commit(Path(echomq.__file__).parent),
+        "echomq_src_commit": _src_commit(Path(echomq.__file__).parent),
     }
     for name in args.phases.split(","):
         results[name] = await phase(name, args, log_dir / name)
