@@ -144,6 +144,31 @@ async def test_apply_with_an_existing_job_id_answers_that_job(redis_url: str, qu
     assert info is not None and q.codec.decode_call(info.payload).args == (1,)
 
 
+async def test_apply_with_a_held_dedup_key_answers_the_first_job(
+    redis_url: str, queue: str
+) -> None:
+    """docs/repeat.md: inside the window the second apply is the first job's handle."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task
+    async def send(to: str) -> None: ...
+
+    async with q.open():
+        first = await send.apply(("a",), dedup="order-42", dedup_for=dt.timedelta(minutes=1))
+        second = await send.apply(("b",), dedup="order-42", dedup_for=60)
+        assert (first.deduplicated, second.deduplicated) == (False, True)
+        assert second.id == first.id
+        third = await send.apply(("c",), dedup="order-43", dedup_for=60)
+        assert not third.deduplicated and third.id != first.id
+        assert send.apply_sync(("d",), dedup="order-42", dedup_for=60) == first.id
+    with pytest.raises(InvalidArgument, match="together"):
+        send.new_job(("x",), dedup="k")
+    with pytest.raises(InvalidArgument, match="> 0"):
+        send.new_job(("x",), dedup="k", dedup_for=0)
+    with pytest.raises(InvalidKey):
+        send.new_job(("x",), dedup="a b", dedup_for=5)
+
+
 async def test_result_raises_job_failed_for_a_dead_job(redis_url: str, queue: str) -> None:
     """result() on a job that is already dead raises JobFailed with its error."""
     q = echomq.Queue(queue, url=redis_url)

@@ -47,6 +47,7 @@ EXACT = {
     "echomq.cancel": "verbs",
     "echomq.events": "verbs",
     "echomq.results": "verbs",
+    "echomq.repeat": "verbs",
     "echomq._redis": "wire",
     "echomq._redis.scripts": "scripts",
     "echomq._redis.replies": "scripts",

@@ -40,6 +40,8 @@ CAPPED = {
     "drain": ("MAX_BUDGET", v.MAX_BUDGET),
     "obliterate": ("MAX_BUDGET", v.MAX_BUDGET),
     "queue_stats": ("MAX_MINUTES", v.MAX_MINUTES),
+    "repeat_due": ("MAX_LIMIT", v.MAX_REPEAT_PAGE),
+    "repeat_list": ("MAX_LIMIT", v.MAX_REPEAT_PAGE),
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "

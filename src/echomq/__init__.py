@@ -2,14 +2,15 @@
 
 Layout (imports point down):
     app / worker / cli / dashboard    what users touch
-    jobs, admin, stalled, cancel      the verbs: one async function per transition
+    jobs, admin, stalled, cancel,     the verbs: one async function per transition
+    repeat
     _redis                            the wire, the key builder, the scripts, the reply table
     _model                            pure values and rules
 """
 
 from __future__ import annotations
 
-from . import admin, cancel, config, errors, jobs, stalled
+from . import admin, cancel, config, errors, jobs, repeat, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
 from ._redis.connection import Connection
@@ -41,6 +42,8 @@ from .errors import (
     NotPaused,
     PayloadTooLarge,
     PermissionDenied,
+    RepeatFormatError,
+    RepeatNotFound,
     Retry,
     SchemaMismatch,
     ScriptError,
@@ -85,6 +88,8 @@ __all__ = [
     "PayloadTooLarge",
     "PermissionDenied",
     "Queue",
+    "RepeatFormatError",
+    "RepeatNotFound",
     "Retry",
     "SchemaMismatch",
     "ScriptError",
@@ -107,6 +112,7 @@ __all__ = [
     "errors",
     "jobs",
     "parse_url",
+    "repeat",
     "stalled",
 ]
 

@@ -13,6 +13,7 @@ context belongs to the runtime, ``_worker/context.py``; it is re-exported here.)
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import inspect
 import logging
@@ -26,6 +27,7 @@ import attrs
 import trio
 
 from . import jobs
+from . import repeat as repeat_verbs
 from ._model.cancel import MAX_REASON as MAX_REASON  # (moved: re-exported)
 from ._model.cancel import cancelled_reason as cancelled_reason
 from ._model.cancel import cancelled_result as cancelled_result
@@ -35,9 +37,11 @@ from ._model.options import DEFAULT_LEASE as DEFAULT_LEASE  # (moved: re-exporte
 from ._model.options import EnqueueOptions, TaskOptions, build_options
 from ._model.options import seconds as _seconds
 from ._model.options import to_ms as to_ms
+from ._model.repeat import RepeatSource
+from ._model.schedule import DEFAULT_GRACE_MS, MissedPolicy, Schedule, duration_ms
 from ._redis.connection import Connection
 from ._redis.dial import connect
-from ._redis.keyspace import check_id, check_queue
+from ._redis.keyspace import check_id, check_queue, check_repeat_key
 from ._trio import open_service_nursery
 from ._worker.context import Job, current_job
 from .cancel import CancelOutcome
@@ -46,6 +50,7 @@ from .config import DEFAULT_URL
 from .errors import (
     DuplicateJob,
     InvalidArgument,
+    InvalidKey,
     JobCancelled,
     JobFailed,
     JobGone,
@@ -67,6 +72,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("echomq")
+
+_API: RepeatSource = "api"
 
 
 def _wants_job(fn: Callable[..., Any]) -> bool:
@@ -137,7 +144,9 @@ class Task:
         (seconds), ``at`` (a datetime or epoch seconds), ``priority`` (higher first;
         default the task's), ``job_id`` (an id of your own: when a job with that id exists,
         nothing is written and its handle is answered, ``handle.deduplicated``),
-        ``max_attempts`` (default the task's).
+        ``max_attempts`` (default the task's), ``dedup`` with ``dedup_for`` (a dedup key
+        and its window: inside the window a second apply with the key answers the first
+        job's handle, ``handle.deduplicated``, and writes nothing).
 
         Raises:
             SerializationError, InvalidKey, InvalidArgument: before any I/O (an unknown
@@ -188,7 +197,8 @@ class Task:
 class TaskHandle:
     """A job by id: wait for its result, cancel it, read its row.
 
-    ``deduplicated`` is True when ``apply(job_id=...)`` found the job already there.
+    ``deduplicated`` is True when ``apply(job_id=...)`` found the job already there, or
+    ``apply(dedup=...)`` found its dedup key held: the handle is then the first job's.
     """
 
     id: str
@@ -330,6 +340,11 @@ class Queue:
         - ``process``: run a CPU-bound plain function in the worker's process pool
           (``spawn``: a module-level function; no ``Job`` parameter; arguments and result
           cross by pickle). Default: plain functions run in a thread.
+        - ``cron`` (with ``tz``, default UTC) or ``every`` (a timedelta or seconds): a
+          repeatable task. Every worker of the queue registers it at start under the
+          task's name (the repeat key), and one run per slot is enqueued, with no
+          arguments; ``missed`` (``"once"`` or ``"skip"``) says what a slot that came due
+          while no worker ran does (docs/repeat.md).
 
         Args:
             name: the task's name on the wire (default ``module.qualname``).
@@ -353,6 +368,14 @@ class Queue:
             task_name = name or f"{fn.__module__}.{fn.__qualname__}"
             if not isinstance(task_name, str) or not task_name:
                 raise InvalidArgument("a task name must be a non-empty str")
+            if chosen.schedule() is not None:
+                try:
+                    check_repeat_key(task_name)
+                except InvalidKey as exc:
+                    raise InvalidArgument(
+                        f"a repeatable task's name is its repeat key: {exc}; "
+                        "give the task a name= that is one"
+                    ) from None
             if task_name in self.tasks:
                 raise InvalidArgument(f"task {task_name!r} is already registered on {self.name}")
             task = Task(queue=self, fn=fn, name=task_name, options=chosen)
@@ -432,14 +455,68 @@ class Queue:
         return TaskHandle(check_id(job_id), self)
 
     async def enqueue_new(self, new: jobs.NewJob, *, task: str | None = None) -> TaskHandle:
-        """Enqueue one prepared job; an existing ``job_id`` answers its handle (dedupe)."""
+        """Enqueue one prepared job; an existing ``job_id`` answers its handle, and so does
+        a held dedup key the holder's (``deduplicated``)."""
         conn = self.connection
         try:
-            ids = await jobs.enqueue_many(conn, self.name, [new])
+            (answer,) = await jobs.enqueue_batch(conn, self.name, [new])
         except DuplicateJob:
             assert new.job_id is not None
             return TaskHandle(new.job_id, self, task, deduplicated=True)
-        return TaskHandle(ids[0], self, task)
+        return TaskHandle(answer.id, self, task, deduplicated=answer.deduplicated)
+
+    async def repeat(
+        self,
+        task: Task | str,
+        *,
+        every: dt.timedelta | float | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        missed: MissedPolicy = "once",
+        grace: dt.timedelta | float | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+    ) -> repeat_verbs.Added:
+        """Run ``task`` on a schedule: ``every`` (a timedelta or seconds) or ``cron`` (5
+        fields, in the time zone ``tz``, default UTC), with ``args``/``kwargs``.
+
+        ``key`` names the repeatable (default: the task's name); adding a key again updates
+        it (the same schedule keeps its next slot). ``missed``: a run that came due while
+        no worker ran is enqueued once, late (``"once"``, the default), or skipped when it
+        is more than ``grace`` late (``"skip"``; default 60 s). The runs are enqueued by the
+        workers of this queue (any number, no leader; docs/repeat.md).
+
+        Raises:
+            InvalidArgument, InvalidKey, SerializationError: before any I/O (a malformed
+                cron, an interval <= 0, an unknown time zone...).
+            RepeatFormatError: the key's record was written by another echomq.
+            RuntimeError: the queue is not open.
+        """
+        name = task.name if isinstance(task, Task) else task
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"repeat needs a Task or a task name, not {task!r}")
+        schedule = Schedule.of(every=every, cron=cron, tz=tz)
+        repeat_key = check_repeat_key(name if key is None else key)
+        options = self.tasks[name].options if name in self.tasks else TaskOptions()
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise InvalidArgument("args must be a sequence (a tuple or a list)")
+        payload = self.codec.encode_call(name, args, {} if kwargs is None else kwargs)
+        return await repeat_verbs.add(
+            self.connection,
+            self.name,
+            repeat_key,
+            task=name,
+            payload=payload,
+            schedule=schedule,
+            missed=missed,
+            grace_ms=DEFAULT_GRACE_MS if grace is None else duration_ms("grace", grace),
+            priority=options.priority if priority is None else priority,
+            max_attempts=options.max_attempts if max_attempts is None else max_attempts,
+            source=_API,
+        )
 
     def sync_connection(self) -> SyncConnection:
         """The queue's blocking connection (``echomq.sync``), made on first use."""

@@ -310,6 +310,21 @@ def _to_float(value: Any) -> Any:
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+def _on_off(text: str) -> bool:
+    """``on``/``off`` (also true/false, yes/no, 1/0) as a bool, for a flag or a variable."""
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise ValueError(text)
+
+
+def _bool(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, bool):
+        raise InvalidArgument(f"{attribute.name} must be True or False, not {value!r}")
+
+
 def _meta(
     help: str, parse: Callable[[str], Any], choices: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
@@ -369,6 +384,15 @@ class WorkerConfig:
         converter=_to_float,
         validator=_seconds_option(allow_zero=False),
         metadata=_meta("seconds to record one outcome (retried on a lost connection)", float),
+    )
+    scheduler: bool = attrs.field(
+        default=True,
+        validator=_bool,
+        metadata=_meta(
+            "run the repeat scheduler: enqueue the queue's due repeatable runs (on: every "
+            "worker runs it, each run is enqueued once; off: this worker only runs jobs)",
+            _on_off,
+        ),
     )
 
     @classmethod

@@ -24,6 +24,8 @@
     ├── ActiveJobs           obliterate (unforced) of a queue with jobs in flight
     ├── JobLocked            remove asked of a job under an operator lock
     ├── DuplicateJob         enqueue with a job_id whose row already exists
+    ├── RepeatNotFound       a repeat verb named a key with no record (also LookupError)
+    ├── RepeatFormatError    a repeat record written by another echomq (its layout version)
     ├── SchemaMismatch       a queue's data layout (schema_version) is not this echomq's
     ├── TaskNotRegistered    a claimed job names a task this worker does not know
     ├── SerializationError   a payload that cannot be encoded or decoded (also ValueError)
@@ -65,6 +67,8 @@ __all__ = [
     "ActiveJobs",
     "JobLocked",
     "DuplicateJob",
+    "RepeatNotFound",
+    "RepeatFormatError",
     "SchemaMismatch",
     "TaskNotRegistered",
     "SerializationError",
@@ -183,6 +187,16 @@ class JobLocked(EchoMQError):
 
 class DuplicateJob(EchoMQError):
     """Enqueue with an explicit ``job_id`` whose row already exists."""
+
+
+class RepeatNotFound(EchoMQError, LookupError):
+    """A repeat verb (remove, pause, resume, get) named a key with no record."""
+
+
+class RepeatFormatError(EchoMQError):
+    """A repeat record's layout version (its field ``v``) is not this echomq's: it was
+    written by a newer echomq (upgrade this one) and is refused, never misread. Removing
+    such a record is allowed."""
 
 
 class SchemaMismatch(EchoMQError):

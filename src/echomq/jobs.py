@@ -7,7 +7,7 @@ changes nothing on the server. Implementations live in ``echomq._verbs``.
 
 from __future__ import annotations
 
-from ._model.job import Claimed, JobInfo
+from ._model.job import Claimed, Enqueued, JobInfo
 from ._redis.replies import ExtendResult
 from ._verbs.lifecycle import (
     ClaimBatch,
@@ -18,6 +18,7 @@ from ._verbs.lifecycle import (
     claim_batch,
     complete,
     enqueue,
+    enqueue_batch,
     enqueue_many,
     extend_lock,
     extend_locks,
@@ -43,6 +44,7 @@ __all__ = [
     "ClaimBatch",
     "claim_batch",
     "Claimed",
+    "Enqueued",
     "ExtendAnswers",
     "ExtendResult",
     "FailOutcome",
@@ -51,6 +53,7 @@ __all__ = [
     "claim",
     "complete",
     "enqueue",
+    "enqueue_batch",
     "enqueue_many",
     "extend_lock",
     "extend_locks",

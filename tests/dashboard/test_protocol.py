@@ -391,3 +391,32 @@ async def test_history_requests_are_checked_and_need_an_archive(
         await client.send(**{k: (queue if v == "QUEUE" else v) for k, v in message.items()})
         reply = await client.next("result")
     assert (reply["ok"], reply["kind"]) == (False, kind)
+
+
+async def test_snapshots_show_repeatables_with_their_upcoming_runs(
+    dashboard: DashboardInfo, conn: echomq.Connection, queue: str
+) -> None:
+    """docs/repeat.md: the dashboard lists each repeatable's next runs (none while paused)."""
+    from echomq import repeat
+
+    await repeat.add(
+        conn,
+        queue,
+        "nightly",
+        task="demo.report",
+        payload=payload("demo.report"),
+        schedule=repeat.Schedule.of(cron="30 2 * * *", tz="Europe/Berlin"),
+    )
+    await repeat.add(
+        conn, queue, "held", task="demo.t", payload=payload(), schedule=repeat.Schedule.of(every=9)
+    )
+    await repeat.pause(conn, queue, "held")
+    async with trio_websocket.open_websocket_url(ws_url(dashboard)) as ws:
+        client = Client(ws)
+        snap = await client.next("snapshot", lambda m: len(view(m, queue)["repeats"]) == 2)
+        nightly, held = view(snap, queue)["repeats"]
+        assert (nightly["key"], nightly["task"]) == ("nightly", "demo.report")
+        assert nightly["schedule"] == "cron 30 2 * * * (Europe/Berlin)"
+        assert len(nightly["upcoming_ms"]) == 3
+        assert snap["now_ms"] < nightly["upcoming_ms"][0] < nightly["upcoming_ms"][1]
+        assert (held["paused"], held["upcoming_ms"]) == (True, [])

@@ -55,6 +55,20 @@ def test_duplicate_id_raises_the_same_error(mq: echomq.sync.SyncConnection, queu
         mq.enqueue(queue, b"", job_id="once")
 
 
+def test_dedup_keys_answer_the_holder(mq: echomq.sync.SyncConnection, queue: str) -> None:
+    """docs/repeat.md: the blocking producer honours dedup windows per item too."""
+    first, second, other = mq.enqueue_many(
+        queue,
+        [
+            jobs.NewJob(payload=b"1", dedup="k", dedup_ms=60_000),
+            jobs.NewJob(payload=b"2", dedup="k", dedup_ms=60_000),
+            jobs.NewJob(payload=b"3", dedup="j", dedup_ms=60_000),
+        ],
+    )
+    assert second == first != other
+    assert mq.enqueue_many(queue, [jobs.NewJob(payload=b"4", dedup="j", dedup_ms=1)]) == [other]
+
+
 def test_script_is_loaded_after_a_script_flush(mq: echomq.sync.SyncConnection, queue: str) -> None:
     """On NOSCRIPT the script is sent once with EVAL, then EVALSHA works again."""
     mq.client.script_flush()

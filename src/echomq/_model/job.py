@@ -8,7 +8,7 @@ import attrs
 
 from .states import CANCELLED_PREFIX, JobState
 
-__all__ = ["Claimed", "JobInfo", "NewJob", "Sweep"]
+__all__ = ["Claimed", "Enqueued", "JobInfo", "NewJob", "Sweep"]
 
 
 @attrs.frozen(kw_only=True)
@@ -30,6 +30,17 @@ class NewJob:
     task: str | None = None
     keep_result_ms: int | None = None
     keep_dead_ms: int | None = None
+    dedup: str | None = None  # a dedup key: held for ``dedup_ms`` by the job that takes it
+    dedup_ms: int = 0
+
+
+@attrs.frozen(kw_only=True)
+class Enqueued:
+    """One job of an enqueue: its id, and whether it was deduplicated (``id`` is then the
+    job that holds its dedup key, and nothing was written for this one)."""
+
+    id: str
+    deduplicated: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -87,6 +98,8 @@ class JobInfo:
     claimed_at: int | None
     finished_at: int | None
     run_at: int | None
+    dedup: str | None = None  # the dedup key the job took (docs/repeat.md)
+    repeat: str | None = None  # the repeatable whose run this job is
 
     @property
     def attempts(self) -> int:
@@ -120,4 +133,6 @@ class JobInfo:
             claimed_at=_opt_int(row.get(b"claimed_at")),
             finished_at=_opt_int(row.get(b"finished_at")),
             run_at=_opt_int(row.get(b"run_at")),
+            dedup=_str(row.get(b"dedup")),
+            repeat=_str(row.get(b"repeat")),
         )

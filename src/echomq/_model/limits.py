@@ -22,6 +22,7 @@ __all__ = [
     "MAX_HELD",
     "MAX_MS",
     "MAX_PRIORITY",
+    "MAX_REPEAT_PAGE",
     "int_in",
     "non_negative_int",
     "positive_int",
@@ -36,6 +37,7 @@ MAX_BATCH = 100  # expired leases per reap / stalled sweep (each may finish a jo
 MAX_ENQUEUE = 250  # jobs per enqueue_many call
 MAX_HELD = 250  # (id, token) pairs per extend_locks / release call
 MAX_BUDGET = 500  # jobs (or leftover keys) per drain / obliterate step
+MAX_REPEAT_PAGE = 100  # repeat records per repeat_due / repeat_list call
 MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a double
 MAX_ATTEMPTS = 1_000_000  # handler failures a job may have; a sane bound, not arithmetic
 MAX_MINUTES = 720  # minutes of per-minute counters one stats call reads (3 HGETs each)

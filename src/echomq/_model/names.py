@@ -13,9 +13,12 @@ import re
 
 from ..errors import InvalidKey
 
-__all__ = ["check_id", "check_queue"]
+__all__ = ["MAX_REPEAT_KEY", "check_dedup_key", "check_id", "check_queue", "check_repeat_key"]
 
 _VALID = re.compile(r"[A-Za-z0-9._~-]{1,128}")
+# a repeat run's job id is ``<key>~<slot ms>`` (docs/repeat.md): the key leaves room for the
+# slot (up to 16 digits) within the 128 characters of an id
+MAX_REPEAT_KEY = 100
 
 
 def _check(kind: str, value: object) -> str:
@@ -36,3 +39,21 @@ def check_queue(name: object) -> str:
 def check_id(job_id: object) -> str:
     """Return ``job_id`` if it is a valid job id, else raise InvalidKey."""
     return _check("job id", job_id)
+
+
+def check_dedup_key(key: object) -> str:
+    """Return ``key`` if it is a valid dedup key (the id rule), else raise InvalidKey."""
+    return _check("dedup key", key)
+
+
+def check_repeat_key(key: object) -> str:
+    """Return ``key`` if it is a valid repeat key: the id rule, at most 100 characters
+    (:data:`MAX_REPEAT_KEY`), else raise InvalidKey."""
+    _check("repeat key", key)
+    assert isinstance(key, str)
+    if len(key) > MAX_REPEAT_KEY:
+        raise InvalidKey(
+            f"invalid repeat key {key[:140]!r}: at most {MAX_REPEAT_KEY} characters "
+            "(its runs' job ids add '~<slot ms>')"
+        )
+    return key

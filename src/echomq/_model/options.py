@@ -25,8 +25,9 @@ from ..errors import InvalidArgument
 from . import limits
 from .backoff import MAX_DELAY, Backoff, check_backoff
 from .job import NewJob
-from .names import check_id
+from .names import check_dedup_key, check_id
 from .retention import keep_ms
+from .schedule import MissedPolicy, Schedule, check_missed, duration_ms
 
 __all__ = ["DEFAULT_LEASE", "EnqueueOptions", "TaskOptions", "build_options", "seconds", "to_ms"]
 
@@ -61,7 +62,13 @@ def to_ms(name: str, value: float) -> int:
 class TaskOptions:
     """A task's options. ``lease`` and ``timeout`` are seconds; ``backoff`` see ``Backoff``.
     ``keep_result`` / ``keep_dead``: seconds a finished job's row is kept (completed or
-    cancelled / dead); None: the queue's (24 h / 7 days unless set, docs/results.md)."""
+    cancelled / dead); None: the queue's (24 h / 7 days unless set, docs/results.md).
+
+    ``cron`` (with ``tz``) or ``every`` (a timedelta or seconds) make the task repeatable:
+    every worker of its queue registers it at start under the task's name, and the
+    scheduler enqueues one run per slot, with no arguments (docs/repeat.md); ``missed``
+    says what a run due during a downtime does (``"once"``: runs late, once; ``"skip"``).
+    """
 
     max_attempts: int = 1
     backoff: Backoff = attrs.field(default=None, converter=check_backoff)
@@ -71,6 +78,10 @@ class TaskOptions:
     process: bool = False
     keep_result: float | None = None
     keep_dead: float | None = None
+    cron: str | None = None
+    every: dt.timedelta | float | None = None
+    tz: str | None = None
+    missed: MissedPolicy = "once"
 
     def __attrs_post_init__(self) -> None:
         # the caps the scripts enforce, checked now rather than when a job fails
@@ -82,10 +93,25 @@ class TaskOptions:
             raise InvalidArgument(f"lease must be at least 3 ms, not {self.lease!r}")
         limits.int_in("priority", self.priority, -limits.MAX_PRIORITY, limits.MAX_PRIORITY)
         _check_keeps(self.keep_result, self.keep_dead)
+        if self.cron is not None or self.every is not None or self.tz is not None:
+            self.schedule()  # checked now: a bad cron fails at import, not at the worker
+        check_missed(self.missed)
 
     @property
     def lease_ms(self) -> int:
         return max(3, round(self.lease * 1000))
+
+    def schedule(self) -> Schedule | None:
+        """The task's repeat schedule (None: not repeatable).
+
+        Raises:
+            InvalidArgument: a malformed cron, an interval <= 0, an unknown tz, or both.
+        """
+        if self.cron is None and self.every is None:
+            if self.tz is not None:
+                raise InvalidArgument("tz applies to a cron= task")
+            return None
+        return Schedule.of(every=self.every, cron=self.cron, tz=self.tz)
 
 
 @attrs.frozen(kw_only=True)
@@ -107,6 +133,12 @@ class EnqueueOptions:
             else the queue's (24 h).
         keep_dead: seconds the row is kept once dead; default the task's, else the queue's
             (7 days).
+        dedup: a dedup key (the id rule): while a job enqueued with it holds it, an enqueue
+            with the same key answers that job (``handle.deduplicated``) and writes
+            nothing. Needs ``dedup_for``.
+        dedup_for: how long the key is held (a timedelta or seconds, > 0): from the
+            enqueue, whatever becomes of the job; removing the job releases it early
+            (docs/repeat.md, "Dedup windows").
 
     Raises:
         InvalidArgument, InvalidKey: a bad value, when built (before any I/O).
@@ -119,9 +151,16 @@ class EnqueueOptions:
     max_attempts: int | None = None
     keep_result: float | None = None
     keep_dead: float | None = None
+    dedup: str | None = None
+    dedup_for: dt.timedelta | float | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_keeps(self.keep_result, self.keep_dead)
+        if (self.dedup is None) != (self.dedup_for is None):
+            raise InvalidArgument("give dedup (a key) and dedup_for (its window) together")
+        if self.dedup is not None:
+            check_dedup_key(self.dedup)
+            duration_ms("dedup_for", self.dedup_for)
         if self.delay is not None and self.at is not None:
             raise InvalidArgument("give delay or at, not both")
         if self.delay is not None:
@@ -156,6 +195,8 @@ class EnqueueOptions:
             task=name,
             keep_result_ms=None if keep_result is None else keep_ms("keep_result", keep_result),
             keep_dead_ms=None if keep_dead is None else keep_ms("keep_dead", keep_dead),
+            dedup=self.dedup,
+            dedup_ms=0 if self.dedup_for is None else duration_ms("dedup_for", self.dedup_for),
         )
 
 

@@ -13,10 +13,18 @@ import functools
 
 import attrs
 
-from .._model.names import check_id, check_queue
+from .._model.names import check_dedup_key, check_id, check_queue, check_repeat_key
 from ..errors import InvalidKey
 
-__all__ = ["Keyspace", "keyspace", "check_id", "check_queue", "PREFIX"]
+__all__ = [
+    "Keyspace",
+    "keyspace",
+    "check_dedup_key",
+    "check_id",
+    "check_queue",
+    "check_repeat_key",
+    "PREFIX",
+]
 
 PREFIX = "emq"
 
@@ -100,6 +108,19 @@ class Keyspace:
     def sweep_guard(self) -> str:
         """SET NX PX guard so that one worker runs recovery per interval."""
         return self.base + "sweep_guard"
+
+    @property
+    def repeat(self) -> str:
+        """The repeat registry (a zset): key -> next slot ms, +inf while paused."""
+        return self.base + "repeat"
+
+    def repeat_record(self, key: str) -> str:
+        """A repeatable's record (a hash): schedule, next slot, last run (docs/repeat.md)."""
+        return f"{self.base}repeat:{check_repeat_key(key)}"
+
+    def dedup(self, key: str) -> str:
+        """A dedup key (a string): the id of the job holding it, expiring with its window."""
+        return f"{self.base}dedup:{check_dedup_key(key)}"
 
     @property
     def pattern(self) -> str:

@@ -24,6 +24,7 @@ from ..errors import (
     NotCancellable,
     NotDead,
     NotPaused,
+    RepeatFormatError,
     ScriptError,
     StaleToken,
 )
@@ -88,6 +89,7 @@ _ERROR_PREFIXES: tuple[tuple[str, type[EchoMQError]], ...] = (
     ("EMQLOCKED", JobLocked),
     ("EMQDUP", DuplicateJob),
     ("EMQGONE", JobGone),
+    ("EMQFORMAT", RepeatFormatError),
     ("EMQARG", InvalidArgument),  # a count over its cap reached a script (the verbs gate it)
 )
 

@@ -8,7 +8,8 @@ wake cap, the run id, the queue's schema mark) are written once in ``lua/include
 a script names one with a line ``-- @include <name>``, replaced here, at import, by the
 file's text (one level: an include includes nothing). The sha is of the expanded source,
 and the native twin loads the expanded source too. :data:`SCHEMA_VERSION` is read from
-``include/schema.lua``: the layout's version is written in that one place.
+``include/schema.lua``: the layout's version is written in that one place (and
+:data:`REPEAT_FORMAT`, a repeat record's, from ``include/repeat.lua``).
 Rule 2: a :class:`ScriptCall` is plain data (script, keys, argv, and the function that
 reads the reply): the verbs build one without I/O, and the trio and sync drivers both run
 it through :func:`evaluate` / :func:`evaluate_sync`.
@@ -46,6 +47,7 @@ from .replies import server_error, translate
 __all__ = [
     "Executor",
     "INCLUDES",
+    "REPEAT_FORMAT",
     "SCHEMA_VERSION",
     "Script",
     "ScriptCall",
@@ -150,16 +152,18 @@ def _load_all() -> Mapping[str, Script]:
 SCRIPTS: Mapping[str, Script] = _load_all()
 
 
-def _schema_version() -> int:
-    match = re.search(r"^local SCHEMA_VERSION = (\d+)$", INCLUDES["schema"], re.MULTILINE)
+def _include_constant(include: str, name: str) -> int:
+    match = re.search(rf"^local {name} = (\d+)$", INCLUDES[include], re.MULTILINE)
     if match is None:
-        raise RuntimeError("lua/include/schema.lua does not set SCHEMA_VERSION")
+        raise RuntimeError(f"lua/include/{include}.lua does not set {name}")
     return int(match[1])
 
 
 #: the version of the queue's data layout, written by ``mark_queue`` (``include/schema.lua``)
 #: into ``emq:{q}:meta`` and checked by every worker at start (``admin.ensure_schema``)
-SCHEMA_VERSION: int = _schema_version()
+SCHEMA_VERSION: int = _include_constant("schema", "SCHEMA_VERSION")
+#: the layout version of a repeat record (``include/repeat.lua``): its field ``v``
+REPEAT_FORMAT: int = _include_constant("repeat", "REPEAT_FORMAT")
 
 
 @attrs.frozen

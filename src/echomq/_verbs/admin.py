@@ -7,10 +7,11 @@ stats. ``echomq.admin`` is their public face.
   idle workers look; ``resume`` of a running queue writes nothing (docs/operations.md).
 - ``drain``: the backlog (pending, and the schedule set when asked) is deleted with its rows
   and logs, a ``budget`` of jobs per script call (``drain_step``), so no call blocks Redis
-  for long; active jobs and recurring registrations are spared.
+  for long; active jobs and the repeat registry (``emq:{q}:repeat``, its records) are
+  spared: a repeatable keeps producing after a drain (the operator-plane design).
 - ``obliterate``: a paused queue is destroyed a ``budget`` of jobs at a time, down to its
   last ``emq:{q}:*`` key; ``obliterate_all`` loops until it is done.
-- ``stats``: counts per state, the gate, and throughput by the minute (from the
+- ``stats``: counts per state, the gate, repeatables, and throughput by the minute (from the
   per-minute counters ``metrics:<outcome>:<minute>`` the finishing scripts write), in one
   atomic read.
 - ``set_retention`` / ``retention``: the queue's retention settings in its meta hash
@@ -120,6 +121,8 @@ class QueueStats:
     completed_per_minute: tuple[int, ...] = ()
     dead_per_minute: tuple[int, ...] = ()
     cancelled_per_minute: tuple[int, ...] = ()
+    repeats: int = 0  # repeatables registered (docs/repeat.md), paused ones included
+    repeats_paused: int = 0
 
     @property
     def jobs(self) -> int:
@@ -238,11 +241,11 @@ def obliterate_call(
 
 def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCall[QueueStats]:
     ks = Keyspace(queue)
-    keys = [ks.meta, ks.pending, ks.schedule, ks.active, ks.dead, ks.completed]
+    keys = [ks.meta, ks.pending, ks.schedule, ks.active, ks.dead, ks.completed, ks.repeat]
     v.int_in("minutes", minutes, 1, MAX_STATS_MINUTES)
 
     def read(reply: Any) -> QueueStats:
-        if not isinstance(reply, list) or len(reply) != 14:
+        if not isinstance(reply, list) or len(reply) != 16:
             raise ScriptError(f"stats {queue}: unexpected reply {reply!r}")
         n = [as_int(x) for x in reply[:10]]
         capped = [as_int(x) for x in reply[10]]
@@ -264,6 +267,8 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
             completed_per_minute=tuple(series[0]),
             dead_per_minute=tuple(series[1]),
             cancelled_per_minute=tuple(series[2]),
+            repeats=as_int(reply[14]),
+            repeats_paused=as_int(reply[15]),
         )
 
     return script_call("queue_stats", keys, [ks.base, minutes], read)

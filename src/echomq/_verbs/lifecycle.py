@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 import attrs
 
-from .._model.job import Claimed, JobInfo, NewJob, Sweep
+from .._model.job import Claimed, Enqueued, JobInfo, NewJob, Sweep
 from .._redis import validate as v
-from .._redis.keyspace import Keyspace, check_id, keyspace
+from .._redis.keyspace import Keyspace, check_dedup_key, check_id, keyspace
 from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check_status, text
 from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, ScriptError
@@ -26,6 +26,7 @@ __all__ = [
     "ExtendAnswers",
     "claim_batch",
     "Claimed",
+    "Enqueued",
     "ExtendResult",
     "FailOutcome",
     "JobInfo",
@@ -33,6 +34,7 @@ __all__ = [
     "claim",
     "complete",
     "enqueue",
+    "enqueue_batch",
     "enqueue_many",
     "extend_lock",
     "extend_locks",
@@ -73,7 +75,38 @@ def _task_name(name: object) -> str:
     return name
 
 
-def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
+def _job_args(job: object, ks: Keyspace) -> tuple[str, bytes, list[Any]]:
+    """One job's argv group (``enqueue.lua``: 10 values), gated; its id and its payload."""
+    if not isinstance(job, NewJob):
+        raise InvalidArgument(f"enqueue_many takes NewJob values, not {type(job).__name__}")
+    job_id = check_id(job.job_id) if job.job_id is not None else new_id()
+    payload = v.payload_bytes(job.payload)
+    dedup, dedup_ms = "", 0
+    if job.dedup is not None:
+        dedup = check_dedup_key(job.dedup)
+        dedup_ms = v.positive_int("dedup_ms", job.dedup_ms, v.MAX_MS)
+    group: list[Any] = [
+        job_id,
+        payload,
+        v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
+        v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
+        v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
+        "" if job.task is None else _task_name(job.task),
+        ""
+        if job.keep_result_ms is None
+        else v.non_negative_int("keep_result_ms", job.keep_result_ms, v.MAX_MS),
+        ""
+        if job.keep_dead_ms is None
+        else v.non_negative_int("keep_dead_ms", job.keep_dead_ms, v.MAX_MS),
+        dedup,
+        dedup_ms,
+    ]
+    return job_id, payload, group
+
+
+def enqueue_batch_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[Enqueued]]:
+    """Enqueue ``jobs`` in one script call; answer one :class:`Enqueued` per job, in order
+    (a job under a held dedup key answers the holder's id, ``deduplicated``)."""
     ks = keyspace(queue)
     if isinstance(jobs, NewJob) or not jobs:
         raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
@@ -85,34 +118,33 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
     argv: list[Any] = [ks.base, len(jobs)]
     total = 0
     for job in jobs:
-        if not isinstance(job, NewJob):
-            raise InvalidArgument(f"enqueue_many takes NewJob values, not {type(job).__name__}")
-        job_id = check_id(job.job_id) if job.job_id is not None else new_id()
-        payload = v.payload_bytes(job.payload)
+        job_id, payload, group = _job_args(job, ks)
         total += len(payload)
-        argv += [
-            job_id,
-            payload,
-            v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
-            v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
-            v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
-            "" if job.task is None else _task_name(job.task),
-            ""
-            if job.keep_result_ms is None
-            else v.non_negative_int("keep_result_ms", job.keep_result_ms, v.MAX_MS),
-            ""
-            if job.keep_dead_ms is None
-            else v.non_negative_int("keep_dead_ms", job.keep_dead_ms, v.MAX_MS),
-        ]
+        argv += group
         ids.append(job_id)
     v.batch_bytes(total)
 
-    def read(reply: Any) -> list[str]:
-        if reply != len(ids):
+    def read(reply: Any) -> list[Enqueued]:
+        if reply == len(ids):
+            return [Enqueued(id=job_id) for job_id in ids]
+        if not isinstance(reply, list) or len(reply) != len(ids):
             raise ScriptError(f"enqueue: unexpected reply {reply!r}")
-        return ids
+        return [
+            Enqueued(id=job_id) if answer == 1 else Enqueued(id=text(answer), deduplicated=True)
+            for job_id, answer in zip(ids, reply, strict=True)
+        ]
 
     return script_call("enqueue", [ks.pending, ks.schedule, ks.meta, ks.wake], argv, read)
+
+
+def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
+    """:func:`enqueue_batch_call` answering the ids (a deduplicated job: the holder's)."""
+    batch = enqueue_batch_call(queue, jobs)
+
+    def read(reply: Any) -> list[str]:
+        return [answer.id for answer in batch.read(reply)]
+
+    return ScriptCall(batch.script, batch.keys, batch.argv, read)
 
 
 def enqueue_one_call(
@@ -354,12 +386,25 @@ async def enqueue(
 async def enqueue_many(conn: Executor, queue: str, jobs: Sequence[NewJob]) -> list[str]:
     """Add many jobs in one script call (all or nothing); answer their ids in order.
 
+    A job with a dedup key (``NewJob.dedup``) that another job holds is not written: its
+    place answers the holder's id (:func:`enqueue_batch` says which were deduplicated).
+
     Raises:
         InvalidKey, InvalidArgument, SerializationError: before any I/O; more than
             ``MAX_ENQUEUE`` (250) jobs (split a bigger batch into several calls).
         DuplicateJob: an id exists or repeats in the call; nothing is written.
     """
     return await evaluate(conn, enqueue_call(queue, jobs))
+
+
+async def enqueue_batch(conn: Executor, queue: str, jobs: Sequence[NewJob]) -> list[Enqueued]:
+    """:func:`enqueue_many`, answering an :class:`Enqueued` per job: its id and whether it
+    was deduplicated (its dedup key is held: ``id`` is the holder's; nothing was written).
+
+    Raises:
+        as :func:`enqueue_many`.
+    """
+    return await evaluate(conn, enqueue_batch_call(queue, jobs))
 
 
 async def claim(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:

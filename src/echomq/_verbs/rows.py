@@ -15,12 +15,13 @@ from typing import Any
 import attrs
 
 from .._model.job import JobInfo
+from .._model.repeat import RepeatInfo
 from .._model.states import JobState
 from .._redis import validate as v
 from .._redis.keyspace import Keyspace
 from .._redis.replies import Code, check_status, text
 from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
-from ..errors import InvalidArgument, ScriptError
+from ..errors import InvalidArgument, RepeatFormatError, RepeatNotFound, ScriptError
 
 __all__ = [
     "Explanation",
@@ -153,6 +154,9 @@ class Explanation:
     run_id: str
     now_ms: int
     locked: bool
+    # the repeatable whose run this job is, as registered now (None: not a repeat run, or
+    # its record is gone or of another layout version); its upcoming slots, docs/repeat.md
+    repeat: RepeatInfo | None = None
 
     @property
     def state(self) -> JobState:
@@ -310,9 +314,19 @@ async def explain(conn: Executor, queue: str, job_id: str) -> Explanation:
     """Why is this job not running? Its state, lease deadline and epoch, fencing token,
     stalls, failures, next run time, the pause gate and its place in pending, read in one
     atomic script. ``echomq.cli.explain_text.summary(e)`` says it in one line and
-    ``facts(e)`` lists it.
+    ``facts(e)`` lists it. A repeat run also answers its repeatable's record (a second
+    read: ``e.repeat``, with its upcoming slots).
 
     Raises:
         InvalidKey: before any I/O. JobGone: no row.
     """
-    return await evaluate(conn, explain_call(queue, job_id))
+    e = await evaluate(conn, explain_call(queue, job_id))
+    if e.job.repeat is None:
+        return e
+    from .repeat import get
+
+    try:
+        info = await get(conn, queue, e.job.repeat)
+    except (RepeatNotFound, RepeatFormatError):
+        return e
+    return attrs.evolve(e, repeat=info)

@@ -10,6 +10,7 @@ Layout::
         ├── claim loop            consumer.py
         ├── lease keeper          lease.py
         ├── recovery supervisor   sweeper.py
+        ├── repeat scheduler      repeater.py (fires due repeatable runs; unless scheduler=off)
         └── cancel listener       cancel events -> InFlight.request_cancel
 
 Start: until Redis answers, ``serve`` waits with backoff (startup.py), one log line per
@@ -46,6 +47,7 @@ from .consumer import Consumer
 from .execution import JobRunner
 from .lease import LeaseKeeper
 from .protocols import QUEUE_ATTRIBUTES, QueueSpec
+from .repeater import Repeater
 from .startup import wait_for_redis
 from .supervise import Loop, Supervisor, is_crash
 from .sweeper import Sweeper
@@ -79,6 +81,8 @@ class WorkerStatistics:
     claims: int  # claim calls made
     idle_waits: int  # waits on the wake list (the queue was empty or paused)
     stopping: bool
+    repeats_fired: int = 0  # repeatable runs this worker's scheduler enqueued
+    repeats_raced: int = 0  # due runs another worker's scheduler enqueued first
 
 
 class Worker:
@@ -124,6 +128,7 @@ class Worker:
         self._sweeper: Sweeper | None = None
         self._keeper: LeaseKeeper | None = None  # reached by echomq.testing.freeze_renewal
         self._consumer: Consumer | None = None
+        self._repeater: Repeater | None = None
         self._supervisor = Supervisor()
         self._serving = False
 
@@ -169,6 +174,8 @@ class Worker:
             claims=self._consumer.claims if self._consumer else 0,
             idle_waits=self._consumer.idle_waits if self._consumer else 0,
             stopping=self.stopping,
+            repeats_fired=self._repeater.fired if self._repeater else 0,
+            repeats_raced=self._repeater.raced if self._repeater else 0,
         )
 
     # -- serving -----------------------------------------------------------------------
@@ -273,6 +280,11 @@ class Worker:
                     )
                     await helpers.start(self._supervisor.supervise, "lease keeper", keeper.run)
                     await helpers.start(self._supervisor.supervise, "recovery", sweeper.run)
+                    if self.config.scheduler:
+                        self._repeater = Repeater(conn, self.queue, feed)
+                        await helpers.start(
+                            self._supervisor.supervise, "repeat scheduler", self._repeater.run
+                        )
                     claiming = trio.CancelScope()
                     await helpers.start(self._claim_until_stopped, claiming, consumer)
                     log.info(

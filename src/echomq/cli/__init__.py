@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from . import archive_cmd, job_cmd, queue_cmd, serve_cmd, watch_cmd, worker_cmd
+from . import archive_cmd, job_cmd, queue_cmd, repeat_cmd, serve_cmd, watch_cmd, worker_cmd
 from .common import DONE as DONE
 from .common import REFUSED as REFUSED
 from .common import USAGE as USAGE
@@ -28,6 +28,7 @@ __all__ = ["REGISTRARS", "build_parser", "main"]
 REGISTRARS: tuple[Callable[[Commands], None], ...] = (
     queue_cmd.register,
     job_cmd.register,
+    repeat_cmd.register,
     watch_cmd.register,
     worker_cmd.register,
     serve_cmd.register,
@@ -41,7 +42,7 @@ def build_parser() -> Parser:
     parser = Parser(
         prog="echomq",
         description="Operate echomq queues: status, jobs, pause/resume, drain, obliterate, "
-        "watch; run a worker, the dashboard or the demo.",
+        "repeatables, watch; run a worker, the dashboard or the demo.",
         epilog="Exit codes: 0 done, 1 refused (reason on stderr), 2 usage.",
     )
     parser.add_argument("--url", help="Redis URL (default: $ECHOMQ_URL or " + DEFAULT_URL + ")")

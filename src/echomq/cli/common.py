@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
+import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -56,6 +57,7 @@ __all__ = [
     "Commands",
     "Entry",
     "UsageError",
+    "call_args",
     "lazy",
     "positive_int",
     "port",
@@ -183,6 +185,21 @@ def show(data: bytes | None) -> str:
 
 
 # -- argument types ------------------------------------------------------------------------
+
+
+def call_args(raw: str | None) -> tuple[list[Any], dict[str, Any]]:
+    """``[json args]``: a JSON array is the args, an object the kwargs, anything else one arg."""
+    if raw is None:
+        return [], {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise UsageError(f"arguments are not JSON: {exc}") from None
+    if isinstance(value, list):
+        return value, {}
+    if isinstance(value, dict):
+        return [], value
+    return [value], {}
 
 
 class Parser(argparse.ArgumentParser):

@@ -16,7 +16,7 @@ from .._model.cancel import cancelled_reason
 from .._model.states import JobState
 from .._verbs.rows import Explanation
 
-__all__ = ["facts", "span", "summary", "utc"]
+__all__ = ["facts", "repeat_facts", "span", "summary", "utc", "when"]
 
 
 def span(ms: int) -> str:
@@ -121,5 +121,34 @@ def facts(e: Explanation) -> list[tuple[str, str]]:
         out.append(("progress", job.progress))
     if e.locked:
         out.append(("lock", "operator lock set: remove refuses it"))
+    out += repeat_facts(e)
     out.append(("server run id", e.run_id))
+    return out
+
+
+def when(ms: int, now_ms: int) -> str:
+    """A server-clock time and how far it is: ``2025-... (in 4.2 s)`` / ``(3 s ago)``."""
+    delta = ms - now_ms
+    return f"{utc(ms)} ({'in ' + span(delta) if delta >= 0 else span(delta) + ' ago'})"
+
+
+def repeat_facts(e: Explanation) -> list[tuple[str, str]]:
+    """For a repeatable's run: which repeatable, its schedule and its upcoming runs."""
+    key = e.job.repeat
+    if key is None:
+        return []
+    slot = e.job.id.rpartition("~")[2]
+    out = [
+        ("repeat", f"run of {key!r} for its slot at {utc(int(slot)) if slot.isdigit() else '?'}")
+    ]
+    info = e.repeat
+    if info is None:
+        out.append(("repeatable", "no longer registered (removed, or another echomq's record)"))
+        return out
+    out.append(("schedule", info.schedule.describe()))
+    if info.paused:
+        out.append(("upcoming runs", "none: the repeatable is paused"))
+    else:
+        upcoming = info.upcoming(3)
+        out.append(("upcoming runs", "; ".join(when(ms, e.now_ms) for ms in upcoming)))
     return out

@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import cancel, jobs
 from .._model.codec import JSON
 from .._redis.connection import Connection
 from ..errors import JobGone
 from . import explain_text
-from .common import DONE, Commands, UsageError, positive_int, show, utc
+from .common import DONE, Commands, UsageError, call_args, positive_int, show, utc
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -55,31 +54,16 @@ async def cmd_job(conn: Connection, args: argparse.Namespace, out: Console) -> i
     return DONE
 
 
-def _call_args(raw: str | None) -> tuple[list[Any], dict[str, Any]]:
-    """``[json args]``: a JSON array is the args, an object the kwargs, anything else one arg."""
-    if raw is None:
-        return [], {}
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise UsageError(f"arguments are not JSON: {exc}") from None
-    if isinstance(value, list):
-        return value, {}
-    if isinstance(value, dict):
-        return [], value
-    return [value], {}
-
-
 async def cmd_enqueue(conn: Connection, args: argparse.Namespace, out: Console) -> int:
-    call_args, call_kwargs = _call_args(args.args)
+    positional, call_kwargs = call_args(args.args)
     if args.kwargs is not None:
-        extra = _call_args(args.kwargs)[1]
+        extra = call_args(args.kwargs)[1]
         if not extra:
             raise UsageError("--kwargs must be a JSON object")
         call_kwargs.update(extra)
     if not math.isfinite(args.delay) or args.delay < 0:
         raise UsageError("--delay must be a number of seconds >= 0")
-    payload = JSON.encode_call(args.task, call_args, call_kwargs)
+    payload = JSON.encode_call(args.task, positional, call_kwargs)
     job_id = await jobs.enqueue(
         conn,
         args.queue,

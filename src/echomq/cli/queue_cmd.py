@@ -69,6 +69,8 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
                             "dead": s.capped.dead,
                             "completions": s.capped.completions,
                         },
+                        "repeats": s.repeats,
+                        "repeats_paused": s.repeats_paused,
                     }
                     for s in rows
                 ]
@@ -89,6 +91,7 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
     table.add_column("done/min", justify="right")
     table.add_column("failed/min", justify="right")
     table.add_column(f"done/min ({args.minutes}m)", justify="right")
+    table.add_column("repeat", justify="right")
     for s in rows:
         failed = s.last_minute("dead")
         table.add_row(
@@ -104,6 +107,7 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
             str(s.completed_last_minute),
             f"[red]{failed}[/]" if failed else "0",
             f"{s.rate('completed'):.1f}",
+            f"{s.repeats} ({s.repeats_paused} paused)" if s.repeats_paused else str(s.repeats),
         )
     out.print(table)
     for s in rows:
@@ -235,7 +239,9 @@ async def cmd_obliterate(conn: Connection, args: argparse.Namespace, out: Consol
 
 
 def register(commands: Commands) -> None:
-    p = commands.add("status", "counts per state, the pause gate and throughput", run=cmd_status)
+    p = commands.add(
+        "status", "counts per state, the pause gate, throughput and repeatables", run=cmd_status
+    )
     p.add_argument("queue", nargs="?", help="one queue (default: every queue found)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(

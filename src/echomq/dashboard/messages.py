@@ -30,6 +30,7 @@ __all__ = [
     "LogsRequest",
     "QueueView",
     "RecentFailure",
+    "RepeatItem",
     "Request",
     "encode",
     "hello",
@@ -91,6 +92,20 @@ class RecentFailure:
 
 
 @attrs.frozen(kw_only=True)
+class RepeatItem:
+    """A registered repeatable (docs/repeat.md) and its upcoming runs."""
+
+    key: str
+    task: str
+    schedule: str  # in words: "every 5s", "cron */5 * * * * (Europe/Berlin)"
+    paused: bool
+    upcoming_ms: list[int]  # the next runs (none while paused)
+    runs: int
+    last_job: str | None
+    missed: str  # the policy: once | skip
+
+
+@attrs.frozen(kw_only=True)
 class QueueView:
     """Everything the page shows for one queue.
 
@@ -111,6 +126,7 @@ class QueueView:
     failures: list[RecentFailure]
     per_minute: Mapping[str, list[int]] = attrs.field(factory=dict)
     capped: int = 0
+    repeats: list[RepeatItem] = attrs.field(factory=list)
 
 
 @attrs.frozen(kw_only=True)

@@ -2,7 +2,8 @@
 
 Rule 1: nothing here writes to Redis, and nothing here sends a Redis command: counts come
 from ``admin.stats`` (one atomic read), the job lists from ``admin.active_jobs`` and
-``admin.dead_jobs``, the queues from ``admin.list_queues`` (the verbs the CLI uses too).
+``admin.dead_jobs``, the repeatables from ``repeat.list_repeats``, the queues from
+``admin.list_queues`` (the verbs the CLI uses too).
 Rule 2: throughput comes from counters, never from the retained rows (which retention
 trims): the live rate (jobs per second) from deltas of the totals (``count`` on
 ``metrics:completed`` and ``metrics:failed``) between polls, on the server clock, and the
@@ -20,14 +21,14 @@ from typing import Any
 
 import trio
 
-from .. import admin
+from .. import admin, repeat
 from .._model.codec import JSON
 from .._model.text import raw_text
 from .._redis.connection import Connection
 from .._redis.keyspace import check_queue
 from ..admin import QueueStats
 from ..errors import SerializationError
-from .messages import ActiveJob, DeadJob, QueueView, RecentFailure
+from .messages import ActiveJob, DeadJob, QueueView, RecentFailure, RepeatItem
 
 __all__ = [
     "COUNT_NAMES",
@@ -183,12 +184,14 @@ async def read_queue(
     active_limit: int = 50,
     dead_limit: int = 20,
     log_lines: int = 10,
+    repeat_limit: int = 50,
 ) -> QueueView:
     """One queue's view; also feeds its totals into ``throughput``."""
     check_queue(queue)
     counts: QueueStats | None = None
     active: list[ActiveJob] = []
     dead: list[DeadJob] = []
+    repeats: list[RepeatItem] = []
 
     async def read_counts() -> None:
         nonlocal counts
@@ -202,8 +205,24 @@ async def read_queue(
         rows = await admin.dead_jobs(conn, queue, limit=dead_limit, log_lines=log_lines)
         dead.extend(_dead_job(row) for row in rows)
 
+    async def read_repeats() -> None:
+        listing = await repeat.list_repeats(conn, queue, limit=repeat_limit)
+        repeats.extend(
+            RepeatItem(
+                key=info.key,
+                task=info.task,
+                schedule=info.schedule.describe(),
+                paused=info.paused,
+                upcoming_ms=info.upcoming(3),
+                runs=info.runs,
+                last_job=info.last_job,
+                missed=info.missed,
+            )
+            for info in listing.records
+        )
+
     async with trio.open_nursery() as nursery:
-        for reader in (read_counts, read_active, read_dead):
+        for reader in (read_counts, read_active, read_dead, read_repeats):
             nursery.start_soon(reader)
     assert counts is not None
     throughput.add(counts)
@@ -222,4 +241,5 @@ async def read_queue(
             "cancelled": list(counts.cancelled_per_minute),
         },
         capped=counts.capped.total,
+        repeats=repeats,
     )

@@ -8,7 +8,8 @@
         4 pending    ZSET    ready ids
         5 schedule   ZSET    delayed ids
   ARGV  1 id   2 queue base (emq:{q}:)   3 '1' = a reason is given   4 the reason
-  Returns  'removed' (pending | scheduled: the row, its logs and its set entry deleted)
+  Returns  'removed' (pending | scheduled: the row, its logs and its set entry deleted,
+           and a dedup key it still holds released by finished, as for remove_job)
            'signalled' (active: the cancel flag is on the row, the event published)
            -1 no row (nothing written)
   Errors   EMQLOCKED  a waiting job under an operator lock (nothing written)

@@ -1,24 +1,43 @@
 --[[
-  Enqueue one or more jobs (a bulk enqueue is one call, all or nothing).
+  Enqueue one or more jobs (a bulk enqueue is one call, all or nothing), each under its
+  dedup key when it has one; or fire one due run of a repeatable (the repeat tail).
   KEYS  1 pending   ZSET  ready ids; score = -priority * 2^40 + seq (higher priority first, FIFO)
         2 schedule  ZSET  delayed ids; score = run-at ms
         3 meta      HASH  queue settings; seq = the FIFO counter; schema_version (set
-                          if absent: the queue exists from now on)
+                          if absent: the queue exists from now on); paused
         4 wake      LIST  wake tokens for idle consumers
+        5 repeat    ZSET  the repeat registry: key -> next slot ms (a repeat run only)
+        6 record    HASH  the repeatable's record, emq:{q}:repeat:<key> (a repeat run only)
   ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..250)
-        then n groups of 8: id, payload, delay_ms, priority, max_attempts, task,
-        keep_result ms, keep_dead ms (the last three '' = none: the row has no such field)
-  Returns  n (the number enqueued)
+        then n groups of 10, from 3 on: id, payload, delay_ms, priority, max_attempts,
+          task, keep_result ms, keep_dead ms (those three '' = none: the row has no such
+          field), dedup key ('' = none), dedup window ms
+        then, for a repeat run only (n = 1), 5 more: repeat key, the record's next slot ms
+          as read (compare-and-set), the new next slot ms, this run's slot ms, the due
+          slots coalesced into this run
+  Returns  n when every job was written; else one entry per job: 1 written, or the id of
+           the job that holds its dedup key (that job is not written).
+           A repeat run: 1 fired (its job written, next advanced) | 2 its job exists
+           (next advanced, nothing else written) | 0 not fired (the record's next is not
+           the one read, the record is gone or paused, or the queue is paused: nothing
+           written)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
            EMQARG        n is not 1..250 or does not match the argument count
-  Events   enqueued | scheduled (per job)
+           EMQFORMAT     the repeat record has another layout version (nothing written)
+  Events   enqueued | scheduled (per job written)
   Moves    (none) -> pending | scheduled
   Bound    O(n * log N); at most 250 jobs per call (validate.MAX_ENQUEUE)
-  Every id is checked before the first write, so a refused call writes nothing.
-  It marks the queue (mark_queue: meta's schema_version), so a queue whose only jobs are
-  delayed is found by discovery too.
+  Every id and dedup key is checked before the first write, so a refused call writes
+  nothing. A dedup key (emq:{q}:dedup:<key>) holds the id of the job that took it for its
+  window (SET PX); a job under a held key, or under a key an earlier job of the same call
+  takes, is answered with the holder's id. A repeat run's id is <key>~<slot>, so one slot
+  is one job however many schedulers race; the compare-and-set on `next` is what makes
+  them fire it once. It marks the queue (mark_queue: meta's schema_version), so a queue
+  whose only jobs are delayed is found by discovery too.
 ]]
 local MAX_JOBS = 250
+local GROUP = 10
+local OPTIONAL = {'task', 'keep_result', 'keep_dead'}
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n = tonumber(ARGV[2])
@@ -26,21 +45,45 @@ local n = tonumber(ARGV[2])
 -- @include score
 -- @include wake
 -- @include schema
-local GROUP = 8
-if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * GROUP then
-  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 8 arguments')
+-- @include repeat
+local tail = n and #ARGV - 2 - n * GROUP
+if not n or n < 1 or n > MAX_JOBS or (tail ~= 0 and not (tail == 5 and n == 1)) then
+  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 10 arguments')
 end
 
--- checks first: no id may exist, or repeat
-local OPTIONAL = {'task', 'keep_result', 'keep_dead'}
-local seen, ready = {}, 0
-for i = 0, n - 1 do
-  local id = ARGV[3 + i * GROUP]
-  if seen[id] or redis.call('EXISTS', base .. 'job:' .. id) == 1 then
-    return redis.error_reply('EMQDUP job exists: ' .. id)
+-- a repeat run: the record must still be due at the slot the scheduler read
+local fire = tail == 5
+local rkey = ARGV[3 + GROUP]
+if fire then
+  local rec = redis.call('HMGET', KEYS[6], 'v', 'next', 'paused')
+  if rec[1] and tonumber(rec[1]) ~= REPEAT_FORMAT then
+    return redis.error_reply('EMQFORMAT repeat record ' .. rkey .. ' has layout version '
+      .. rec[1] .. ', not ' .. REPEAT_FORMAT)
   end
-  seen[id] = true
-  if tonumber(ARGV[5 + i * GROUP]) == 0 then ready = ready + 1 end
+  if not rec[1] or rec[3] or tonumber(rec[2]) ~= tonumber(ARGV[4 + GROUP])
+      or redis.call('HEXISTS', meta, 'paused') == 1 then
+    return 0
+  end
+end
+
+-- checks first: dedup keys, then ids (none may exist, or repeat)
+local seen, taken, holders, ready, written = {}, {}, {}, 0, 0
+for i = 0, n - 1 do
+  local j = 3 + i * GROUP
+  local id, dedup = ARGV[j], ARGV[j + 8]
+  local holder = false
+  if dedup ~= '' then holder = taken[dedup] or redis.call('GET', base .. 'dedup:' .. dedup) end
+  if holder then
+    holders[i] = holder
+  elseif seen[id] or redis.call('EXISTS', base .. 'job:' .. id) == 1 then
+    if not fire then return redis.error_reply('EMQDUP job exists: ' .. id) end
+    holders[i] = id  -- the run's job exists: this slot fired already
+  else
+    seen[id] = true
+    if dedup ~= '' then taken[dedup] = id end
+    written = written + 1
+    if tonumber(ARGV[j + 2]) == 0 then ready = ready + 1 end
+  end
 end
 
 local now = now_ms()
@@ -55,14 +98,25 @@ for i = 0, n - 1 do
   local id, payload = ARGV[j], ARGV[j + 1]
   local delay, priority, max_attempts = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), ARGV[j + 4]
   local row = base .. 'job:' .. id
-  local extra = {}  -- task, keep_result, keep_dead: only those given
+  local extra = {}  -- task, keep_result, keep_dead, dedup, repeat: only those given
   for k, name in ipairs(OPTIONAL) do
     if ARGV[j + 4 + k] ~= '' then
       extra[#extra + 1] = name
       extra[#extra + 1] = ARGV[j + 4 + k]
     end
   end
-  if delay > 0 then
+  local dedup = ARGV[j + 8]
+  if dedup ~= '' then
+    extra[#extra + 1] = 'dedup'
+    extra[#extra + 1] = dedup
+  end
+  if fire then
+    extra[#extra + 1] = 'repeat'
+    extra[#extra + 1] = rkey
+  end
+  if holders[i] then
+    -- a dedup hit (or a repeat slot that fired already): nothing to write
+  elseif delay > 0 then
     redis.call('HSET', row, 'state', 'scheduled', 'payload', payload, 'attempts', 0,
       'failures', 0, 'stalled', 0, 'priority', priority, 'max_attempts', max_attempts,
       'created_at', now, 'run_at', now + delay, unpack(extra))
@@ -81,7 +135,26 @@ for i = 0, n - 1 do
     end
     redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
   end
+  if dedup ~= '' and not holders[i] then
+    redis.call('SET', base .. 'dedup:' .. dedup, id, 'PX', ARGV[j + 9])
+  end
 end
 if #ready_args > 0 then redis.call('ZADD', pending, unpack(ready_args)) end
 if ready > 0 then push_wake(wake, ready) end
-return n
+
+if fire then
+  local next_slot = ARGV[5 + GROUP]
+  redis.call('HSET', KEYS[6], 'next', next_slot, 'last_slot', ARGV[6 + GROUP],
+    'last_job', ARGV[3], 'fired_at', now)
+  if written > 0 then redis.call('HINCRBY', KEYS[6], 'runs', 1) end
+  if tonumber(ARGV[7 + GROUP]) > 0 then
+    redis.call('HINCRBY', KEYS[6], 'coalesced', ARGV[7 + GROUP])
+  end
+  redis.call('ZADD', KEYS[5], next_slot, rkey)
+  if written > 0 then return 1 end
+  return 2
+end
+if written == n then return n end
+local answers = {}
+for i = 0, n - 1 do answers[i + 1] = holders[i] or 1 end
+return answers

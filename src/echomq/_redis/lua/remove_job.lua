@@ -1,5 +1,6 @@
 --[[
-  Remove a job from whichever state set holds it, with its row and its logs.
+  Remove a job from whichever state set holds it, with its row and its logs; a dedup key
+  it still holds is released (seed 004: a removed job gives its dedup key back).
   KEYS  1 row        HASH    the job
         2 lock       STRING  the optional operator lock (emq:{q}:job:<id>:lock)
         3 logs       LIST    the job's log lines
@@ -14,7 +15,8 @@
   Events   removed
   Moves    pending | scheduled | active | dead | completed -> (none)
   Bound    O(log N), plus the job's log lines (deleted with it)
-  Removal is not an outcome: no completions entry, no counter (finished's hook only).
+  Removal is not an outcome: no completions entry, no counter; finished's hook releases
+  the dedup key the job held (docs/repeat.md).
 ]]
 local row, lock, logs = KEYS[1], KEYS[2], KEYS[3]
 local id, base = ARGV[1], ARGV[2]
@@ -24,8 +26,9 @@ if redis.call('EXISTS', row) == 0 then return -1 end
 if redis.call('EXISTS', lock) == 1 or redis.call('HEXISTS', row, 'lock') == 1 then
   return redis.error_reply('EMQLOCKED job is locked: ' .. id)
 end
+local held = held_dedup(base, row, id)  -- the dedup key it gives back (finished's hook)
 for i = 4, 8 do redis.call('ZREM', KEYS[i], id) end
 redis.call('DEL', row, logs)
 redis.call('PUBLISH', base .. 'events', cjson.encode({event = 'removed', job = id}))
-finished(nil, id, 'removed')
+finished(nil, held, 'removed')
 return 1

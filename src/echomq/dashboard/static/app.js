@@ -324,6 +324,7 @@
     renderActive();
     renderDead(q);
     renderFailures(q);
+    renderRepeats(q);
     if (app.archive) {
       const h = app.history;
       if (h.queue !== q.name) loadHistory(true);
@@ -641,6 +642,35 @@
     $("dead-empty").hidden = rows.length > 0;
     $("dead-table").hidden = rows.length === 0;
     $("dead-note").textContent = q.counts.dead > q.dead.length ? `latest ${q.dead.length} of ${q.counts.dead}` : "";
+  }
+
+  function inTime(ms) {
+    const s = (ms - serverNow()) / 1000;
+    if (s < 0) return "due";
+    if (s < 60) return `in ${s.toFixed(s < 10 ? 1 : 0)} s`;
+    if (s < 3600) return `in ${Math.round(s / 60)} min`;
+    if (s < 86400) return `in ${Math.round(s / 3600)} h`;
+    return `in ${Math.round(s / 86400)} d`;
+  }
+
+  function renderRepeats(q) {
+    const items = q.repeats || [];
+    const rows = items.map((r) =>
+      h("tr", { dataset: { repeat: r.key } },
+        h("td", { class: "mono", text: r.key }),
+        h("td", { class: "mono", text: r.task }),
+        h("td", { text: r.schedule }),
+        h("td", { class: "upcoming" },
+          ...(r.paused
+            ? [h("span", { class: "paused", text: "paused" })]
+            : r.upcoming_ms.map((ms) =>
+              h("div", { title: new Date(ms).toISOString(), text: `${new Date(ms).toISOString().slice(0, 19).replace("T", " ")}Z (${inTime(ms)})` })))),
+        h("td", { class: "mono", text: String(r.runs) }),
+        h("td", { class: "mono", title: r.last_job || "", text: r.last_job ? shortId(r.last_job) : "-" })));
+    $("repeat-body").replaceChildren(...rows);
+    $("repeat-empty").hidden = rows.length > 0;
+    $("repeat-table").hidden = rows.length === 0;
+    $("repeat-note").textContent = `${rows.length} registered`;
   }
 
   function renderFailures(q) {

@@ -8,7 +8,11 @@
 --   finished(fin, i, detail)   -- job i; detail: result | error | reason, failures
 -- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead),
 -- or nil when the script deletes them (a cancelled waiting job). finished(nil, id,
--- 'removed'): remove_job's hook; removal is not an outcome, so nothing is written here.
+-- held, 'removed'): remove_job's hook; removal is not an outcome, so nothing of the above
+-- is written, only the dedup key its job held (held_dedup, in its read phase) is released.
+-- Dedup (docs/repeat.md): a window is a throttle; a job gives its key back only when its
+-- row is deleted unfinished: removed, or cancelled while waiting (kept nil), never when it
+-- completes or dies.
 -- Retention (queue settings in meta, else these defaults; a row's own keep_result /
 -- keep_dead, set at enqueue, first): a kept row expires keep ms after it finished; 0
 -- deletes it now (a waiter still reads the stream entry). The count caps are a memory
@@ -26,6 +30,16 @@ local METRICS_KEEP_MS = 720 * 60000 + 120000  -- 12 h of per-minute counters, an
 local FINISH_TOTALS = {
   completed = 'metrics:completed', dead = 'metrics:failed', cancelled = 'metrics:cancelled',
 }
+-- held_dedup(base, row, id): the dedup key (emq:{q}:dedup:<key>) the job `id` holds (named
+-- by its row's `dedup`, still holding this id; one that lapsed and was taken by a later
+-- job is not its own), or nil. A read.
+local function held_dedup(base, row, id)
+  local name = redis.call('HGET', row, 'dedup')
+  if not name then return nil end
+  local key = base .. 'dedup:' .. name
+  if redis.call('GET', key) == id then return key end
+  return nil
+end
 local function finish_read(base, kept, now, jobs)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
     'max_completed', 'max_dead'}
@@ -44,6 +58,7 @@ local function finish_read(base, kept, now, jobs)
     fin.jobs[i] = {id = id, state = state, row = row, logs = row .. ':logs', task = f[1],
       attempts = f[2] or '0', failures = f[3], created_at = f[4], claimed_at = f[5],
       keep = tonumber(f[6]), has_logs = redis.call('EXISTS', row .. ':logs') == 1}
+    if not kept then fin.jobs[i].dedup = held_dedup(base, row, id) end
     if not seen[state] then
       seen[state] = true
       derived[#derived + 1] = base .. FINISH_TOTALS[state]
@@ -114,7 +129,10 @@ local function finish_clean(fin)
   end
 end
 local function finished(fin, i, detail)
-  if fin == nil then return end  -- remove_job (i is the id): not an outcome
+  if fin == nil then  -- remove_job (i: the dedup key its job held, or nil): not an outcome
+    if i then redis.call('DEL', i) end
+    return
+  end
   local job, base, now = fin.jobs[i], fin.base, fin.now
   local entry = {'id', job.id, 'state', job.state, 'attempts', job.attempts}
   if job.task then
@@ -136,6 +154,7 @@ local function finished(fin, i, detail)
   entry[#entry + 1] = now
   local stream = base .. 'completions'
   redis.call('XADD', stream, 'MINID', '~', now - fin.completions_keep, '*', unpack(entry))
+  if job.dedup then redis.call('DEL', job.dedup) end
   if fin.kept then
     local keep = job.keep or fin[fin.kept == 'dead' and 'keep_dead' or 'keep_result']
     if keep <= 0 then

@@ -1,0 +1,124 @@
+"""The scheduler side of repeatable jobs: every worker runs it, no leader (docs/repeat.md).
+
+Rule 1: at start, the queue's repeatable tasks (``@queue.task(cron=...)`` / ``every=``)
+are registered under their names (``repeat.add``, an upsert: the same schedule keeps its
+next slot, so a fleet starting at once changes nothing).
+Rule 2: then one pass (``repeat.tick``) after another: every due run is enqueued, exactly
+once however many workers race (a compare-and-set on the record's next slot, inside the
+enqueue script). Between passes the loop sleeps until the earliest next slot (the
+server's clock says how far it is), at most ``MAX_IDLE`` seconds, or until a ``repeat``
+event (a repeatable added or resumed) wakes it.
+Rule 3: a pass that fails on a lost connection is retried with a jittered backoff; nothing
+is lost meanwhile: a run due during an outage fires at the next pass (its missed policy
+says how, when it is late).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+import trio
+
+from .. import repeat
+from .._jitter import Backoff
+from .._model.repeat import RepeatSource
+from .._redis.protocol import RedisConnection
+from ..errors import ConnectionLost, RepeatFormatError
+from ..events import EventFeed
+from .protocols import QueueSpec
+
+__all__ = ["MAX_IDLE", "Repeater"]
+
+log = logging.getLogger("echomq.worker")
+
+MAX_IDLE = 5.0  # seconds between passes at most: a missed wake event costs this much
+_TASK: RepeatSource = "task"
+
+
+@attrs.define(eq=False)
+class Repeater:
+    conn: RedisConnection
+    queue: QueueSpec
+    feed: EventFeed
+    max_idle: float = MAX_IDLE
+    passes: int = 0
+    fired: int = 0
+    raced: int = 0
+    skipped: int = 0
+    _wake: trio.Event = attrs.field(factory=trio.Event, init=False)
+
+    async def register(self) -> int:
+        """Register the queue's repeatable tasks; answer how many."""
+        count = 0
+        for task in self.queue.tasks.values():
+            schedule = task.options.schedule()
+            if schedule is None:
+                continue
+            try:
+                added = await repeat.add(
+                    self.conn,
+                    self.queue.name,
+                    task.name,
+                    task=task.name,
+                    payload=self.queue.codec.encode_call(task.name, (), {}),
+                    schedule=schedule,
+                    missed=task.options.missed,
+                    priority=task.options.priority,
+                    max_attempts=task.options.max_attempts,
+                    source=_TASK,
+                )
+            except RepeatFormatError as exc:
+                log.error("repeatable task %r not registered: %s", task.name, exc)
+                continue
+            count += 1
+            if added.rescheduled:
+                log.info("repeatable task %r: %s", task.name, schedule.describe())
+        return count
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with self.feed.listen(events=("repeat",), buffer=64) as events:
+            async with trio.open_nursery() as nursery:
+
+                async def wake_on_events() -> None:
+                    async for _ in events:
+                        self._wake.set()
+
+                nursery.start_soon(wake_on_events)
+                task_status.started()
+                await self._loop()
+
+    def wake(self) -> None:
+        """Look again now (a repeatable was added or resumed)."""
+        self._wake.set()
+
+    async def _loop(self) -> None:
+        backoff = Backoff(0.1, self.max_idle)
+        registered = False
+        while True:
+            try:
+                if not registered:
+                    await self.register()
+                    registered = True
+                tick = await repeat.tick(self.conn, self.queue.name)
+            except ConnectionLost as exc:
+                delay = backoff.next()
+                log.warning("repeat scheduler: %s; retrying in %.1f s", exc, delay)
+                await trio.sleep(delay)
+                continue
+            backoff.reset()
+            self.passes += 1
+            self.fired += len(tick.fired)
+            self.raced += tick.raced
+            self.skipped += len(tick.skipped)
+            if tick.skipped:
+                log.info("repeat: missed runs skipped for %s", tick.skipped)
+            if tick.full and (tick.fired or tick.raced or tick.skipped):
+                await trio.lowlevel.checkpoint()
+                continue
+            delay = self.max_idle
+            if tick.next_ms is not None and not tick.paused:
+                delay = min(delay, max(0.0, (tick.next_ms - tick.now_ms) / 1000))
+            with trio.move_on_after(delay):
+                await self._wake.wait()
+            self._wake = trio.Event()
