@@ -17,14 +17,7 @@ from .._model.job import Claimed, Enqueued, JobInfo, NewJob, Sweep
 from .._redis import validate as v
 from .._redis.keyspace import Keyspace, check_dedup_key, check_id, keyspace
 from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check_status, text
-from .._redis.scripts import (
-    Executor,
-    ScriptCall,
-    evaluate,
-    evaluate_reply,
-    is_sharded,
-    script_call,
-)
+from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -231,6 +224,41 @@ def complete_call(
         check_status(reply, f"complete {job_id}")
 
     return script_call("complete", keys, argv, read)
+
+
+def complete_many_call(
+    queue: str, done: Iterable[tuple[str, int, bytes | str]]
+) -> ScriptCall[dict[str, ExtendResult]]:
+    if isinstance(done, str | bytes | dict):
+        raise InvalidArgument("done must be an iterable of (job_id, token, result) triples")
+    done = list(done)
+    if not 1 <= len(done) <= v.MAX_BATCH:
+        raise InvalidArgument(
+            f"complete_many takes 1..{v.MAX_BATCH} jobs per call, not {len(done)}"
+        )
+    ks = keyspace(queue)
+    ids: list[str] = []
+    argv: list[Any] = [ks.base, len(done)]
+    total = 0
+    for triple in done:
+        if not isinstance(triple, tuple | list) or len(triple) != 3:
+            raise InvalidArgument(f"done must hold (job_id, token, result) triples, not {triple!r}")
+        job_id = check_id(triple[0])
+        result = v.payload_bytes(triple[2], "result")
+        argv += [job_id, v.token_str(triple[1]), result]
+        ids.append(job_id)
+        total += len(result)
+    if len(set(ids)) != len(ids):
+        raise InvalidArgument("complete_many: a job is given twice")
+    v.batch_bytes(total)
+    read_codes = _read_codes(ids, "complete_many")
+
+    def read(reply: Any) -> dict[str, ExtendResult]:
+        if isinstance(reply, list):  # 2 (already completed with this token) reads as ok
+            reply = [Code.OK if code == Code.ALREADY else code for code in reply]
+        return read_codes(reply)
+
+    return script_call("complete_many", [ks.active], argv, read)
 
 
 def fail_call(
@@ -456,78 +484,19 @@ async def complete(
 
 
 async def complete_many(
-    conn: Executor,
-    queue: str,
-    done: Iterable[tuple[str, int, bytes | str]],
-    *,
-    keep_count: int = DEFAULT_KEEP_COMPLETED,
-    keep_age_ms: int = DEFAULT_KEEP_COMPLETED_MS,
+    conn: Executor, queue: str, done: Iterable[tuple[str, int, bytes | str]]
 ) -> dict[str, ExtendResult]:
-    """Settle many held jobs as completed: ``done`` is ``(job_id, token, result)`` triples
-    (at most ``MAX_HELD``, distinct ids); answer id -> ``ok`` (completed, or already
-    completed with that token) | ``gone`` | ``stale`` | ``not_active``, one per job, each
-    fenced and idempotent as :func:`complete` is.
+    """Settle many held jobs as completed in one script call: ``done`` is ``(job_id,
+    token, result)`` triples (1..``MAX_BATCH`` (100), distinct ids). Answers id ->
+    ``ok`` (completed, or already completed with that token: nothing changed) | ``gone``
+    | ``stale`` | ``not_active`` (nothing changed for that job), one per job: each job is
+    fenced by its own token and checked in :func:`complete`'s order, and finishes as
+    :func:`complete` finishes it (its completions entry, counters, retention).
 
     Raises:
         InvalidKey, InvalidArgument, SerializationError, PayloadTooLarge: before any I/O.
     """
-    if isinstance(done, str | bytes | dict):
-        raise InvalidArgument("done must be an iterable of (job_id, token, result) triples")
-    done = list(done)
-    if len(done) > v.MAX_HELD:
-        raise InvalidArgument(
-            f"complete_many takes at most {v.MAX_HELD} jobs per call, not {len(done)}"
-        )
-    calls: list[ScriptCall[None]] = []
-    ids: set[str] = set()
-    total = 0
-    for triple in done:
-        if not isinstance(triple, tuple | list) or len(triple) != 3:
-            raise InvalidArgument(f"done must hold (job_id, token, result) triples, not {triple!r}")
-        job_id, token, result = triple
-        sc = complete_call(
-            queue, job_id, token, result, keep_count=keep_count, keep_age_ms=keep_age_ms
-        )
-        if job_id in ids:
-            raise InvalidArgument(f"complete_many: job {job_id} is given twice")
-        ids.add(job_id)
-        calls.append(sc)
-        total += len(sc.argv[2])  # type: ignore[arg-type]
-    v.batch_bytes(total)
-    replies = await _run_all(conn, calls)
-    answers: dict[str, ExtendResult] = {}
-    for (job_id, _, _), reply in zip(done, replies, strict=True):
-        if isinstance(reply, BaseException):
-            raise reply
-        try:
-            code = Code(reply)
-            answers[job_id] = ExtendResult.OK if code is Code.ALREADY else EXTEND_RESULTS[code]
-        except (ValueError, KeyError):
-            raise ScriptError(f"complete_many: unexpected reply {reply!r}") from None
-    return answers
-
-
-async def _run_all(conn: Executor, calls: Sequence[ScriptCall[Any]]) -> list[Any]:
-    """Raw replies of ``calls`` (script refusals as exception values), in one write when
-    ``conn`` pipelines."""
-    pipeline = getattr(conn, "execute_pipeline", None)
-    if pipeline is None or not calls:
-        out: list[Any] = []
-        for sc in calls:
-            try:
-                out.append(await evaluate(conn, attrs.evolve(sc, read=lambda r: r)))
-            except Exception as exc:
-                out.append(exc)
-        return out
-    sharded = is_sharded(conn)
-    replies = await pipeline([sc.evalsha_args(sharded) for sc in calls])
-    out = []
-    for sc, reply in zip(calls, replies, strict=True):
-        try:
-            out.append(await evaluate_reply(conn, attrs.evolve(sc, read=lambda r: r), reply))
-        except Exception as exc:
-            out.append(exc)
-    return out
+    return await evaluate(conn, complete_many_call(queue, done))
 
 
 async def fail(

@@ -2,9 +2,10 @@
 
 Rule 1 (one call per tick): the first job of a scheduler tick to finish becomes the
 batch's leader: it waits one (shielded) checkpoint, so that every job finishing in the
-same tick joins its batch, then records the batch with one fenced ``complete_many`` call
-(chunks of ``MAX_HELD``), one answer per job. Jobs that finish while a batch is in flight
-start the next one: several batches may be in flight at once.
+same tick joins its batch, then records the batch with one ``complete_many`` script call
+per ``MAX_BATCH`` (100) jobs (and per ``MAX_BATCH_BYTES`` of results), each job fenced by
+its own token, one answer per job. Jobs that finish while a batch is in flight start the
+next one: several batches may be in flight at once.
 Rule 2 (nothing acknowledged before Redis has it): a job counts as completed, leaves the
 held map and frees its slot only once the server answered for it. A job answered
 stale / not active / gone was taken over: counted lost, logged, never retried.
@@ -29,6 +30,7 @@ from .._jitter import Backoff
 from .._redis import validate as v
 from .._redis.replies import ExtendResult
 from .._redis.scripts import Executor
+from ..config import MAX_BATCH_BYTES
 from ..errors import ConnectionLost, EchoMQError, JobGone, NotActive, ScriptError, StaleToken
 from .cancellation import Held
 
@@ -37,12 +39,29 @@ __all__ = ["Completions"]
 log = logging.getLogger("echomq.worker")
 
 Item = tuple[Held, bytes, bool]  # the held job, its result, whether it was cancelled
-CHUNK = v.MAX_HELD  # jobs per complete_many call (the verb's cap)
+CHUNK = v.MAX_BATCH  # jobs per complete_many call (the verb's cap)
 _REFUSALS: dict[ExtendResult | None, type[EchoMQError]] = {
     ExtendResult.STALE: StaleToken,
     ExtendResult.NOT_ACTIVE: NotActive,
     ExtendResult.GONE: JobGone,
 }
+
+
+def _chunks(batch: list[Item]) -> list[list[Item]]:
+    """``batch`` cut into calls: at most ``CHUNK`` jobs and ``MAX_BATCH_BYTES`` of results
+    each (a result alone bigger than that is refused by the verb: that job then settles
+    alone, and fails with the reason)."""
+    chunks: list[list[Item]] = [[]]
+    size = 0
+    for item in batch:
+        current = chunks[-1]
+        if current and (len(current) == CHUNK or size + len(item[1]) > MAX_BATCH_BYTES):
+            current = []
+            chunks.append(current)
+            size = 0
+        current.append(item)
+        size += len(item[1])
+    return chunks
 
 
 @attrs.define(eq=False)
@@ -87,8 +106,8 @@ class Completions:
     async def _record(self, batch: list[Item], settled: set[Held]) -> None:
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.settle_timeout):
-                for start in range(0, len(batch), CHUNK):
-                    await self._chunk(batch[start : start + CHUNK], settled)
+                for chunk in _chunks(batch):
+                    await self._chunk(chunk, settled)
             if len(settled) < len(batch):
                 log.error(
                     "%d job(s) could not be settled within %.1f s; their leases will "
