@@ -92,7 +92,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
             score = await conn.execute("ZSCORE", Keyspace(queue).active, c.id)
             await clock_past(conn, float(score), Keyspace(queue).meta)
 
-    for i in range(1, 13):
+    for i in range(1, 15):
         await step(f"enqueue p{i}", new(f"p{i}", max_attempts=3))
     await step("enqueue s1", new("s1", delay_ms=1))
     await step("enqueue s2", new("s2", delay_ms=1))
@@ -105,6 +105,11 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await admin.set_retention(conn, queue, max_completed=1)
     await step(  # the completed row of p1 goes
         "complete, trim", lambda: jobs.complete(rec, queue, two.id, two.token, b"r")
+    )
+    pair = await claim(count=2)
+    await step(  # the worker's batch: the completed row of p2 goes
+        "complete many, trim",
+        lambda: jobs.complete_many(rec, queue, [(c.id, c.token, b"r") for c in pair]),
     )
     [c] = await claim()
     await step(

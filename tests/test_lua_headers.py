@@ -35,6 +35,7 @@ CAPPED = {
     "enqueue": ("MAX_JOBS", v.MAX_ENQUEUE),
     "extend_locks": ("MAX_PAIRS", v.MAX_HELD),
     "release": ("MAX_PAIRS", v.MAX_HELD),
+    "complete_many": ("MAX_JOBS", v.MAX_BATCH),
     "reap": ("MAX_LIMIT", v.MAX_BATCH),
     "stalled_check": ("MAX_LIMIT", v.MAX_BATCH),
     "drain": ("MAX_BUDGET", v.MAX_BUDGET),

@@ -50,12 +50,40 @@ BIG_DRAIN = 100_000
 BIG_DRAIN_LIMIT_S = 120.0  # run the 100,000 drain only where prefill + drain projects less
 
 
+def _is_echomq(name: str) -> bool:
+    """``echomq`` (the tree the harness runs from) or ``echomq@REV`` (a commit of it)."""
+    return name == "echomq" or name.startswith("echomq@")
+
+
 def _kind(name: str) -> str:
-    return "python" if name == "echomq" else PEERS[name].kind
+    return "python" if _is_echomq(name) else PEERS[name].kind
+
+
+def echomq_snapshot(name: str) -> Path:
+    """``echomq@REV``: REV exported with ``git archive`` (as benchmarks/snapshot.sh does) to
+    /tmp/echomq-bench-<sha>; its src/ goes first on the adapter's PYTHONPATH, so that a
+    before/after comparison runs both in one rotation (the same adapter, the same load)."""
+    rev = name.split("@", 1)[1]
+    repo = HERE.parent.parent
+    sha = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--short", rev],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    snap = Path(f"/tmp/echomq-bench-{sha}")
+    if not (snap / "src" / "echomq").is_dir():
+        snap.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(
+            ["git", "-C", str(repo), "archive", sha, "src"], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(snap)], input=archive, check=True)
+        (snap / "COMMIT").write_text(sha + "\n")
+    return snap
 
 
 def _program(name: str) -> list[str]:
-    if name == "echomq":
+    if _is_echomq(name):
         return [sys.executable, "-c", "import _common, peer_echomq as a; _common.main(a)"]
     peer = PEERS[name]
     if peer.kind == "node":
@@ -89,7 +117,10 @@ def _env(name: str, url: str, args: argparse.Namespace) -> dict[str, str]:
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     # adapters import as ``peer_<name>``; echomq's own adapter keeps the caller's PYTHONPATH
     # (a snapshot's src/ when measuring a fixed commit)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    snapshot = str(echomq_snapshot(name) / "src") if name.startswith("echomq@") else ""
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(HERE), snapshot, env.get("PYTHONPATH", "")) if p
+    )
     env.pop("VIRTUAL_ENV", None)
     return env
 
@@ -197,7 +228,7 @@ async def _drain(
 
 
 def _has_bulk(name: str) -> bool:
-    return name == "echomq" or PEERS[name].bulk
+    return _is_echomq(name) or PEERS[name].bulk
 
 
 async def run_adapter(
@@ -323,6 +354,10 @@ async def run_peers(args: argparse.Namespace, *, log: Callable[[str], None]) -> 
     for name in names:
         if name == "echomq":
             res.meta["versions.echomq"] = {"echomq": echomq.__version__}
+            continue
+        if name.startswith("echomq@"):
+            snap = await trio.to_thread.run_sync(echomq_snapshot, name)
+            res.meta[f"versions.{name}"] = {"commit": (snap / "COMMIT").read_text().strip()}
             continue
         try:
             await trio.to_thread.run_sync(ensure, PEERS[name])

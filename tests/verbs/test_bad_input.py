@@ -145,6 +145,30 @@ CASES: list[tuple[str, Verb, type[Exception]]] = [
         lambda c: jobs.release(c, "q", [(f"j{i}", 1) for i in range(v.MAX_HELD + 1)]),
         InvalidArgument,
     ),
+    ("complete_many empty", lambda c: jobs.complete_many(c, "q", []), InvalidArgument),
+    (
+        "complete_many over the cap",
+        lambda c: jobs.complete_many(c, "q", [(f"j{i}", 1, b"") for i in range(v.MAX_BATCH + 1)]),
+        InvalidArgument,
+    ),
+    (
+        "complete_many twice",
+        lambda c: jobs.complete_many(c, "q", [("j", 1, b""), ("j", 2, b"")]),
+        InvalidArgument,
+    ),
+    ("complete_many id", lambda c: jobs.complete_many(c, "q", [("a b", 1, b"")]), InvalidKey),
+    ("complete_many token", lambda c: jobs.complete_many(c, "q", [("j", 0, b"")]), InvalidArgument),
+    (
+        "complete_many result",
+        lambda c: jobs.complete_many(c, "q", [("j", 1, 5)]),
+        SerializationError,
+    ),  # type: ignore[list-item]
+    (
+        "complete_many not triples",
+        lambda c: jobs.complete_many(c, "q", [("j", 1)]),
+        InvalidArgument,
+    ),  # type: ignore[list-item]
+    ("complete_many a dict", lambda c: jobs.complete_many(c, "q", {"j": 1}), InvalidArgument),  # type: ignore[arg-type]
     ("stalled queue", lambda c: stalled.check(c, "no spaces"), InvalidKey),
     ("enqueue_many empty", lambda c: jobs.enqueue_many(c, "q", []), InvalidArgument),
     ("enqueue_many not NewJob", lambda c: jobs.enqueue_many(c, "q", [b"x"]), InvalidArgument),  # type: ignore[list-item]

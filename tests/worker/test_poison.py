@@ -425,6 +425,20 @@ async def test_cancel_request_still_cancels_a_task_with_its_own_nursery(
 # -- non-transient errors while settling -----------------------------------------------------
 
 
+def refuse_batches_with(monkeypatch: pytest.MonkeyPatch, result: bytes, error: str) -> None:
+    """complete_many (the worker's batches) refuses any batch holding ``result``: the worker
+    then settles each job of it alone, through ``jobs.complete`` and its fallback."""
+    real = jobs.complete_many
+
+    async def complete_many(conn: Any, name: str, done: Any, **kw: Any) -> Any:
+        done = list(done)
+        if any(r == result for _, _, r in done):
+            raise ServerError(error)
+        return await real(conn, name, done, **kw)
+
+    monkeypatch.setattr(jobs, "complete_many", complete_many)
+
+
 async def test_a_refused_complete_fails_the_job_dead_with_the_reason(
     redis_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -440,6 +454,7 @@ async def test_a_refused_complete_fails_the_job_dead_with_the_reason(
         await real(conn, name, job_id, token, result, **kw)
 
     monkeypatch.setattr(jobs, "complete", complete)
+    refuse_batches_with(monkeypatch, b'"refused"', "ERR the server refused this result")
 
     @q.task(name="echo", max_attempts=3)
     async def echo(value: str) -> str:
@@ -529,6 +544,7 @@ async def test_settling_that_cannot_even_fall_back_leaves_the_job_to_recovery(
 
     monkeypatch.setattr(jobs, "complete", complete)
     monkeypatch.setattr(jobs, "fail", fail)
+    refuse_batches_with(monkeypatch, b'"doomed"', "OOM command not allowed")
 
     @q.task(name="echo", lease=0.2)
     async def echo(value: str) -> str:
@@ -567,12 +583,14 @@ async def test_the_poison_cases_leave_the_worker_statistics_sane(
 async def test_a_deeply_nested_event_is_skipped_and_the_worker_lives(
     redis_url: str, queue: str
 ) -> None:
-    """Junk published on the queue's events channel (nested too deeply) is skipped."""
+    """Junk published on the workers' channel and the events channel (nested too deeply)
+    is skipped."""
     q, ok = healthy_queue(queue, redis_url)
     with trio.fail_after(10):
         async with q.open(), serving(echomq.Worker(q)):
             junk = b"[" * DEEP + b"]" * DEEP
             publish = "SPUBLISH" if is_sharded(q.connection) else "PUBLISH"  # (a cluster)
-            assert await q.connection.execute(publish, f"emq:{{{queue}}}:events", junk) >= 1
+            assert await q.connection.execute(publish, f"emq:{{{queue}}}:control", junk) >= 1
+            await q.connection.execute(publish, f"emq:{{{queue}}}:events", junk)
             await still_serves(ok)
             await still_serves(ok)

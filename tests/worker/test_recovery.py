@@ -15,6 +15,7 @@ import echomq
 from echomq import jobs, stalled
 from echomq._verbs.guard import take_sweep_guard
 from echomq._worker.execution import JobRunner
+from echomq._worker.settling import Completions
 from echomq.errors import JobFailed
 from echomq.testing import kill_worker, wait_running
 
@@ -232,7 +233,11 @@ async def test_a_failing_worker_leaves_its_jobs_to_recovery_counted(
     async def buggy_settle(self: JobRunner, held: Any, settlement: Any) -> bool:
         raise RuntimeError("a bug in the worker")
 
+    async def buggy_record(self: Completions, batch: Any, settled: Any) -> None:
+        raise RuntimeError("a bug in the worker")
+
     monkeypatch.setattr(JobRunner, "_settle", buggy_settle)
+    monkeypatch.setattr(Completions, "_record", buggy_record)  # the batched completions
     worker = echomq.Worker(q, concurrency=2, recovery_interval=60)
     with trio.fail_after(10):
         async with q.open():

@@ -53,6 +53,10 @@ TRANSITIONS: dict[str, Moves] = {
         JobState.ACTIVE: frozenset({JobState.COMPLETED}),
         JobState.COMPLETED: frozenset({None}),
     },
+    "complete_many": {
+        JobState.ACTIVE: frozenset({JobState.COMPLETED}),
+        JobState.COMPLETED: frozenset({None}),
+    },
     "fail": {
         JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),

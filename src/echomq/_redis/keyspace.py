@@ -74,6 +74,12 @@ class Keyspace:
         return self.base + "events"
 
     @property
+    def control(self) -> str:
+        """The workers' channel: what a worker acts on (cancel requests, jobs scheduled),
+        so that it never reads the lifecycle events of every job (docs/keyspace.md)."""
+        return self.base + "control"
+
+    @property
     def wake(self) -> str:
         return self.base + "wake"
 

@@ -24,7 +24,7 @@ from .._redis.pubsub import PubSub
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig
 
-__all__ = ["Event", "EventFeed", "event_channel", "open_event_feed"]
+__all__ = ["Event", "EventFeed", "event_channel", "open_control_feed", "open_event_feed"]
 
 _HEAD = b'{"event":"'
 
@@ -165,7 +165,28 @@ async def open_event_feed(url: str | ConnectionConfig, queue: str) -> AsyncItera
         InvalidKey: a bad queue name (before any I/O).
         ConnectionLost: the server cannot be reached.
     """
-    channel = event_channel(queue)
+    async with _open_feed(url, queue, event_channel(queue)) as feed:
+        yield feed
+
+
+@asynccontextmanager
+async def open_control_feed(url: str | ConnectionConfig, queue: str) -> AsyncIterator[EventFeed]:
+    """Subscribe to ``queue``'s workers' channel (``emq:{q}:control``): cancel requests
+    (``cancel``), and jobs scheduled (``scheduled`` / ``retrying`` with ``delay_ms``), in
+    the events' shape. A worker listens here, not to every job's lifecycle events.
+
+    Raises:
+        InvalidKey: a bad queue name (before any I/O).
+        ConnectionLost: the server cannot be reached.
+    """
+    async with _open_feed(url, queue, Keyspace(queue).control) as feed:
+        yield feed
+
+
+@asynccontextmanager
+async def _open_feed(
+    url: str | ConnectionConfig, queue: str, channel: str
+) -> AsyncIterator[EventFeed]:
     async with open_pubsub(url) as pubsub:
         await pubsub.subscribe(channel)  # returns once the server confirmed it
         feed = EventFeed(queue, pubsub)

@@ -33,6 +33,7 @@ __all__ = [
     "NewJob",
     "claim",
     "complete",
+    "complete_many",
     "enqueue",
     "enqueue_batch",
     "enqueue_many",
@@ -223,6 +224,41 @@ def complete_call(
         check_status(reply, f"complete {job_id}")
 
     return script_call("complete", keys, argv, read)
+
+
+def complete_many_call(
+    queue: str, done: Iterable[tuple[str, int, bytes | str]]
+) -> ScriptCall[dict[str, ExtendResult]]:
+    if isinstance(done, str | bytes | dict):
+        raise InvalidArgument("done must be an iterable of (job_id, token, result) triples")
+    done = list(done)
+    if not 1 <= len(done) <= v.MAX_BATCH:
+        raise InvalidArgument(
+            f"complete_many takes 1..{v.MAX_BATCH} jobs per call, not {len(done)}"
+        )
+    ks = keyspace(queue)
+    ids: list[str] = []
+    argv: list[Any] = [ks.base, len(done)]
+    total = 0
+    for triple in done:
+        if not isinstance(triple, tuple | list) or len(triple) != 3:
+            raise InvalidArgument(f"done must hold (job_id, token, result) triples, not {triple!r}")
+        job_id = check_id(triple[0])
+        result = v.payload_bytes(triple[2], "result")
+        argv += [job_id, v.token_str(triple[1]), result]
+        ids.append(job_id)
+        total += len(result)
+    if len(set(ids)) != len(ids):
+        raise InvalidArgument("complete_many: a job is given twice")
+    v.batch_bytes(total)
+    read_codes = _read_codes(ids, "complete_many")
+
+    def read(reply: Any) -> dict[str, ExtendResult]:
+        if isinstance(reply, list):  # 2 (already completed with this token) reads as ok
+            reply = [Code.OK if code == Code.ALREADY else code for code in reply]
+        return read_codes(reply)
+
+    return script_call("complete_many", [ks.active], argv, read)
 
 
 def fail_call(
@@ -445,6 +481,22 @@ async def complete(
         JobGone, StaleToken, NotActive: the caller does not hold the job; nothing changed.
     """
     await evaluate(conn, complete_call(queue, job_id, token, result))
+
+
+async def complete_many(
+    conn: Executor, queue: str, done: Iterable[tuple[str, int, bytes | str]]
+) -> dict[str, ExtendResult]:
+    """Settle many held jobs as completed in one script call: ``done`` is ``(job_id,
+    token, result)`` triples (1..``MAX_BATCH`` (100), distinct ids). Answers id ->
+    ``ok`` (completed, or already completed with that token: nothing changed) | ``gone``
+    | ``stale`` | ``not_active`` (nothing changed for that job), one per job: each job is
+    fenced by its own token and checked in :func:`complete`'s order, and finishes as
+    :func:`complete` finishes it (its completions entry, counters, retention).
+
+    Raises:
+        InvalidKey, InvalidArgument, SerializationError, PayloadTooLarge: before any I/O.
+    """
+    return await evaluate(conn, complete_many_call(queue, done))
 
 
 async def fail(

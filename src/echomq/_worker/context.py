@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import attrs
 import trio
@@ -24,7 +23,7 @@ from .._model.cancel import CancelToken
 from .._redis.scripts import Executor
 from ..errors import ConnectionLost, JobGone, NotActive, StaleToken
 
-__all__ = ["Job", "current_job"]
+__all__ = ["Job", "bind", "current_job", "unbind"]
 
 log = logging.getLogger("echomq")
 
@@ -91,10 +90,14 @@ class Job:
             log.warning("checkpoint of job %s: %s (the lease keeper will retry)", self.id, exc)
         await trio.lowlevel.checkpoint()
 
-    @contextmanager
-    def _bind(self) -> Iterator[None]:
-        token = _current.set(self)
-        try:
-            yield
-        finally:
-            _current.reset(token)
+
+def bind(job: Job) -> contextvars.Token[Job]:
+    """Make ``job`` what ``current_job()`` answers; :func:`unbind` with the token after.
+
+    (A plain pair rather than a context manager: the worker binds one per job.)
+    """
+    return _current.set(job)
+
+
+def unbind(token: contextvars.Token[Job]) -> None:
+    _current.reset(token)

@@ -50,9 +50,10 @@ from ..errors import (
     StaleToken,
 )
 from .cancellation import Held, InFlight, Stop
-from .context import Job
+from .context import Job, bind, unbind
 from .processes import ProcessPool
 from .protocols import QueueSpec, TaskSpec
+from .settling import Completions
 
 __all__ = ["MAX_ERROR_TEXT", "Counters", "JobRunner", "Settlement"]
 
@@ -139,23 +140,59 @@ class JobRunner:
     to_release: list[tuple[str, int]] = attrs.field(factory=list)
     processes: ProcessPool = attrs.field(factory=ProcessPool)
 
+    completions: Completions = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.completions = Completions(
+            conn=self.conn,
+            queue=self.queue.name,
+            settle_timeout=self.settle_timeout,
+            recorded=self._recorded,
+            lost=self._lost,
+            finish=self._finish,
+            settle_alone=self._settle_completion,
+        )
+
     async def run(self, claimed: Claimed, held: Held) -> None:
         """Execute, settle, and free the slot; hand the job back if it was not settled."""
-        settled = False
+        settled: bool | None = False  # None: the batch of completions finishes it
         try:
             settlement = await self._execute(claimed, held)
             if settlement is not None and held.stop is not Stop.LOST:
                 held.settling = True
+                if settlement.complete and settlement.traceback is None:
+                    # batched with the completions of this tick; the batch finishes it
+                    settled = None
+                    await self.completions.add(held, settlement.result, settlement.cancelled)
+                    return
                 settled = await self._settle(held, settlement)
             elif held.stop is Stop.LOST:
                 self.counters.lost += 1
                 log.warning("job %s lost its lease; its outcome is not settled", held.id)
         finally:
-            self.inflight.remove(held)
-            if not settled and held.stop is not Stop.LOST:
-                # a shutdown past grace (or the worker cancelled from outside): hand back
-                self.to_release.append((held.id, held.token))
-            self.on_done()
+            if settled is not None:
+                self._finish(held, settled)
+
+    def _finish(self, held: Held, settled: bool) -> None:
+        """The job's outcome is recorded (or recovery owns it): free its slot."""
+        self.inflight.remove(held)
+        if not settled and held.stop is not Stop.LOST:
+            # a shutdown past grace (or the worker cancelled from outside): hand back
+            self.to_release.append((held.id, held.token))
+        self.on_done()
+
+    def _recorded(self, cancelled: bool) -> None:
+        if cancelled:
+            self.counters.cancelled += 1
+        else:
+            self.counters.completed += 1
+
+    def _lost(self) -> None:
+        self.counters.lost += 1
+
+    async def _settle_completion(self, held: Held, result: bytes, cancelled: bool) -> bool:
+        settlement = Settlement(complete=True, result=result, cancelled=cancelled)
+        return await self._settle(held, settlement)
 
     async def _execute(self, claimed: Claimed, held: Held) -> Settlement | None:
         queue = self.queue
@@ -186,24 +223,33 @@ class JobRunner:
         timeout = task.options.timeout
         deadline = math.inf if timeout is None else trio.current_time() + timeout
         limit = None if timeout is None else deadline
-        with held.scope, job._bind():
-            try:
-                with trio.fail_at(deadline):
-                    value = await self._invoke(task, held, job, call.args, call.kwargs, limit)
-            except BaseException as exc:  # rule 3: only trio's Cancelled passes
-                failure = _failure_of(exc)
-                if failure is None:
-                    raise
-                settlement = self._outcome(task, claimed, held, failure, exc, limit)
-            else:
+        bound = bind(job)
+        try:
+            with held.scope:
                 try:
-                    result = queue.codec.encode_result(value)
-                except Exception as exc:  # as for decoding
-                    settlement = self._undecodable(
-                        claimed.id, exc, "the result could not be encoded"
-                    )
+                    if limit is None:  # no timeout: no second scope
+                        value = await self._invoke(task, held, job, call.args, call.kwargs, None)
+                    else:
+                        with trio.fail_at(deadline):
+                            value = await self._invoke(
+                                task, held, job, call.args, call.kwargs, limit
+                            )
+                except BaseException as exc:  # rule 3: only trio's Cancelled passes
+                    failure = _failure_of(exc)
+                    if failure is None:
+                        raise
+                    settlement = self._outcome(task, claimed, held, failure, exc, limit)
                 else:
-                    settlement = Settlement(complete=True, result=result)
+                    try:
+                        result = queue.codec.encode_result(value)
+                    except Exception as exc:  # as for decoding
+                        settlement = self._undecodable(
+                            claimed.id, exc, "the result could not be encoded"
+                        )
+                    else:
+                        settlement = Settlement(complete=True, result=result)
+        finally:
+            unbind(bound)
         if settlement is None:  # the scope caught a cancellation of ours
             if held.stop is Stop.CANCEL:
                 reason = held.cancel_token.reason

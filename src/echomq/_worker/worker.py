@@ -11,7 +11,7 @@ Layout::
         ├── lease keeper          lease.py
         ├── recovery supervisor   sweeper.py
         ├── repeat scheduler      repeater.py (fires due repeatable runs; unless scheduler=off)
-        └── cancel listener       cancel events -> InFlight.request_cancel
+        └── cancel listener       cancel events (emq:{q}:control) -> InFlight.request_cancel
 
 Start: until Redis answers, ``serve`` waits with backoff (startup.py), one log line per
 attempt; a stop asked meanwhile ends it cleanly. Then the queue's data layout must be this
@@ -39,6 +39,8 @@ from .._model.options import DEFAULT_LEASE, seconds, to_ms
 from .._redis import validate as v
 from .._redis.dial import connect
 from .._redis.protocol import RedisConnection
+from .._trio import open_service_nursery
+from .._verbs.feed import open_control_feed
 from ..config import WorkerConfig, parse_url
 from ..errors import ConnectionLost, InvalidArgument
 from ..events import EventFeed
@@ -83,6 +85,12 @@ class WorkerStatistics:
     stopping: bool
     repeats_fired: int = 0  # repeatable runs this worker's scheduler enqueued
     repeats_raced: int = 0  # due runs another worker's scheduler enqueued first
+
+
+async def _control_feed(url: str, queue: str, *, task_status: trio.TaskStatus[EventFeed]) -> None:
+    async with open_control_feed(url, queue) as feed:
+        task_status.started(feed)
+        await trio.sleep_forever()
 
 
 class Worker:
@@ -216,12 +224,15 @@ class Worker:
 
     async def _serve_shielded(self, task_status: trio.TaskStatus[None]) -> None:
         queue = self.queue
-        async with queue.open():
+        async with queue.open(), open_service_nursery() as feeds:
             # Redis may not be up yet (a fleet booting): wait for it, or for a stop;
-            # then the queue's layout must be this echomq's (SchemaMismatch otherwise)
+            # then the queue's layout must be this echomq's (SchemaMismatch otherwise).
+            # The worker hears the workers' channel (cancel requests, jobs scheduled),
+            # not every job's lifecycle events.
             async def ready() -> EventFeed:
                 await admin.ensure_schema(queue.connection, queue.name)
-                return await queue.event_feed()
+                feed: EventFeed = await feeds.start(_control_feed, queue.url, queue.name)
+                return feed
 
             feed = await wait_for_redis(queue.url, self._stop, ready)
             if feed is None:

@@ -14,7 +14,8 @@
            -1 no row (nothing written)
   Errors   EMQLOCKED  a waiting job under an operator lock (nothing written)
            EMQSTATE not cancellable  the job is completed or dead (nothing written)
-  Events   removed {job, reason} (a waiting job) | cancel {job, reason} (an active job)
+  Events   removed {job, reason} (a waiting job) | cancel {job, reason} (an active job),
+           also on the workers' channel (emq:{q}:control), where the workers listen
   Moves    pending | scheduled -> (none)
   Bound    O(log N): two ZREMs and a fixed number of row commands (a removed job's
            log lines are deleted with it: O(lines)); a removed job finishes as cancelled
@@ -66,5 +67,7 @@ else
     redis.call('HSET', row, 'cancel_requested', now)
   end
 end
-redis.call('PUBLISH', channel, cjson.encode({event = 'cancel', job = id, reason = reason}))
+local event = cjson.encode({event = 'cancel', job = id, reason = reason})
+redis.call('PUBLISH', channel, event)
+redis.call('PUBLISH', base .. 'control', event)
 return 'signalled'

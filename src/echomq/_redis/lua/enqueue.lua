@@ -24,7 +24,8 @@
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
            EMQARG        n is not 1..250 or does not match the argument count
            EMQFORMAT     the repeat record has another layout version (nothing written)
-  Events   enqueued | scheduled (per job written)
+  Events   enqueued | scheduled (per job written); on the workers' channel (emq:{q}:control)
+           one scheduled {delay_ms} per call with delayed jobs written: the soonest delay
   Moves    (none) -> pending | scheduled
   Bound    O(n * log N); at most 250 jobs per call (validate.MAX_ENQUEUE)
   Every id and dedup key is checked before the first write, so a refused call writes
@@ -93,6 +94,7 @@ local channel = base .. 'events'
 local seq = 0
 if ready > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready) - ready end
 local ready_args = {}
+local soonest = nil  -- the shortest delay of the call, for the workers' channel
 for i = 0, n - 1 do
   local j = 3 + i * GROUP
   local id, payload = ARGV[j], ARGV[j + 1]
@@ -122,6 +124,7 @@ for i = 0, n - 1 do
       'created_at', now, 'run_at', now + delay, unpack(extra))
     redis.call('ZADD', schedule, now + delay, id)
     redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}')
+    if not soonest or delay < soonest then soonest = delay end
   else
     seq = seq + 1
     redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'attempts', 0,
@@ -141,6 +144,9 @@ for i = 0, n - 1 do
 end
 if #ready_args > 0 then redis.call('ZADD', pending, unpack(ready_args)) end
 if ready > 0 then push_wake(wake, ready) end
+if soonest then
+  redis.call('PUBLISH', base .. 'control', '{"event":"scheduled","delay_ms":' .. soonest .. '}')
+end
 
 if fire then
   local next_slot = ARGV[5 + GROUP]

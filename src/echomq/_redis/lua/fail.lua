@@ -10,7 +10,8 @@
   ARGV  1 id   2 token   3 error text   4 retry delay ms   5 queue base
         6 '1' = dead now, whatever the count
   Returns  'retrying' | 'dead' | -1 no row | -2 stale token | -3 not in active
-  Events   retrying {job, error, delay_ms} | dead {job, error}
+  Events   retrying {job, error, delay_ms} | dead {job, error}; a retry with a delay also
+           publishes retrying {job, delay_ms} on the workers' channel (emq:{q}:control)
   Moves    active -> scheduled | pending | dead; dead -> (none) (the retention, other rows)
   Bound    O(log N) for the job; dead: plus the retention's cleanup, at most 100 expired
            index entries and 100 rows past the count cap (and their logs) per call
@@ -51,6 +52,8 @@ if delay > 0 then
   redis.call('HSET', row, 'state', 'scheduled', 'failures', failures, 'last_error', err,
     'run_at', now + delay)
   redis.call('ZADD', schedule, now + delay, id)
+  redis.call('PUBLISH', base .. 'control',
+    '{"event":"retrying","job":"' .. id .. '","delay_ms":' .. delay .. '}')
 else
   local seq = redis.call('HINCRBY', meta, 'seq', 1)
   redis.call('HSET', row, 'state', 'pending', 'failures', failures, 'last_error', err)

@@ -11,6 +11,7 @@
            slot kept) | 3 updated, another schedule (next = ARGV 13)
   Errors   EMQFORMAT  the record has another layout version (nothing written)
   Events   repeat {"event":"repeat","job":"","key":key,"action":"added","next":ms}
+           (also on the workers' channel emq:{q}:control: the schedulers wake up)
   Moves    (none)
   Bound    O(log R), R = the registered repeatables
   The same schedule (every, cron, tz all equal) keeps the record's next slot, so any
@@ -47,6 +48,8 @@ if old[6] then
 else
   redis.call('ZADD', registry, next_slot, key)
 end
-redis.call('PUBLISH', base .. 'events', cjson.encode(
-  {event = 'repeat', job = '', key = key, action = 'added', next = tonumber(next_slot)}))
+local event = cjson.encode(
+  {event = 'repeat', job = '', key = key, action = 'added', next = tonumber(next_slot)})
+redis.call('PUBLISH', base .. 'events', event)
+redis.call('PUBLISH', base .. 'control', event)
 return {status, tonumber(next_slot)}

@@ -6,6 +6,7 @@
   Returns  1 paused | 2 already paused (nothing written) | -1 no such repeatable
   Errors   EMQFORMAT  the record has another layout version (nothing written)
   Events   repeat {"event":"repeat","job":"","key":key,"action":"paused"}
+           (also on the workers' channel emq:{q}:control: the schedulers wake up)
   Moves    (none)
   Bound    O(log R), R = the registered repeatables
 ]]
@@ -21,6 +22,7 @@ end
 if f[2] then return 2 end
 redis.call('HSET', record, 'paused', '1')
 redis.call('ZADD', registry, '+inf', key)
-redis.call('PUBLISH', base .. 'events',
-  cjson.encode({event = 'repeat', job = '', key = key, action = 'paused'}))
+local event = cjson.encode({event = 'repeat', job = '', key = key, action = 'paused'})
+redis.call('PUBLISH', base .. 'events', event)
+redis.call('PUBLISH', base .. 'control', event)
 return 1

@@ -5,6 +5,7 @@
   ARGV  1 key   2 queue base (emq:{q}:)
   Returns  1 removed | -1 no such repeatable (nothing written)
   Events   repeat {"event":"repeat","job":"","key":key,"action":"removed"}
+           (also on the workers' channel emq:{q}:control: the schedulers wake up)
   Moves    (none)
   Bound    O(log R), R = the registered repeatables
   A record of another layout version is removed too: deleting it misreads nothing.
@@ -16,6 +17,7 @@ if redis.call('EXISTS', record) == 0 and not redis.call('ZSCORE', registry, key)
 end
 redis.call('DEL', record)
 redis.call('ZREM', registry, key)
-redis.call('PUBLISH', base .. 'events',
-  cjson.encode({event = 'repeat', job = '', key = key, action = 'removed'}))
+local event = cjson.encode({event = 'repeat', job = '', key = key, action = 'removed'})
+redis.call('PUBLISH', base .. 'events', event)
+redis.call('PUBLISH', base .. 'control', event)
 return 1

@@ -7,6 +7,7 @@
   Returns  {1 resumed | 2 not paused (nothing written), next slot ms} | -1 no such repeatable
   Errors   EMQFORMAT  the record has another layout version (nothing written)
   Events   repeat {"event":"repeat","job":"","key":key,"action":"resumed","next":ms}
+           (also on the workers' channel emq:{q}:control: the schedulers wake up)
   Moves    (none)
   Bound    O(log R), R = the registered repeatables
 ]]
@@ -23,6 +24,8 @@ if not f[2] then return {2, tonumber(f[3])} end
 redis.call('HDEL', record, 'paused')
 redis.call('HSET', record, 'next', ARGV[3])
 redis.call('ZADD', registry, ARGV[3], key)
-redis.call('PUBLISH', base .. 'events', cjson.encode(
-  {event = 'repeat', job = '', key = key, action = 'resumed', next = tonumber(ARGV[3])}))
+local event = cjson.encode(
+  {event = 'repeat', job = '', key = key, action = 'resumed', next = tonumber(ARGV[3])})
+redis.call('PUBLISH', base .. 'events', event)
+redis.call('PUBLISH', base .. 'control', event)
 return {1, tonumber(ARGV[3])}

@@ -1,0 +1,74 @@
+--[[
+  Complete many held jobs in one call (a worker's completions of one scheduler tick):
+  complete's checks and writes, job by job, each fenced by its own token.
+  KEYS  1 active  ZSET  claimed ids
+  ARGV  1 queue base   2 number of jobs n (1..100)   then n triples: id, token, result
+  Returns  one code per job, in order: 1 completed | 2 already completed with this token
+           (nothing changed) | -1 no row | -2 stale token | -3 not in active
+  Errors   EMQARG   n is not 1..100, does not match the argument count, or an id repeats
+           (nothing written; the verb refuses them first)
+  Events   completed (per job completed)
+  Moves    active -> completed; completed -> (none) (the retention, other rows)
+  Bound    O(n * log N); at most 100 jobs per call (validate.MAX_BATCH), plus the
+           retention's cleanup: at most 100 expired index entries and 100 rows past the
+           count cap (and their logs) per call, as for one complete
+  Per job the checks run in complete's order (row, token, idempotent repeat, membership),
+  every job is checked before the first write, and a job refused changes nothing: the
+  others complete. The completed ones finish through include/finished.lua exactly as in
+  complete (an entry each, `cancelled:<reason>` as cancelled); its per-call work (the
+  settings read, the counters, the stream's guard, the index cleanup) is done once.
+]]
+local MAX_JOBS = 100
+local active, base = KEYS[1], ARGV[1]
+local n = tonumber(ARGV[2])
+-- @include time
+-- @include finished
+if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * 3 then
+  return redis.error_reply('EMQARG complete_many takes 1..' .. MAX_JOBS .. ' jobs of 3 arguments')
+end
+local seen = {}
+for i = 0, n - 1 do
+  local id = ARGV[3 + i * 3]
+  if seen[id] then return redis.error_reply('EMQARG complete_many: job ' .. id .. ' repeats') end
+  seen[id] = true
+end
+
+-- checks, in order per job: row, token, (idempotent repeat), membership; reads only
+local codes, done, jobs = {}, {}, {}
+for i = 0, n - 1 do
+  local j = 3 + i * 3
+  local id, token = ARGV[j], ARGV[j + 1]
+  local fields = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'state')
+  local code = 1
+  if not fields[1] then code = -1
+  elseif fields[1] ~= token then code = -2
+  elseif fields[2] == 'completed' then code = 2
+  elseif not redis.call('ZSCORE', active, id) then code = -3
+  end
+  codes[i + 1] = code
+  if code == 1 then
+    local result = ARGV[j + 2]
+    local cancelled = string.sub(result, 1, 10) == 'cancelled:'
+    done[#done + 1] = {id = id, result = result, cancelled = cancelled}
+    jobs[#jobs + 1] = {id, cancelled and 'cancelled' or 'completed'}
+  end
+end
+if #done == 0 then return codes end
+
+local now = now_ms()
+local fin = finish_read(base, 'completed', now, jobs)
+
+local ids = {}
+for k, job in ipairs(done) do ids[k] = job.id end
+redis.call('ZREM', active, unpack(ids))
+for k, job in ipairs(done) do
+  redis.call('HSET', base .. 'job:' .. job.id, 'state', 'completed', 'result', job.result,
+    'finished_at', now)
+  redis.call('PUBLISH', base .. 'events', '{"event":"completed","job":"' .. job.id .. '"}')
+  if job.cancelled then
+    finished(fin, k, {reason = string.sub(job.result, 11)})
+  else
+    finished(fin, k, {result = job.result})
+  end
+end
+return codes

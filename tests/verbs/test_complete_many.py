@@ -1,0 +1,136 @@
+"""complete_many: the worker's batched settle. Each job fenced by its own token and checked
+in complete's order, answered one by one; a refused job changes nothing while the others
+complete; the completed ones finish exactly as complete finishes a job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import echomq
+from echomq import jobs
+from echomq._redis.keyspace import Keyspace
+from echomq._redis.scripts import is_sharded
+from echomq._verbs.lifecycle import complete_many_call
+from echomq.errors import InvalidArgument, ServerError
+
+from ._support import claim_one, snapshot
+from .test_settle import _refusals
+
+OK, GONE, STALE, NOT_ACTIVE = (jobs.ExtendResult(x) for x in ("ok", "gone", "stale", "not_active"))
+
+
+def _entry(fields: list[bytes]) -> dict[str, bytes]:
+    it = iter(fields)
+    return {k.decode(): v for k, v in zip(it, it, strict=True)}
+
+
+async def _stream(conn: echomq.Connection, ks: Keyspace) -> dict[str, dict[str, bytes]]:
+    """The completions stream: job id -> its entry's fields."""
+    entries = await conn.execute("XRANGE", ks.completions, "-", "+")
+    return {e["id"].decode(): e for e in (_entry(fields) for _, fields in entries)}
+
+
+def _shape(row: dict[str, Any]) -> dict[str, Any]:
+    """What complete and complete_many must write alike (times differ)."""
+    return {
+        k: v for k, v in row.items() if k not in ("id", "created_at", "claimed_at", "finished_at")
+    }
+
+
+async def test_complete_many_finishes_each_job_as_complete_does(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """Row, indexes, counters and the completions entry: the same as one complete each,
+    a `cancelled:<reason>` result finishing as cancelled."""
+    ids = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"x") for _ in range(6)])
+    held = {c.id: c for c in await jobs.claim(conn, queue, 60_000, count=6)}
+    results = [b"r1", b"cancelled:why", b"r3"]
+    alone, batched = ids[:3], ids[3:]
+    for job_id, result in zip(alone, results, strict=True):
+        await jobs.complete(conn, queue, job_id, held[job_id].token, result)
+    answers = await jobs.complete_many(
+        conn,
+        queue,
+        [(j, held[j].token, r) for j, r in zip(batched, results, strict=True)],
+    )
+    assert answers == dict.fromkeys(batched, OK)
+    assert list(answers) == batched  # in the order given
+    stream = await _stream(conn, ks)
+    assert stream[batched[1]]["state"] == b"cancelled"
+    assert stream[batched[1]]["reason"] == b"why"
+    for one, many in zip(alone, batched, strict=True):
+        assert _shape(stream[many]) == _shape(stream[one])
+        row_one = await jobs.get_job(conn, queue, one)
+        row_many = await jobs.get_job(conn, queue, many)
+        assert row_one is not None and row_many is not None
+        assert row_many.state is echomq.JobState.COMPLETED
+        assert row_many.result == row_one.result
+        ends = float(await conn.execute("ZSCORE", ks.completed, many))
+        assert ends == row_many.finished_at + 86_400_000  # type: ignore[operator]
+        assert await conn.execute("PTTL", ks.job(many)) > 0
+    assert await conn.execute("ZCARD", ks.active) == 0
+    assert await conn.execute("HGET", ks.metrics_completed, "count") == b"4"
+    assert await conn.execute("HGET", ks.metrics_cancelled, "count") == b"2"
+
+
+async def test_complete_many_refused_jobs_change_nothing_and_the_rest_complete(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A gone id, a stale holder and a collected lease are each answered and change
+    nothing; the held job in the same call completes."""
+    refused = await _refusals(conn, queue, ks)
+    triples = [(job_id, token, b"late") for job_id, token, _ in refused.values()]  # type: ignore[misc]
+    before = await snapshot(conn, ks)
+    answers = await jobs.complete_many(conn, queue, triples)
+    assert await snapshot(conn, ks) == before  # nothing written for refused jobs alone
+    assert list(answers.values()) == [GONE, STALE, NOT_ACTIVE]
+    good_id = await jobs.enqueue(conn, queue, b"x")
+    # the stale holder's job is active under its newer holder; the reaped one is pending
+    good = await claim_one(conn, queue)
+    while good.id != good_id:
+        good = await claim_one(conn, queue)
+    answers = await jobs.complete_many(conn, queue, [*triples, (good_id, good.token, b"ok")])
+    assert answers[good_id] is OK
+    stale_id = triples[1][0]
+    assert list(answers.values())[:3] == [GONE, STALE, answers[triples[2][0]]]
+    stale_row = await jobs.get_job(conn, queue, stale_id)
+    assert stale_row is not None and stale_row.state is echomq.JobState.ACTIVE  # its holder's
+    assert (await jobs.get_job(conn, queue, good_id)).state is echomq.JobState.COMPLETED  # type: ignore[union-attr]
+    assert set(await _stream(conn, ks)) == {good_id}
+
+
+async def test_complete_many_again_with_the_same_tokens_is_ok_and_changes_nothing(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """The worker retries a batch whose reply was lost: every job answers ok, nothing moves."""
+    await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"x") for _ in range(3)])
+    held = await jobs.claim(conn, queue, 60_000, count=3)
+    triples = [(c.id, c.token, b"first") for c in held]
+    assert set((await jobs.complete_many(conn, queue, triples)).values()) == {OK}
+    before = await snapshot(conn, ks)
+    again = [(c.id, c.token, b"second") for c in held]
+    assert set((await jobs.complete_many(conn, queue, again)).values()) == {OK}
+    assert await snapshot(conn, ks) == before
+
+
+async def test_the_script_refuses_a_bad_call_before_writing(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """Past the verb's gate: a repeated id or a count that does not match is EMQARG, and
+    nothing is written."""
+    job_id = await jobs.enqueue(conn, queue, b"x")
+    held = await claim_one(conn, queue)
+    call = complete_many_call(queue, [(job_id, held.token, b"r")])
+    source = call.script.variant(is_sharded(conn)).source
+    before = await snapshot(conn, ks)
+    for argv in (
+        [ks.base, 2, job_id, str(held.token), b"r", job_id, str(held.token), b"r"],  # repeats
+        [ks.base, 2, job_id, str(held.token), b"r"],  # count and arguments disagree
+        [ks.base, 101, *[job_id, str(held.token), b"r"] * 101],  # over the cap
+    ):
+        with pytest.raises(Exception, match="EMQARG") as refused:
+            await conn.execute("EVAL", source, 1, ks.active, *argv)
+        assert isinstance(refused.value, InvalidArgument | ServerError)
+    assert await snapshot(conn, ks) == before
