@@ -1,5 +1,6 @@
 """The echomq CLI, run as `python -m echomq` in a subprocess against the test redis-server:
-output and exit codes (0 done, 1 refused, 2 usage) of every command."""
+output and exit codes (0 done, 1 refused, 2 usage) of every command. The queue commands
+(status, job, pause/resume, drain, obliterate, explain, watch) run on the cluster too."""
 
 from __future__ import annotations
 
@@ -106,6 +107,7 @@ async def test_usage_errors_exit_2(redis_url: str, argv: list[str]) -> None:
     assert err(p) and "Traceback" not in err(p)
 
 
+@pytest.mark.both_backends
 async def test_status_shows_counts_gate_and_throughput(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -128,6 +130,7 @@ async def test_status_shows_counts_gate_and_throughput(
     assert queue in [r["queue"] for r in json.loads(out(p))]
 
 
+@pytest.mark.both_backends
 async def test_retention_shows_and_sets_the_settings(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -148,6 +151,7 @@ async def test_retention_shows_and_sets_the_settings(
     assert p.returncode == 2 and "span" in err(p)
 
 
+@pytest.mark.both_backends
 async def test_job_shows_row_and_logs(redis_url: str, conn: echomq.Connection, queue: str) -> None:
     """job ID prints the row's fields and its log lines; a missing job exits 1."""
     job_id = await jobs.enqueue(conn, queue, b'{"task":"t","args":[],"kwargs":{}}')
@@ -164,6 +168,7 @@ async def test_job_shows_row_and_logs(redis_url: str, conn: echomq.Connection, q
 # -- queue scope ----------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_pause_resume_drain(redis_url: str, conn: echomq.Connection, queue: str) -> None:
     """pause and resume flip the gate; drain reports how many jobs it deleted."""
     await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"p") for _ in range(2)])
@@ -179,6 +184,7 @@ async def test_pause_resume_drain(redis_url: str, conn: echomq.Connection, queue
     assert p.returncode == 0 and "drained 1 " in out(p)
 
 
+@pytest.mark.both_backends
 async def test_drain_loops_over_bounded_steps(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -190,6 +196,7 @@ async def test_drain_loops_over_bounded_steps(
     assert (await admin.stats(conn, queue)).jobs == 0
 
 
+@pytest.mark.both_backends
 async def test_obliterate_refusals_then_force(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -250,6 +257,7 @@ async def test_cancel_removes_a_waiting_job(
     assert p.returncode == 1 and "no job" in err(p)
 
 
+@pytest.mark.both_backends
 async def test_explain_prints_summary_and_facts(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -279,6 +287,7 @@ async def test_worker_target_needs_module_and_queue(redis_url: str) -> None:
 # -- watch ----------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_watch_plain_lines_until_count(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
