@@ -1,6 +1,7 @@
 """The echomq CLI, run as `python -m echomq` in a subprocess against the test redis-server:
 output and exit codes (0 done, 1 refused, 2 usage) of every command. The queue commands
-(status, job, pause/resume, drain, obliterate, explain, watch) run on the cluster too."""
+(status, retention, job, enqueue, pause/resume, drain, obliterate, remove, reprocess,
+explain, cancel, watch) run on the cluster too (marked ``both_backends``)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ async def queue_keys(conn: echomq.Connection, queue: str) -> list[bytes]:
 # -- enqueue, job, status ---------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_enqueue_prints_id_and_writes_payload(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -216,6 +218,7 @@ async def test_obliterate_refusals_then_force(
 # -- job scope ------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_remove_and_locked_remove(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -230,6 +233,7 @@ async def test_remove_and_locked_remove(
     assert await jobs.get_job(conn, queue, b) is not None
 
 
+@pytest.mark.both_backends
 async def test_reprocess_dead_and_refuse_live(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -245,6 +249,7 @@ async def test_reprocess_dead_and_refuse_live(
     assert p.returncode == 1 and "not dead" in err(p)
 
 
+@pytest.mark.both_backends
 async def test_cancel_removes_a_waiting_job(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
