@@ -14,6 +14,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
+import pytest
 import trio
 
 import echomq
@@ -211,6 +212,7 @@ async def test_library_holds_every_script() -> None:
         assert f"'emq_{name}'" in source
 
 
+@pytest.mark.both_backends
 async def test_evalsha_and_fcall_agree(conn: echomq.Connection, queue: str) -> None:
     """The same transitions through EVALSHA and FCALL: same replies, same keyspace."""
     await load_library(conn)
