@@ -304,8 +304,8 @@ def render(path: Path) -> str:
         f"{meta['echomq_src_commit']} (`{path.resolve().relative_to(ROOT)}`).",
         "",
         "| layout | jobs/s | Redis ceiling (PING -P16, every master) | Redis CPU per node "
-        "(% of a core) | workers' CPU (% of a core) |",
-        "|---|---:|---:|---|---:|",
+        "(% of a core) | Redis CPU per job, all nodes (µs) | workers' CPU (% of a core) |",
+        "|---|---:|---:|---|---:|---:|",
     ]
     for name in LAYOUTS:
         if not any(r["layout"] == name for r in runs):
@@ -319,6 +319,7 @@ def render(path: Path) -> str:
             f"| {name} | {med(name, lambda r: r['rate']):,.0f} "
             f"| {med(name, lambda r: r['ceiling']):,.0f} "
             f"| {' / '.join(f'{c:.0f}' for c in per_node)} "
+            f"| {med(name, lambda r: 1e6 * sum(r['redis_cpu'].values()) / r['rate']):.0f} "
             f"| {med(name, lambda r: 100 * sum(r['workers_cpu'])):.0f} |"
         )
     return "\n".join(lines)
