@@ -14,6 +14,10 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
             echomq's end-to-end rate and draining a backlog; the lag over the run
   results   the scripts' half of issue 11: no-op jobs/s with and without the completions
             stream, the archive on the real worker's stream, Redis memory after 1M jobs
+  cluster   issue 16: the same queues (one worker process each) on one node, on a 1-master and
+            on a 3-master Redis Cluster: jobs/s, Redis CPU per node, the workers' CPU, beside
+            redis-benchmark's ceiling on every master; --render [--from FILE] [--write]: the
+            README table from a saved (published) results file
   all       verbs, e2e and peers, in that order
   report    the README tables from one saved results file (--from FILE); --write puts them
             into benchmarks/README.md and README.md between their report markers
@@ -110,13 +114,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "what",
-        choices=["verbs", "first", "e2e", "peers", "archive", "results", "all", "report", "bounds"],
+        choices=[
+            "verbs",
+            "first",
+            "e2e",
+            "peers",
+            "archive",
+            "results",
+            "cluster",
+            "all",
+            "report",
+            "bounds",
+        ],
     )
     p.add_argument(
         "--reps", type=int, default=None, help="repetitions (medians; default 5, bounds 20)"
     )
     p.add_argument("--queue-jobs", type=int, default=1_000_000, help="pending jobs for `bounds`")
-    p.add_argument("--render", action="store_true", help="bounds: the table from bounds.json")
+    p.add_argument("--render", action="store_true", help="bounds, cluster: tables only")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every operation count")
     p.add_argument("--quick", action="store_true", help="a small validation run (--scale 0.1)")
     p.add_argument("--callers", default="1,16,64,256", help="concurrent callers for `verbs`")
@@ -149,6 +164,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--results-seconds", type=float, default=20.0, help="`results`: producing, archive part"
     )
     p.add_argument("--memory-jobs", type=int, default=1_000_000, help="`results`: memory part")
+    p.add_argument("--cluster-queues", type=int, default=3, help="`cluster`: queues")
+    p.add_argument("--cluster-jobs", type=int, default=20_000, help="`cluster`: backlog/queue")
+    p.add_argument("--cluster-seconds", type=float, default=8.0, help="`cluster`: the window")
     p.add_argument("--json", type=Path, help="where to save the results (default: results/)")
     p.add_argument(
         "--from", dest="sources", type=Path, nargs="*", default=[], help="results file to report"
@@ -195,6 +213,12 @@ async def amain(args: argparse.Namespace) -> Results:
         res = await run_results(args, log=log)
         print(res.table("the completions stream, the live archive, memory (issue 11)"), flush=True)
         total.merge(res)
+    if args.what == "cluster":
+        from .cluster import run_cluster
+
+        res = await run_cluster(args, log=log)
+        print(res.table("one node vs a Redis Cluster (issue 16)"), flush=True)
+        total.merge(res)
     if args.what in ("peers", "all"):
         from .peers import harness
 
@@ -225,7 +249,15 @@ def main(argv: list[str] | None = None) -> None:
 
         bounds.main(args.queue_jobs, args.reps or 20, render_only=args.render)
         return
-    args.reps = args.reps or 5
+    if args.what == "cluster" and args.render:
+        from . import cluster
+
+        body = cluster.render(args.sources[0] if args.sources else cluster.newest_published())
+        print(body)
+        if args.write:
+            log(f"benchmarks/README.md: replaced {', '.join(cluster.write(body)) or 'nothing'}")
+        return
+    args.reps = args.reps or (3 if args.what == "cluster" else 5)
     if args.what == "report":
         report(args.sources, write=args.write)
         return

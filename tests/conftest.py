@@ -11,6 +11,8 @@ Rules that keep the suite deterministic and fast:
   ``tests/cancellation``) run twice: ``[single]`` against one server and ``[cluster]``
   against a private 3-master Redis Cluster (``redis_url`` is parametrized there). A test
   that only makes sense on one server is marked ``@pytest.mark.single_node("why")``.
+  A test elsewhere marked ``@pytest.mark.both_backends`` runs twice the same way (the CLI's
+  queue commands, whose subprocesses are too slow to run all of them twice).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "single_node(reason): run only against one server, not the cluster"
     )
+    config.addinivalue_line(
+        "markers", "both_backends: run against one server and the cluster (redis_url)"
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -40,7 +45,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.definition.get_closest_marker("single_node") is not None:
         return
     parts = metafunc.definition.path.relative_to(Path(__file__).parent).parts
-    if parts and parts[0] in BOTH_BACKENDS:
+    marked = metafunc.definition.get_closest_marker("both_backends") is not None
+    if marked or (parts and parts[0] in BOTH_BACKENDS):
         metafunc.parametrize("redis_url", BACKENDS, indirect=True)
 
 

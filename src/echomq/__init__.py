@@ -52,6 +52,7 @@ from .errors import (
     StaleToken,
     TaskNotRegistered,
     TLSError,
+    Unavailable,
 )
 
 __version__ = "0.1.0"
@@ -101,6 +102,7 @@ __all__ = [
     "TaskHandle",
     "TaskNotRegistered",
     "TaskOptions",
+    "Unavailable",
     "Worker",
     "WorkerConfig",
     "__version__",

@@ -12,9 +12,10 @@
     │   ├── ScriptError      a script answered a reply we cannot decode
     │   ├── AuthenticationError  wrong or missing credentials (WRONGPASS, NOAUTH); not retried
     │   ├── PermissionDenied an ACL user may not run that command or touch that key (NOPERM)
+    │   ├── Unavailable      not run, "try later" (LOADING, BUSY, TRYAGAIN...) past connect_timeout
     │   └── ClusterError     a Redis Cluster could not serve the command
     │       ├── NotACluster  a redis+cluster:// URL names a node with cluster mode off
-    │       └── ClusterDown  slots not covered (CLUSTERDOWN), still after connect_timeout
+    │       └── ClusterDown  slots not covered (CLUSTERDOWN) past connect_timeout; an Unavailable
     ├── JobGone              no such row (also LookupError)
     ├── StaleToken           the caller's fencing token is not the row's attempts
     ├── NotActive            the id has left the active set (a reaped lease is not revived)
@@ -36,8 +37,11 @@
     Retry(delay=...)         raised by a task to ask for a retry; not an error
 
 Script refusals and server error replies reach these classes through one table,
-``_redis/replies.py``. Only ``ConnectionLost`` is transient: code that retries on it never
-loops on a bad password, a missing permission or a certificate nobody trusts.
+``_redis/replies.py``. Two errors are transient: ``ConnectionLost`` (the command may have
+run; the verbs' fencing makes a retry safe) and ``Unavailable`` (the server did not run it
+and said "later"; ``ClusterDown`` is one). :data:`TRANSIENT` names both: code that retries
+on it (the worker's loops, your own) never loops on a bad password, a missing permission
+or a certificate nobody trusts.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ __all__ = [
     "ScriptError",
     "AuthenticationError",
     "PermissionDenied",
+    "Unavailable",
     "ClusterError",
     "NotACluster",
     "ClusterDown",
@@ -137,6 +142,19 @@ class CrossSlot(InvalidArgument):
     """
 
 
+class Unavailable(ServerError):
+    """The server did not run the command and said "try later", for longer than
+    ``connect_timeout``: ``LOADING`` (a restart reading its data), ``BUSY`` (a script past
+    its time limit), ``MASTERDOWN``, ``TRYAGAIN`` (a cluster slot half-way through a
+    migration), ``CLUSTERDOWN``, ``UNBLOCKED``, or a script refused with "non local key"
+    mid-migration (it stopped before its first write).
+
+    Transient, like ``ConnectionLost``: nothing ran, so sending it again later is safe.
+    The wire already did so with backoff until ``connect_timeout``; the worker's loops and
+    its settle path go on trying within their own bounds.
+    """
+
+
 class ClusterError(ServerError):
     """A Redis Cluster could not serve the command (see the subclasses)."""
 
@@ -148,9 +166,15 @@ class NotACluster(ClusterError):
     """
 
 
-class ClusterDown(ClusterError):
+class ClusterDown(ClusterError, Unavailable):
     """The cluster answered ``CLUSTERDOWN`` (a slot has no master: not covered, or a
-    failover is under way) for longer than ``connect_timeout``."""
+    failover is under way) for longer than ``connect_timeout``. Transient (an
+    ``Unavailable``): a failover ends by itself; slots never assigned do not."""
+
+
+#: the errors worth trying again later (``except TRANSIENT:``): the connection dropped or
+#: could not be made (``ConnectionLost``), or the server said "later" (``Unavailable``)
+TRANSIENT: tuple[type[EchoMQError], ...] = (ConnectionLost, Unavailable)
 
 
 class JobGone(EchoMQError, LookupError):

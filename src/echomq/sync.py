@@ -8,6 +8,10 @@ Rule 1: bad input raises before any I/O, exactly as in the trio verbs.
 Rule 2: no command is replayed. redis-py's retries are off (a script may have run before a
 connection dropped); a dropped or unreachable server raises
 :class:`~echomq.errors.ConnectionLost`, and the next call connects again.
+Rule 3: a refusal that says the command did not run (``LOADING``, ``BUSY``, ``TRYAGAIN``,
+``CLUSTERDOWN``, a script's "non local key" while its cluster slot moves) is sent again with
+backoff within ``connect_timeout``, as on the trio wire; then
+:class:`~echomq.errors.Unavailable` (transient, ``errors.TRANSIENT``).
 
 ::
 
@@ -21,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
@@ -29,7 +33,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
 from ._model.job import JobInfo
-from ._redis.scripts import evaluate_sync, sync_errors
+from ._redis.scripts import ScriptCall, evaluate_sync, retry_sync, sync_errors
 from ._verbs.lifecycle import (
     NewJob,
     enqueue_call,
@@ -53,6 +57,8 @@ from .config import DEFAULT_URL, ConnectionConfig, parse_url
 from .errors import InvalidArgument
 
 __all__ = ["NewJob", "SyncConnection", "connect", "make_client"]
+
+T = TypeVar("T")
 
 
 def make_client(config: ConnectionConfig) -> redis.Redis | RedisCluster:
@@ -140,18 +146,17 @@ class SyncConnection:
             priority=priority,
             max_attempts=max_attempts,
         )
-        return evaluate_sync(self.client, sc, sharded=self.config.cluster)
+        return self._evaluate(sc)
 
     def enqueue_many(self, queue: str, jobs: Sequence[NewJob]) -> list[str]:
         """Add many jobs in one script call (all or nothing); answer their ids in order."""
-        return evaluate_sync(self.client, enqueue_call(queue, jobs), sharded=self.config.cluster)
+        return self._evaluate(enqueue_call(queue, jobs))
 
     def get_job(self, queue: str, job_id: str) -> JobInfo | None:
         """The job's row, or None when there is none."""
         args = get_job_args(queue, job_id)
         client: Any = self.client  # redis-py's execute_command is untyped
-        with sync_errors():
-            row = client.execute_command(*args)
+        row = retry_sync(lambda: client.execute_command(*args), self.config.connect_timeout)
         return read_job(job_id, row)
 
     def wait_outcome(self, queue: str, job_id: str, timeout: float | None = None) -> Outcome | None:
@@ -196,6 +201,14 @@ class SyncConnection:
                         return None
                     outcome = row_outcome(info)
         return outcome
+
+    def _evaluate(self, sc: ScriptCall[T]) -> T:
+        """Run a script as the trio verbs do: the sharded twin on a cluster; a transient
+        refusal (not run: "non local key" or ``TRYAGAIN`` while a slot moves, ``LOADING``)
+        sent again with backoff within ``connect_timeout``, then ``Unavailable``."""
+        return evaluate_sync(
+            self.client, sc, sharded=self.config.cluster, retry_for=self.config.connect_timeout
+        )
 
     def close(self) -> None:
         """Close the client's sockets."""

@@ -29,6 +29,7 @@ async def serving(worker: echomq.Worker) -> AsyncIterator[None]:
             worker.shutdown(grace=0)
 
 
+@pytest.mark.both_backends
 def test_jobs_finished_by_a_worker_are_archived_with_their_outcome(
     redis_url: str, queue: str, sqlite_url: str
 ) -> None:

@@ -1,5 +1,7 @@
 """The echomq CLI, run as `python -m echomq` in a subprocess against the test redis-server:
-output and exit codes (0 done, 1 refused, 2 usage) of every command."""
+output and exit codes (0 done, 1 refused, 2 usage) of every command. The queue commands
+(status, retention, job, enqueue, pause/resume, drain, obliterate, remove, reprocess,
+explain, cancel, watch) run on the cluster too (marked ``both_backends``)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ async def queue_keys(conn: echomq.Connection, queue: str) -> list[bytes]:
 # -- enqueue, job, status ---------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_enqueue_prints_id_and_writes_payload(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -106,6 +109,7 @@ async def test_usage_errors_exit_2(redis_url: str, argv: list[str]) -> None:
     assert err(p) and "Traceback" not in err(p)
 
 
+@pytest.mark.both_backends
 async def test_status_shows_counts_gate_and_throughput(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -128,6 +132,7 @@ async def test_status_shows_counts_gate_and_throughput(
     assert queue in [r["queue"] for r in json.loads(out(p))]
 
 
+@pytest.mark.both_backends
 async def test_retention_shows_and_sets_the_settings(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -148,6 +153,7 @@ async def test_retention_shows_and_sets_the_settings(
     assert p.returncode == 2 and "span" in err(p)
 
 
+@pytest.mark.both_backends
 async def test_job_shows_row_and_logs(redis_url: str, conn: echomq.Connection, queue: str) -> None:
     """job ID prints the row's fields and its log lines; a missing job exits 1."""
     job_id = await jobs.enqueue(conn, queue, b'{"task":"t","args":[],"kwargs":{}}')
@@ -164,6 +170,7 @@ async def test_job_shows_row_and_logs(redis_url: str, conn: echomq.Connection, q
 # -- queue scope ----------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_pause_resume_drain(redis_url: str, conn: echomq.Connection, queue: str) -> None:
     """pause and resume flip the gate; drain reports how many jobs it deleted."""
     await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"p") for _ in range(2)])
@@ -179,6 +186,7 @@ async def test_pause_resume_drain(redis_url: str, conn: echomq.Connection, queue
     assert p.returncode == 0 and "drained 1 " in out(p)
 
 
+@pytest.mark.both_backends
 async def test_drain_loops_over_bounded_steps(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -190,6 +198,7 @@ async def test_drain_loops_over_bounded_steps(
     assert (await admin.stats(conn, queue)).jobs == 0
 
 
+@pytest.mark.both_backends
 async def test_obliterate_refusals_then_force(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -209,6 +218,7 @@ async def test_obliterate_refusals_then_force(
 # -- job scope ------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_remove_and_locked_remove(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -223,6 +233,7 @@ async def test_remove_and_locked_remove(
     assert await jobs.get_job(conn, queue, b) is not None
 
 
+@pytest.mark.both_backends
 async def test_reprocess_dead_and_refuse_live(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -238,6 +249,7 @@ async def test_reprocess_dead_and_refuse_live(
     assert p.returncode == 1 and "not dead" in err(p)
 
 
+@pytest.mark.both_backends
 async def test_cancel_removes_a_waiting_job(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -250,6 +262,7 @@ async def test_cancel_removes_a_waiting_job(
     assert p.returncode == 1 and "no job" in err(p)
 
 
+@pytest.mark.both_backends
 async def test_explain_prints_summary_and_facts(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
@@ -279,6 +292,7 @@ async def test_worker_target_needs_module_and_queue(redis_url: str) -> None:
 # -- watch ----------------------------------------------------------------------------------
 
 
+@pytest.mark.both_backends
 async def test_watch_plain_lines_until_count(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import trio
 
 import echomq
@@ -34,6 +35,7 @@ def err(proc: subprocess.CompletedProcess[bytes]) -> str:
     return proc.stderr.decode()
 
 
+@pytest.mark.both_backends
 async def test_add_list_pause_resume_remove(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:

@@ -18,12 +18,14 @@ import echomq
 import echomq.sync
 from echomq import jobs
 from echomq.errors import (
+    TRANSIENT,
     AuthenticationError,
     ConnectionLost,
     EchoMQError,
     PermissionDenied,
     ServerError,
     TLSError,
+    Unavailable,
 )
 from echomq.testing import RedisServer, drop_redis, free_port
 
@@ -141,3 +143,45 @@ async def test_pubsub_raises_the_same_types(
             async with open_event_feed(url + "?connect_timeout=1", f"q-{uuid.uuid4().hex[:6]}"):
                 pass
         _check(caught.value, expected, word)
+
+
+async def test_a_transient_refusal_past_connect_timeout_is_unavailable_on_both_drivers(
+    queue: str,
+) -> None:
+    """BUSY (a runaway script) says "not run, later": both wires send it again until
+    connect_timeout, then raise Unavailable, a transient error (``errors.TRANSIENT``) that
+    the worker's loops retry, unlike a plain ServerError."""
+    with RedisServer(extra_args=("--lua-time-limit", "20")) as server:
+        async with (
+            echomq.connect(server.url) as runner,
+            echomq.connect(server.url, connect_timeout=0.2) as caller,
+            echomq.connect(server.url) as admin,
+        ):
+            await caller.execute("PING")
+            await admin.execute("PING")
+            mq = echomq.sync.connect(server.url, connect_timeout=0.2)
+            mq.get_job(queue, "warm-up")  # its socket is open before the server is busy
+
+            async def runaway() -> None:
+                with pytest.raises(ServerError, match="killed"):
+                    await runner.execute("EVAL", "while true do end", 0)
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(runaway)
+                    while True:  # past lua-time-limit, the server answers BUSY
+                        try:
+                            await caller.execute("PING")
+                        except Unavailable:
+                            break
+                    for run in (
+                        lambda: caller.execute("GET", queue),
+                        lambda: jobs.enqueue(caller, queue, b"x"),
+                        lambda: trio.to_thread.run_sync(mq.get_job, queue, "j"),
+                        lambda: trio.to_thread.run_sync(mq.enqueue, queue, b"x"),
+                    ):
+                        with pytest.raises(Unavailable, match=r"^BUSY") as caught:
+                            await run()
+                        assert isinstance(caught.value, TRANSIENT)
+                    assert await admin.execute("SCRIPT", "KILL") == b"OK"
+            mq.close()

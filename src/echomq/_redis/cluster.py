@@ -14,10 +14,11 @@ LOAD``/``FUNCTION LOAD``/``FLUSHALL``... to every master. A pipeline goes to the
 of its slot: keys of two slots are refused before any I/O (``CrossSlot``).
 Rule 3 (redirects are not runs): ``MOVED`` patches the map and the command goes to the new
 master; ``ASK`` sends ``ASKING`` and the command to the named node in one write;
-``TRYAGAIN``, ``CLUSTERDOWN``, ``LOADING``, ``MASTERDOWN``, ``BUSY`` and ``UNBLOCKED`` (a
-blocked pop on a master that became a replica) are sent again after a backoff, until
-``connect_timeout`` (then ``ClusterDown`` or ``ServerError``). None of these ran, so
-sending again is safe. In a pipeline only the commands answered so are sent again, in order.
+``TRYAGAIN``, ``CLUSTERDOWN``, ``LOADING``, ``MASTERDOWN``, ``BUSY``, ``UNBLOCKED`` (a
+blocked pop on a master that became a replica) and a script's "non local key" are sent
+again after a backoff, until ``connect_timeout`` (then ``ClusterDown`` or ``Unavailable``:
+transient errors, ``errors.TRANSIENT``). None of these ran, so sending again is safe. In a
+pipeline only the commands answered so are sent again, in order.
 Rule 4 (no replay): a socket that drops fails every command in flight on it with
 ``ConnectionLost``, never re-sent, exactly as on one node. A node that cannot be reached
 before anything was written (nothing ran) is skipped: the layout is read again and the
@@ -42,8 +43,8 @@ from .._jitter import Backoff
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig
 from ..errors import ClusterDown, ClusterError, ConnectionLost, CrossSlot, NotACluster, ServerError
-from .connection import Arg, Connection, ReplyError, is_transient, pack, pack_command
-from .server_errors import server_error
+from .connection import Arg, Connection, ReplyError, pack, pack_command
+from .server_errors import TRANSIENT, first_word, is_transient, server_error
 from .slots import ALL_MASTERS, ANY_MASTER, command_slot, key_slot, pipeline_slot
 from .topology import Address, SlotMap, parse_redirect, parse_shards, parse_slots
 
@@ -53,16 +54,11 @@ log = logging.getLogger("echomq.wire")
 
 _MAX_HOPS = 16  # redirects followed for one command before giving up
 _NODE_CONNECT_TIMEOUT = 1.0  # per node: a dead master is skipped after this, not connect_timeout
-# First words of replies that mean "not run here, now": sent again after a backoff.
-# NONLOCAL stands for "ERR Script attempted to access a non local key": mid-migration, a
-# script met a per-job key the source no longer holds (or one that does not exist yet).
-# Every script reads each per-job key before its first write (docs/lua.md, rule 1), so it
-# stopped having written nothing: sending it again, once the slot has moved, is safe.
-_WAIT = frozenset(
-    {"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "BUSY", "UNBLOCKED", "NONLOCAL"}
-)
+# First words of replies that mean "not run here, now": sent again after a backoff
+# (server_errors.TRANSIENT: the one table; NONLOCAL is a script's "non local key" refusal
+# mid-migration, which stopped before its first write, docs/lua.md rule 1).
+_WAIT = TRANSIENT
 _WAIT_IN_PIPELINE = frozenset({"TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED", "NONLOCAL"})
-_NON_LOCAL = "ERR Script attempted to access a non local key"
 _ASKING = pack(("ASKING",))
 
 
@@ -78,19 +74,11 @@ class _Uncovered(Exception):
     """The layout names no master for the slot."""
 
 
-def _first_word(message: str) -> str:
-    """The reply's first word (``NONLOCAL`` for a script's "non local key" refusal)."""
-    if message.startswith(_NON_LOCAL):
-        return "NONLOCAL"
-    return message.split(" ", 1)[0]
-
-
 def cluster_error(message: str) -> ServerError:
-    """The typed error for an error reply on a cluster."""
-    word = _first_word(message)
-    if word == "CLUSTERDOWN":
-        return ClusterDown(message)
-    if word in ("MOVED", "ASK", "TRYAGAIN"):
+    """The typed error for an error reply on a cluster: a redirect left unfollowed is a
+    ``ClusterError``; the rest as on one server (``Unavailable``/``ClusterDown`` for the
+    transient ones)."""
+    if first_word(message) in ("MOVED", "ASK"):
         return ClusterError(message)
     return server_error(message)
 
@@ -426,14 +414,14 @@ class ClusterConnection(Connection):
             for i, reply in zip(todo, got, strict=True):
                 replies[i] = reply
                 if isinstance(reply, ReplyError):
-                    word = _first_word(str(reply))
+                    word = first_word(str(reply))
                     if word in ("MOVED", "ASK") or word in wait:
                         again.append(i)
                         decision = decision or str(reply)
             if not again:
                 return replies
             todo = again
-            word = _first_word(decision)
+            word = first_word(decision)
             if word in ("MOVED", "ASK"):
                 hops += 1
                 redirect = parse_redirect(decision, address[0])

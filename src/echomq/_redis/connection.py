@@ -11,8 +11,9 @@ Rule 2 (no replay): when the socket drops, every command queued or in flight fai
 The next call reconnects, with backoff, within ``connect_timeout``.
 Rule 3 (cancellation): a call cancelled before its bytes were written is never sent; a
 call cancelled after is run by the server and its reply dropped.
-Rule 4: a server that answers ``LOADING``, ``BUSY``, ``MASTERDOWN`` or ``TRYAGAIN`` did not
-run the command: it is sent again after a backoff, within ``connect_timeout``.
+Rule 4: a server that answers a transient refusal (``LOADING``, ``BUSY``, ``MASTERDOWN``,
+``TRYAGAIN``...: ``server_errors.TRANSIENT``) did not run the command: it is sent again after
+a backoff, within ``connect_timeout``, then raises ``Unavailable``.
 
 Plain TCP and unix sockets are driven directly (``recv_into`` one reused buffer,
 ``send`` without a task switch); TLS goes through a ``trio.SSLStream``.
@@ -36,7 +37,7 @@ from .._jitter import Backoff
 from .._trio import open_service_nursery
 from ..config import ConnectionConfig, parse_url
 from ..errors import ConnectionLost, TLSError
-from .server_errors import server_error
+from .server_errors import is_transient, server_error
 
 __all__ = [
     "Arg",
@@ -51,8 +52,6 @@ __all__ = [
 
 Arg = str | bytes | int | float
 
-# First words of error replies for a command the server did not run: retried.
-_TRANSIENT = frozenset({"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN"})
 TRANSPORT_ERRORS = (
     OSError,
     trio.BrokenResourceError,
@@ -90,11 +89,6 @@ pack_command = cast(Callable[[tuple[Arg, ...]], bytes], hiredis.pack_command)
 def pack(args: Sequence[Arg]) -> bytes:
     """Pack one command as RESP bytes (hiredis)."""
     return pack_command(tuple(args))
-
-
-def is_transient(message: str) -> bool:
-    """Whether an error reply says the command was not run and may be sent again."""
-    return message.split(" ", 1)[0] in _TRANSIENT
 
 
 async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:

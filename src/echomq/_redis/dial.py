@@ -1,10 +1,11 @@
-"""Opening connections: ``connect`` (commands) and ``open_pubsub`` (subscriptions).
+"""Opening connections: ``connect`` (commands), ``open_pubsub`` (subscriptions) and
+``probe`` (one attempt, for callers with a retry loop of their own).
 
 Rule 1: this is the one place that picks the single-server class or the Redis Cluster one
 from the URL (``redis+cluster://`` / ``rediss+cluster://``): ``Connection`` /
 ``ClusterConnection`` for commands, ``PubSub`` / ``ClusterPubSub`` (sharded) for
-subscriptions. The modules of those classes do not import each other's factories, so
-the wire has no import cycle.
+subscriptions, one server's ``PING`` or a cluster's layout for ``probe``. The modules of
+those classes do not import each other's factories, so the wire has no import cycle.
 Rule 2: no I/O happens until the first command; ``open_pubsub`` returns once the server
 confirmed the channels given.
 """
@@ -20,9 +21,29 @@ from ..config import ConnectionConfig, parse_url
 from .cluster import open_cluster
 from .cluster_pubsub import ClusterPubSub
 from .connection import Connection, open_connection
+from .connection import probe as probe_server
 from .pubsub import PubSub
 
-__all__ = ["connect", "open_pubsub"]
+__all__ = ["connect", "open_pubsub", "probe"]
+
+
+async def probe(url: str | ConnectionConfig, **options: Any) -> None:
+    """One attempt, without backoff, to reach ``url``: one server answers ``PING``; a
+    cluster's layout is read from the first of its seed nodes that answers, then its first
+    master answers ``PING`` (a seed that is gone does not make a healthy cluster look down).
+
+    Raises:
+        ConnectionLost: nothing answered, or the server is not ready (``LOADING``...).
+        NotACluster: a ``redis+cluster://`` URL names a server whose cluster mode is off.
+        TLSError, AuthenticationError, PermissionDenied, ServerError: as for a command.
+    """
+    config = parse_url(url, **options)
+    if not config.cluster:
+        await probe_server(config)
+        return
+    async with open_cluster(config) as cluster:
+        await cluster.refresh()
+        await cluster.execute("PING")
 
 
 @asynccontextmanager

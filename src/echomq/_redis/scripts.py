@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import re
 import ssl
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -32,17 +33,19 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
+from .._jitter import Backoff
 from ..errors import (
     AuthenticationError,
-    ClusterDown,
     ConnectionLost,
     EchoMQError,
     NotACluster,
     PermissionDenied,
     ServerError,
     TLSError,
+    Unavailable,
 )
 from .replies import server_error, translate
+from .server_errors import NON_LOCAL
 
 __all__ = [
     "Executor",
@@ -57,6 +60,7 @@ __all__ = [
     "evaluate",
     "evaluate_sync",
     "is_sharded",
+    "retry_sync",
     "make_script",
     "sharded_source",
     "sync_errors",
@@ -267,6 +271,32 @@ def _auth_error(message: str) -> AuthenticationError:
     return error if isinstance(error, AuthenticationError) else AuthenticationError(message)
 
 
+def _reply_text(exc: Exception) -> str:
+    """The error reply as the server sent it: redis-py drops the first word of some
+    (``LOADING``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``, every ``ERR``); put it back
+    (its ``status_code`` since redis-py 6, else the class says which)."""
+    import redis
+
+    message = str(exc)
+    code = getattr(exc, "status_code", None)
+    if not code:
+        for cls, word in (
+            (redis.exceptions.MasterDownError, "MASTERDOWN"),
+            (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
+            (redis.exceptions.TryAgainError, "TRYAGAIN"),
+            (redis.exceptions.BusyLoadingError, "LOADING"),
+        ):
+            if isinstance(exc, cls):
+                code = word
+                break
+        else:
+            if f"ERR {message}".startswith(NON_LOCAL):  # redis-py < 6 dropped the ERR
+                code = "ERR"
+    if code and not message.startswith(f"{code} "):
+        return f"{code} {message}"
+    return message
+
+
 @contextmanager
 def sync_errors() -> Iterator[None]:
     """Translate redis-py's exceptions into echomq's (``echomq.sync``), one type per cause
@@ -274,42 +304,72 @@ def sync_errors() -> Iterator[None]:
 
     A dropped or unreachable connection is :class:`ConnectionLost`; refused credentials
     :class:`AuthenticationError` (redis-py calls them a ConnectionError); an ACL refusal
-    :class:`PermissionDenied`; a failed TLS handshake :class:`TLSError`; any other error
+    :class:`PermissionDenied`; a failed TLS handshake :class:`TLSError`; a transient refusal
+    (``LOADING``, ``TRYAGAIN``, ``CLUSTERDOWN``, a script's "non local key"...:
+    ``server_errors.TRANSIENT``) :class:`Unavailable` (``ClusterDown``); any other error
     reply goes through the reply table.
     """
     import redis
 
     try:
         yield
-    except redis.exceptions.ClusterDownError as exc:
-        raise ClusterDown(f"CLUSTERDOWN {exc}") from None
     except redis.exceptions.AuthenticationError as exc:  # WRONGPASS, NOAUTH (a ConnectionError)
         raise _auth_error(str(exc)) from None
     except redis.exceptions.NoPermissionError as exc:
         raise PermissionDenied(f"NOPERM {exc}") from None
-    except redis.exceptions.ResponseError as exc:
-        raise translate(str(exc)) from None
+    except (
+        redis.exceptions.ResponseError,  # TRYAGAIN, CLUSTERDOWN, MASTERDOWN among them
+        redis.exceptions.BusyLoadingError,  # LOADING (a ConnectionError to redis-py)
+    ) as exc:
+        raise translate(_reply_text(exc)) from None
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
         tls = _ssl_failure(exc)
         if tls is not None:
             raise TLSError(f"TLS handshake failed: {tls}") from exc
         raise ConnectionLost(str(exc)) from exc
+    except redis.exceptions.ClusterError as exc:
+        # "TTL exhausted": redis-py followed 16 redirects or TRYAGAIN replies, none ran
+        raise Unavailable(f"TRYAGAIN {exc} (redis-py's redirects and retries)") from None
     except redis.exceptions.RedisClusterException as exc:  # the layout could not be read
         if "cluster mode is not enabled" in str(exc).lower():
             raise NotACluster(str(exc)) from None
         raise ConnectionLost(str(exc)) from exc
 
 
-def evaluate_sync(client: Any, sc: ScriptCall[T], *, sharded: bool = False) -> T:
+def retry_sync(call: Callable[[], T], retry_for: float) -> T:
+    """``call()`` (redis-py, inside :func:`sync_errors`), sent again with backoff while it
+    raises ``Unavailable`` (not run: ``LOADING``, ``TRYAGAIN``, "non local key"...) and
+    ``retry_for`` seconds (``connect_timeout``) have not passed, as the trio wire does.
+    ``ConnectionLost`` is never retried (the command may have run)."""
+    deadline = time.monotonic() + retry_for
+    backoff = Backoff(0.01, 0.5)
+    while True:
+        try:
+            with sync_errors():
+                return call()
+        except Unavailable:
+            delay = backoff.next()
+            if time.monotonic() + delay >= deadline:
+                raise
+            time.sleep(delay)
+
+
+def evaluate_sync(
+    client: Any, sc: ScriptCall[T], *, sharded: bool = False, retry_for: float = 0.0
+) -> T:
     """Run ``sc`` on a redis-py client (``echomq.sync``); same replies, same errors.
 
     ``sharded``: the client is a ``RedisCluster`` (the sharded twin runs).
+    ``retry_for``: seconds (``connect_timeout``) during which a transient refusal
+    (``Unavailable``: the script did not run; e.g. "non local key" or ``TRYAGAIN`` while
+    its slot moves) is sent again with backoff (:func:`retry_sync`); then it raises.
     """
     import redis
 
-    with sync_errors():
+    def run() -> Any:
         try:
-            reply = client.execute_command(*sc.evalsha_args(sharded))
+            return client.execute_command(*sc.evalsha_args(sharded))
         except redis.exceptions.NoScriptError:
-            reply = client.execute_command(*sc.eval_args(sharded))
-    return sc.read(reply)
+            return client.execute_command(*sc.eval_args(sharded))
+
+    return sc.read(retry_sync(run, retry_for))

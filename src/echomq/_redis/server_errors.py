@@ -4,13 +4,44 @@ Rule 1: an error reply from Redis becomes :class:`~echomq.errors.ServerError`, e
 credentials (``WRONGPASS``, ``NOAUTH``: :class:`~echomq.errors.AuthenticationError`) and ACL
 permissions (``NOPERM``: :class:`~echomq.errors.PermissionDenied`), which retrying cannot
 fix. The scripts' own refusals are not known here: ``replies.py`` maps them.
+Rule 2 (the one place that says what is transient): a reply whose first word is in
+:data:`TRANSIENT` says the command did not run and may be sent later. Both wires send it
+again with backoff until ``connect_timeout`` (``connection.py``, ``cluster.py``; the sync
+driver in ``scripts.evaluate_sync``), then raise :class:`~echomq.errors.Unavailable`
+(``ClusterDown`` for ``CLUSTERDOWN``), which ``errors.TRANSIENT`` names for the loops
+above (the worker's settle, claim, lease and recovery loops try again within their bounds).
 """
 
 from __future__ import annotations
 
-from ..errors import AuthenticationError, PermissionDenied, ServerError
+from ..errors import AuthenticationError, ClusterDown, PermissionDenied, ServerError, Unavailable
 
-__all__ = ["server_error"]
+__all__ = ["NON_LOCAL", "TRANSIENT", "first_word", "is_transient", "server_error"]
+
+#: A script refused mid-migration: it met a per-job key the node does not hold (moved
+#: already, or not created yet). Every script reads each per-job key before its first write
+#: (docs/lua.md, rule 1), so it stopped having written nothing.
+NON_LOCAL = "ERR Script attempted to access a non local key"
+
+#: First words of replies that mean "not run here, now; try later". ``NONLOCAL`` stands for
+#: :data:`NON_LOCAL`; ``UNBLOCKED``: a blocked pop on a master that became a replica (it
+#: popped nothing).
+TRANSIENT = frozenset(
+    {"LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED", "NONLOCAL"}
+)
+
+
+def first_word(message: str) -> str:
+    """The reply's first word (``NONLOCAL`` for a script's "non local key" refusal)."""
+    if message.startswith(NON_LOCAL):
+        return "NONLOCAL"
+    return message.split(" ", 1)[0]
+
+
+def is_transient(message: str) -> bool:
+    """Whether an error reply says the command was not run and may be sent again later."""
+    return first_word(message) in TRANSIENT
+
 
 # The server's own refusals with a type of their own. redis-py drops the first word of an
 # error reply; the second column matches what it leaves.
@@ -30,7 +61,8 @@ _AUTH_REFUSED = (
 
 def server_error(message: str, context: str = "") -> ServerError:
     """The error for a server's error reply: ``AuthenticationError`` for wrong or missing
-    credentials, ``PermissionDenied`` for an ACL refusal, else ``ServerError``.
+    credentials, ``PermissionDenied`` for an ACL refusal, ``Unavailable`` (``ClusterDown``)
+    for a transient refusal (:data:`TRANSIENT`), else ``ServerError``.
 
     ``context`` (e.g. ``"redis://host:6379/0: AUTH failed"``) prefixes the message.
     """
@@ -44,4 +76,9 @@ def server_error(message: str, context: str = "") -> ServerError:
         return AuthenticationError(text)
     if first == "NOPERM":
         return PermissionDenied(text)
+    word = first_word(message)
+    if word == "CLUSTERDOWN":
+        return ClusterDown(text)
+    if word in TRANSIENT:
+        return Unavailable(text)
     return ServerError(text)

@@ -9,7 +9,8 @@ token arrives, the next scheduled job is due, or the idle cap passes. It never s
 Rule 3: a claim is never abandoned once sent: its reply is awaited under a shield (a
 bounded one), and the jobs it brings are run, or handed back when the consumer stops.
 To stop an idle wait at once, the consumer nudges its own wake list.
-Rule 4: ``ConnectionLost`` is transient: the loop backs off and tries again. A claim
+Rule 4: ``ConnectionLost`` and ``Unavailable`` (``errors.TRANSIENT``) are transient: the loop
+backs off and tries again. A claim
 whose reply was lost leaves its jobs active on the server: their leases lapse and the
 recovery sweep returns them.
 """
@@ -27,7 +28,7 @@ from .._jitter import Backoff
 from .._redis import validate as v
 from .._redis.protocol import RedisConnection
 from .._verbs.wake import nudge, wait_then_claim
-from ..errors import ConnectionLost
+from ..errors import TRANSIENT, ConnectionLost
 from ..jobs import ClaimBatch
 from .cancellation import InFlight
 from .execution import JobRunner
@@ -85,7 +86,7 @@ class Consumer:
                         batch = await self._claim(want)
                     else:
                         batch = await self._claim_when_woken(want, idle_for)
-                except ConnectionLost as exc:
+                except TRANSIENT as exc:
                     delay = backoff.next()
                     log.warning("claim loop: %s; retrying in %.2f s", exc, delay)
                     await trio.sleep(delay)
@@ -160,7 +161,7 @@ class Consumer:
         if self._idle_until is not None:
             try:
                 await nudge(self.conn, self.queue, self.id)
-            except ConnectionLost as exc:
+            except TRANSIENT as exc:
                 log.warning("stop: could not wake the idle claim (%s); it ends by itself", exc)
         with trio.move_on_after(CLAIM_TIMEOUT):
             await self._stopped.wait()

@@ -21,7 +21,7 @@ import trio
 from .. import jobs
 from .._model.cancel import CancelToken
 from .._redis.scripts import Executor
-from ..errors import ConnectionLost, JobGone, NotActive, StaleToken
+from ..errors import TRANSIENT, JobGone, NotActive, StaleToken
 
 __all__ = ["Job", "bind", "current_job", "unbind"]
 
@@ -86,7 +86,7 @@ class Job:
             await jobs.extend_lock(self._conn, self.queue, self.id, self.token, self._lease_ms)
         except (StaleToken, NotActive, JobGone):
             self._lose()
-        except ConnectionLost as exc:
+        except TRANSIENT as exc:
             log.warning("checkpoint of job %s: %s (the lease keeper will retry)", self.id, exc)
         await trio.lowlevel.checkpoint()
 

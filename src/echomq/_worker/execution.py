@@ -5,7 +5,9 @@ a cancel request (the job completes with ``cancelled:<reason>``, never retried),
 lease (the outcome is never settled: a newer holder owns the job), a shutdown past grace
 (the job is handed back to pending by the worker, in one batch).
 Rule 2: the outcome is settled under a shielded scope with a bounded timeout;
-``ConnectionLost`` is retried with backoff inside that bound (``complete`` is idempotent
+``ConnectionLost`` and ``Unavailable`` (``errors.TRANSIENT``: the wire gave up after
+``connect_timeout``, e.g. a reshard or a failover slower than that) are retried with backoff
+inside that bound (``complete`` is idempotent
 for the same token; a ``fail`` that did land answers ``NotActive``/``StaleToken`` the
 second time, which also means "done"). A refusal means the lease was lost: logged, never
 retried, never forced. Any other error while settling (a server error, a result the
@@ -41,7 +43,7 @@ from .._model.text import clip, error_text, safe_str
 from .._redis.scripts import Executor
 from .._verbs.rows import MAX_LOG_LINE
 from ..errors import (
-    ConnectionLost,
+    TRANSIENT,
     JobCancelled,
     JobGone,
     NotActive,
@@ -362,7 +364,7 @@ class JobRunner:
                         "job %s: settling refused (%r); a newer holder owns it", held.id, exc
                     )
                     return True  # never retried, never handed back
-                except ConnectionLost as exc:
+                except TRANSIENT as exc:
                     log.warning("job %s: settling failed (%s); retrying", held.id, exc)
                     await backoff.sleep()
                 except Exception as exc:  # not transient: fail the job instead
@@ -385,10 +387,10 @@ class JobRunner:
         return True  # do not also hand it back: the recovery sweep owns it now
 
     async def _write_log(self, held: Held, line: str) -> None:
-        """Append the traceback to the job's logs; only ConnectionLost is worth a retry."""
+        """Append the traceback to the job's logs; only a transient error is worth a retry."""
         try:
             await jobs.add_log(self.conn, self.queue.name, held.id, line)
-        except ConnectionLost:
+        except TRANSIENT:
             raise
         except JobGone:
             pass  # the fail that follows says so

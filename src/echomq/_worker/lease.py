@@ -8,7 +8,8 @@ lease is lost: the job's scope is cancelled and its outcome is never settled.
 Rule 3: ``cancel`` means the lease was renewed and the job's row carries a cancel request
 (``echomq.cancel.request``): the request goes to the cancellation bridge exactly as the
 cancel event would, so a worker that missed the event stops the job at this checkpoint.
-Rule 4: ``ConnectionLost`` is transient: logged, and the next tick tries again.
+Rule 4: ``ConnectionLost`` and ``Unavailable`` (``errors.TRANSIENT``) are transient: logged,
+and the next tick tries again.
 Rule 5 (a test hook, ``echomq.testing.freeze_renewal``): while ``frozen`` is set, ticks
 renew nothing, so held leases lapse while their jobs run on. One test per tick: no cost
 per job.
@@ -26,7 +27,7 @@ from .. import jobs
 from .._redis import validate as v
 from .._redis.replies import ExtendResult
 from .._redis.scripts import Executor
-from ..errors import ConnectionLost
+from ..errors import TRANSIENT
 from .cancellation import InFlight, Stop
 
 __all__ = ["LeaseKeeper"]
@@ -64,7 +65,7 @@ class LeaseKeeper:
                 chunk = pairs[start : start + CHUNK]
                 try:
                     answers = await jobs.extend_locks(self.conn, self.queue, chunk, lease_ms)
-                except ConnectionLost as exc:
+                except TRANSIENT as exc:
                     log.warning("lease keeper: %s; retrying next tick", exc)
                     return
                 reasons = getattr(answers, "cancel_reasons", {})

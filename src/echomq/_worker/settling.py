@@ -10,8 +10,9 @@ Rule 2 (nothing acknowledged before Redis has it): a job counts as completed, le
 held map and frees its slot only once the server answered for it. A job answered
 stale / not active / gone was taken over: counted lost, logged, never retried.
 Rule 3 (the same guarantees as one job alone, ``execution.py`` rule 2): the call runs
-under a shield bounded by ``settle_timeout``; ``ConnectionLost`` is retried with backoff
-within that bound (completing again with the same token is idempotent: already completed
+under a shield bounded by ``settle_timeout``; ``ConnectionLost`` and ``Unavailable``
+(``errors.TRANSIENT``: a slot mid-reshard, a failover) are retried with backoff within that
+bound (completing again with the same token is idempotent: already completed
 answers ok). Any other error (a server error, a result the verb refuses) settles each job
 of the batch alone, through the single-job path and its fallback (the job failed dead
 with the reason). If the bound passes, the leases lapse and recovery returns the jobs.
@@ -31,7 +32,7 @@ from .._redis import validate as v
 from .._redis.replies import ExtendResult
 from .._redis.scripts import Executor
 from ..config import MAX_BATCH_BYTES
-from ..errors import ConnectionLost, EchoMQError, JobGone, NotActive, ScriptError, StaleToken
+from ..errors import TRANSIENT, EchoMQError, JobGone, NotActive, ScriptError, StaleToken
 from .cancellation import Held
 
 __all__ = ["Completions"]
@@ -125,7 +126,7 @@ class Completions:
                 done = [(held.id, held.token, result) for held, result, _ in chunk]
                 answers = await jobs.complete_many(self.conn, self.queue, done)
                 break
-            except ConnectionLost as exc:
+            except TRANSIENT as exc:
                 log.warning("settling %d job(s) failed (%s); retrying", len(chunk), exc)
                 await backoff.sleep()
             except Exception as exc:  # not transient: each job alone, with its fallback

@@ -5,7 +5,8 @@ waits: one connection attempt (connect, AUTH, PING), then a pause that doubles f
 ``WAIT_MIN`` to ``WAIT_MAX`` with jitter (``_jitter.Backoff``: a fleet does not retry in
 step), and one log line per failed attempt: ``waiting for redis at <url> (attempt N): <reason>``.
 Rule 2: only what may pass by itself is waited for: nothing listening, a dropped socket,
-a server still loading its data (``ConnectionLost``). Wrong or missing credentials, an ACL
+a server still loading its data, a cluster whose slots are not all served yet
+(``ConnectionLost``, ``Unavailable``: ``errors.TRANSIENT``). Wrong or missing credentials, an ACL
 refusal or a TLS certificate nobody trusts (``AuthenticationError``, ``PermissionDenied``,
 ``TLSError``) raise at once: retrying cannot fix them and a worker that looks alive but
 never works hides the mistake (docs/wire.md).
@@ -21,9 +22,9 @@ from typing import TypeVar
 import trio
 
 from .._jitter import Backoff
-from .._redis.connection import probe
+from .._redis.dial import probe
 from ..config import parse_url
-from ..errors import ConnectionLost
+from ..errors import TRANSIENT, ConnectionLost
 
 __all__ = ["WAIT_MAX", "WAIT_MIN", "reason", "wait_for_redis"]
 
@@ -66,7 +67,7 @@ async def wait_for_redis(url: str, stop: trio.Event, then: Callable[[], Awaitabl
         attempt += 1
         try:
             answered, answer = await _unless_stopped(stop, url, then)
-        except ConnectionLost as exc:
+        except TRANSIENT as exc:
             log.warning("waiting for redis at %s (attempt %d): %s", display, attempt, reason(exc))
         else:
             if not answered:

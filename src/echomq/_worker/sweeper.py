@@ -26,7 +26,7 @@ from .. import admin, jobs, stalled
 from .._redis.scripts import Executor
 from .._verbs.guard import take_sweep_guard
 from ..config import Recovery
-from ..errors import ConnectionLost
+from ..errors import TRANSIENT
 
 __all__ = ["Recovery", "Sweeper"]  # (Recovery lives in config.py; re-exported)
 
@@ -55,7 +55,7 @@ class Sweeper:
         while True:
             try:
                 await self.sweep_once()
-            except ConnectionLost as exc:
+            except TRANSIENT as exc:
                 log.warning("recovery: %s; retrying next interval", exc)
             await trio.sleep(self.interval)
 

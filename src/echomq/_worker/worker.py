@@ -42,7 +42,7 @@ from .._redis.protocol import RedisConnection
 from .._trio import open_service_nursery
 from .._verbs.feed import open_control_feed
 from ..config import WorkerConfig, parse_url
-from ..errors import ConnectionLost, InvalidArgument
+from ..errors import TRANSIENT, InvalidArgument
 from ..events import EventFeed
 from .cancellation import InFlight
 from .consumer import Consumer
@@ -370,7 +370,7 @@ class Worker:
                 for start in range(0, len(pending), v.MAX_HELD):  # the verb's cap per call
                     chunk = pending[start : start + v.MAX_HELD]
                     answers.update(await jobs.release(conn, self.queue.name, chunk))
-            except ConnectionLost as exc:
+            except TRANSIENT as exc:
                 log.error(
                     "shutdown: could not hand back %d job(s) (%s); recovery will return them",
                     len(pending),
@@ -434,7 +434,7 @@ class Worker:
                         continue  # retried at once: the script pushed a wake token
                     try:
                         await consumer.scheduled(due_in)
-                    except ConnectionLost:
+                    except TRANSIENT:
                         pass  # the idle cap still bounds the wait
 
         return watch

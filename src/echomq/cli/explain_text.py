@@ -66,7 +66,8 @@ def summary(e: Explanation) -> str:
             return "active by its row, but in no active set: no lease holds it"
         if e.epoch_current is False or job.lease_epoch is None:
             return (
-                f"claimed before the server's last restart (token {e.token}): "
+                f"claimed before the server's last restart (token {e.token}; on a cluster, "
+                "or before a failover or a move of its slot): unless its holder renews it, "
                 "the next recovery sweep returns it to pending without counting a stall"
             )
         if left > 0:
@@ -106,7 +107,7 @@ def facts(e: Explanation) -> list[tuple[str, str]]:
         when = f"in {span(left)}" if left > 0 else f"expired {span(left)} ago"
         out.append(("lease deadline", f"{utc(e.lease_deadline_ms)} ({when})"))
     if job.lease_epoch is not None:
-        current = "current run" if e.epoch_current else "a previous run"
+        current = "current run" if e.epoch_current else "another server run"
         out.append(("lease epoch", f"{job.lease_epoch} ({current})"))
     out.append(("token", str(e.token)))
     out.append(("failures", f"{job.failures} of {job.max_attempts}"))
