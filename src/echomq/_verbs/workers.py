@@ -41,7 +41,16 @@ __all__ = [
 ]
 
 #: the counters a record carries (``Worker.statistics()`` names)
-COUNTERS = ("claimed", "completed", "failed", "retried", "cancelled", "lost", "abandoned")
+COUNTERS = (
+    "claimed",
+    "completed",
+    "failed",
+    "retried",
+    "cancelled",
+    "lost",
+    "abandoned",
+    "terminated",
+)
 MAX_RUNNING_LISTED = 50  # job ids a record lists (``held`` counts them all)
 DEFAULT_KEEP_GONE_MS = 3_600_000  # a gone worker stays listed for an hour after its last beat
 
