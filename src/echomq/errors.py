@@ -274,7 +274,7 @@ class SoftTimeLimit(EchoMQError):
     The job may catch it to clean up (and even return a value); uncaught, it is the
     attempt's failure (retried like any). The hard ``timeout`` still stops the job.
     An async task gets it at its current (or next) await; a thread task at its next
-    Python instruction (a blocking C call finishes first); a process task through SIGUSR1
+    Python instruction (a blocking C call finishes first); a process task by a timer signal
     (docs/runtime.md, "Time limits").
     """
 

@@ -13,8 +13,10 @@ child runs which call.
 Rule 3: a call stopped hard (a cancel past its grace, the task's ``timeout``, a lost lease,
 a shutdown past grace) kills its child (SIGKILL): the work stops, and the next call gets a
 fresh child. No other call is touched.
-Rule 4: a soft time limit (``soft_timeout``) sends the child SIGUSR1, whose handler raises
-:class:`~echomq.errors.SoftTimeLimit` in the call (it may clean up, or return).
+Rule 4: a soft time limit (``soft_timeout``) travels with the call as the seconds left;
+the child arms a timer (``setitimer``, SIGALRM) whose handler raises
+:class:`~echomq.errors.SoftTimeLimit` in the call (it interrupts a sleep; the call may
+clean up, or return), and disarms it when the call ends.
 Rule 5: a child that dies by itself (``os._exit``, a crash) fails its call with
 ``BrokenProcessPool``; the worker process lives on.
 """
@@ -26,6 +28,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 import traceback
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
@@ -57,12 +60,21 @@ class RemoteTraceback(Exception):
         return str(self.args[0]) if self.args else ""
 
 
-_running = False  # (in a child) a call is running: SIGUSR1 may raise in it
+_running = False  # (in a child) a call is running: the soft limit's alarm may raise in it
 
 
 def _soft_limit(signum: int, frame: object) -> None:
     if _running:
         raise SoftTimeLimit()
+
+
+def _arm(seconds: float | None) -> None:
+    if seconds is not None:
+        signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-6))
+
+
+def _disarm() -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _portable(value: Any) -> Any:
@@ -82,7 +94,8 @@ def _serve_child(conn: Connection) -> None:
     """The child's loop: one call at a time until the pipe closes (or a None)."""
     global _running
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the worker decides what a Ctrl-C means
-    signal.signal(signal.SIGUSR1, _soft_limit)
+    signal.signal(signal.SIGALRM, _soft_limit)
+    conn.send("ready")  # the handlers are set
     while True:
         try:
             message = conn.recv()
@@ -90,18 +103,19 @@ def _serve_child(conn: Connection) -> None:
             return
         if message is None:
             return
-        module, qualname, args, kwargs = message
+        module, qualname, args, kwargs, soft = message
         _running = True
         try:
-            reply: tuple[bool, Any, str | None] = (
-                True,
-                call_by_name(module, qualname, args, kwargs),
-                None,
-            )
+            _arm(soft)
+            value = call_by_name(module, qualname, args, kwargs)
+            _running = False
+            reply: tuple[bool, Any, str | None] = (True, value, None)
         except BaseException as exc:  # the call's, whatever it is (SystemExit included)
+            _running = False
             reply = (False, exc, "".join(traceback.format_exception(exc)))
         finally:
             _running = False
+            _disarm()
         ok, value, tb = reply
         reply = (ok, _portable(value), tb)
         try:
@@ -119,30 +133,39 @@ class _Child:
         self._child_end: Connection | None = child_end
 
     def start(self) -> None:
+        """Start the child and wait until it is ready (its signal handlers are set)."""
         self.process.start()
         if self._child_end is not None:
             self._child_end.close()
             self._child_end = None
+        try:
+            ready = self.conn.recv()
+        except (EOFError, OSError):
+            ready = None
+        if ready != "ready":
+            self.kill()
+            raise BrokenProcessPool("a process of the pool did not start")
 
     @property
     def pid(self) -> int | None:
         return self.process.pid
 
     def kill(self) -> None:
-        """SIGKILL, and close our end (a thread blocked reading it wakes up)."""
+        """SIGKILL, close our end (a thread blocked reading it wakes up), and reap the
+        child in the background (no zombie is left)."""
         try:
             self.process.kill()
         except (OSError, ValueError, AttributeError):
             pass
         self.conn.close()
+        if self.process.pid is not None:
+            threading.Thread(target=self._reap, name="echomq reap child", daemon=True).start()
 
-    def soft_limit(self) -> None:
-        """SIGUSR1: the running call raises SoftTimeLimit."""
-        if self.process.pid is not None and self.process.is_alive():
-            try:
-                os.kill(self.process.pid, signal.SIGUSR1)
-            except OSError:
-                pass
+    def _reap(self) -> None:
+        try:
+            self.process.join(_JOIN_TIMEOUT)
+        except (OSError, ValueError, AssertionError):
+            pass
 
     def stop(self) -> None:
         """Ask an idle child to exit; kill it if it does not in time."""
@@ -151,8 +174,9 @@ class _Child:
         except (OSError, ValueError):
             pass
         self.process.join(_JOIN_TIMEOUT)
-        self.kill()
-        self.process.join(_JOIN_TIMEOUT)
+        if self.process.is_alive():
+            self.kill()
+        self.conn.close()
 
 
 def _receive(conn: Connection) -> tuple[bool, Any, str | None]:
@@ -186,7 +210,7 @@ class ProcessPool:
     ) -> Any:
         """Run the call in a child; a cancellation kills the child (rule 3).
 
-        ``soft_deadline`` (trio time): SIGUSR1 then, so the call raises SoftTimeLimit.
+        ``soft_deadline`` (trio time): the call raises SoftTimeLimit then (rule 4).
 
         Raises:
             BrokenProcessPool: the child died during the call.
@@ -200,9 +224,12 @@ class ProcessPool:
             self._busy.add(child)
             done = False
             try:
-                message = (module, qualname, args, dict(kwargs))
+                soft = None if soft_deadline is None else soft_deadline - trio.current_time()
+                message = (module, qualname, args, dict(kwargs), soft)
                 await trio.to_thread.run_sync(child.conn.send, message, abandon_on_cancel=True)
-                ok, value, tb = await self._wait(child, soft_deadline)
+                ok, value, tb = await trio.to_thread.run_sync(
+                    _receive, child.conn, abandon_on_cancel=True
+                )
                 done = True
             finally:
                 self._busy.discard(child)
@@ -217,25 +244,6 @@ class ProcessPool:
         if isinstance(value, BaseException) and tb:
             value.__cause__ = RemoteTraceback(tb)
         raise value
-
-    async def _wait(
-        self, child: _Child, soft_deadline: float | None
-    ) -> tuple[bool, Any, str | None]:
-        if soft_deadline is None:
-            return await trio.to_thread.run_sync(_receive, child.conn, abandon_on_cancel=True)
-        reply: list[tuple[bool, Any, str | None]] = []
-        async with trio.open_nursery() as nursery:
-
-            async def soft() -> None:
-                await trio.sleep_until(soft_deadline)
-                child.soft_limit()
-
-            nursery.start_soon(soft)
-            reply.append(
-                await trio.to_thread.run_sync(_receive, child.conn, abandon_on_cancel=True)
-            )
-            nursery.cancel_scope.cancel()
-        return reply[0]
 
     async def aclose(self) -> None:
         """Stop every child (idle ones exit; a busy one, whose call was abandoned, is killed)."""

@@ -14,8 +14,8 @@ Rule 2: a sync task's thread gets ``SoftTimeLimit`` asynchronously
 (``PyThreadState_SetAsyncExc``): it is raised at the thread's next Python instruction; a
 blocking C call (``time.sleep``, a socket read) is not interrupted, it raises when it
 returns. A call that already returned is not hit (the injection is taken back).
-Rule 3: a process task's child gets SIGUSR1 (``processes.py``), which does interrupt a
-sleep.
+Rule 3: a process task's child arms a timer of its own (``processes.py``, SIGALRM), which
+does interrupt a sleep.
 Only tasks with a ``soft_timeout`` go through any of this.
 """
 
@@ -25,7 +25,7 @@ import ctypes
 import math
 import threading
 import types
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
 import outcome
@@ -33,7 +33,7 @@ import trio
 
 from ..errors import SoftTimeLimit
 
-__all__ = ["ThreadCall", "soft_limited"]
+__all__ = ["ThreadCall", "run_with_alarm", "soft_limited"]
 
 T = TypeVar("T")
 
@@ -80,6 +80,24 @@ async def soft_limited(coro: Coroutine[Any, Any, T], deadline: float, message: s
     return await _drive(coro, deadline, message)
 
 
+async def run_with_alarm(
+    deadline: float, alarm: Callable[[], object], body: Callable[[], Awaitable[T]]
+) -> T:
+    """``await body()``; if it is still running at ``deadline`` (trio time), call
+    ``alarm()`` once. What the body raises comes out as itself (no exception group)."""
+    done: list[outcome.Outcome[T]] = []
+    async with trio.open_nursery() as nursery:
+
+        async def timer() -> None:
+            await trio.sleep_until(deadline)
+            alarm()
+
+        nursery.start_soon(timer)
+        done.append(await outcome.acapture(body))
+        nursery.cancel_scope.cancel()
+    return done[0].unwrap()
+
+
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
 _set_async_exc.restype = ctypes.c_int
@@ -121,14 +139,8 @@ class ThreadCall:
         ``soft_deadline`` (trio time) the thread gets SoftTimeLimit."""
         if soft_deadline is None or soft_deadline == math.inf:
             return await trio.to_thread.run_sync(self, abandon_on_cancel=True)
-        answer: list[Any] = []
-        async with trio.open_nursery() as nursery:
 
-            async def soft() -> None:
-                await trio.sleep_until(soft_deadline)
-                self.soft_limit()
+        async def body() -> Any:
+            return await trio.to_thread.run_sync(self, abandon_on_cancel=True)
 
-            nursery.start_soon(soft)
-            answer.append(await trio.to_thread.run_sync(self, abandon_on_cancel=True))
-            nursery.cancel_scope.cancel()
-        return answer[0]
+        return await run_with_alarm(soft_deadline, self.soft_limit, body)
