@@ -53,6 +53,7 @@ async def test_a_thread_task_that_ignores_its_cancel_is_fenced_and_abandoned(
             with pytest.raises(echomq.JobCancelled) as caught:
                 await handle.result(timeout=5)
             assert not returned.is_set()  # it ended cancelled while the thread ran
+            await until(lambda: worker.statistics().held == 0)  # its slot is free
             stats = worker.statistics()
             assert (stats.abandoned, stats.cancelled, stats.held) == (1, 1, 0)
             release.set()
@@ -116,8 +117,8 @@ async def test_grace_zero_stops_a_running_thread_task_at_once(redis_url: str, qu
                 assert await handle.cancel("now", grace=0) == "fenced"
                 with pytest.raises(echomq.JobCancelled):
                     await handle.result(timeout=5)
-                await until(lambda: worker.statistics().abandoned == 1)
-                assert worker.statistics().held == 0
+                await until(lambda: worker.statistics().held == 0)  # its slot is free
+                assert worker.statistics().abandoned == 1
     finally:
         release.set()
 

@@ -251,17 +251,15 @@ async def test_workers_panel_shows_running_blocked_and_gone_workers(
     async def noop() -> None:
         return None
 
-    def beat(blocked_ms: int | None) -> workers.WorkerBeat:
+    def beat() -> workers.WorkerBeat:
         return workers.WorkerBeat(
             host="box", pid=7, version="0.1.0", queues=(queue,), concurrency=4, lease_ms=300,
             beat_ms=100, held=1, running=("j1",), blocked_task="app.resize_image",
             blocked_job="j1",
         )  # fmt: skip
 
-    await workers.beat(
-        conn, queue, "w-blocked", beat(2300), ttl_ms=60_000, up_ms=9000, blocked_ms=2300
-    )
-    await workers.beat(conn, queue, "w-gone", beat(None), ttl_ms=1, up_ms=9000)
+    await workers.beat(conn, queue, "w-blocked", beat(), ttl_ms=60_000, up_ms=9000, blocked_ms=2300)
+    await workers.beat(conn, queue, "w-gone", beat(), ttl_ms=1, up_ms=9000)
     worker = echomq.Worker(q, concurrency=2)
 
     def steps(page: Any) -> dict[str, str]:

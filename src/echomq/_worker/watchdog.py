@@ -2,7 +2,8 @@
 
 Rule 1: a thread of its own, running a Trio loop of its own with its own connection
 (the same wire and verbs as the worker), writes the worker's heartbeat record every
-``beat`` seconds (``_verbs/workers.beat``): it beats whatever the worker's loop does, so a
+``beat`` seconds (``heartbeat``, at most 0.9 of a lease keeper tick;
+``_verbs/workers.beat``): it beats whatever the worker's loop does, so a
 blocked worker still shows alive and a dead one (its process gone) stops beating: its
 record expires after three beats. Each beat also runs ``cancel.fence_due``: a cancel whose
 grace ran out is fenced within one beat of its deadline, whatever its holder does
@@ -118,7 +119,8 @@ class Watchdog:
         self.concurrency = concurrency
         self.claim_lease_ms = claim_lease_ms
         self.keeper_period = keeper_period
-        self.beat = min(config.heartbeat, keeper_period)
+        # a beat a little inside the keeper's tick: a cancel's fence is due within a tick
+        self.beat = min(config.heartbeat, 0.9 * keeper_period)
         self.ttl_ms = round((3 * self.beat + 1.0) * 1000)
         self.threshold = config.block_threshold
         self.hold = config.blocked_lease_limit
@@ -249,7 +251,9 @@ class Watchdog:
                 next_beat = now + self.beat
             if self._probe_sent is None:
                 self._probe(now)
-            await trio.sleep(self.check)
+            # wake for the next check or the next beat, whichever comes first (beats keep
+            # their interval: a due fence waits at most one beat)
+            await trio.sleep(max(0.0, min(self.check, next_beat - time.monotonic())))
 
     def _probe(self, now: float) -> None:
         token = self._main_token
