@@ -15,7 +15,10 @@ import trio
 import echomq
 from _waits import clock_past
 from echomq import cancel, jobs
+from echomq._model.completion import FinishedJob, FinishState, parse_entry
 from echomq._redis.keyspace import Keyspace
+from echomq._redis.scripts import ScriptCall, evaluate
+from echomq._redis.validate import MAX_BATCH
 from echomq.errors import InvalidArgument, JobGone, NotCancellable, StaleToken
 from verbs._support import snapshot
 
@@ -27,6 +30,11 @@ async def _held(conn: echomq.Connection, queue: str, job_id: str) -> echomq.Clai
     [held] = await jobs.claim(conn, queue, LEASE)
     assert held.id == job_id
     return held
+
+
+async def entries(conn: echomq.Connection, ks: Keyspace) -> list[FinishedJob]:
+    raw = await conn.execute("XRANGE", ks.completions, "-", "+")
+    return [parse_entry(ks.queue, item[0].decode(), item[1]) for item in raw]
 
 
 async def test_bad_grace_is_refused_before_any_io(closed_port_url: str, queue: str) -> None:
@@ -74,7 +82,14 @@ async def test_grace_zero_fences_the_attempt_at_once(conn: echomq.Connection, qu
     with pytest.raises(StaleToken):
         await jobs.extend_lock(conn, queue, "a", held.token, LEASE)
     assert (await jobs.get_job(conn, queue, "a")).result == b"cancelled:now"  # type: ignore[union-attr]
-    assert (await echomq.admin.stats(conn, queue)).completed_total == 1
+    stats = await echomq.admin.stats(conn, queue)
+    assert (stats.completed_total, stats.cancelled_total) == (0, 1)
+    # it finished through `finished`: its completions entry, and the row's retention
+    [entry] = await entries(conn, ks)
+    assert (entry.id, entry.state, entry.reason) == ("a", FinishState.CANCELLED, "now")
+    assert entry.attempts == held.token  # the claims it had (its token is one more)
+    assert 0 < await conn.execute("PTTL", ks.job("a")) <= 86_400_000
+    assert float(await conn.execute("ZSCORE", ks.completed, "a")) > entry.finished_at
 
 
 async def test_a_grace_signals_then_fence_due_fences_only_what_is_due(
@@ -133,6 +148,11 @@ async def test_a_flagged_job_back_in_pending_or_scheduled_is_fenced_at_its_deadl
     for job_id in ("back", "later"):
         info = await jobs.get_job(conn, queue, job_id)
         assert info is not None and info.cancelled
+    # one call fenced both: one entry each, counted once per call
+    assert sorted((e.id, e.state) for e in await entries(conn, ks)) == [
+        ("back", FinishState.CANCELLED), ("later", FinishState.CANCELLED)
+    ]  # fmt: skip
+    assert (await echomq.admin.stats(conn, queue)).cancelled_total == 2
     assert await conn.execute("ZCARD", ks.pending) == 0
     assert await conn.execute("ZCARD", ks.schedule) == 0
 
@@ -178,6 +198,30 @@ async def test_reprocess_clears_a_cancel_left_on_a_dead_job(
 
 async def test_fence_due_limit_is_gated(closed_port_url: str, queue: str) -> None:
     async with echomq.connect(closed_port_url) as conn:
-        for limit in (0, 251, 1.5):
+        for limit in (0, MAX_BATCH + 1, 1.5):
             with pytest.raises(InvalidArgument):
                 await cancel.fence_due(conn, queue, limit=limit)  # type: ignore[arg-type]
+
+
+async def test_fence_cancels_fences_its_cap_in_one_call_and_refuses_more(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """MAX_BATCH due cancels (each finishes a job: its entry, its retention) in one call;
+    a limit over the cap, sent past the verb's gate, is refused by the script itself."""
+    ks = Keyspace(queue)
+    ids = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"x")] * (MAX_BATCH + 1))
+    held = await jobs.claim(conn, queue, LEASE, count=MAX_BATCH + 1)
+    for c in held:
+        assert await cancel.request(conn, queue, c.id, grace=0.001) == "signalled"
+    deadline = float(await conn.execute("ZSCORE", ks.cancels, held[-1].id))
+    await clock_past(conn, deadline, ks.meta)
+    sc = cancel.fence_due_call(queue, 1)
+    before = await snapshot(conn, ks)
+    with pytest.raises(InvalidArgument):
+        await evaluate(conn, ScriptCall(sc.script, sc.keys, [ks.base, MAX_BATCH + 1], sc.read))
+    assert await snapshot(conn, ks) == before
+    first = await cancel.fence_due(conn, queue, limit=MAX_BATCH)
+    assert len(first) == MAX_BATCH
+    assert sorted(first + await cancel.fence_due(conn, queue)) == sorted(ids)
+    assert len(await entries(conn, ks)) == MAX_BATCH + 1
+    assert (await echomq.admin.stats(conn, queue)).cancelled_total == MAX_BATCH + 1

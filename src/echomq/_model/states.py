@@ -75,17 +75,20 @@ TRANSITIONS: dict[str, Moves] = {
     "reprocess_job": {JobState.DEAD: frozenset({JobState.PENDING})},
     "remove_job": {state: frozenset({None}) for state in JobState},
     # cancel removes a waiting job; an active one gets a flag (it completes later), or,
-    # with no grace left (grace=0), is fenced: settled cancelled at once
+    # with no grace left (grace=0), is fenced: settled cancelled at once (finished, with
+    # the completed set's retention, as complete)
     "cancel": {
         JobState.PENDING: frozenset({None}),
         JobState.SCHEDULED: frozenset({None}),
         JobState.ACTIVE: frozenset({JobState.COMPLETED}),
+        JobState.COMPLETED: frozenset({None}),
     },
     # a cancel whose grace ran out: settled cancelled, its attempt fenced (docs/runtime.md)
     "fence_cancels": {
         JobState.ACTIVE: frozenset({JobState.COMPLETED}),
         JobState.PENDING: frozenset({JobState.COMPLETED}),
         JobState.SCHEDULED: frozenset({JobState.COMPLETED}),
+        JobState.COMPLETED: frozenset({None}),
     },
     "drain": {
         JobState.PENDING: frozenset({None}),
