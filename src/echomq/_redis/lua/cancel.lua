@@ -24,7 +24,8 @@
   Events   removed {job, reason} (a waiting job) | cancel {job, reason, grace_ms} (an
            active job) | cancel {job, reason, fenced} and completed {job, fenced} (fenced);
            each cancel also on the workers' channel (emq:{q}:control), where they listen
-  Moves    pending | scheduled -> (none); active -> completed
+  Moves    pending | scheduled -> (none); active -> completed; completed -> (none) (the
+           retention of a fenced job's set, other rows)
   Bound    O(log N): a fixed number of set and row commands (a removed job's log lines
            are deleted with it: O(lines)), plus the retention's cleanup of a fenced job
            (include/finished.lua: at most 100 index entries and 100 capped rows). A

@@ -14,7 +14,8 @@
   Errors   EMQARG   limit is not 1..100 (nothing written; the verb refuses it first)
   Events   cancel {job, reason, fenced} (also on emq:{q}:control, the workers' channel) and
            completed {job, fenced} (per fenced job)
-  Moves    active | pending | scheduled -> completed
+  Moves    active | pending | scheduled -> completed; completed -> (none) (the retention,
+           other rows)
   Bound    O(limit * log N); at most 100 due entries per call (validate.MAX_BATCH: each
            may finish a job), plus the retention's cleanup (include/finished.lua: at most
            100 index entries and 100 capped rows per call)
