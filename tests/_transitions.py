@@ -143,6 +143,27 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
         :1
     ]
     await step("cancel pending", lambda: cancel.request(rec, queue, waiting))
+    # cancel with a grace: fenced at once (grace 0), or by fence_cancels once it runs out,
+    # whether the job is still active, or back in pending / the schedule by then
+    for i in range(1, 5):
+        await step(f"enqueue f{i}", new(f"f{i}", priority=100, max_attempts=3))
+    [c] = await claim()
+    await step("cancel, no grace left", lambda: cancel.request(rec, queue, c.id, grace=0))
+    held = await claim(count=3)
+    for c in held:
+        await step(
+            f"cancel {c.id}, grace", lambda c=c: cancel.request(rec, queue, c.id, grace=0.001)
+        )
+    [_, back, later] = held
+    await step("release flagged", lambda: jobs.release(rec, queue, [(back.id, back.token)]))
+    await step(
+        "retry flagged",
+        lambda: jobs.fail(rec, queue, later.id, later.token, "e", retry_delay_ms=60_000),
+    )
+    fenced = [c.id for c in held]
+    deadline = await conn.execute("ZSCORE", Keyspace(queue).cancels, fenced[-1])
+    await clock_past(conn, float(deadline), Keyspace(queue).meta)
+    await step("fence due cancels", lambda: cancel.fence_due(rec, queue))
     # remove: one job in each state
     await step("enqueue r1", new("r1", delay_ms=600_000))
     [c] = await claim()

@@ -43,6 +43,9 @@ CAPPED = {
     "queue_stats": ("MAX_MINUTES", v.MAX_MINUTES),
     "repeat_due": ("MAX_LIMIT", v.MAX_REPEAT_PAGE),
     "repeat_list": ("MAX_LIMIT", v.MAX_REPEAT_PAGE),
+    "fence_cancels": ("MAX_LIMIT", v.MAX_BATCH),
+    "list_workers": ("MAX_LIMIT", v.MAX_BATCH),
+    "heartbeat": ("MAX_PAIRS", v.MAX_BEAT_FIELDS),
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "

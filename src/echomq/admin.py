@@ -17,9 +17,11 @@ before any I/O, and either answers a value or raises a typed error from
 - ``list_queues``: every queue (a queue exists when it has ``emq:{q}:meta``), every master.
 - ``active_jobs`` / ``dead_jobs``: typed rows of the jobs held now / dead-lettered;
   ``server_now_ms``: the server's clock, the one every lease is scored on.
+- ``list_workers``: the workers serving the queue, from their heartbeat records
+  (``WorkerRecord``: alive or gone, blocked or running, what they hold).
 
 This module is the public face; the implementations live in ``echomq._verbs`` (``admin``,
-``discovery``, ``views``), like every verb module (docs/design.md, "The verbs").
+``discovery``, ``views``, ``workers``), like every verb module (docs/design.md, "The verbs").
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ from ._verbs.admin import set_retention_call as set_retention_call
 from ._verbs.admin import stats_call as stats_call
 from ._verbs.discovery import list_queues
 from ._verbs.views import MAX_VIEW, ActiveRow, DeadRow, active_jobs, dead_jobs, server_now_ms
+from ._verbs.workers import WorkerList, WorkerRecord, list_workers
+from ._verbs.workers import list_workers_call as list_workers_call
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -71,6 +75,8 @@ __all__ = [
     "ObliterateStep",
     "QueueStats",
     "Retention",
+    "WorkerList",
+    "WorkerRecord",
     "active_jobs",
     "capped",
     "dead_jobs",
@@ -79,6 +85,7 @@ __all__ = [
     "ensure_schema",
     "is_paused",
     "list_queues",
+    "list_workers",
     "obliterate",
     "obliterate_all",
     "obliterate_step",

@@ -212,13 +212,23 @@ class TaskHandle:
         """The job's row, or None when there is none."""
         return await jobs.get_job(self.queue.connection, self.queue.name, self.id)
 
-    async def cancel(self, reason: str | None = None) -> CancelOutcome:
+    async def cancel(
+        self, reason: str | None = None, *, grace: float | None = None
+    ) -> CancelOutcome:
         """Remove the job if unclaimed, or signal its worker if active.
 
+        ``grace`` (seconds): if the job has not stopped when it runs out, its attempt is
+        fenced (settled cancelled; whatever it does later cannot commit) and its worker
+        stops it hard (a process task's child is killed, a thread task abandoned).
+        ``grace=0`` fences it now. ``None``: cooperative only (docs/runtime.md).
+
         Raises:
+            InvalidArgument: a negative or non-finite grace (before any I/O).
             JobGone: no row. NotCancellable: the job already finished.
         """
-        outcome = await cancel_request(self.queue.connection, self.queue.name, self.id, reason)
+        outcome = await cancel_request(
+            self.queue.connection, self.queue.name, self.id, reason, grace=grace
+        )
         if outcome is CancelOutcome.REMOVED:
             self._removed, self._removed_reason = True, reason
         return outcome
@@ -333,7 +343,11 @@ class Queue:
           (default: 1 s doubling, capped at 300 s). A delay that cannot be scheduled at run
           time (the callable raised, answered NaN, inf or more than ``MAX_DELAY``) makes
           the job dead with that reason.
-        - ``timeout``: seconds the handler may run; past it the attempt fails.
+        - ``timeout``: seconds the handler may run; past it the attempt is stopped hard
+          and fails (``TimeoutError``): an async task is cancelled, a thread task
+          abandoned, a process task's child killed (docs/runtime.md, "Time limits").
+        - ``soft_timeout``: seconds after which ``SoftTimeLimit`` is raised inside the
+          job (it may catch it and clean up); below ``timeout`` when both are given.
         - ``lease``: seconds of each lease; the worker renews it every third of that.
           Delays, leases and timeouts are at most ``MAX_DELAY`` (2^40 ms, ~34.8 years).
         - ``priority``: default priority of this task's jobs (higher runs first).

@@ -394,6 +394,36 @@ class WorkerConfig:
             _on_off,
         ),
     )
+    heartbeat: float = attrs.field(
+        default=5.0,
+        converter=_to_float,
+        validator=_seconds_option(allow_zero=False),
+        metadata=_meta(
+            "seconds between heartbeat records (at most the lease keeper's tick; the record "
+            "lives three beats; each beat also fences the cancels whose grace ran out)",
+            float,
+        ),
+    )
+    block_threshold: float = attrs.field(
+        default=1.0,
+        converter=_to_float,
+        validator=_seconds_option(allow_zero=False, allow_inf=True),
+        metadata=_meta(
+            "seconds the event loop may not run before the watchdog reports it blocked "
+            "(logged with the task and its stack; in the heartbeat) (inf: no watchdog)",
+            float,
+        ),
+    )
+    blocked_lease_limit: float = attrs.field(
+        default=60.0,
+        converter=_to_float,
+        validator=_seconds_option(allow_zero=True, allow_inf=True),
+        metadata=_meta(
+            "seconds the watchdog keeps renewing the leases of a blocked event loop "
+            "(0: never; past it they lapse and recovery hands the jobs to another worker)",
+            float,
+        ),
+    )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> WorkerConfig:

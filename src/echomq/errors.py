@@ -32,7 +32,8 @@
     ├── SerializationError   a payload that cannot be encoded or decoded (also ValueError)
     │   └── PayloadTooLarge  a payload or result over the size limit, before any write
     ├── JobFailed            from handle.result(): the job is dead; carries the error text
-    └── JobCancelled         from handle.result() and CancelToken.check()
+    ├── JobCancelled         from handle.result() and CancelToken.check()
+    └── SoftTimeLimit        raised inside a job that ran past its soft_timeout (it may clean up)
 
     Retry(delay=...)         raised by a task to ask for a retry; not an error
 
@@ -80,6 +81,7 @@ __all__ = [
     "PayloadTooLarge",
     "JobFailed",
     "JobCancelled",
+    "SoftTimeLimit",
     "Retry",
 ]
 
@@ -288,6 +290,20 @@ class JobCancelled(EchoMQError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_cancelled, (type(self), self.reason, self.job_id))
+
+
+class SoftTimeLimit(EchoMQError):
+    """Raised inside a job that ran past its task's ``soft_timeout``.
+
+    The job may catch it to clean up (and even return a value); uncaught, it is the
+    attempt's failure (retried like any). The hard ``timeout`` still stops the job.
+    An async task gets it at its current (or next) await; a thread task at its next
+    Python instruction (a blocking C call finishes first); a process task by a timer signal
+    (docs/runtime.md, "Time limits").
+    """
+
+    def __init__(self, message: str = "ran past its soft time limit") -> None:
+        super().__init__(message)
 
 
 class Retry(Exception):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -260,6 +261,46 @@ async def test_cancel_removes_a_waiting_job(
     assert await jobs.get_job(conn, queue, job_id) is None
     p = await run(redis_url, "cancel", job_id, "-q", queue)
     assert p.returncode == 1 and "no job" in err(p)
+
+
+async def test_cancel_with_a_grace_fences_a_running_job_and_refuses_a_bad_one(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """--grace 0 fences a held job (prints fenced); a negative grace exits 2, nothing written."""
+    job_id = await jobs.enqueue(conn, queue, b"p")
+    await jobs.claim(conn, queue, 60_000)
+    p = await run(redis_url, "cancel", job_id, "-q", queue, "--grace", "-1")
+    assert p.returncode == 2 and "grace must be >= 0" in err(p)
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None and info.cancel_requested_at is None
+    p = await run(redis_url, "cancel", job_id, "-q", queue, "--grace", "0", "--reason", "stop")
+    assert p.returncode == 0 and f"fenced {job_id}" in out(p)
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None and info.result == b"cancelled:stop"
+
+
+async def test_workers_lists_the_records_or_says_there_are_none(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """`echomq workers Q` prints a table of the records (running, blocked, gone); --json."""
+    from echomq._verbs import workers
+
+    p = await run(redis_url, "workers", queue)
+    assert p.returncode == 0 and "no workers" in out(p)
+    beat = workers.WorkerBeat(
+        host="box", pid=7, version="0.1.0", queues=(queue,), concurrency=4, lease_ms=300,
+        beat_ms=100, held=0, blocked_task="app.resize_image",
+    )  # fmt: skip
+    await workers.beat(conn, queue, "w-blocked", beat, ttl_ms=60_000, up_ms=1, blocked_ms=2300)
+    await workers.beat(conn, queue, "w-fine", beat, ttl_ms=60_000, up_ms=1)
+    p = await run(redis_url, "workers", queue)
+    assert p.returncode == 0, err(p)
+    assert "w-blocked" in out(p) and "w-fine" in out(p) and "running" in out(p)
+    p = await run(redis_url, "workers", queue, "--json")
+    listed = {w["id"]: w for w in json.loads(out(p))}
+    assert listed["w-fine"]["status"] == "running" and listed["w-fine"]["host"] == "box"
+    status = listed["w-blocked"]["status"]
+    assert re.fullmatch(r"blocked \d+\.\d s in app\.resize_image", status), status
 
 
 @pytest.mark.both_backends

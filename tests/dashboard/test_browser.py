@@ -236,3 +236,47 @@ async def test_history_panel_pages_the_archive_newest_first(
     assert [job for job, _ in seen["second"]] == newest_first[25:]
     assert [job for job, _ in seen["dead"]] == [j for i, j in enumerate(ids) if i % 5 == 4][::-1]
     assert seen["text"] == "784"  # 28 * 28, the result as text
+
+
+async def test_workers_panel_shows_running_blocked_and_gone_workers(
+    dashboard: DashboardInfo, conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    """The Workers panel lists a live echomq.Worker (running), a worker whose record says its
+    event loop is blocked (in which task), and one whose record expired (gone)."""
+    from echomq._verbs import workers
+
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(lease=0.3)
+    async def noop() -> None:
+        return None
+
+    def beat() -> workers.WorkerBeat:
+        return workers.WorkerBeat(
+            host="box", pid=7, version="0.1.0", queues=(queue,), concurrency=4, lease_ms=300,
+            beat_ms=100, held=1, running=("j1",), blocked_task="app.resize_image",
+            blocked_job="j1",
+        )  # fmt: skip
+
+    await workers.beat(conn, queue, "w-blocked", beat(), ttl_ms=60_000, up_ms=9000, blocked_ms=2300)
+    await workers.beat(conn, queue, "w-gone", beat(), ttl_ms=1, up_ms=9000)
+    worker = echomq.Worker(q, concurrency=2)
+
+    def steps(page: Any) -> dict[str, str]:
+        for name in ("w-blocked", "w-gone", worker.id):
+            page.wait_for_selector(f"#workers-body tr[data-worker='{name}']")
+        cell = "#workers-body tr[data-worker='{}'] td.status"
+        return {
+            name: str(page.locator(cell.format(name)).text_content())
+            for name in ("w-blocked", "w-gone", worker.id)
+        }
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(worker.serve)
+        seen = await in_browser(dashboard.url, "workers", steps)
+        worker.shutdown()
+    assert seen[worker.id] == "running"
+    assert seen["w-blocked"].startswith("blocked ") and seen["w-blocked"].endswith(
+        " s in app.resize_image"
+    )
+    assert seen["w-gone"].startswith("gone (no heartbeat for ")

@@ -79,7 +79,8 @@ class JobInfo:
 
     ``token`` is the fencing token: the row's ``attempts`` field, grown by one at every
     claim (the row keeps the contract's field name; ``info.attempts`` still reads it).
-    ``failures`` counts handler failures against ``max_attempts``.
+    ``failures`` counts handler failures against ``max_attempts``. A cancel whose grace
+    ran out bumps the token too (the fence: the attempt that did not stop is stale).
     """
 
     id: str
@@ -100,6 +101,12 @@ class JobInfo:
     run_at: int | None
     dedup: str | None = None  # the dedup key the job took (docs/repeat.md)
     repeat: str | None = None  # the repeatable whose run this job is
+    # the worker that claimed it last (its heartbeat record: admin.list_workers, explain)
+    worker: str | None = None
+    # a cancel request (server ms) and, with a grace, when it is fenced; when it was fenced
+    cancel_requested_at: int | None = None
+    cancel_deadline: int | None = None
+    cancel_fenced_at: int | None = None
 
     @property
     def attempts(self) -> int:
@@ -135,4 +142,8 @@ class JobInfo:
             run_at=_opt_int(row.get(b"run_at")),
             dedup=_str(row.get(b"dedup")),
             repeat=_str(row.get(b"repeat")),
+            worker=_str(row.get(b"worker")),
+            cancel_requested_at=_opt_int(row.get(b"cancel_requested")),
+            cancel_deadline=_opt_int(row.get(b"cancel_deadline")),
+            cancel_fenced_at=_opt_int(row.get(b"cancel_fenced")),
         )

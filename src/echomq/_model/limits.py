@@ -15,6 +15,7 @@ from ..errors import InvalidArgument
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_BATCH",
+    "MAX_BEAT_FIELDS",
     "MAX_BUDGET",
     "MAX_COUNT",
     "MAX_ENQUEUE",
@@ -41,6 +42,7 @@ MAX_REPEAT_PAGE = 100  # repeat records per repeat_due / repeat_list call
 MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a double
 MAX_ATTEMPTS = 1_000_000  # handler failures a job may have; a sane bound, not arithmetic
 MAX_MINUTES = 720  # minutes of per-minute counters one stats call reads (3 HGETs each)
+MAX_BEAT_FIELDS = 32  # field pairs of one worker heartbeat record
 
 
 def _is_int(value: object) -> bool:

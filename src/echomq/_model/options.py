@@ -60,9 +60,14 @@ def to_ms(name: str, value: float) -> int:
 
 @attrs.frozen(kw_only=True)
 class TaskOptions:
-    """A task's options. ``lease`` and ``timeout`` are seconds; ``backoff`` see ``Backoff``.
-    ``keep_result`` / ``keep_dead``: seconds a finished job's row is kept (completed or
-    cancelled / dead); None: the queue's (24 h / 7 days unless set, docs/results.md).
+    """A task's options. ``lease``, ``timeout`` and ``soft_timeout`` are seconds;
+    ``backoff`` see ``Backoff``.
+
+    ``timeout`` is the hard stop (the attempt fails; a thread is abandoned, a process
+    child killed); ``soft_timeout`` raises ``SoftTimeLimit`` inside the job first (it may
+    clean up): it must be below ``timeout`` when both are given. ``keep_result`` /
+    ``keep_dead``: seconds a finished job's row is kept (completed or cancelled / dead);
+    None: the queue's (24 h / 7 days unless set, docs/results.md).
 
     ``cron`` (with ``tz``) or ``every`` (a timedelta or seconds) make the task repeatable:
     every worker of its queue registers it at start under the task's name, and the
@@ -73,6 +78,7 @@ class TaskOptions:
     max_attempts: int = 1
     backoff: Backoff = attrs.field(default=None, converter=check_backoff)
     timeout: float | None = None
+    soft_timeout: float | None = None
     lease: float = DEFAULT_LEASE
     priority: int = 0
     process: bool = False
@@ -88,6 +94,13 @@ class TaskOptions:
         limits.positive_int("max_attempts", self.max_attempts, limits.MAX_ATTEMPTS)
         if self.timeout is not None:
             seconds("timeout", self.timeout, allow_zero=False, high=MAX_DELAY)
+        if self.soft_timeout is not None:
+            seconds("soft_timeout", self.soft_timeout, allow_zero=False, high=MAX_DELAY)
+            if self.timeout is not None and self.soft_timeout >= self.timeout:
+                raise InvalidArgument(
+                    f"soft_timeout ({self.soft_timeout:g} s) must be below timeout "
+                    f"({self.timeout:g} s): the soft limit warns before the hard stop"
+                )
         seconds("lease", self.lease, allow_zero=False, high=MAX_DELAY)
         if self.lease < 0.003:
             raise InvalidArgument(f"lease must be at least 3 ms, not {self.lease!r}")

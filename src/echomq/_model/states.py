@@ -1,7 +1,8 @@
 """Job states as stored on the row, and the transitions the scripts make.
 
 Rule 1: only Lua changes state; the state is stored on the row, never inferred.
-Rule 2: there is no cancelled state: a cancelled job completes with ``cancelled:<reason>``.
+Rule 2: there is no cancelled state: a cancelled job completes with ``cancelled:<reason>``
+(a fenced one too: its grace ran out; the row also carries ``cancel_fenced``).
 Rule 3: ``TRANSITIONS`` is the one table of moves. tests/test_lua_headers.py checks it
 against every script's ``Moves`` header line, and tests/model/test_states.py checks that
 docs/state-machine.md shows the table and diagram generated from it.
@@ -73,8 +74,22 @@ TRANSITIONS: dict[str, Moves] = {
     # the operator plane (docs/operations.md)
     "reprocess_job": {JobState.DEAD: frozenset({JobState.PENDING})},
     "remove_job": {state: frozenset({None}) for state in JobState},
-    # cancel removes a waiting job; an active one only gets a flag (it completes later)
-    "cancel": {JobState.PENDING: frozenset({None}), JobState.SCHEDULED: frozenset({None})},
+    # cancel removes a waiting job; an active one gets a flag (it completes later), or,
+    # with no grace left (grace=0), is fenced: settled cancelled at once (finished, with
+    # the completed set's retention, as complete)
+    "cancel": {
+        JobState.PENDING: frozenset({None}),
+        JobState.SCHEDULED: frozenset({None}),
+        JobState.ACTIVE: frozenset({JobState.COMPLETED}),
+        JobState.COMPLETED: frozenset({None}),
+    },
+    # a cancel whose grace ran out: settled cancelled, its attempt fenced (docs/runtime.md)
+    "fence_cancels": {
+        JobState.ACTIVE: frozenset({JobState.COMPLETED}),
+        JobState.PENDING: frozenset({JobState.COMPLETED}),
+        JobState.SCHEDULED: frozenset({JobState.COMPLETED}),
+        JobState.COMPLETED: frozenset({None}),
+    },
     "drain": {
         JobState.PENDING: frozenset({None}),
         JobState.SCHEDULED: frozenset({None}),

@@ -129,6 +129,21 @@ class Keyspace:
         return f"{self.base}dedup:{check_dedup_key(key)}"
 
     @property
+    def cancels(self) -> str:
+        """Active cancels with a grace: ids scored by the server ms their grace ends (the
+        fence deadline); every worker's heartbeat fences the due ones (docs/runtime.md)."""
+        return self.base + "cancels"
+
+    @property
+    def workers(self) -> str:
+        """The workers serving this queue: ids scored by their last heartbeat (server ms)."""
+        return self.base + "workers"
+
+    def worker(self, worker_id: str) -> str:
+        """One worker's heartbeat record (a hash with a TTL)."""
+        return f"{self.base}worker:{check_id(worker_id)}"
+
+    @property
     def pattern(self) -> str:
         """A SCAN pattern matching every key of this queue."""
         return f"{PREFIX}:{{{self.queue}}}:*"

@@ -13,6 +13,7 @@ from .. import config
 from .._model.limits import (
     MAX_ATTEMPTS,
     MAX_BATCH,
+    MAX_BEAT_FIELDS,
     MAX_BUDGET,
     MAX_COUNT,
     MAX_ENQUEUE,
@@ -31,6 +32,7 @@ from .keyspace import check_id
 __all__ = [
     "MAX_ATTEMPTS",
     "MAX_BATCH",
+    "MAX_BEAT_FIELDS",
     "MAX_BUDGET",
     "MAX_COUNT",
     "MAX_ENQUEUE",

@@ -195,12 +195,17 @@ def _read_claim(reply: Any) -> ClaimBatch:
     return ClaimBatch(jobs=claimed, next_due_ms=due if due >= 0 else None)
 
 
-def claim_batch_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[ClaimBatch]:
+def claim_batch_call(
+    queue: str, lease_ms: int, count: int = 1, worker: str | None = None
+) -> ScriptCall[ClaimBatch]:
+    """``worker``: the claiming worker's id, written on each claimed row (its heartbeat
+    record says whether the holder is alive: ``explain``)."""
     ks = keyspace(queue)
     v.positive_int("lease_ms", lease_ms, v.MAX_MS)
     v.int_in("count", count, 1, v.MAX_COUNT)
     keys = [ks.pending, ks.active, ks.schedule, ks.meta, ks.wake]
-    return script_call("claim", keys, [ks.base, lease_ms, count], _read_claim)
+    holder = "" if worker is None else check_id(worker)
+    return script_call("claim", keys, [ks.base, lease_ms, count, holder], _read_claim)
 
 
 def claim_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[list[Claimed]]:
@@ -457,11 +462,13 @@ async def claim(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) ->
     return await evaluate(conn, claim_call(queue, lease_ms, count))
 
 
-async def claim_batch(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) -> ClaimBatch:
+async def claim_batch(
+    conn: Executor, queue: str, lease_ms: int, *, count: int = 1, worker: str | None = None
+) -> ClaimBatch:
     """:func:`claim`, also answering how long until the earliest scheduled job is due
     when fewer than ``count`` jobs were ready (the worker's idle wait uses it: no extra
     round trip between an empty claim and the wake list)."""
-    return await evaluate(conn, claim_batch_call(queue, lease_ms, count))
+    return await evaluate(conn, claim_batch_call(queue, lease_ms, count, worker))
 
 
 async def complete(

@@ -22,6 +22,7 @@ from .._redis.keyspace import Keyspace
 from .._redis.replies import Code, check_status, text
 from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, RepeatFormatError, RepeatNotFound, ScriptError
+from .workers import WorkerRecord
 
 __all__ = [
     "Explanation",
@@ -157,6 +158,9 @@ class Explanation:
     # the repeatable whose run this job is, as registered now (None: not a repeat run, or
     # its record is gone or of another layout version); its upcoming slots, docs/repeat.md
     repeat: RepeatInfo | None = None
+    # the worker that claimed it last (the row's `worker`) and its heartbeat record: None
+    # when the row names none; a record with ``alive`` False when it has stopped beating
+    holder: WorkerRecord | None = None
 
     @property
     def state(self) -> JobState:
@@ -202,12 +206,13 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
         ks.completed,
         ks.meta,
         ks.lock(job_id),
+        ks.workers,
     ]
 
     def read(reply: Any) -> Explanation:
         if reply == Code.GONE:
             check_status(reply, f"explain {job_id}")
-        if not isinstance(reply, list) or len(reply) != 11 or not isinstance(reply[0], list):
+        if not isinstance(reply, list) or len(reply) != 13 or not isinstance(reply[0], list):
             raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
         flat = reply[0]
         row = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -221,6 +226,13 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
         def ms(value: Any) -> int | None:
             return None if value is None else int(float(value))
 
+        holder = None
+        if info.worker is not None:
+            beat = ms(reply[12])
+            record = reply[11] if isinstance(reply[11], list) else []
+            if record or beat is not None:
+                holder = WorkerRecord.from_record(info.worker, beat or 0, record)
+
         return Explanation(
             job=info,
             sets=tuple(name for name, score in scores.items() if score is not None),
@@ -232,9 +244,10 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
             run_id=text(reply[8]),
             now_ms=int(reply[9]),
             locked=bool(reply[10]) or lock_field,
+            holder=holder,
         )
 
-    return script_call("explain", keys, [job_id], read)
+    return script_call("explain", keys, [job_id, ks.base], read)
 
 
 # -- verbs ------------------------------------------------------------------------------------

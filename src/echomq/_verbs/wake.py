@@ -34,6 +34,7 @@ async def wait_then_claim(
     block: float,
     lease_ms: int,
     count: int,
+    worker: str | None = None,
 ) -> ClaimBatch:
     """Block up to ``block`` seconds for a wake token, then claim up to ``count`` jobs.
 
@@ -41,6 +42,7 @@ async def wait_then_claim(
     server whatever unblocks the BLPOP (a token, a nudge, the timeout): the caller must
     take its reply, so do not cancel this call (shield it); to end it early, :func:`nudge`.
     ``conn`` runs the claim again only if the server did not know the script (NOSCRIPT).
+    ``worker``: the claiming worker's id, written on the claimed rows (``jobs.claim_batch``).
 
     Raises:
         InvalidArgument: ``block`` is not a positive number (before any I/O).
@@ -50,7 +52,7 @@ async def wait_then_claim(
     if not isinstance(block, int | float) or isinstance(block, bool) or not block > 0:
         raise InvalidArgument(f"block must be a positive number of seconds, not {block!r}")
     ks = Keyspace(queue)
-    sc = claim_batch_call(queue, lease_ms, count)
+    sc = claim_batch_call(queue, lease_ms, count, worker)
     seconds = max(_MIN_BLOCK, round(float(block), 3))
     popped, reply = await wake_conn.execute_pipeline(
         [("BLPOP", ks.wake, ks.wake_direct(consumer), seconds), sc.evalsha_args(is_sharded(conn))]

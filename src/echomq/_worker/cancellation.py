@@ -5,9 +5,16 @@ Rule 1: every claimed job has a :class:`Held` record (id, token, lease, its
 outcome is settled or handed back. The lease keeper reads this map; nobody else keeps one.
 Rule 2: remote reasons cancel a job's scope only through :class:`InFlight`: a cancel
 request (the job completes as cancelled), a lost lease (the job is never settled), a
-shutdown past grace (the job is handed back to pending).
+shutdown past grace (the job is handed back to pending), a fence (a cancel whose grace ran
+out: the job was settled cancelled in Redis and its token bumped; it is stopped hard and
+never settled here).
 Rule 3: a cancel request that arrives before its claim answered is remembered for a
 while, so the job is cancelled as soon as it is registered.
+Rule 4: a cancel with a grace arms the job's fence time (``fence_at``, trio time): the
+escalator (``escalation.py``) fences it in Redis then, unless it stopped first. A token
+found stale after a cancel request is that fence (done by another worker's heartbeat).
+Stopping hard means: the job's scope and its hard scope are cancelled, so a thread task
+is abandoned (it runs on; its outcome is never used) and a process task's child killed.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ class Stop(enum.Enum):
     CANCEL = "cancel"  # a cancel request: settle as cancelled
     LOST = "lost"  # the lease is gone: never settle
     SHUTDOWN = "shutdown"  # past grace: hand back to pending
+    FENCED = "fenced"  # a cancel's grace ran out: settled cancelled by the fence; never settle
 
 
 @attrs.define(eq=False)
@@ -46,8 +54,10 @@ class Held:
     stop: Stop | None = None
     settling: bool = False  # the outcome is being recorded: the keeper leaves it alone
     # a sync task's thread runs under a shield that only a lost lease, a shutdown past
-    # grace or the task's timeout may cancel (a cancel request waits for the thread)
+    # grace, a fence or the task's timeout may cancel (a cancel request waits for it)
     hard_scope: trio.CancelScope | None = None
+    task: str | None = None  # the task's name, once the payload is decoded
+    fence_at: float | None = None  # rule 4: when the cancel's grace runs out (trio time)
 
     def cancel(self, reason: str | None) -> None:
         self.cancel_token.cancel(reason)
@@ -56,13 +66,25 @@ class Held:
         self.scope.cancel()
 
     def lose(self) -> None:
-        """The lease is gone: cancel the scope; the outcome will not be settled."""
+        """The lease is gone: stop it hard; the outcome will not be settled. After a cancel
+        request, a stale token is the cancel's fence (rule 4)."""
+        if self.stop in (Stop.CANCEL, Stop.FENCED):
+            self.fence()
+            return
         self.stop = Stop.LOST
         self._cancel_hard()
         self.scope.cancel()
 
+    def fence(self) -> None:
+        """The attempt is fenced (settled cancelled in Redis): stop it hard, never settle."""
+        self.cancel_token.cancel(None)
+        self.stop = Stop.FENCED
+        self.fence_at = None
+        self._cancel_hard()
+        self.scope.cancel()
+
     def shut_down(self) -> None:
-        if self.stop is not Stop.LOST:
+        if self.stop not in (Stop.LOST, Stop.FENCED):
             self.stop = Stop.SHUTDOWN
         self._cancel_hard()
         self.scope.cancel()
@@ -77,10 +99,11 @@ class InFlight:
     """The map ``job_id -> Held`` and the events that change it."""
 
     jobs: dict[str, Held] = attrs.field(factory=dict, init=False)
-    _early: OrderedDict[str, tuple[float, str | None]] = attrs.field(
+    _early: OrderedDict[str, tuple[float, str | None, float | None, bool]] = attrs.field(
         factory=OrderedDict, init=False
     )
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _armed: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
         self._idle.set()
@@ -95,7 +118,8 @@ class InFlight:
             self._idle = trio.Event()
         early = self._early.pop(job_id, None)
         if early is not None and trio.current_time() - early[0] < _EARLY_CANCEL_TTL:
-            held.cancel(early[1])
+            at, reason, grace, fenced = early
+            self._apply(held, reason, None if grace is None else at + grace, fenced)
         return held
 
     def remove(self, held: Held) -> None:
@@ -108,16 +132,51 @@ class InFlight:
         """Return once no job is held."""
         await self._idle.wait()
 
-    def request_cancel(self, job_id: str, reason: str | None) -> bool:
-        """Cancel a held job (True), or remember the request for a claim in flight."""
+    def request_cancel(
+        self,
+        job_id: str,
+        reason: str | None,
+        *,
+        grace: float | None = None,
+        fenced: bool = False,
+    ) -> bool:
+        """Cancel a held job (True), or remember the request for a claim in flight.
+
+        ``grace`` (seconds): arm the job's fence time (rule 4). ``fenced``: the attempt is
+        fenced already: stop it hard now.
+        """
+        now = trio.current_time()
         held = self.jobs.get(job_id)
         if held is not None:
-            held.cancel(reason)
+            self._apply(held, reason, None if grace is None else now + grace, fenced)
             return True
-        self._early[job_id] = (trio.current_time(), reason)
+        self._early[job_id] = (now, reason, grace, fenced)
         while len(self._early) > _EARLY_CANCELS:
             self._early.popitem(last=False)
         return False
+
+    def _apply(self, held: Held, reason: str | None, fence_at: float | None, fenced: bool) -> None:
+        held.cancel(reason)
+        if fenced:
+            held.fence()
+        elif fence_at is not None and held.stop is Stop.CANCEL:
+            if held.fence_at is None or fence_at < held.fence_at:
+                held.fence_at = fence_at
+                self._armed.set()
+                self._armed = trio.Event()
+
+    async def wait_armed(self) -> None:
+        """Return when a fence time is armed (or moved sooner)."""
+        await self._armed.wait()
+
+    def next_fence(self) -> float | None:
+        """The earliest armed fence time of a held job (trio time), or None."""
+        times = [h.fence_at for h in self.jobs.values() if h.fence_at is not None]
+        return min(times) if times else None
+
+    def due_fences(self, now: float) -> list[Held]:
+        """Held jobs whose fence time has come."""
+        return [h for h in self.jobs.values() if h.fence_at is not None and h.fence_at <= now]
 
     def lose(self, job_id: str, token: int) -> None:
         held = self.jobs.get(job_id)

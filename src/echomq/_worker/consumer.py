@@ -53,6 +53,7 @@ class Consumer:
     concurrency: int
     claim_lease_ms: int
     id: str = attrs.field(factory=lambda: uuid.uuid4().hex[:16])
+    worker: str | None = None  # written on each claimed row (the holder: explain)
     _free: int = attrs.field(init=False)
     _freed: trio.Event = attrs.field(factory=trio.Event, init=False)
     claims: int = 0
@@ -124,7 +125,7 @@ class Consumer:
         with trio.CancelScope(shield=True):
             with trio.move_on_after(CLAIM_TIMEOUT):
                 return await jobs.claim_batch(
-                    self.conn, self.queue, self.claim_lease_ms, count=want
+                    self.conn, self.queue, self.claim_lease_ms, count=want, worker=self.worker
                 )
         raise ConnectionLost(f"claim on {self.queue!r}: no reply in {CLAIM_TIMEOUT} s")
 
@@ -142,6 +143,7 @@ class Consumer:
                         block,
                         self.claim_lease_ms,
                         want,
+                        self.worker,
                     )
             # No reply at all: drop the socket, so a claim still queued behind the
             # BLPOP is discarded by the server rather than run for nobody.

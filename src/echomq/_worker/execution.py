@@ -2,8 +2,15 @@
 
 Rule 1: one job, one scope. Only :mod:`.cancellation` cancels it, for a remote reason:
 a cancel request (the job completes with ``cancelled:<reason>``, never retried), a lost
-lease (the outcome is never settled: a newer holder owns the job), a shutdown past grace
+lease (the outcome is never settled: a newer holder owns the job), a fence (a cancel's
+grace ran out: Redis settled it cancelled; never settled here), a shutdown past grace
 (the job is handed back to pending by the worker, in one batch).
+Rule 1b: time limits (docs/runtime.md, "Time limits"). ``soft_timeout`` raises
+``SoftTimeLimit`` inside the job (``timelimits.py``); ``timeout`` stops it hard: an async
+task's scope is cancelled, a thread task abandoned, a process task's child killed; the
+attempt fails with ``TimeoutError``. A handler that returns past its timeout without a
+checkpoint (it blocked the event loop) fails the same way: its value is not committed.
+Stopping a thread or a child hard is logged and counted (``abandoned``, ``terminated``).
 Rule 2: the outcome is settled under a shielded scope with a bounded timeout;
 ``ConnectionLost`` and ``Unavailable`` (``errors.TRANSIENT``: the wire gave up after
 ``connect_timeout``, e.g. a reshard or a failover slower than that) are retried with backoff
@@ -56,6 +63,7 @@ from .context import Job, bind, unbind
 from .processes import ProcessPool
 from .protocols import QueueSpec, TaskSpec
 from .settling import Completions
+from .timelimits import ThreadCall, soft_limited
 
 __all__ = ["MAX_ERROR_TEXT", "Counters", "JobRunner", "Settlement"]
 
@@ -95,6 +103,8 @@ class Counters:
     cancelled: int = 0
     lost: int = 0
     released: int = 0
+    abandoned: int = 0  # threads left running after a hard stop (their outcome unused)
+    terminated: int = 0  # process children killed by a hard stop (replaced)
 
 
 def _with_reason(error: str, reason: str) -> str:
@@ -160,7 +170,14 @@ class JobRunner:
         settled: bool | None = False  # None: the batch of completions finishes it
         try:
             settlement = await self._execute(claimed, held)
-            if settlement is not None and held.stop is not Stop.LOST:
+            if held.stop is Stop.FENCED:
+                self.counters.cancelled += 1
+                log.warning(
+                    "job %s was fenced (its cancel grace ran out): settled cancelled; "
+                    "its own outcome is not used",
+                    held.id,
+                )
+            elif settlement is not None and held.stop is not Stop.LOST:
                 held.settling = True
                 if settlement.complete and settlement.traceback is None:
                     # batched with the completions of this tick; the batch finishes it
@@ -178,7 +195,7 @@ class JobRunner:
     def _finish(self, held: Held, settled: bool) -> None:
         """The job's outcome is recorded (or recovery owns it): free its slot."""
         self.inflight.remove(held)
-        if not settled and held.stop is not Stop.LOST:
+        if not settled and held.stop not in (Stop.LOST, Stop.FENCED):
             # a shutdown past grace (or the worker cancelled from outside): hand back
             self.to_release.append((held.id, held.token))
         self.on_done()
@@ -210,6 +227,7 @@ class JobRunner:
                 complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay
             )
         held.lease_ms = task.options.lease_ms
+        held.task = task.name
         job = Job(
             id=claimed.id,
             task=task.name,
@@ -222,20 +240,26 @@ class JobRunner:
             lose=held.lose,
         )
         settlement: Settlement | None = None
-        timeout = task.options.timeout
-        deadline = math.inf if timeout is None else trio.current_time() + timeout
+        timeout, soft = task.options.timeout, task.options.soft_timeout
+        start = trio.current_time()
+        deadline = math.inf if timeout is None else start + timeout
         limit = None if timeout is None else deadline
+        soft_at = None if soft is None else start + soft
         bound = bind(job)
         try:
             with held.scope:
                 try:
                     if limit is None:  # no timeout: no second scope
-                        value = await self._invoke(task, held, job, call.args, call.kwargs, None)
+                        value = await self._invoke(
+                            task, held, job, call.args, call.kwargs, None, soft_at
+                        )
                     else:
                         with trio.fail_at(deadline):
                             value = await self._invoke(
-                                task, held, job, call.args, call.kwargs, limit
+                                task, held, job, call.args, call.kwargs, limit, soft_at
                             )
+                            if trio.current_time() >= deadline:  # rule 1b: it blocked past it
+                                raise trio.TooSlowError
                 except BaseException as exc:  # rule 3: only trio's Cancelled passes
                     failure = _failure_of(exc)
                     if failure is None:
@@ -326,23 +350,41 @@ class JobRunner:
         args: tuple[Any, ...],
         kwargs: Any,
         deadline: float | None,
+        soft_at: float | None,
     ) -> Any:
         if task.wants_job:
             args = (job, *args)
         if task.is_async:
-            return await task.fn(*args, **kwargs)
+            if soft_at is None:
+                return await task.fn(*args, **kwargs)
+            message = f"ran longer than {task.options.soft_timeout:g} s (the soft time limit)"
+            return await soft_limited(task.fn(*args, **kwargs), soft_at, message)
         # A thread cannot be interrupted: a cancel request waits for it (the code may poll
-        # current_job().cancel_token); a lost lease, a shutdown past grace or the timeout
-        # abandon it (it runs on, but its outcome is never used).
-        # A process task is the same, in a child process (``process=True``).
+        # current_job().cancel_token); a fence, a lost lease, a shutdown past grace or the
+        # timeout abandon it (it runs on, but its outcome is never used). A process task's
+        # child is killed instead (``process=True``).
         hard = trio.CancelScope(shield=True, deadline=math.inf if deadline is None else deadline)
         held.hard_scope = hard
         with hard:
             if task.options.process:
                 fn = task.fn
-                return await self.processes.run(fn.__module__, fn.__qualname__, args, kwargs)
-            return await trio.to_thread.run_sync(
-                functools.partial(task.fn, *args, **kwargs), abandon_on_cancel=True
+                return await self.processes.run(
+                    fn.__module__, fn.__qualname__, args, kwargs, soft_deadline=soft_at
+                )
+            call = ThreadCall(functools.partial(task.fn, *args, **kwargs))
+            return await call.run(soft_at)
+        why = held.stop.value if held.stop is not None else "its timeout"
+        if task.options.process:
+            self.counters.terminated += 1
+            log.warning("job %s (%s): its process child was killed (%s)", held.id, task.name, why)
+        else:
+            self.counters.abandoned += 1
+            log.warning(
+                "job %s (%s): its thread was abandoned (%s): it runs on until it returns, "
+                "and its outcome is never used",
+                held.id,
+                task.name,
+                why,
             )
         await trio.lowlevel.checkpoint()  # abandoned: deliver the cancel that caused it
 
@@ -359,9 +401,15 @@ class JobRunner:
                     await self._apply(held, s)
                     return True
                 except _LOST as exc:
-                    self.counters.lost += 1
+                    if s.cancelled:  # a cooperative cancel that its fence overtook
+                        self.counters.cancelled += 1
+                    else:
+                        self.counters.lost += 1
                     log.warning(
-                        "job %s: settling refused (%r); a newer holder owns it", held.id, exc
+                        "job %s: settling refused (%r); a newer holder owns it, or a fence "
+                        "settled it",
+                        held.id,
+                        exc,
                     )
                     return True  # never retried, never handed back
                 except TRANSIENT as exc:

@@ -4,7 +4,8 @@ Rule 1: every ``period`` (a third of the shortest lease) the keeper sends
 ``extend_locks`` for every job this worker holds, grouped by lease length (usually one
 group, so one round trip), in chunks of at most ``CHUNK`` jobs.
 Rule 2: an answer other than ``ok`` / ``cancel`` (stale / not_active / gone) means the
-lease is lost: the job's scope is cancelled and its outcome is never settled.
+lease is lost: the job's scope is cancelled and its outcome is never settled (after a
+cancel request it is the cancel's fence: the job is stopped hard, ``Held.lose``).
 Rule 3: ``cancel`` means the lease was renewed and the job's row carries a cancel request
 (``echomq.cancel.request``): the request goes to the cancellation bridge exactly as the
 cancel event would, so a worker that missed the event stops the job at this checkpoint.
@@ -84,5 +85,13 @@ class LeaseKeeper:
                             )
                             self.inflight.request_cancel(job_id, reason)
                         continue
-                    log.warning("job %s lost its lease (%s): cancelling it", job_id, answer)
+                    if found.stop is Stop.CANCEL:
+                        log.warning(
+                            "job %s: %s after its cancel request: fenced (its grace ran "
+                            "out); stopping it hard",
+                            job_id,
+                            answer,
+                        )
+                    else:
+                        log.warning("job %s lost its lease (%s): cancelling it", job_id, answer)
                     found.lose()

@@ -11,7 +11,9 @@ Layout::
         ├── lease keeper          lease.py
         ├── recovery supervisor   sweeper.py
         ├── repeat scheduler      repeater.py (fires due repeatable runs; unless scheduler=off)
-        └── cancel listener       cancel events (emq:{q}:control) -> InFlight.request_cancel
+        ├── cancel listener       cancel events (emq:{q}:control) -> InFlight.request_cancel
+        ├── escalator             a cancel's grace ran out: fence, stop hard (escalation.py)
+        └── watchdog              a thread: heartbeat record, blocked loop (watchdog.py)
 
 Start: until Redis answers, ``serve`` waits with backoff (startup.py), one log line per
 attempt; a stop asked meanwhile ends it cleanly. Then the queue's data layout must be this
@@ -46,6 +48,7 @@ from ..errors import TRANSIENT, InvalidArgument
 from ..events import EventFeed
 from .cancellation import InFlight
 from .consumer import Consumer
+from .escalation import Escalator
 from .execution import JobRunner
 from .lease import LeaseKeeper
 from .protocols import QUEUE_ATTRIBUTES, QueueSpec
@@ -53,6 +56,7 @@ from .repeater import Repeater
 from .startup import wait_for_redis
 from .supervise import Loop, Supervisor, is_crash
 from .sweeper import Sweeper
+from .watchdog import Watchdog, make_worker_id
 
 __all__ = ["Worker", "WorkerStatistics"]
 
@@ -85,6 +89,11 @@ class WorkerStatistics:
     stopping: bool
     repeats_fired: int = 0  # repeatable runs this worker's scheduler enqueued
     repeats_raced: int = 0  # due runs another worker's scheduler enqueued first
+    abandoned: int = 0  # thread tasks left running after a hard stop (outcome unused)
+    terminated: int = 0  # process-task children killed by a hard stop
+    fenced: int = 0  # cancels whose grace ran out, fenced by this worker (any holder's)
+    blocks: int = 0  # times the watchdog saw this worker's event loop blocked
+    heartbeats: int = 0  # heartbeat records written
 
 
 async def _control_feed(url: str, queue: str, *, task_status: trio.TaskStatus[EventFeed]) -> None:
@@ -129,6 +138,7 @@ class Worker:
         base = config if config is not None else WorkerConfig()
         self.config = attrs.evolve(base, **options) if options else base
         self.queue = queue
+        self.id = make_worker_id()  # its heartbeat record: emq:{q}:worker:<id>
         self.inflight = InFlight()
         self._stop = trio.Event()
         self._hurry = trio.Event()
@@ -137,6 +147,8 @@ class Worker:
         self._keeper: LeaseKeeper | None = None  # reached by echomq.testing.freeze_renewal
         self._consumer: Consumer | None = None
         self._repeater: Repeater | None = None
+        self._escalator: Escalator | None = None
+        self._watchdog: Watchdog | None = None
         self._supervisor = Supervisor()
         self._serving = False
 
@@ -184,6 +196,12 @@ class Worker:
             stopping=self.stopping,
             repeats_fired=self._repeater.fired if self._repeater else 0,
             repeats_raced=self._repeater.raced if self._repeater else 0,
+            abandoned=c.abandoned if c else 0,
+            terminated=c.terminated if c else 0,
+            fenced=(self._escalator.fenced if self._escalator else 0)
+            + (self._watchdog.fenced if self._watchdog else 0),
+            blocks=self._watchdog.blocks if self._watchdog else 0,
+            heartbeats=self._watchdog.beats if self._watchdog else 0,
         )
 
     # -- serving -----------------------------------------------------------------------
@@ -265,6 +283,18 @@ class Worker:
             conn, name, self.config.recovery, self.config.recovery_interval, self.config.max_stalled
         )
         self._sweeper = sweeper
+        escalator = self._escalator = Escalator(conn, name, self.inflight, retry=period / 2)
+        watchdog = self._watchdog = Watchdog(
+            url=self.queue.url,
+            queue=name,
+            worker_id=self.id,
+            inflight=self.inflight,
+            counters=lambda: attrs.asdict(runner.counters),
+            concurrency=self.config.concurrency,
+            claim_lease_ms=claim_lease_ms,
+            keeper_period=period,
+            config=self.config,
+        )
         crashed = False
         try:
             async with trio.open_nursery() as jobs_nursery:
@@ -277,6 +307,7 @@ class Worker:
                     jobs_nursery=jobs_nursery,
                     concurrency=self.config.concurrency,
                     claim_lease_ms=claim_lease_ms,
+                    worker=self.id,
                 )
                 runner.on_done = consumer.slot_freed
                 self._consumer = consumer
@@ -296,17 +327,20 @@ class Worker:
                         await helpers.start(
                             self._supervisor.supervise, "repeat scheduler", self._repeater.run
                         )
+                    await helpers.start(self._supervisor.supervise, "escalator", escalator.run)
+                    await helpers.start(self._supervisor.supervise, "watchdog", watchdog.run)
                     claiming = trio.CancelScope()
                     await helpers.start(self._claim_until_stopped, claiming, consumer)
                     log.info(
                         "worker serving %r at %s: tasks %s, concurrency %d, "
-                        "recovery %s every %.1f s",
+                        "recovery %s every %.1f s, worker id %s",
                         name,
                         parse_url(self.queue.url).display,
                         sorted(self.queue.tasks),
                         self.config.concurrency,
                         self.config.recovery,
                         self.config.recovery_interval,
+                        self.id,
                     )
                     task_status.started()
                     await self._stop.wait()
@@ -415,10 +449,20 @@ class Worker:
                 async for event in events:
                     if event.job is not None:
                         reason = event.fields.get("reason")
+                        grace = event.fields.get("grace_ms")
+                        fenced = event.fields.get("fenced") is True
                         found = self.inflight.request_cancel(
-                            event.job, reason if isinstance(reason, str) else None
+                            event.job,
+                            reason if isinstance(reason, str) else None,
+                            grace=grace / 1000 if isinstance(grace, int | float) else None,
+                            fenced=fenced,
                         )
-                        if found:
+                        if found and fenced:
+                            log.warning(
+                                "job %s: fenced (its cancel grace ran out): stopping it hard",
+                                event.job,
+                            )
+                        elif found:
                             log.info("job %s: cancel requested (%s)", event.job, reason)
 
         return listen

@@ -15,7 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from . import archive_cmd, job_cmd, queue_cmd, repeat_cmd, serve_cmd, watch_cmd, worker_cmd
+from . import (
+    archive_cmd,
+    job_cmd,
+    queue_cmd,
+    repeat_cmd,
+    serve_cmd,
+    watch_cmd,
+    worker_cmd,
+    workers_cmd,
+)
 from .common import DONE as DONE
 from .common import REFUSED as REFUSED
 from .common import USAGE as USAGE
@@ -31,6 +40,7 @@ REGISTRARS: tuple[Callable[[Commands], None], ...] = (
     repeat_cmd.register,
     watch_cmd.register,
     worker_cmd.register,
+    workers_cmd.register,
     serve_cmd.register,
     archive_cmd.register,  # archive, history (echomq.archive)
 )

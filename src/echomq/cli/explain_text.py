@@ -6,6 +6,9 @@ Rule 1: this is the one place that words a job's situation. ``echomq explain`` p
 functions rather than phrasing it again.
 Rule 2: durations read as people say them (``850 ms``, ``4.2 s``, ``3 min 5 s``); times
 are the server's clock, printed in UTC.
+Rule 3: an active job's holder is read from its heartbeat record (docs/runtime.md,
+"Workers"): alive and running it, alive but its event loop blocked (in which task, for how
+long), or gone (no heartbeat for so long: the process died or lost Redis).
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import datetime as dt
 from .._model.cancel import cancelled_reason
 from .._model.states import JobState
 from .._verbs.rows import Explanation
+from .._verbs.workers import WorkerRecord
 
-__all__ = ["facts", "repeat_facts", "span", "summary", "utc", "when"]
+__all__ = ["facts", "holder", "repeat_facts", "span", "summary", "utc", "when"]
 
 
 def span(ms: int) -> str:
@@ -35,6 +39,38 @@ def span(ms: int) -> str:
 def utc(ms: int) -> str:
     """Server-clock milliseconds as a UTC time, to the millisecond."""
     return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _leases(ms: int, lease_ms: int | None) -> str:
+    if not lease_ms:
+        return span(ms)
+    leases = ms / lease_ms
+    return f"{leases:.0f} leases, {span(ms)}" if leases >= 2 else span(ms)
+
+
+def holder(w: WorkerRecord, now_ms: int, lease_ms: int | None = None) -> str:
+    """The holder in words: running it, alive but blocked, or gone."""
+    if not w.alive:
+        return f"worker {w.id} is gone (no heartbeat for {_leases(w.silent_ms(now_ms), lease_ms)})"
+    if w.blocked_since_ms is not None:
+        task = w.blocked_task or "an unknown task"
+        return (
+            f"worker {w.id} is alive but its event loop has been blocked for "
+            f"{span(now_ms - w.blocked_since_ms)} in task {task}"
+        )
+    where = f" ({w.host}, pid {w.pid})" if w.host and w.pid is not None else ""
+    return f"worker {w.id}{where} is running it"
+
+
+def _cancel_note(e: Explanation) -> str:
+    job = e.job
+    if job.cancel_requested_at is None:
+        return ""
+    note = f"; cancel requested {span(e.now_ms - job.cancel_requested_at)} ago"
+    if job.cancel_deadline is not None:
+        left = job.cancel_deadline - e.now_ms
+        note += f", fenced in {span(left)}" if left > 0 else f", fence due {span(left)} ago"
+    return note
 
 
 def summary(e: Explanation) -> str:
@@ -70,16 +106,28 @@ def summary(e: Explanation) -> str:
                 "or before a failover or a move of its slot): unless its holder renews it, "
                 "the next recovery sweep returns it to pending without counting a stall"
             )
+        w = e.holder
+        lease_ms = w.lease_ms if w is not None else None
+        cancel = _cancel_note(e)
         if left > 0:
-            return (
-                f"running: held with token {e.token}, lease ends in {span(left)}"
-                f" (stalls so far {job.stalled})"
-            )
-        return (
-            f"lease expired {span(left)} ago: its holder stopped checkpointing (crashed or "
-            f"stuck); the next recovery sweep counts a stall (so far {job.stalled}) and "
-            "returns it, or dead-letters it past the bound"
+            lease = f"held with token {e.token}, lease ends in {span(left)}"
+            if w is None:
+                return f"running: {lease} (stalls so far {job.stalled}){cancel}"
+            return f"{holder(w, e.now_ms, lease_ms)}: {lease}{cancel}"
+        recovery = (
+            f"the next recovery sweep counts a stall (so far {job.stalled}) and returns it, "
+            "or dead-letters it past the bound"
         )
+        if w is None:
+            return (
+                f"lease expired {span(left)} ago: its holder stopped checkpointing (crashed "
+                f"or stuck); {recovery}{cancel}"
+            )
+        if w.alive and w.blocked_since_ms is None:
+            why = f"worker {w.id} is alive but stopped renewing it"
+        else:
+            why = holder(w, e.now_ms, lease_ms)
+        return f"lease expired {span(left)} ago: {why}; {recovery}{cancel}"
     if state is JobState.DEAD:
         if job.last_error == "stalled":
             return f"dead: its lease lapsed {job.stalled} time(s); reprocess runs it again"
@@ -89,7 +137,13 @@ def summary(e: Explanation) -> str:
         )
     finished = f" {span(e.now_ms - job.finished_at)} ago" if job.finished_at is not None else ""
     if job.cancelled:
-        return f"cancelled{finished}: {cancelled_reason(job.result) or ''}; it will not run again"
+        how = (
+            " (fenced: it did not stop within its cancel grace)"
+            if job.cancel_fenced_at is not None
+            else ""
+        )
+        reason = cancelled_reason(job.result) or ""
+        return f"cancelled{finished}{how}: {reason}; it will not run again"
     return f"completed{finished}; it will not run again"
 
 
@@ -109,6 +163,15 @@ def facts(e: Explanation) -> list[tuple[str, str]]:
     if job.lease_epoch is not None:
         current = "current run" if e.epoch_current else "another server run"
         out.append(("lease epoch", f"{job.lease_epoch} ({current})"))
+    if e.holder is not None:
+        out.append(("holder", holder(e.holder, e.now_ms, e.holder.lease_ms)))
+    if job.cancel_requested_at is not None:
+        when = f"requested {utc(job.cancel_requested_at)}"
+        if job.cancel_fenced_at is not None:
+            when += f", fenced {utc(job.cancel_fenced_at)}"
+        elif job.cancel_deadline is not None:
+            when += f", fence at {utc(job.cancel_deadline)}"
+        out.append(("cancel", when))
     out.append(("token", str(e.token)))
     out.append(("failures", f"{job.failures} of {job.max_attempts}"))
     out.append(("stalls", str(job.stalled)))

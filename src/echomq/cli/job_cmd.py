@@ -90,7 +90,7 @@ async def cmd_reprocess(conn: Connection, args: argparse.Namespace, out: Console
 
 
 async def cmd_cancel(conn: Connection, args: argparse.Namespace, out: Console) -> int:
-    outcome = await cancel.request(conn, args.queue, args.id, args.reason)
+    outcome = await cancel.request(conn, args.queue, args.id, args.reason, grace=args.grace)
     out.print(f"{outcome} {args.id}")
     return DONE
 
@@ -133,8 +133,14 @@ def register(commands: Commands) -> None:
         commands.add(name, help, queue="option", run=run).add_argument("id")
 
     p = commands.add(
-        "cancel", "cancel a job: removed if waiting, signalled if running",
+        "cancel", "cancel a job: removed if waiting, signalled (or fenced) if running",
         queue="option", run=cmd_cancel,
     )  # fmt: skip
     p.add_argument("id")
     p.add_argument("--reason", help="recorded as the result cancelled:<reason>")
+    p.add_argument(
+        "--grace",
+        type=float,
+        help="seconds a running job gets to stop; then its attempt is fenced (settled "
+        "cancelled) and its worker stops it hard (default: cooperative only; 0: now)",
+    )

@@ -32,6 +32,7 @@ __all__ = [
     "RecentFailure",
     "RepeatItem",
     "Request",
+    "WorkerInfo",
     "encode",
     "hello",
     "auth_reply",
@@ -106,6 +107,30 @@ class RepeatItem:
 
 
 @attrs.frozen(kw_only=True)
+class WorkerInfo:
+    """A worker serving the queue, from its heartbeat record (docs/runtime.md, "Workers").
+
+    ``status``: ``running``, ``blocked`` (its event loop has not run since
+    ``blocked_since_ms``, in ``blocked_task``) or ``gone`` (no heartbeat lately).
+    """
+
+    id: str
+    status: str
+    host: str | None
+    pid: int | None
+    version: str | None
+    concurrency: int
+    held: int
+    completed: int
+    failed: int
+    started_at_ms: int | None
+    last_beat_ms: int
+    blocked_since_ms: int | None
+    blocked_task: str | None
+    blocked_job: str | None
+
+
+@attrs.frozen(kw_only=True)
 class QueueView:
     """Everything the page shows for one queue.
 
@@ -127,6 +152,7 @@ class QueueView:
     per_minute: Mapping[str, list[int]] = attrs.field(factory=dict)
     capped: int = 0
     repeats: list[RepeatItem] = attrs.field(factory=list)
+    workers: list[WorkerInfo] = attrs.field(factory=list)
 
 
 @attrs.frozen(kw_only=True)

@@ -2,7 +2,8 @@
 
 Rule 1: nothing here writes to Redis, and nothing here sends a Redis command: counts come
 from ``admin.stats`` (one atomic read), the job lists from ``admin.active_jobs`` and
-``admin.dead_jobs``, the repeatables from ``repeat.list_repeats``, the queues from
+``admin.dead_jobs``, the repeatables from ``repeat.list_repeats``, the workers from
+``admin.list_workers``, the queues from
 ``admin.list_queues`` (the verbs the CLI uses too).
 Rule 2: throughput comes from counters, never from the retained rows (which retention
 trims): the live rate (jobs per second) from deltas of the totals (``count`` on
@@ -28,7 +29,7 @@ from .._redis.connection import Connection
 from .._redis.keyspace import check_queue
 from ..admin import QueueStats
 from ..errors import SerializationError
-from .messages import ActiveJob, DeadJob, QueueView, RecentFailure, RepeatItem
+from .messages import ActiveJob, DeadJob, QueueView, RecentFailure, RepeatItem, WorkerInfo
 
 __all__ = [
     "COUNT_NAMES",
@@ -101,6 +102,26 @@ def _dead_job(row: admin.DeadRow) -> DeadJob:
         last_error=row.last_error,
         finished_at_ms=row.died_at_ms,
         logs=row.logs,
+    )
+
+
+def _worker(w: admin.WorkerRecord) -> WorkerInfo:
+    status = "gone" if not w.alive else "blocked" if w.blocked else "running"
+    return WorkerInfo(
+        id=w.id,
+        status=status,
+        host=w.host,
+        pid=w.pid,
+        version=w.version,
+        concurrency=w.concurrency,
+        held=w.held,
+        completed=w.counters.get("completed", 0),
+        failed=w.counters.get("failed", 0),
+        started_at_ms=w.started_at_ms,
+        last_beat_ms=w.last_beat_ms,
+        blocked_since_ms=w.blocked_since_ms,
+        blocked_task=w.blocked_task,
+        blocked_job=w.blocked_job,
     )
 
 
@@ -185,6 +206,7 @@ async def read_queue(
     dead_limit: int = 20,
     log_lines: int = 10,
     repeat_limit: int = 50,
+    worker_limit: int = 50,
 ) -> QueueView:
     """One queue's view; also feeds its totals into ``throughput``."""
     check_queue(queue)
@@ -192,6 +214,7 @@ async def read_queue(
     active: list[ActiveJob] = []
     dead: list[DeadJob] = []
     repeats: list[RepeatItem] = []
+    workers: list[WorkerInfo] = []
 
     async def read_counts() -> None:
         nonlocal counts
@@ -221,8 +244,12 @@ async def read_queue(
             for info in listing.records
         )
 
+    async def read_workers() -> None:
+        found = await admin.list_workers(conn, queue, limit=worker_limit)
+        workers.extend(_worker(w) for w in found.workers)
+
     async with trio.open_nursery() as nursery:
-        for reader in (read_counts, read_active, read_dead, read_repeats):
+        for reader in (read_counts, read_active, read_dead, read_repeats, read_workers):
             nursery.start_soon(reader)
     assert counts is not None
     throughput.add(counts)
@@ -242,4 +269,5 @@ async def read_queue(
         },
         capped=counts.capped.total,
         repeats=repeats,
+        workers=workers,
     )

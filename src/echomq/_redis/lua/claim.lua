@@ -5,7 +5,7 @@
         3 schedule  ZSET  delayed ids; score = run-at ms
         4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter
         5 wake      LIST  wake tokens for idle consumers
-  ARGV  1 queue base   2 lease_ms   3 count (1..250)
+  ARGV  1 queue base   2 lease_ms   3 count (1..250)   4 the claiming worker's id ('': none)
   Returns  flat array: id, payload, token (attempts), failures, ... and, when fewer than
            `count` jobs were claimed, one trailing element: ms until the earliest scheduled
            job is due (0 when due now), or -1 when none is scheduled | {} when paused
@@ -21,13 +21,16 @@
   a row another node holds (a reshard moving keys one by one) fails the call having
   changed nothing. The jobs taken are the `count` lowest scores of pending and the
   promoted together, as if the promoted were added first and `count` popped.
-  Every claimed row is stamped with lease_epoch = the server's run_id (INFO server).
+  Every claimed row is stamped with lease_epoch = the server's run_id (INFO server) and
+  `worker` = the claiming worker's id (its heartbeat record; deleted when none is given),
+  which explain reads to say whether the holder is alive, blocked or gone.
   Promoted jobs beyond what this call takes push a wake token for the other consumers.
 ]]
 local pending, active, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
 local lease = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
+local worker = ARGV[4]
 local MAX_COUNT = 250
 local MAX_PROMOTE = 100
 -- @include time
@@ -97,7 +100,13 @@ for i, fields in ipairs(rows) do
   if fields[1] then  -- an id with no row leaves pending and is not claimed
     local row = base .. 'job:' .. id
     local token = redis.call('HINCRBY', row, 'attempts', 1)
-    redis.call('HSET', row, 'state', 'active', 'lease_epoch', run_id, 'claimed_at', now)
+    if worker ~= '' then
+      redis.call('HSET', row, 'state', 'active', 'lease_epoch', run_id, 'claimed_at', now,
+        'worker', worker)
+    else
+      redis.call('HSET', row, 'state', 'active', 'lease_epoch', run_id, 'claimed_at', now)
+      redis.call('HDEL', row, 'worker')
+    end
     leases[#leases + 1] = deadline
     leases[#leases + 1] = id
     redis.call('PUBLISH', channel,

@@ -1,20 +1,35 @@
 --[[
   Everything that says why a job is (not) running, in one atomic read; a read only.
   KEYS  1 row  2 pending  3 schedule  4 active  5 dead  6 completed  7 meta  8 lock
-  ARGV  1 id
+        9 workers (ZSET: worker ids by last beat)
+  ARGV  1 id   2 queue base (emq:{q}:)
   Returns  -1 no row | {row (flat HGETALL), pending rank | nil, pending count,
            schedule score | nil, active score | nil, dead score | nil, completed score | nil,
-           paused (0|1), server run_id, server now ms, lock key exists (0|1)}
+           paused (0|1), server run_id, server now ms, lock key exists (0|1),
+           the holder's heartbeat record (flat HGETALL; empty when none or expired),
+           the holder's last beat ms | nil}
   Events   (none)
   Moves    (none)
-  Bound    O(log N): one ZRANK, five ZSCOREs, the row (a fixed set of fields)
+  Bound    O(log N): one ZRANK, six ZSCOREs, the row and the holder's record (a fixed set
+           of fields each)
+  The holder is the row's `worker` field (written by claim); its record is
+  emq:{q}:worker:<id>, in the queue's slot.
 ]]
-local id = ARGV[1]
+local id, base = ARGV[1], ARGV[2]
 -- @include time
 -- @include run_id
 local row = redis.call('HGETALL', KEYS[1])
 if #row == 0 then return -1 end
 local now = now_ms()
+local worker = nil
+for i = 1, #row, 2 do
+  if row[i] == 'worker' then worker = row[i + 1] end
+end
+local record, beat = {}, false
+if worker then
+  record = redis.call('HGETALL', base .. 'worker:' .. worker)
+  beat = redis.call('ZSCORE', KEYS[9], worker)
+end
 return {
   row,
   redis.call('ZRANK', KEYS[2], id),
@@ -27,4 +42,6 @@ return {
   server_run_id(),
   now,
   redis.call('EXISTS', KEYS[8]),
+  record,
+  beat,
 }

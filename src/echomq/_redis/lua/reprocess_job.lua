@@ -1,7 +1,9 @@
 --[[
   Reprocess a dead job: back to pending, first in its priority band. The counters
   (attempts, failures, stalled) stay; last_error and a cancel request left on the row
-  (cancel_requested, cancel_reason) are cleared: reprocessing asks for a fresh run. The
+  (cancel_requested, cancel_reason, cancel_deadline, cancel_fenced) are cleared:
+  reprocessing asks for a fresh run (a stale entry in `cancels` is dropped by
+  fence_cancels, which finds no deadline). The
   pause gate is not read: on a paused queue the job waits in pending until resume.
   KEYS  1 row       HASH  the job
         2 dead      ZSET  dead-lettered ids
@@ -30,7 +32,8 @@ end
 redis.call('ZREM', dead, id)
 redis.call('PERSIST', row)
 redis.call('PERSIST', KEYS[5])
-redis.call('HDEL', row, 'last_error', 'finished_at', 'cancel_requested', 'cancel_reason')
+redis.call('HDEL', row, 'last_error', 'finished_at', 'cancel_requested', 'cancel_reason',
+  'cancel_deadline', 'cancel_fenced')
 redis.call('HSET', row, 'state', 'pending')
 redis.call('ZADD', pending, band_score(priority or '0', 0), id)
 push_wake(wake, 1)

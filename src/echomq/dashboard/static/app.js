@@ -322,6 +322,7 @@
     renderChart(q);
     renderMinutes(q);
     renderActive();
+    renderWorkers(q);
     renderDead(q);
     renderFailures(q);
     renderRepeats(q);
@@ -671,6 +672,32 @@
     $("repeat-empty").hidden = rows.length > 0;
     $("repeat-table").hidden = rows.length === 0;
     $("repeat-note").textContent = `${rows.length} registered`;
+  }
+
+  function workerStatus(w) {
+    if (w.status === "blocked") {
+      const since = Math.max(0, serverNow() - w.blocked_since_ms);
+      return `blocked ${(since / 1000).toFixed(1)} s in ${w.blocked_task || "?"}`;
+    }
+    if (w.status === "gone") return `gone (no heartbeat for ${ago(w.last_beat_ms).replace(/ ago$/, "")})`;
+    return "running";
+  }
+
+  function renderWorkers(q) {
+    const workers = q.workers || [];
+    const rows = workers.map((w) =>
+      h("tr", { dataset: { worker: w.id, status: w.status } },
+        h("td", { class: "mono", title: w.id, text: w.id }),
+        h("td", { class: `status ${w.status}`, title: w.blocked_job ? `job ${w.blocked_job}` : "", text: workerStatus(w) }),
+        h("td", { text: w.host ? `${w.host}:${w.pid}` : "—" }),
+        h("td", { class: "mono", text: w.status === "gone" ? "—" : `${w.held}/${w.concurrency}` }),
+        h("td", { class: "mono", text: w.status === "gone" ? "—" : String(w.completed) }),
+        h("td", { class: "mono", text: w.status === "gone" ? "—" : String(w.failed) }),
+        h("td", { class: "ago", text: w.started_at_ms ? ago(w.started_at_ms) : "" }),
+        h("td", { class: "ago", text: ago(w.last_beat_ms) })));
+    $("workers-body").replaceChildren(...rows);
+    $("workers-empty").hidden = rows.length > 0;
+    $("workers-table").hidden = rows.length === 0;
   }
 
   function renderFailures(q) {

@@ -1,0 +1,27 @@
+-- fence_cancel(k, fin, i, row, id, state, reason, now): a cancel whose grace ran out. The
+-- job is settled cancelled and its attempt fenced: the token (the row's `attempts`) grows
+-- by one, so a holder that did not stop can no longer complete, fail or extend it (its
+-- calls answer stale). The job leaves the set that holds it (k.active, k.pending or
+-- k.schedule by `state`) and its entry in k.cancels; it completes with
+-- `cancelled:<reason>` like a cooperative cancel, with `cancel_fenced` = now on the row,
+-- and finishes as `cancelled` through include/finished.lua (fin: the caller's finish_read
+-- with kept = 'completed', job i: its completions entry, counters and retention). The
+-- events: `cancel` with fenced = true (its holder stops it hard; on k.events and on the
+-- workers' channel k.control), then `completed`. Reads
+-- nothing: call it after the script's checks and finish_read (include finished first).
+local function fence_cancel(k, fin, i, row, id, state, reason, now)
+  if state == 'active' then redis.call('ZREM', k.active, id)
+  elseif state == 'pending' then redis.call('ZREM', k.pending, id)
+  elseif state == 'scheduled' then redis.call('ZREM', k.schedule, id) end
+  redis.call('HINCRBY', row, 'attempts', 1)
+  redis.call('HSET', row, 'state', 'completed', 'result', 'cancelled:' .. (reason or ''),
+    'finished_at', now, 'cancel_fenced', now)
+  redis.call('HDEL', row, 'cancel_deadline')
+  redis.call('ZREM', k.cancels, id)
+  local stop = cjson.encode({event = 'cancel', job = id, reason = reason or cjson.null,
+    fenced = true})
+  redis.call('PUBLISH', k.events, stop)
+  redis.call('PUBLISH', k.control, stop)
+  redis.call('PUBLISH', k.events, '{"event":"completed","job":"' .. id .. '","fenced":true}')
+  finished(fin, i, {reason = reason or ''})
+end
