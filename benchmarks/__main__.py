@@ -23,6 +23,10 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
             into benchmarks/README.md and README.md between their report markers
   bounds    every Lua script's server time on a queue of 1M jobs, at its caps (issue 9);
             saved to benchmarks/bounds.json and rendered into README.md (--render: no run)
+  lanes     group lanes and rate limits (issue 12): fairness, the claim with 10 / 1,000 /
+            10,000 groups beside ungrouped, a 100/s rate limit over 4 worker processes;
+            saved to benchmarks/results/lanes-<date>.json or --json (--lanes-parts
+            fairness,claim,rate; published: results/published/lanes-20261201.json)
 Results print as tables (median over --reps, and each figure's ratio to its ceiling) and are
 saved as JSON under benchmarks/results/ (ignored by git).
 """
@@ -125,6 +129,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "all",
             "report",
             "bounds",
+            "lanes",
         ],
     )
     p.add_argument(
@@ -167,6 +172,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cluster-queues", type=int, default=3, help="`cluster`: queues")
     p.add_argument("--cluster-jobs", type=int, default=20_000, help="`cluster`: backlog/queue")
     p.add_argument("--cluster-seconds", type=float, default=8.0, help="`cluster`: the window")
+    p.add_argument("--lanes-parts", default="fairness,claim,rate", help="`lanes`: the sections")
+    p.add_argument("--rate-seconds", type=int, default=30, help="`lanes`: the rate run's length")
     p.add_argument("--json", type=Path, help="where to save the results (default: results/)")
     p.add_argument(
         "--from", dest="sources", type=Path, nargs="*", default=[], help="results file to report"
@@ -258,6 +265,15 @@ def main(argv: list[str] | None = None) -> None:
             log(f"benchmarks/README.md: replaced {', '.join(cluster.write(body)) or 'nothing'}")
         return
     args.reps = args.reps or (3 if args.what == "cluster" else 5)
+    if args.what == "lanes":
+        from . import lanes
+
+        found = trio.run(lambda: lanes.run_lanes(args, log=log))
+        path = args.json or lanes.SAVED
+        lanes.save(found, {**machine(), "argv": " ".join(sys.argv[1:])}, path)
+        print(lanes.tables(found), flush=True)
+        log(f"saved {path}")
+        return
     if args.what == "report":
         report(args.sources, write=args.write)
         return

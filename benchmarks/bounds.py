@@ -403,6 +403,8 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
     await m.case("cancel", "an active job (signalled)", reps, cancel_active, one)
     await m.case("reprocess_job", "a dead job", reps, reprocess_one, one)
 
+    await measure_lanes(m, conn, reps)
+
     # -- the queue scope -------------------------------------------------------------------
     await m.case("pause", "set the gate", reps, same(admin.pause_call(q)), one)
 
@@ -427,6 +429,79 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
         lambda reply: int(reply[1]),
     )
     return m.cases
+
+
+LANES, LANE_GROUPS, LANE_JOBS = "lanes", 10_000, 20  # 200,000 jobs in 10,000 lanes
+
+
+async def fill_lanes(conn: echomq.Connection, queue: str, groups: int, per: int) -> None:
+    """``groups`` lanes of ``per`` jobs each (job i in group i % groups), bulk enqueued."""
+    total = groups * per
+    for start in range(0, total, v.MAX_ENQUEUE):
+        batch = [
+            life.NewJob(payload=PAYLOAD, group=f"g{i % groups}")
+            for i in range(start, min(total, start + v.MAX_ENQUEUE))
+        ]
+        await life.enqueue_many(conn, queue, batch)
+
+
+async def measure_lanes(m: Meter, conn: echomq.Connection, reps: int) -> None:
+    """The lane scripts at their caps (issue 12): the claim serving 100 groups (the ring
+    members one call reads) of 10,000, then every one of them at its rate (each parked), the
+    claim cycling 10 groups, the limits' change and re-placing 500 groups, a drain step
+    through the lanes."""
+    log(f"building {LANES!r}: {LANE_GROUPS:,} lanes of {LANE_JOBS} jobs, and 10 of 5,000")
+    await fill_lanes(conn, LANES, LANE_GROUPS, LANE_JOBS)
+    await fill_lanes(conn, "lanes10", 10, 5_000)
+
+    async def fixed(sc: ScriptCall[Any]) -> ScriptCall[Any]:
+        return sc
+
+    def same(sc: ScriptCall[Any]) -> Build:
+        return lambda: fixed(sc)
+
+    claim_cap = life.claim_call(LANES, DAY_MS, v.MAX_COUNT)
+    await m.case(
+        "claim", f"count={v.MAX_COUNT}, {LANE_GROUPS:,} groups in the ring", reps, same(claim_cap),
+        length,
+    )  # fmt: skip
+    await m.case(
+        "claim",
+        f"count={v.MAX_COUNT}, 10 groups (the turns cycle)",
+        reps,
+        same(life.claim_call("lanes10", DAY_MS, v.MAX_COUNT)),
+        length,
+    )
+    await evaluate(conn, admin.set_limits_call(LANES, "*", rate_max=1, rate_ms=DAY_MS))
+    await m.case(
+        "claim",
+        f"count={v.MAX_COUNT}, {LANE_GROUPS:,} groups, each then at its rate (parked)",
+        reps,
+        same(claim_cap),
+        length,
+    )
+    await m.case(
+        "set_limits",
+        "a group's concurrency",
+        reps,
+        same(admin.set_limits_call(LANES, "g1", concurrency=2)),
+        one,
+    )
+    await evaluate(conn, admin.set_limits_call(LANES, "*", concurrency=1))
+    await m.case(
+        "lanes_rejoin",
+        f"{v.MAX_BUDGET} groups (the cap)",
+        reps,
+        same(admin.lanes_rejoin_call(LANES, "", v.MAX_BUDGET)),
+        lambda reply: reply[0],
+    )
+    await m.case(
+        "drain",
+        f"budget {v.MAX_BUDGET} (the cap), through the lanes",
+        reps,
+        same(admin.drain_call(LANES, budget=v.MAX_BUDGET)),
+        lambda step: step.deleted,
+    )
 
 
 def _raise_priority(server: RedisServer) -> str:

@@ -46,6 +46,7 @@ CAPPED = {
     "fence_cancels": ("MAX_LIMIT", v.MAX_BATCH),
     "list_workers": ("MAX_LIMIT", v.MAX_BATCH),
     "heartbeat": ("MAX_PAIRS", v.MAX_BEAT_FIELDS),
+    "lanes_rejoin": ("MAX_BUDGET", v.MAX_BUDGET),
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "
@@ -55,9 +56,9 @@ WRITES = (
 _WRITE_CALL = r"redis\.call\(\s*'(" + "|".join(WRITES) + r")'"
 _DEFINED = re.compile(r"^local (?:function )?(\w+)", re.MULTILINE)
 # include helpers whose body writes: a call to one is a write where it is made (each
-# function's body is its text up to the next top-level `local`; a helper that calls a
-# writing helper writes too)
-_FUNCTION = re.compile(r"^local function (\w+)\(.*?(?=^local |\Z)", re.MULTILINE | re.DOTALL)
+# function's body is its text up to its closing top-level `end`, or the next top-level
+# `local`; a helper that calls a writing helper writes too)
+_FUNCTION = re.compile(r"^local function (\w+)\(.*?(?=^end$|^local |\Z)", re.MULTILINE | re.DOTALL)
 
 
 def _writing_helpers() -> list[str]:
@@ -210,23 +211,51 @@ def test_every_include_is_used() -> None:
     assert set(INCLUDES) == used, f"unused includes: {set(INCLUDES) - used}"
 
 
+def _uses(code: str, include: str) -> bool:
+    return any(re.search(rf"\b{d}\b", code) for d in _DEFINED.findall(INCLUDES[include]))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_a_script_uses_what_it_includes(name: str) -> None:
-    """An ``-- @include x`` line brings names the script's own code uses (no dead text)."""
+    """An ``-- @include x`` line brings names the script's own code uses, or that a helper
+    it uses needs (``ready`` needs ``lanes`` and ``wake``): no dead text."""
     _, body = _split(SCRIPTS[name].source)
     code = "\n".join(_code_lines(body))
-    for include in SCRIPTS[name].includes:
-        defined = _DEFINED.findall(INCLUDES[include])
-        assert any(re.search(rf"\b{d}\b", code) for d in defined), (
-            f"{name}.lua includes {include} but uses none of {defined}"
+    included = SCRIPTS[name].includes
+    used = {include for include in included if _uses(code, include)}
+    grown = True
+    while grown:
+        grown = False
+        for include in set(included) - used:
+            if any(_uses(INCLUDES[user], include) for user in used):
+                used.add(include)
+                grown = True
+    for include in included:
+        assert include in used, (
+            f"{name}.lua includes {include} but uses none of {_DEFINED.findall(INCLUDES[include])}"
         )
+
+
+def test_helpers_come_after_what_they_need() -> None:
+    """An include that calls another's helper is included after it in every script."""
+    for name, script in SCRIPTS.items():
+        order = list(script.includes)
+        for i, include in enumerate(order):
+            for needed in order[i + 1 :]:
+                own = set(_DEFINED.findall(INCLUDES[include]))
+                calls = [d for d in _DEFINED.findall(INCLUDES[needed]) if d not in own]
+                assert not any(re.search(rf"\b{d}\(", INCLUDES[include]) for d in calls), (
+                    f"{name}.lua: include {include} calls into {needed}, included after it"
+                )
 
 
 def test_includes_write_as_their_helpers_say() -> None:
     """The helpers that write are known to the write check (push_wake, mark_queue,
-    finished); finish_read only reads."""
-    assert {"push_wake", "mark_queue", "finished"} <= set(WRITING_HELPERS)
-    assert "finish_read" not in WRITING_HELPERS
+    finished, the lanes' ready / leave_active / lane_join); the read-only ones are not."""
+    assert {"push_wake", "mark_queue", "finished", "ready", "leave_active", "lane_join"} <= set(
+        WRITING_HELPERS
+    )
+    assert not {"finish_read", "lanes_touch", "group_slots", "lane_key"} & set(WRITING_HELPERS)
     assert not re.search(_WRITE_CALL, INCLUDES["time"] + INCLUDES["score"])
 
 

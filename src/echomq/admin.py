@@ -19,9 +19,13 @@ before any I/O, and either answers a value or raises a typed error from
   ``server_now_ms``: the server's clock, the one every lease is scored on.
 - ``list_workers``: the workers serving the queue, from their heartbeat records
   (``WorkerRecord``: alive or gone, blocked or running, what they hold).
+- ``set_group_concurrency`` / ``set_rate_limit`` / ``limits``: the group lanes' limits and
+  the rate limits, changed at run time; ``groups`` / ``group``: per-group counts and
+  standing (docs/lanes.md).
 
 This module is the public face; the implementations live in ``echomq._verbs`` (``admin``,
-``discovery``, ``views``, ``workers``), like every verb module (docs/design.md, "The verbs").
+``discovery``, ``views``, ``workers``, ``limits``), like every verb module (docs/design.md,
+"The verbs").
 """
 
 from __future__ import annotations
@@ -58,7 +62,26 @@ from ._verbs.admin import resume_call as resume_call
 from ._verbs.admin import set_retention_call as set_retention_call
 from ._verbs.admin import stats_call as stats_call
 from ._verbs.discovery import list_queues
-from ._verbs.views import MAX_VIEW, ActiveRow, DeadRow, active_jobs, dead_jobs, server_now_ms
+from ._verbs.limits import (
+    Limits,
+    RateLimit,
+    limits,
+    set_group_concurrency,
+    set_rate_limit,
+)
+from ._verbs.limits import lanes_rejoin_call as lanes_rejoin_call
+from ._verbs.limits import set_limits_call as set_limits_call
+from ._verbs.views import (
+    MAX_VIEW,
+    ActiveRow,
+    DeadRow,
+    GroupRow,
+    active_jobs,
+    dead_jobs,
+    group,
+    groups,
+    server_now_ms,
+)
 from ._verbs.workers import WorkerList, WorkerRecord, list_workers
 from ._verbs.workers import list_workers_call as list_workers_call
 
@@ -72,9 +95,12 @@ __all__ = [
     "Capped",
     "DeadRow",
     "DrainStep",
+    "GroupRow",
+    "Limits",
     "ObliterateStep",
     "QueueStats",
     "Retention",
+    "RateLimit",
     "WorkerList",
     "WorkerRecord",
     "active_jobs",
@@ -83,7 +109,10 @@ __all__ = [
     "drain",
     "drain_step",
     "ensure_schema",
+    "group",
+    "groups",
     "is_paused",
+    "limits",
     "list_queues",
     "list_workers",
     "obliterate",
@@ -94,5 +123,7 @@ __all__ = [
     "retention",
     "server_now_ms",
     "set_retention",
+    "set_group_concurrency",
+    "set_rate_limit",
     "stats",
 ]

@@ -144,9 +144,12 @@ class Task:
         (seconds), ``at`` (a datetime or epoch seconds), ``priority`` (higher first;
         default the task's), ``job_id`` (an id of your own: when a job with that id exists,
         nothing is written and its handle is answered, ``handle.deduplicated``),
-        ``max_attempts`` (default the task's), ``dedup`` with ``dedup_for`` (a dedup key
-        and its window: inside the window a second apply with the key answers the first
-        job's handle, ``handle.deduplicated``, and writes nothing).
+        ``max_attempts`` (default the task's), ``group`` (the job's lane: a name, or a
+        callable of the arguments that picks one; default the task's; docs/lanes.md),
+        ``group_concurrency`` (the group's limit when it has none yet), ``dedup`` with
+        ``dedup_for`` (a dedup key and its window: inside the window a second apply with
+        the key answers the first job's handle, ``handle.deduplicated``, and writes
+        nothing).
 
         Raises:
             SerializationError, InvalidKey, InvalidArgument: before any I/O (an unknown
@@ -190,7 +193,7 @@ class Task:
         if not isinstance(kwargs, Mapping):
             raise InvalidArgument("kwargs must be a mapping")
         payload = self.queue.codec.encode_call(self.name, args, kwargs)
-        return chosen.new_job(payload, self.options, self.name)
+        return chosen.new_job(payload, self.options, self.name, args=args, kwargs=kwargs)
 
 
 @attrs.define(eq=False)
@@ -359,6 +362,11 @@ class Queue:
           task's name (the repeat key), and one run per slot is enqueued, with no
           arguments; ``missed`` (``"once"`` or ``"skip"``) says what a slot that came due
           while no worker ran does (docs/repeat.md).
+        - ``group``: the jobs' group (docs/lanes.md): a name, or a callable of each job's
+          arguments that picks one (``group=lambda customer, **_: customer``). Groups take
+          fair turns; each may have a concurrency and a rate limit.
+        - ``group_concurrency``: the group's concurrency limit, set when the group has
+          none yet (``admin.set_group_concurrency`` changes it at run time).
 
         Args:
             name: the task's name on the wire (default ``module.qualname``).

@@ -32,6 +32,8 @@ from ._verbs.lifecycle import (
 )
 from ._verbs.rows import (
     Explanation,
+    LaneFacts,
+    RateWindow,
     add_log,
     explain,
     get_job_logs,
@@ -50,7 +52,9 @@ __all__ = [
     "ExtendResult",
     "FailOutcome",
     "JobInfo",
+    "LaneFacts",
     "NewJob",
+    "RateWindow",
     "claim",
     "complete",
     "complete_many",

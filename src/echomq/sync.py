@@ -130,6 +130,7 @@ class SyncConnection:
         delay_ms: int = 0,
         priority: int = 0,
         max_attempts: int = 1,
+        group: str | None = None,
     ) -> str:
         """Add one job; answer its id. The blocking twin of ``echomq.jobs.enqueue``.
 
@@ -145,6 +146,7 @@ class SyncConnection:
             delay_ms=delay_ms,
             priority=priority,
             max_attempts=max_attempts,
+            group=group,
         )
         return self._evaluate(sc)
 

@@ -400,3 +400,63 @@ async def test_job_explain_and_watch_show_undecodable_data_raw(
     p = await run(redis_url, "watch", queue, "--duration", "0.3")
     assert p.returncode == 0 and "Traceback" not in err(p), err(p)
     assert f"active {garbage} progress=\\xff\\xfe\\x80garbage" in out(p)
+
+
+# -- lanes: limits, groups (docs/lanes.md) ----------------------------------------------------
+
+
+async def test_limits_show_and_change_at_run_time(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    p = await run(redis_url, "limits", queue, "--rate", "100/s")
+    assert p.returncode == 0, err(p)
+    assert "queue rate               100 per 1.0 s" in out(p)
+    p = await run(
+        redis_url, "limits", queue, "--every-group", "--concurrency", "2", "--rate", "5/m"
+    )
+    assert p.returncode == 0, err(p)
+    limits = await admin.limits(conn, queue)
+    assert limits.group_concurrency == 2
+    assert limits.group_rate == admin.RateLimit(max_jobs=5, period_ms=60_000)
+    p = await run(redis_url, "limits", queue, "--group", "acme", "--concurrency", "1", "--json")
+    assert p.returncode == 0, err(p)
+    shown = json.loads(out(p))
+    assert (shown["group"], shown["limit"], shown["own_limit"]) == ("acme", 1, True)
+    p = await run(redis_url, "limits", queue, "--rate", "none", "--json")
+    assert json.loads(out(p))["rate"] is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--concurrency", "0", "--group", "g"],
+        ["--concurrency", "-1", "--group", "g"],
+        ["--concurrency", "2"],
+        ["--rate", "0/s"],
+        ["--rate", "ten/s"],
+        ["--group", "a b", "--concurrency", "1"],
+    ],
+)
+async def test_bad_limits_exit_2(redis_url: str, queue: str, argv: list[str]) -> None:
+    p = await run(redis_url, "limits", queue, *argv)
+    assert p.returncode == 2, (out(p), err(p))
+
+
+async def test_groups_and_status_show_the_lanes(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    await admin.set_group_concurrency(conn, queue, 1, group="acme")
+    for group in ("acme", "acme", "bob"):
+        await jobs.enqueue(conn, queue, b"", group=group)
+    await jobs.claim(conn, queue, 10_000, count=5)
+    await jobs.enqueue(conn, queue, b"", group="acme")
+    p = await run(redis_url, "groups", queue)
+    assert p.returncode == 0, err(p)
+    assert "acme" in out(p) and "at its limit" in out(p)
+    p = await run(redis_url, "groups", queue, "--json")
+    rows = {r["group"]: r for r in json.loads(out(p))}
+    assert (rows["acme"]["waiting"], rows["acme"]["active"]) == (2, 1)
+    assert (rows["bob"]["waiting"], rows["bob"]["active"]) == (0, 1)
+    p = await run(redis_url, "status", queue, "--json")
+    (row,) = json.loads(out(p))
+    assert (row["pending"], row["grouped"], row["groups"]) == (2, 2, 2)

@@ -66,6 +66,25 @@ async def test_snapshots_follow_claims_and_show_the_active_job_with_its_lease(
         assert snap["now_ms"] < active["lease_deadline_ms"] <= snap["now_ms"] + 30_000
 
 
+async def test_snapshots_show_per_group_counts(
+    dashboard: DashboardInfo, conn: echomq.Connection, queue: str
+) -> None:
+    """A queue with group lanes shows each group's waiting, active, limit and standing."""
+    await admin.set_group_concurrency(conn, queue, 1, group="acme")
+    for group in ("acme", "acme", "bob"):
+        await jobs.enqueue(conn, queue, payload("demo.add", 1, 2), group=group)
+    await jobs.claim(conn, queue, 30_000, count=1)
+    async with trio_websocket.open_websocket_url(ws_url(dashboard)) as ws:
+        client = Client(ws)
+        snap = await client.next("snapshot", lambda m: len(view(m, queue)["groups"]) == 2)
+        q = view(snap, queue)
+        assert q["groups"] == [
+            {"name": "acme", "waiting": 1, "active": 1, "limit": 1, "standing": "limit"},
+            {"name": "bob", "waiting": 1, "active": 0, "limit": None, "standing": "turn"},
+        ]
+        assert q["group_total"] == 2 and q["counts"]["pending"] == 2
+
+
 async def test_lifecycle_events_arrive_live(
     dashboard: DashboardInfo, conn: echomq.Connection, queue: str
 ) -> None:

@@ -78,3 +78,47 @@ def test_the_api_takes_options_as_keywords_or_one_value() -> None:
         hello.new_job(("a",), retries=3)
     with pytest.raises(InvalidArgument, match="unknown option"):
         queue.task(retries=3)
+
+
+def test_a_group_is_a_name_or_a_callable_of_the_arguments() -> None:
+    """group= picks the job's lane: a name, or a callable of the job's arguments (an int
+    answer is its text; None: no group); the enqueue's value wins over the task's."""
+    task = TaskOptions(group=lambda customer, **_: customer, group_concurrency=2)
+    new = EnqueueOptions().new_job(b"p", task, args=("acme",), kwargs={"n": 1})
+    assert (new.group, new.group_concurrency) == ("acme", 2)
+    assert EnqueueOptions().new_job(b"p", task, args=(42,)).group == "42"
+    assert EnqueueOptions().new_job(b"p", task, args=(None,)).group is None
+    assert EnqueueOptions().new_job(b"p", task, args=(None,)).group_concurrency is None
+    assert EnqueueOptions(group="vip").new_job(b"p", task, args=("acme",)).group == "vip"
+    assert EnqueueOptions().new_job(b"p", TaskOptions()).group is None
+
+
+@pytest.mark.parametrize("group", ["a b", "", "x" * 129, "{q}", 3.5, b"raw"])
+def test_a_bad_group_is_refused_when_the_options_are_built(group: object) -> None:
+    with pytest.raises(InvalidKey):
+        TaskOptions(group=group)  # type: ignore[arg-type]
+    with pytest.raises(InvalidKey):
+        EnqueueOptions(group=group)  # type: ignore[arg-type]
+
+
+def test_a_group_callable_that_fails_or_answers_a_bad_name_refuses_the_enqueue() -> None:
+    def boom(*args: object) -> str:
+        raise KeyError("customer")
+
+    with pytest.raises(InvalidArgument, match="raised"):
+        EnqueueOptions().new_job(b"p", TaskOptions(group=boom))
+    with pytest.raises(InvalidKey):
+        EnqueueOptions().new_job(b"p", TaskOptions(group=lambda: "no spaces"))
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True])
+def test_group_concurrency_is_a_positive_int(limit: object) -> None:
+    with pytest.raises(InvalidArgument):
+        TaskOptions(group_concurrency=limit)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument):
+        EnqueueOptions(group_concurrency=limit)  # type: ignore[arg-type]
+
+
+def test_group_concurrency_at_enqueue_needs_a_group() -> None:
+    with pytest.raises(InvalidArgument, match="needs a group"):
+        EnqueueOptions(group_concurrency=2).new_job(b"p", TaskOptions())

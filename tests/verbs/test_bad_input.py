@@ -172,6 +172,51 @@ CASES: list[tuple[str, Verb, type[Exception]]] = [
     ("stalled queue", lambda c: stalled.check(c, "no spaces"), InvalidKey),
     ("enqueue_many empty", lambda c: jobs.enqueue_many(c, "q", []), InvalidArgument),
     ("enqueue_many not NewJob", lambda c: jobs.enqueue_many(c, "q", [b"x"]), InvalidArgument),  # type: ignore[list-item]
+    *[
+        (f"group {g!r}", lambda c, g=g: jobs.enqueue(c, "q", b"", group=g), InvalidKey)
+        for g in BAD_IDS
+        if g is not None
+    ],
+    (
+        "group_concurrency 0",
+        lambda c: jobs.enqueue_many(
+            c, "q", [jobs.NewJob(payload=b"", group="g", group_concurrency=0)]
+        ),
+        InvalidArgument,
+    ),
+    (
+        "group_concurrency without a group",
+        lambda c: jobs.enqueue_many(c, "q", [jobs.NewJob(payload=b"", group_concurrency=2)]),
+        InvalidArgument,
+    ),
+    *[
+        (
+            f"set_group_concurrency {n!r}",
+            lambda c, n=n: admin.set_group_concurrency(c, "q", n, group="g"),
+            InvalidArgument,
+        )
+        for n in [0, -1, 1.5, True, "2", v.MAX_LIMIT + 1]
+    ],
+    (
+        "set_group_concurrency group",
+        lambda c: admin.set_group_concurrency(c, "q", 1, group="a b"),
+        InvalidKey,
+    ),
+    *[
+        (f"set_rate_limit {n!r}", lambda c, n=n: admin.set_rate_limit(c, "q", n), InvalidArgument)
+        for n in [0, -1, 2.5, False]
+    ],
+    *[
+        (f"rate per {p!r}", lambda c, p=p: admin.set_rate_limit(c, "q", 5, p), InvalidArgument)
+        for p in [0, -1, 0.0001, float("inf"), "1"]
+    ],
+    (
+        "rate group and every_group",
+        lambda c: admin.set_rate_limit(c, "q", 5, group="g", every_group=True),
+        InvalidArgument,
+    ),
+    ("rate group", lambda c: admin.set_rate_limit(c, "q", 5, group="{x}"), InvalidKey),
+    ("drain cursor", lambda c: admin.drain_step(c, "q", cursor="a b"), InvalidKey),
     (
         "enqueue_many one bad id",
         lambda c: jobs.enqueue_many(

@@ -72,7 +72,7 @@ async def test_enqueue_many_answers_ids_in_order(
     assert ids[:5] == [f"job-{i}" for i in range(5)]
     assert await conn.execute("ZRANGE", ks.pending, 0, -1) == [i.encode() for i in ids[:5]]
     assert await conn.execute("ZRANGE", ks.schedule, 0, -1) == [ids[5].encode()]
-    assert await conn.execute("LRANGE", ks.wake, 0, -1) == [b"5"]
+    assert await conn.execute("LRANGE", ks.wake, 0, -1) == [b"1"]
 
 
 @pytest.mark.parametrize("clash", ["existing", "repeated"])

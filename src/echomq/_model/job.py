@@ -32,6 +32,8 @@ class NewJob:
     keep_dead_ms: int | None = None
     dedup: str | None = None  # a dedup key: held for ``dedup_ms`` by the job that takes it
     dedup_ms: int = 0
+    group: str | None = None  # the group's lane (docs/lanes.md); None: ungrouped
+    group_concurrency: int | None = None  # the group's limit, set if it has none yet
 
 
 @attrs.frozen(kw_only=True)
@@ -107,6 +109,7 @@ class JobInfo:
     cancel_requested_at: int | None = None
     cancel_deadline: int | None = None
     cancel_fenced_at: int | None = None
+    group: str | None = None
 
     @property
     def attempts(self) -> int:
@@ -146,4 +149,5 @@ class JobInfo:
             cancel_requested_at=_opt_int(row.get(b"cancel_requested")),
             cancel_deadline=_opt_int(row.get(b"cancel_deadline")),
             cancel_fenced_at=_opt_int(row.get(b"cancel_fenced")),
+            group=_str(row.get(b"group")),
         )

@@ -21,6 +21,7 @@ __all__ = [
     "MAX_ENQUEUE",
     "MAX_MINUTES",
     "MAX_HELD",
+    "MAX_LIMIT",
     "MAX_MS",
     "MAX_PRIORITY",
     "MAX_REPEAT_PAGE",
@@ -43,6 +44,7 @@ MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a d
 MAX_ATTEMPTS = 1_000_000  # handler failures a job may have; a sane bound, not arithmetic
 MAX_MINUTES = 720  # minutes of per-minute counters one stats call reads (3 HGETs each)
 MAX_BEAT_FIELDS = 32  # field pairs of one worker heartbeat record
+MAX_LIMIT = 1_000_000_000  # a group's concurrency, a rate limit's jobs per period
 
 
 def _is_int(value: object) -> bool:

@@ -4,7 +4,8 @@ Rule 1: 1..128 characters of ``[A-Za-z0-9._~-]``; anything else raises
 :class:`~echomq.errors.InvalidKey` (a ``ValueError``), before any I/O. The charset keeps a
 name safe in a key (no hash-tag braces, no glob characters) and in the JSON of an event.
 The key builder (``_redis/keyspace.py``) gates every key with these; options that carry
-an id (``EnqueueOptions.job_id``) gate it when they are built.
+an id (``EnqueueOptions.job_id``) gate it when they are built. A group's name (its lane,
+docs/lanes.md) is a name like the others: ``check_group``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,14 @@ import re
 
 from ..errors import InvalidKey
 
-__all__ = ["MAX_REPEAT_KEY", "check_dedup_key", "check_id", "check_queue", "check_repeat_key"]
+__all__ = [
+    "MAX_REPEAT_KEY",
+    "check_dedup_key",
+    "check_group",
+    "check_id",
+    "check_queue",
+    "check_repeat_key",
+]
 
 _VALID = re.compile(r"[A-Za-z0-9._~-]{1,128}")
 # a repeat run's job id is ``<key>~<slot ms>`` (docs/repeat.md): the key leaves room for the
@@ -57,3 +65,8 @@ def check_repeat_key(key: object) -> str:
             "(its runs' job ids add '~<slot ms>')"
         )
     return key
+
+
+def check_group(group: object) -> str:
+    """Return ``group`` if it is a valid group name (a lane's), else raise InvalidKey."""
+    return _check("group name", group)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import attrs
@@ -25,11 +25,23 @@ from ..errors import InvalidArgument
 from . import limits
 from .backoff import MAX_DELAY, Backoff, check_backoff
 from .job import NewJob
-from .names import check_dedup_key, check_id
+from .names import check_dedup_key, check_group, check_id
 from .retention import keep_ms
 from .schedule import MissedPolicy, Schedule, check_missed, duration_ms
 
-__all__ = ["DEFAULT_LEASE", "EnqueueOptions", "TaskOptions", "build_options", "seconds", "to_ms"]
+__all__ = [
+    "DEFAULT_LEASE",
+    "EnqueueOptions",
+    "GroupChoice",
+    "TaskOptions",
+    "build_options",
+    "resolve_group",
+    "seconds",
+    "to_ms",
+]
+
+#: a group's name, or a callable of the job's arguments that answers one (or None)
+GroupChoice = str | Callable[..., object] | None
 
 OptionsT = TypeVar("OptionsT", "TaskOptions", "EnqueueOptions")
 
@@ -58,6 +70,40 @@ def to_ms(name: str, value: float) -> int:
     return limits.non_negative_int(name, round(value * 1000), limits.MAX_MS)
 
 
+def _check_group_choice(value: object) -> None:
+    if value is not None and not callable(value):
+        check_group(value)
+
+
+def _check_group_concurrency(value: object) -> None:
+    if value is not None:
+        limits.positive_int("group_concurrency", value, limits.MAX_LIMIT)
+
+
+def resolve_group(
+    choice: GroupChoice, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None
+) -> str | None:
+    """The group a job goes to: ``choice`` itself, or what it answers when called with the
+    job's arguments (an int is taken as its decimal text; None: no group).
+
+    Raises:
+        InvalidKey: not a valid group name (before any I/O).
+        InvalidArgument: the callable raised (chained).
+    """
+    if callable(choice):
+        try:
+            picked = choice(*args, **(kwargs or {}))
+        except Exception as exc:
+            raise InvalidArgument(f"the group callable {choice!r} raised {exc!r}") from exc
+    else:
+        picked = choice
+    if picked is None:
+        return None
+    if isinstance(picked, int) and not isinstance(picked, bool):
+        picked = str(picked)
+    return check_group(picked)
+
+
 @attrs.frozen(kw_only=True)
 class TaskOptions:
     """A task's options. ``lease``, ``timeout`` and ``soft_timeout`` are seconds;
@@ -68,6 +114,8 @@ class TaskOptions:
     clean up): it must be below ``timeout`` when both are given. ``keep_result`` /
     ``keep_dead``: seconds a finished job's row is kept (completed or cancelled / dead);
     None: the queue's (24 h / 7 days unless set, docs/results.md).
+    ``group`` a group's name or a callable of the job's arguments that picks one
+    (docs/lanes.md); ``group_concurrency`` the group's limit when it has none yet.
 
     ``cron`` (with ``tz``) or ``every`` (a timedelta or seconds) make the task repeatable:
     every worker of its queue registers it at start under the task's name, and the
@@ -88,6 +136,8 @@ class TaskOptions:
     every: dt.timedelta | float | None = None
     tz: str | None = None
     missed: MissedPolicy = "once"
+    group: GroupChoice = None
+    group_concurrency: int | None = None
 
     def __attrs_post_init__(self) -> None:
         # the caps the scripts enforce, checked now rather than when a job fails
@@ -109,6 +159,8 @@ class TaskOptions:
         if self.cron is not None or self.every is not None or self.tz is not None:
             self.schedule()  # checked now: a bad cron fails at import, not at the worker
         check_missed(self.missed)
+        _check_group_choice(self.group)
+        _check_group_concurrency(self.group_concurrency)
 
     @property
     def lease_ms(self) -> int:
@@ -152,6 +204,10 @@ class EnqueueOptions:
         dedup_for: how long the key is held (a timedelta or seconds, > 0): from the
             enqueue, whatever becomes of the job; removing the job releases it early
             (docs/repeat.md, "Dedup windows").
+        group: the job's group (its lane: fair turns between groups, per-group limits;
+            docs/lanes.md): a name, or a callable of the job's arguments that picks one.
+        group_concurrency: the group's concurrency limit, set when the group has none
+            yet (``admin.set_group_concurrency`` changes it at run time).
 
     Raises:
         InvalidArgument, InvalidKey: a bad value, when built (before any I/O).
@@ -166,6 +222,8 @@ class EnqueueOptions:
     keep_dead: float | None = None
     dedup: str | None = None
     dedup_for: dt.timedelta | float | None = None
+    group: GroupChoice = None
+    group_concurrency: int | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_keeps(self.keep_result, self.keep_dead)
@@ -186,6 +244,8 @@ class EnqueueOptions:
             check_id(self.job_id)
         if self.max_attempts is not None:
             limits.positive_int("max_attempts", self.max_attempts, limits.MAX_ATTEMPTS)
+        _check_group_choice(self.group)
+        _check_group_concurrency(self.group_concurrency)
 
     def delay_seconds(self) -> float:
         """Seconds from now until the job is due (``at`` read on this machine's clock)."""
@@ -194,11 +254,30 @@ class EnqueueOptions:
         target = self.at.timestamp() if isinstance(self.at, dt.datetime) else float(self.at)
         return max(0.0, target - time.time())
 
-    def new_job(self, payload: bytes, task: TaskOptions, name: str | None = None) -> NewJob:
+    def new_job(
+        self,
+        payload: bytes,
+        task: TaskOptions,
+        name: str | None = None,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> NewJob:
         """The job to enqueue: ``payload`` with these options over the task's defaults;
-        ``name`` is the task's (stored on the row, carried by the completions entry)."""
+        ``name`` is the task's (stored on the row, carried by the completions entry); a
+        group callable is called with ``args`` and ``kwargs``.
+
+        Raises:
+            InvalidKey, InvalidArgument: a bad group, or ``group_concurrency`` without one.
+        """
         keep_result = task.keep_result if self.keep_result is None else self.keep_result
         keep_dead = task.keep_dead if self.keep_dead is None else self.keep_dead
+        group = resolve_group(self.group if self.group is not None else task.group, args, kwargs)
+        concurrency = (
+            self.group_concurrency if self.group_concurrency is not None else task.group_concurrency
+        )
+        if group is None and self.group_concurrency is not None:
+            raise InvalidArgument("group_concurrency needs a group")
         return NewJob(
             payload=payload,
             job_id=self.job_id,
@@ -210,6 +289,8 @@ class EnqueueOptions:
             keep_dead_ms=None if keep_dead is None else keep_ms("keep_dead", keep_dead),
             dedup=self.dedup,
             dedup_ms=0 if self.dedup_for is None else duration_ms("dedup_for", self.dedup_for),
+            group=group,
+            group_concurrency=concurrency if group is not None else None,
         )
 
 

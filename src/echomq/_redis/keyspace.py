@@ -13,13 +13,14 @@ import functools
 
 import attrs
 
-from .._model.names import check_dedup_key, check_id, check_queue, check_repeat_key
+from .._model.names import check_dedup_key, check_group, check_id, check_queue, check_repeat_key
 from ..errors import InvalidKey
 
 __all__ = [
     "Keyspace",
     "keyspace",
     "check_dedup_key",
+    "check_group",
     "check_id",
     "check_queue",
     "check_repeat_key",
@@ -114,6 +115,42 @@ class Keyspace:
     def sweep_guard(self) -> str:
         """SET NX PX guard so that one worker runs recovery per interval."""
         return self.base + "sweep_guard"
+
+    # -- group lanes (docs/lanes.md); the scripts derive the same names from the base -----
+
+    def lane(self, group: str) -> str:
+        """A group's lane: its ready ids (a zset scored like ``pending``)."""
+        return f"{self.base}g:{check_group(group)}:pending"
+
+    def group_rate(self, group: str) -> str:
+        """A group's current rate window: jobs started in it (a string with a TTL)."""
+        return f"{self.base}g:{check_group(group)}:rate"
+
+    @property
+    def gstate(self) -> str:
+        """The groups' state (a hash): ``<group>`` -> its jobs held now (absent at 0),
+        ``<group>:limit`` -> its own concurrency limit, ``<group>:rate`` -> ``<max>:<ms>``."""
+        return self.base + "gstate"
+
+    @property
+    def ring(self) -> str:
+        """The groups that have ready work and may start a job now (zset; score = turn)."""
+        return self.base + "gring"
+
+    @property
+    def limited(self) -> str:
+        """The groups waiting for their rate window (zset; score = ms it reopens)."""
+        return self.base + "glimited"
+
+    @property
+    def groups(self) -> str:
+        """Every group with waiting or active jobs (zset, score 0: by name)."""
+        return self.base + "groups"
+
+    @property
+    def rate(self) -> str:
+        """The queue's current rate window: jobs started in it (a string with a TTL)."""
+        return self.base + "rate"
 
     @property
     def repeat(self) -> str:

@@ -19,6 +19,7 @@ stats. ``echomq.admin`` is their public face.
   count caps that guard memory.
 - ``ensure_schema``: the queue's data layout version, written if absent, refused if not
   this echomq's (every worker calls it at start).
+(The lanes' limits at run time are ``_verbs/limits.py``.)
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import attrs
 
 from .._model.retention import Retention
 from .._redis import validate as v
-from .._redis.keyspace import Keyspace
+from .._redis.keyspace import Keyspace, check_group
 from .._redis.replies import as_int, check_status, text
 from .._redis.scripts import SCHEMA_VERSION, Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, SchemaMismatch, ScriptError
@@ -123,10 +124,12 @@ class QueueStats:
     cancelled_per_minute: tuple[int, ...] = ()
     repeats: int = 0  # repeatables registered (docs/repeat.md), paused ones included
     repeats_paused: int = 0
+    grouped: int = 0  # of ``pending``: the jobs waiting in group lanes (docs/lanes.md)
+    groups: int = 0  # groups with waiting or active jobs
 
     @property
     def jobs(self) -> int:
-        """Jobs held in the five state sets."""
+        """Jobs held in the five state sets (the lanes counted with pending)."""
         return self.pending + self.scheduled + self.active + self.dead + self.completed
 
     @property
@@ -162,6 +165,7 @@ class DrainStep:
 
     deleted: int
     remaining: int
+    cursor: str = ""  # where the next step goes on in the group lanes ('' = the first)
 
     @property
     def done(self) -> bool:
@@ -190,17 +194,26 @@ def resume_call(queue: str) -> ScriptCall[None]:
 
 
 def drain_call(
-    queue: str, *, include_schedule: bool = False, budget: int = DEFAULT_BUDGET
+    queue: str, *, include_schedule: bool = False, budget: int = DEFAULT_BUDGET, cursor: str = ""
 ) -> ScriptCall[DrainStep]:
     ks = Keyspace(queue)
-    argv = [ks.base, "1" if include_schedule else "0", v.int_in("budget", budget, 1, MAX_BUDGET)]
+    if cursor != "":
+        check_group(cursor)
+    argv = [
+        ks.base,
+        "1" if include_schedule else "0",
+        v.int_in("budget", budget, 1, MAX_BUDGET),
+        cursor,
+    ]
 
     def read(reply: Any) -> DrainStep:
-        if not isinstance(reply, list) or len(reply) != 2:
+        if not isinstance(reply, list) or len(reply) != 3:
             raise ScriptError(f"drain {queue}: unexpected reply {reply!r}")
-        return DrainStep(deleted=as_int(reply[0]), remaining=as_int(reply[1]))
+        return DrainStep(
+            deleted=as_int(reply[0]), remaining=as_int(reply[1]), cursor=text(reply[2])
+        )
 
-    return script_call("drain", [ks.pending, ks.schedule], argv, read)
+    return script_call("drain", [ks.pending, ks.schedule, ks.meta, ks.groups], argv, read)
 
 
 def obliterate_call(
@@ -241,18 +254,28 @@ def obliterate_call(
 
 def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCall[QueueStats]:
     ks = Keyspace(queue)
-    keys = [ks.meta, ks.pending, ks.schedule, ks.active, ks.dead, ks.completed, ks.repeat]
+    keys = [
+        ks.meta,
+        ks.pending,
+        ks.schedule,
+        ks.active,
+        ks.dead,
+        ks.completed,
+        ks.repeat,
+        ks.groups,
+    ]
     v.int_in("minutes", minutes, 1, MAX_STATS_MINUTES)
 
     def read(reply: Any) -> QueueStats:
-        if not isinstance(reply, list) or len(reply) != 16:
+        if not isinstance(reply, list) or len(reply) != 18:
             raise ScriptError(f"stats {queue}: unexpected reply {reply!r}")
         n = [as_int(x) for x in reply[:10]]
         capped = [as_int(x) for x in reply[10]]
         series = [[as_int(x) for x in part] for part in reply[11:14]]
+        lanes = as_int(reply[16])  # jobs waiting in group lanes (docs/lanes.md)
         return QueueStats(
             queue=queue,
-            pending=n[0],
+            pending=n[0] + lanes,
             scheduled=n[1],
             active=n[2],
             dead=n[3],
@@ -269,6 +292,8 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
             cancelled_per_minute=tuple(series[2]),
             repeats=as_int(reply[14]),
             repeats_paused=as_int(reply[15]),
+            grouped=lanes,
+            groups=as_int(reply[17]),
         )
 
     return script_call("queue_stats", keys, [ks.base, minutes], read)
@@ -328,15 +353,24 @@ async def is_paused(conn: Executor, queue: str) -> bool:
 
 
 async def drain_step(
-    conn: Executor, queue: str, *, include_schedule: bool = False, budget: int = DEFAULT_BUDGET
+    conn: Executor,
+    queue: str,
+    *,
+    include_schedule: bool = False,
+    budget: int = DEFAULT_BUDGET,
+    cursor: str = "",
 ) -> DrainStep:
-    """One bounded drain call: delete up to ``budget`` waiting jobs (pending first, then
-    scheduled when asked) with their rows, logs and locks; answer what it did.
+    """One bounded drain call: delete up to ``budget`` waiting jobs (pending first, then the
+    group lanes from ``cursor`` on, then scheduled when asked) with their rows, logs and
+    locks; answer what it did and the cursor for the next step.
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
     """
-    return await evaluate(conn, drain_call(queue, include_schedule=include_schedule, budget=budget))
+    return await evaluate(
+        conn,
+        drain_call(queue, include_schedule=include_schedule, budget=budget, cursor=cursor),
+    )
 
 
 async def drain(
@@ -347,7 +381,8 @@ async def drain(
     budget: int = DEFAULT_BUDGET,
     on_progress: Callable[[int, int], object] | None = None,
 ) -> int:
-    """Delete the backlog: every pending job (and scheduled, when asked) with its row and logs.
+    """Delete the backlog: every pending job, those in group lanes too (and scheduled, when
+    asked) with its row and logs.
 
     Active jobs and recurring registrations are untouched. Answers the number deleted.
     Runs :func:`drain_step` until nothing waits, so no single call holds Redis for long;
@@ -358,8 +393,12 @@ async def drain(
         InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
     """
     total = 0
+    cursor = ""
     while True:
-        step = await drain_step(conn, queue, include_schedule=include_schedule, budget=budget)
+        step = await drain_step(
+            conn, queue, include_schedule=include_schedule, budget=budget, cursor=cursor
+        )
+        cursor = step.cursor
         total += step.deleted
         if on_progress is not None:
             on_progress(total, step.remaining)

@@ -15,7 +15,7 @@ import attrs
 
 from .._model.job import Claimed, Enqueued, JobInfo, NewJob, Sweep
 from .._redis import validate as v
-from .._redis.keyspace import Keyspace, check_dedup_key, check_id, keyspace
+from .._redis.keyspace import Keyspace, check_dedup_key, check_group, check_id, keyspace
 from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check_status, text
 from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, ScriptError
@@ -77,7 +77,7 @@ def _task_name(name: object) -> str:
 
 
 def _job_args(job: object, ks: Keyspace) -> tuple[str, bytes, list[Any]]:
-    """One job's argv group (``enqueue.lua``: 10 values), gated; its id and its payload."""
+    """One job's argv group (``enqueue.lua``: 12 values), gated; its id and its payload."""
     if not isinstance(job, NewJob):
         raise InvalidArgument(f"enqueue_many takes NewJob values, not {type(job).__name__}")
     job_id = check_id(job.job_id) if job.job_id is not None else new_id()
@@ -101,6 +101,8 @@ def _job_args(job: object, ks: Keyspace) -> tuple[str, bytes, list[Any]]:
         else v.non_negative_int("keep_dead_ms", job.keep_dead_ms, v.MAX_MS),
         dedup,
         dedup_ms,
+        "" if job.group is None else check_group(job.group),
+        _group_concurrency(job),
     ]
     return job_id, payload, group
 
@@ -148,6 +150,14 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
     return ScriptCall(batch.script, batch.keys, batch.argv, read)
 
 
+def _group_concurrency(job: NewJob) -> int:
+    if job.group_concurrency is None:
+        return 0
+    if job.group is None:
+        raise InvalidArgument("group_concurrency needs a group")
+    return v.positive_int("group_concurrency", job.group_concurrency, v.MAX_LIMIT)
+
+
 def enqueue_one_call(
     queue: str,
     payload: bytes | str,
@@ -156,6 +166,7 @@ def enqueue_one_call(
     delay_ms: int = 0,
     priority: int = 0,
     max_attempts: int = 1,
+    group: str | None = None,
 ) -> ScriptCall[str]:
     """:func:`enqueue_call` for one job, answering its id."""
     job = NewJob(
@@ -164,6 +175,7 @@ def enqueue_one_call(
         delay_ms=delay_ms,
         priority=priority,
         max_attempts=max_attempts,
+        group=group,
     )
     many = enqueue_call(queue, [job])
 
@@ -176,8 +188,10 @@ def enqueue_one_call(
 @attrs.frozen(kw_only=True)
 class ClaimBatch:
     """What one claim answered: the jobs, and (when it took fewer than asked) how long
-    until the earliest scheduled job is due: ``next_due_ms`` (None: nothing scheduled, or
-    the batch was full, or the queue is paused)."""
+    until more work may be claimable: ``next_due_ms``, the earliest of the next scheduled
+    job's due time and a rate window's reopening (0: now; None: nothing known, or the batch
+    was full, or the queue is paused). A queue at its rate limit answers no jobs and the
+    ms until its window reopens (docs/lanes.md)."""
 
     jobs: list[Claimed]
     next_due_ms: int | None
@@ -400,12 +414,14 @@ async def enqueue(
     delay_ms: int = 0,
     priority: int = 0,
     max_attempts: int = 1,
+    group: str | None = None,
 ) -> str:
     """Add one job; answer its id.
 
     ``priority``: higher runs first (-4095..4095, default 0); FIFO within a priority.
     ``delay_ms``: held in the schedule set until due. ``max_attempts``: handler failures
-    allowed before the job is dead-lettered.
+    allowed before the job is dead-lettered. ``group``: the job waits in that group's lane
+    (fair turns between groups, per-group limits: docs/lanes.md).
 
     Raises:
         InvalidKey, InvalidArgument, SerializationError: before any I/O.
@@ -420,6 +436,7 @@ async def enqueue(
             delay_ms=delay_ms,
             priority=priority,
             max_attempts=max_attempts,
+            group=group,
         ),
     )
 

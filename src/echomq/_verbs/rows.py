@@ -26,6 +26,8 @@ from .workers import WorkerRecord
 
 __all__ = [
     "Explanation",
+    "LaneFacts",
+    "RateWindow",
     "explain",
     "add_log",
     "get_job_logs",
@@ -137,10 +139,50 @@ _EXPECTED_SET = {
 
 
 @attrs.frozen(kw_only=True)
+class RateWindow:
+    """A rate limit's current window: ``used`` of ``max_jobs`` started per ``period_ms``;
+    ``reopens_in_ms``: when the window ends (None: no window open)."""
+
+    max_jobs: int
+    period_ms: int
+    used: int
+    reopens_in_ms: int | None
+
+    @property
+    def full(self) -> bool:
+        return self.used >= self.max_jobs
+
+
+@attrs.frozen(kw_only=True)
+class LaneFacts:
+    """A grouped job's lane (docs/lanes.md): its place there and its group's standing.
+
+    ``limit`` is the group's concurrency limit (its own, else the queue's default; None:
+    no limit); ``in_ring``: the group has a turn in the claim's round robin;
+    ``limited_until_ms``: the group waits for its rate window (server clock).
+    """
+
+    group: str
+    position: int | None  # 0-based in the lane (None: not in it)
+    waiting: int
+    active: int
+    limit: int | None
+    in_ring: bool
+    limited_until_ms: int | None
+    rate: RateWindow | None
+
+    @property
+    def at_limit(self) -> bool:
+        return self.limit is not None and self.active >= self.limit
+
+
+@attrs.frozen(kw_only=True)
 class Explanation:
     """Why a job is (not) running: every fact that decides it, read atomically.
 
     Times are server-clock milliseconds. ``position`` is 0-based in the pending order.
+    A grouped job has ``lane`` (its place in its group's lane, the group's standing); a
+    queue with a rate limit has ``queue_rate``.
     This is data; the sentences for people are the CLI's (``echomq.cli.explain_text``:
     ``summary(e)``, ``facts(e)``), so a surface words it without this layer knowing.
     """
@@ -161,6 +203,8 @@ class Explanation:
     # the worker that claimed it last (the row's `worker`) and its heartbeat record: None
     # when the row names none; a record with ``alive`` False when it has stopped beating
     holder: WorkerRecord | None = None
+    lane: LaneFacts | None = None
+    queue_rate: RateWindow | None = None
 
     @property
     def state(self) -> JobState:
@@ -212,7 +256,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
     def read(reply: Any) -> Explanation:
         if reply == Code.GONE:
             check_status(reply, f"explain {job_id}")
-        if not isinstance(reply, list) or len(reply) != 13 or not isinstance(reply[0], list):
+        if not isinstance(reply, list) or len(reply) != 15 or not isinstance(reply[0], list):
             raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
         flat = reply[0]
         row = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -220,11 +264,11 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
             info = JobInfo.from_row(job_id, row)
         except (KeyError, ValueError) as exc:
             raise ScriptError(f"explain {job_id}: the row is malformed ({exc!r})") from None
-        scores = dict(zip(_STATE_SETS, [reply[1], *reply[3:7]], strict=True))
+        lane = _lane(info.group, reply[13], int(reply[9]))
+        in_lane = lane is not None and lane.position is not None
+        pending = reply[1] if not in_lane else 0
+        scores = dict(zip(_STATE_SETS, [pending, *reply[3:7]], strict=True))
         lock_field = b"lock" in row
-
-        def ms(value: Any) -> int | None:
-            return None if value is None else int(float(value))
 
         holder = None
         if info.worker is not None:
@@ -232,7 +276,6 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
             record = reply[11] if isinstance(reply[11], list) else []
             if record or beat is not None:
                 holder = WorkerRecord.from_record(info.worker, beat or 0, record)
-
         return Explanation(
             job=info,
             sets=tuple(name for name, score in scores.items() if score is not None),
@@ -245,9 +288,50 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
             now_ms=int(reply[9]),
             locked=bool(reply[10]) or lock_field,
             holder=holder,
+            lane=lane,
+            queue_rate=_window(reply[14]),
         )
 
     return script_call("explain", keys, [job_id, ks.base], read)
+
+
+def ms(value: Any) -> int | None:
+    return None if value is None else int(float(value))
+
+
+def _window(reply: Any) -> RateWindow | None:
+    if not reply:
+        return None
+    max_jobs, period, used, ttl = reply
+    return RateWindow(
+        max_jobs=int(max_jobs),
+        period_ms=int(period),
+        used=int(used),
+        reopens_in_ms=int(ttl) if int(used) > 0 and int(ttl) >= 0 else None,
+    )
+
+
+def _lane(group: str | None, reply: Any, now: int) -> LaneFacts | None:
+    if group is None or not reply:
+        return None
+    position, waiting, active, limit, in_ring, until, rate_max, rate_ms, used = reply
+    limited = ms(until)
+    rate = None
+    if rate_max is not None:
+        reopens = limited - now if limited is not None and limited > now else None
+        rate = RateWindow(
+            max_jobs=int(rate_max), period_ms=int(rate_ms), used=int(used), reopens_in_ms=reopens
+        )
+    return LaneFacts(
+        group=group,
+        position=None if position is None else int(position),
+        waiting=int(waiting),
+        active=int(active),
+        limit=None if limit is None else int(limit),
+        in_ring=bool(in_ring),
+        limited_until_ms=limited,
+        rate=rate,
+    )
 
 
 # -- verbs ------------------------------------------------------------------------------------

@@ -18,11 +18,22 @@ import attrs
 
 from .._model.limits import positive_int
 from .._model.text import raw_text
-from .._redis.keyspace import Keyspace
+from .._redis.keyspace import Keyspace, check_group
 from .._redis.protocol import RedisConnection
 from ..errors import ServerError
+from .limits import RateLimit
 
-__all__ = ["MAX_VIEW", "ActiveRow", "DeadRow", "active_jobs", "dead_jobs", "server_now_ms"]
+__all__ = [
+    "MAX_VIEW",
+    "ActiveRow",
+    "DeadRow",
+    "GroupRow",
+    "active_jobs",
+    "dead_jobs",
+    "group",
+    "groups",
+    "server_now_ms",
+]
 
 MAX_VIEW = 1000  # rows (and log lines per row) one view call reads
 
@@ -51,6 +62,26 @@ class DeadRow:
     died_at_ms: int  # the row's finished_at (the dead set's score is when its retention ends)
     logs: list[str]
     expires_at_ms: int | None = None  # when the dead retention deletes the row
+
+
+@attrs.frozen(kw_only=True)
+class GroupRow:
+    """A group's lane and standing (docs/lanes.md). ``limit`` and ``rate`` are what apply
+    (the group's own, else the queue's defaults); ``own_limit`` / ``own_rate``: its own."""
+
+    name: str
+    waiting: int  # jobs in its lane
+    active: int  # its jobs held now
+    limit: int | None  # concurrency (None: no limit)
+    own_limit: bool
+    rate: RateLimit | None
+    own_rate: bool
+    in_ring: bool  # it has a turn in the claim's round robin
+    limited_until_ms: int | None  # waiting for its rate window (server clock)
+
+    @property
+    def at_limit(self) -> bool:
+        return self.limit is not None and self.active >= self.limit
 
 
 def _text(value: Any) -> str | None:
@@ -151,6 +182,77 @@ async def dead_jobs(
             )
         )
     return rows
+
+
+async def _group_rows(conn: RedisConnection, queue: str, names: list[str]) -> list[GroupRow]:
+    ks = Keyspace(queue)
+    if not names:
+        return []
+    per = 3
+    own_fields = [f for name in names for f in (name, name + ":limit", name + ":rate")]
+    commands: list[tuple[Any, ...]] = [
+        ("HMGET", ks.meta, "group_concurrency", "group_rate_max", "group_rate_ms"),
+        ("HMGET", ks.gstate, *own_fields),
+    ]
+    for name in names:
+        commands += [
+            ("ZCARD", ks.lane(name)),
+            ("ZSCORE", ks.ring, name),
+            ("ZSCORE", ks.limited, name),
+        ]
+    replies = await _read_many(conn, commands)
+    default_limit, default_max, default_ms = replies[0]
+    own = replies[1]
+    rows = []
+    for i, name in enumerate(names):
+        waiting, ring_score, until = replies[2 + i * per : 2 + (i + 1) * per]
+        held, limit, own_rate = own[3 * i : 3 * i + 3]
+        rate = None
+        if own_rate is not None:
+            max_jobs, period = (int(x) for x in own_rate.split(b":"))
+            rate = RateLimit(max_jobs=max_jobs, period_ms=period)
+        elif default_max is not None and default_ms is not None:
+            rate = RateLimit(max_jobs=int(default_max), period_ms=int(default_ms))
+        rows.append(
+            GroupRow(
+                name=name,
+                waiting=int(waiting),
+                active=_int(held) or 0,
+                limit=_int(limit if limit is not None else default_limit),
+                own_limit=limit is not None,
+                rate=rate,
+                own_rate=own_rate is not None,
+                in_ring=ring_score is not None,
+                limited_until_ms=None if until is None else int(float(until)),
+            )
+        )
+    return rows
+
+
+async def groups(
+    conn: RedisConnection, queue: str, *, after: str = "", limit: int = 50
+) -> list[GroupRow]:
+    """The groups with waiting or active jobs, by name after ``after``; at most ``limit``
+    (1..1000). Page with ``after=rows[-1].name``.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    ks = Keyspace(queue)
+    positive_int("limit", limit, MAX_VIEW)
+    start = "(" + check_group(after) if after else "-"
+    found = await conn.execute("ZRANGEBYLEX", ks.groups, start, "+", "LIMIT", 0, limit)
+    return await _group_rows(conn, queue, [_text(name) or "" for name in found])
+
+
+async def group(conn: RedisConnection, queue: str, name: str) -> GroupRow:
+    """One group's lane and standing (a group with no work shows zeros and its settings).
+
+    Raises:
+        InvalidKey: before any I/O.
+    """
+    check_group(name)
+    return (await _group_rows(conn, queue, [name]))[0]
 
 
 async def server_now_ms(conn: RedisConnection) -> int:

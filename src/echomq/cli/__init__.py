@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from . import (
     archive_cmd,
     job_cmd,
+    lanes_cmd,
     queue_cmd,
     repeat_cmd,
     serve_cmd,
@@ -36,6 +37,7 @@ __all__ = ["REGISTRARS", "build_parser", "main"]
 #: every module that adds commands, in help order: ``register(commands) -> None``
 REGISTRARS: tuple[Callable[[Commands], None], ...] = (
     queue_cmd.register,
+    lanes_cmd.register,  # limits, groups (docs/lanes.md)
     job_cmd.register,
     repeat_cmd.register,
     watch_cmd.register,

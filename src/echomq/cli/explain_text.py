@@ -17,10 +17,20 @@ import datetime as dt
 
 from .._model.cancel import cancelled_reason
 from .._model.states import JobState
-from .._verbs.rows import Explanation
+from .._verbs.rows import Explanation, LaneFacts, RateWindow
 from .._verbs.workers import WorkerRecord
 
-__all__ = ["facts", "holder", "repeat_facts", "span", "summary", "utc", "when"]
+__all__ = [
+    "facts",
+    "holder",
+    "lane_text",
+    "rate_text",
+    "repeat_facts",
+    "span",
+    "summary",
+    "utc",
+    "when",
+]
 
 
 def span(ms: int) -> str:
@@ -73,16 +83,57 @@ def _cancel_note(e: Explanation) -> str:
     return note
 
 
+def rate_text(rate: RateWindow) -> str:
+    """``100 per 1.0 s``: a rate limit for people."""
+    return f"{rate.max_jobs} per {span(rate.period_ms)}"
+
+
+def lane_text(lane: LaneFacts, now_ms: int) -> str | None:
+    """Why a grouped job's group starts nothing now, or None when it may (docs/lanes.md)."""
+    if lane.at_limit:
+        return f"group {lane.group} at its limit of {lane.limit} active"
+    if lane.limited_until_ms is not None and lane.limited_until_ms > now_ms and lane.rate:
+        return (
+            f"group {lane.group} at its rate limit of {rate_text(lane.rate)} "
+            f"(reopens in {span(lane.limited_until_ms - now_ms)})"
+        )
+    return None
+
+
+def _pending_grouped(e: Explanation, lane: LaneFacts, gate: str) -> str:
+    if lane.position is None:
+        return f"pending by its row, but not in group {lane.group}'s lane: it cannot be claimed"
+    where = f"position {lane.position + 1} of {lane.waiting} in group {lane.group}'s lane"
+    if e.paused:
+        return f"waiting at {where}{gate}"
+    held = lane_text(lane, e.now_ms)
+    if held is not None:
+        return f"waiting: {held}; {where}"
+    if e.queue_rate is not None and e.queue_rate.full and e.queue_rate.reopens_in_ms:
+        return (
+            f"waiting: the queue at its rate limit of {rate_text(e.queue_rate)} "
+            f"(reopens in {span(e.queue_rate.reopens_in_ms)}); {where}"
+        )
+    return f"ready at {where}: the group's turns in the round robin claim it in that order"
+
+
 def summary(e: Explanation) -> str:
     """One line for people: what the job is doing and what would change that."""
     job, state = e.job, e.job.state
     gate = " - the queue is paused: nothing is claimed until resume" if e.paused else ""
+    if state is JobState.PENDING and e.lane is not None:
+        return _pending_grouped(e, e.lane, gate)
     if state is JobState.PENDING:
         if e.position is None:
             return "pending by its row, but in no pending set: it cannot be claimed"
         where = f"position {e.position + 1} of {e.pending_count} in pending"
         if e.paused:
             return f"waiting at {where}{gate}"
+        if e.queue_rate is not None and e.queue_rate.full and e.queue_rate.reopens_in_ms:
+            return (
+                f"waiting: the queue at its rate limit of {rate_text(e.queue_rate)} "
+                f"(reopens in {span(e.queue_rate.reopens_in_ms)}); {where}"
+            )
         return f"ready at {where}: the next free worker claims it in that order"
     if state is JobState.SCHEDULED:
         if e.run_at_ms is None:
@@ -156,6 +207,19 @@ def facts(e: Explanation) -> list[tuple[str, str]]:
     out.append(("queue", "paused" if e.paused else "running"))
     if e.position is not None:
         out.append(("position", f"{e.position + 1} of {e.pending_count}"))
+    if e.lane is not None:
+        lane = e.lane
+        out.append(("group", lane.group))
+        if lane.position is not None:
+            out.append(("lane position", f"{lane.position + 1} of {lane.waiting}"))
+        limit = "no limit" if lane.limit is None else f"limit {lane.limit}"
+        out.append(("group active", f"{lane.active} ({limit})"))
+        turn = "has a turn in the round robin" if lane.in_ring else "no turn now"
+        out.append(("group turn", lane_text(lane, e.now_ms) or turn))
+        if lane.rate is not None:
+            out.append(("group rate", f"{rate_text(lane.rate)}, {lane.rate.used} started"))
+    if e.queue_rate is not None:
+        out.append(("queue rate", f"{rate_text(e.queue_rate)}, {e.queue_rate.used} started"))
     if e.lease_deadline_ms is not None:
         left = e.lease_deadline_ms - e.now_ms
         when = f"in {span(left)}" if left > 0 else f"expired {span(left)} ago"

@@ -50,6 +50,8 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
                         "queue": s.queue,
                         "paused": s.paused,
                         "pending": s.pending,
+                        "grouped": s.grouped,
+                        "groups": s.groups,
                         "scheduled": s.scheduled,
                         "active": s.active,
                         "dead": s.dead,
@@ -92,6 +94,7 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
     table.add_column("failed/min", justify="right")
     table.add_column(f"done/min ({args.minutes}m)", justify="right")
     table.add_column("repeat", justify="right")
+    table.add_column("groups", justify="right")
     for s in rows:
         failed = s.last_minute("dead")
         table.add_row(
@@ -108,6 +111,7 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
             f"[red]{failed}[/]" if failed else "0",
             f"{s.rate('completed'):.1f}",
             f"{s.repeats} ({s.repeats_paused} paused)" if s.repeats_paused else str(s.repeats),
+            str(s.groups) if s.groups else "-",
         )
     out.print(table)
     for s in rows:

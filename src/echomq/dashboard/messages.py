@@ -25,6 +25,7 @@ __all__ = [
     "CommandRequest",
     "DeadJob",
     "EventItem",
+    "GroupCount",
     "HistoryJob",
     "HistoryRequest",
     "LogsRequest",
@@ -93,6 +94,19 @@ class RecentFailure:
 
 
 @attrs.frozen(kw_only=True)
+class GroupCount:
+    """One group's lane (docs/lanes.md): its counts and what it does now (``standing``:
+    ``turn`` it may start a job, ``limit`` at its concurrency limit, ``rate`` waiting for
+    its rate window, ``idle`` nothing waits)."""
+
+    name: str
+    waiting: int
+    active: int
+    limit: int | None
+    standing: str
+
+
+@attrs.frozen(kw_only=True)
 class RepeatItem:
     """A registered repeatable (docs/repeat.md) and its upcoming runs."""
 
@@ -138,7 +152,9 @@ class QueueView:
     totals); ``per_minute``: finished jobs in each of the last 60 minutes by outcome
     (``completed``, ``dead``, ``cancelled``; oldest first, the last one the current,
     partial minute), from the per-minute counters (``admin.stats``); ``capped``: rows and
-    entries the retention's count guard deleted before their time, ever.
+    entries the retention's count guard deleted before their time, ever. ``groups``: the
+    first groups by name (at most a page), ``group_total``: how many have waiting or
+    active jobs.
     """
 
     name: str
@@ -153,6 +169,8 @@ class QueueView:
     capped: int = 0
     repeats: list[RepeatItem] = attrs.field(factory=list)
     workers: list[WorkerInfo] = attrs.field(factory=list)
+    groups: list[GroupCount] = attrs.Factory(list)
+    group_total: int = 0
 
 
 @attrs.frozen(kw_only=True)

@@ -3,7 +3,7 @@
 Rule 1: nothing here writes to Redis, and nothing here sends a Redis command: counts come
 from ``admin.stats`` (one atomic read), the job lists from ``admin.active_jobs`` and
 ``admin.dead_jobs``, the repeatables from ``repeat.list_repeats``, the workers from
-``admin.list_workers``, the queues from
+``admin.list_workers``, the per-group counts from ``admin.groups``, the queues from
 ``admin.list_queues`` (the verbs the CLI uses too).
 Rule 2: throughput comes from counters, never from the retained rows (which retention
 trims): the live rate (jobs per second) from deltas of the totals (``count`` on
@@ -29,7 +29,15 @@ from .._redis.connection import Connection
 from .._redis.keyspace import check_queue
 from ..admin import QueueStats
 from ..errors import SerializationError
-from .messages import ActiveJob, DeadJob, QueueView, RecentFailure, RepeatItem, WorkerInfo
+from .messages import (
+    ActiveJob,
+    DeadJob,
+    GroupCount,
+    QueueView,
+    RecentFailure,
+    RepeatItem,
+    WorkerInfo,
+)
 
 __all__ = [
     "COUNT_NAMES",
@@ -207,6 +215,7 @@ async def read_queue(
     log_lines: int = 10,
     repeat_limit: int = 50,
     worker_limit: int = 50,
+    group_limit: int = 20,
 ) -> QueueView:
     """One queue's view; also feeds its totals into ``throughput``."""
     check_queue(queue)
@@ -215,6 +224,7 @@ async def read_queue(
     dead: list[DeadJob] = []
     repeats: list[RepeatItem] = []
     workers: list[WorkerInfo] = []
+    groups: list[GroupCount] = []
 
     async def read_counts() -> None:
         nonlocal counts
@@ -248,8 +258,19 @@ async def read_queue(
         found = await admin.list_workers(conn, queue, limit=worker_limit)
         workers.extend(_worker(w) for w in found.workers)
 
+    async def read_groups() -> None:
+        rows = await admin.groups(conn, queue, limit=group_limit)
+        groups.extend(_group_count(row) for row in rows)
+
     async with trio.open_nursery() as nursery:
-        for reader in (read_counts, read_active, read_dead, read_repeats, read_workers):
+        for reader in (
+            read_counts,
+            read_active,
+            read_dead,
+            read_repeats,
+            read_workers,
+            read_groups,
+        ):
             nursery.start_soon(reader)
     assert counts is not None
     throughput.add(counts)
@@ -270,4 +291,20 @@ async def read_queue(
         capped=counts.capped.total,
         repeats=repeats,
         workers=workers,
+        groups=groups,
+        group_total=counts.groups,
+    )
+
+
+def _group_count(row: admin.GroupRow) -> GroupCount:
+    if row.at_limit:
+        standing = "limit"
+    elif row.limited_until_ms is not None:
+        standing = "rate"
+    elif row.in_ring:
+        standing = "turn"
+    else:
+        standing = "idle"
+    return GroupCount(
+        name=row.name, waiting=row.waiting, active=row.active, limit=row.limit, standing=standing
     )

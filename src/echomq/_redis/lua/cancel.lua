@@ -31,14 +31,17 @@
            (include/finished.lua: at most 100 index entries and 100 capped rows). A
            removed job finishes as cancelled (its completions entry and counters; no row
            is kept); a fenced one too, its row kept in `completed` for keep_result
-  The checks read the row once (state, lock field, the flag, the deadline), then the lock
-  key; every check comes before the first write (finish_read's reads too). An active job's
-  flag is `cancel_requested` (server ms) and `cancel_reason` (when a reason is given):
-  extend_locks answers 'cancel' for a flagged job, so a worker that missed the event stops
-  it at its next lease checkpoint. A grace sets `cancel_deadline` = now + grace and the
-  entry in `cancels` (a repeat may move the deadline sooner, never later); when it passes,
-  fence_cancels (run by every worker's heartbeat) fences the attempt. A repeated request
-  changes nothing else: it publishes the event again with the first request's reason.
+  The checks read the row once (state, lock field, the flag, the deadline, the group), then
+  the lock key; every check comes before the first write (finish_read's reads and
+  lanes_touch too). An active job's flag is `cancel_requested` (server ms) and
+  `cancel_reason` (when a reason is given): extend_locks answers 'cancel' for a flagged
+  job, so a worker that missed the event stops it at its next lease checkpoint. A grace
+  sets `cancel_deadline` = now + grace and the entry in `cancels` (a repeat may move the
+  deadline sooner, never later); when it passes, fence_cancels (run by every worker's
+  heartbeat) fences the attempt. A repeated request changes nothing else: it publishes the
+  event again with the first request's reason.
+  A waiting grouped job leaves its lane (`leave_ready`); a fenced grouped job gives back
+  its group's slot (`leave_active`, include/fence.lua; docs/lanes.md).
 ]]
 local row, lock, logs, pending, schedule = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local active, cancels = KEYS[6], KEYS[7]
@@ -47,12 +50,17 @@ local grace = tonumber(ARGV[5])
 local reason = cjson.null
 if ARGV[3] == '1' then reason = ARGV[4] end
 -- @include time
+-- @include wake
+-- @include lanes
+-- @include ready
+-- @include leave_active
 -- @include finished
 -- @include fence
 
 -- checks, in order: row, state (waiting: the lock), all before the first write
 local f = redis.call('HMGET', row, 'state', 'lock', 'cancel_requested', 'cancel_reason',
-  'cancel_deadline')
+  'cancel_deadline', 'group')
+local group = f[6]
 local state = f[1]
 if not state then return -1 end
 local waiting = state == 'pending' or state == 'scheduled'
@@ -64,9 +72,10 @@ if not waiting and state ~= 'active' then
 end
 
 local channel = base .. 'events'
+if waiting and group then lanes_touch(base, group) end
 if waiting then
   local fin = finish_read(base, nil, now_ms(), {{id, 'cancelled'}})
-  redis.call('ZREM', pending, id)
+  leave_ready(base, pending, id, group)
   redis.call('ZREM', schedule, id)
   redis.call('ZREM', cancels, id)
   redis.call('DEL', row, logs)
@@ -84,14 +93,15 @@ if grace >= 0 and (not deadline or now + grace < deadline) then
   deadline, moved = now + grace, true
 end
 if deadline and deadline <= now then
+  if group then lanes_touch(base, group) end
   local fin = finish_read(base, 'completed', now, {{id, 'cancelled'}})
   if not f[3] then redis.call('HSET', row, 'cancel_requested', now) end
   local text = reason
   if text == cjson.null then text = nil end
   if ARGV[3] == '1' and not f[3] then redis.call('HSET', row, 'cancel_reason', ARGV[4]) end
-  local k = {active = active, pending = pending, schedule = schedule, cancels = cancels,
-    events = channel, control = base .. 'control'}
-  fence_cancel(k, fin, 1, row, id, state, text, now)
+  local k = {base = base, active = active, pending = pending, schedule = schedule,
+    cancels = cancels, events = channel, control = base .. 'control'}
+  fence_cancel(k, fin, 1, row, id, state, group, text, now)
   return 'fenced'
 end
 if not f[3] then

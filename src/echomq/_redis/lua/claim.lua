@@ -3,24 +3,38 @@
   KEYS  1 pending   ZSET  ready ids; score = -priority * 2^40 + seq (higher priority first)
         2 active    ZSET  claimed ids; score = lease deadline ms (server clock)
         3 schedule  ZSET  delayed ids; score = run-at ms
-        4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter
+        4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter; the limits
+                          (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`)
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..250)   4 the claiming worker's id ('': none)
   Returns  flat array: id, payload, token (attempts), failures, ... and, when fewer than
-           `count` jobs were claimed, one trailing element: ms until the earliest scheduled
-           job is due (0 when due now), or -1 when none is scheduled | {} when paused
+           `count` jobs were claimed, one trailing element: ms until more work may be
+           claimable (the earliest scheduled job, a group's or the queue's rate window
+           reopening; 0 = now), or -1 when nothing is known | {} when paused
   Errors   EMQARG   count is not 1..250 (nothing written; the verb refuses it first)
   Events   promoted (per due scheduled job); active (per claimed job, with its attempt)
   Moves    scheduled -> pending (due); pending -> active
-  Bound    O((count + promoted) * log N); at most 250 claimed (validate.MAX_COUNT) and 100
-           promoted per call
+  Bound    O((count + promoted) * log N); at most 250 claimed (validate.MAX_COUNT), 100
+           promoted, 100 ring members (groups served) and 100 groups whose rate window
+           reopened per call
   The pause gate is read here, first, in the same round trip (not a separate HGET): a
   paused queue answers {} and nothing is written, not even a promotion.
-  Reads before writes (docs/lua.md, rule 1): the due ids and their rows, the first `count`
-  pending ids and the rows of those it will take are all read before the first write, so
-  a row another node holds (a reshard moving keys one by one) fails the call having
-  changed nothing. The jobs taken are the `count` lowest scores of pending and the
-  promoted together, as if the promoted were added first and `count` popped.
+  The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
+  server clock; docs/lanes.md): a full window answers {ms until it reopens} and writes
+  nothing; otherwise at most what the window has left is claimed.
+  Reads before writes (docs/lua.md, rule 1): the due ids and their rows, the candidates
+  and the rows of those it will take, every lane and group key it touches, all before
+  the first write.
+  Flat (no group lanes in the ring, none waiting for a window): the jobs taken are the
+  `count` lowest scores of pending and the promoted together, as if the promoted were
+  added first and `count` popped.
+  Lanes (docs/lanes.md): the ring of groups is served round robin, one job per turn, the
+  ungrouped jobs taking turns as the member '' (no limit); a group leaves the ring at its
+  concurrency limit (leave_active brings it back), for its rate window (into glimited,
+  back when it reopens) or when its lane is empty. At most `count` (and 100) ring members
+  are read: when the ring is longer, each takes one job and goes to the back, and a claim
+  that took fewer than `count` for that answers 0 ms and pushes a wake token.
+  Promoted grouped jobs go to their lanes (the `ready` helper) and are claimed next time.
   Every claimed row is stamped with lease_epoch = the server's run_id (INFO server) and
   `worker` = the claiming worker's id (its heartbeat record; deleted when none is given),
   which explain reads to say whether the holder is alive, blocked or gone.
@@ -33,49 +47,261 @@ local count = tonumber(ARGV[3])
 local worker = ARGV[4]
 local MAX_COUNT = 250
 local MAX_PROMOTE = 100
+local MAX_REOPEN = 100
+local MAX_TURNS = 100  -- ring members read per call: the distinct groups one claim serves
 -- @include time
 -- @include score
 -- @include wake
 -- @include run_id
+-- @include lanes
+-- @include ready
 if not count or count < 1 or count > MAX_COUNT then
   return redis.error_reply('EMQARG claim count must be 1..' .. MAX_COUNT)
 end
 
 -- the gate: any `paused` field means paused; the backlog is untouched
-if redis.call('HEXISTS', meta, 'paused') == 1 then return {} end
+local gate = redis.call('HMGET', meta, 'paused', 'rate_max', 'rate_ms', 'group_rate_max',
+  'group_rate_ms', 'group_concurrency')
+if gate[1] then return {} end
 
 local now = now_ms()
 local channel = base .. 'events'
 
+-- a rate window (the queue's or a group's): {key, used, max, ms until it reopens, whether
+-- it needs its expiry}; a window opens with the first start and ends on a multiple of its
+-- period on the server clock
+local function window(key, max, period)
+  local used = tonumber(redis.call('GET', key) or '0')
+  local ttl = used > 0 and redis.call('PTTL', key) or -1
+  local fresh = ttl < 0
+  if fresh then ttl = (math.floor(now / period) + 1) * period - now end
+  return {key, used, max, ttl, fresh}
+end
+
+-- the queue's rate window
+local qwin = nil
+local want = count
+if gate[2] then
+  qwin = window(base .. 'rate', tonumber(gate[2]), tonumber(gate[3]))
+  if qwin[2] >= qwin[3] then return {qwin[4]} end
+  want = math.min(count, qwin[3] - qwin[2])
+end
+
 -- reads: the due scheduled jobs (each to the back of its band), then the candidates
 local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now, 'LIMIT', 0, MAX_PROMOTE)
-local promoted = {}  -- {id, score}: due ids with a row (an id with none goes nowhere)
-local candidates = {}  -- {id, score, promoted?}
+local promoted = {}  -- {id, score, promoted?, group}: due ids with a row
+local candidates = {}  -- ungrouped: {id, score, promoted?}
 if #due > 0 then
   local seq = tonumber(redis.call('HGET', meta, 'seq') or '0')
   for i, id in ipairs(due) do
-    local priority = redis.call('HGET', base .. 'job:' .. id, 'priority')
-    if priority then
-      local job = {id, band_score(priority, seq + i), true}
+    local f = redis.call('HMGET', base .. 'job:' .. id, 'priority', 'group')
+    if f[1] then
+      local job = {id, band_score(f[1], seq + i), true, f[2]}
       promoted[#promoted + 1] = job
-      candidates[#candidates + 1] = job
+      if f[2] then lanes_touch(base, f[2]) else candidates[#candidates + 1] = job end
     end
   end
 end
-local head = redis.call('ZRANGE', pending, 0, count - 1, 'WITHSCORES')
+local flat_promoted = #candidates
+local head = redis.call('ZRANGE', pending, 0, want - 1, 'WITHSCORES')
 for i = 1, #head, 2 do candidates[#candidates + 1] = {head[i], tonumber(head[i + 1]), false} end
-if #promoted > 0 then  -- ZPOPMIN's order: score, then id
+if flat_promoted > 0 then  -- ZPOPMIN's order: score, then id
   table.sort(candidates, function(a, b)
     if a[2] ~= b[2] then return a[2] < b[2] end
     return a[1] < b[1]
   end)
 end
-local taken, rows, from_pending = {}, {}, {}
-for i = 1, math.min(count, #candidates) do
-  local id = candidates[i][1]
-  taken[id] = true
+
+-- the picks, in claim order: ids, and each one's group (false: ungrouped); flat_n of
+-- them are the first ungrouped candidates
+local picks, pgroup, flat_n = {}, {}, 0
+local ring = base .. 'gring'
+local limited = base .. 'glimited'
+local lanes_n = redis.call('EXISTS', ring, limited)  -- 2: both exist
+local lanes = lanes_n > 0
+local groups = {}  -- member -> its state (read before the turns)
+local touched = {}  -- the members whose place in the ring this call decides, in order
+local placed = {}  -- member -> true: it goes to the back of the ring (else: out of it)
+local back = {}  -- the members placed at the back of the ring (when not blocked), in order
+local reopened = {}  -- groups whose rate window reopened (out of glimited)
+local ring_back, more = 0, false  -- the ring's last score; members left unread
+
+if not lanes then
+  flat_n = math.min(want, #candidates)
+  for i = 1, flat_n do
+    picks[i] = candidates[i][1]
+    pgroup[i] = false
+  end
+else
+  -- the ungrouped jobs this call may take (flat_more: pending may hold more than it read)
+  local flat_total, flat_more = #candidates, #head >= 2 * want
+  local flat_taken = 0
+  local turns = math.min(want, MAX_TURNS)
+  local members = redis.call('ZRANGE', ring, 0, turns, 'WITHSCORES')  -- turns + 1 members
+  more = #members > 2 * turns
+  if more then
+    members[#members], members[#members - 1] = nil, nil
+    local last = redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')
+    ring_back = tonumber(last[2])
+  elseif #members > 0 then
+    ring_back = tonumber(members[#members])
+  end
+  local per = math.ceil(want / math.max(1, #members / 2)) + 1  -- lane ids a first read takes
+
+  -- the turn order: the ring's head; then, not in the ring yet, the groups whose rate
+  -- window reopened and the ungrouped jobs ('')
+  local order, in_ring, joining = {}, {}, {}
+  for k = 1, #members, 2 do
+    order[#order + 1] = members[k]
+    in_ring[members[k]] = true
+  end
+  local joiners = {}
+  if #members == 0 or lanes_n == 2 then  -- (glimited exists)
+    for _, name in ipairs(redis.call('ZRANGEBYSCORE', limited, '-inf', now, 'LIMIT', 0, MAX_REOPEN)) do
+      reopened[#reopened + 1] = name
+      if not in_ring[name] and not joining[name] and not redis.call('ZSCORE', ring, name) then
+        joiners[#joiners + 1] = name
+        joining[name] = true
+      end
+    end
+  end
+  if flat_total > 0 and not in_ring[''] and (not more or not redis.call('ZSCORE', ring, '')) then
+    joiners[#joiners + 1] = ''
+    joining[''] = true
+  end
+  if not more then  -- the whole ring is read: the joiners take their turns now
+    for _, name in ipairs(joiners) do order[#order + 1] = name end
+  end
+
+  -- the state of every group that may have a turn, in one read of `gstate` (and one MGET
+  -- of the rate windows): its active count, its limit, its rate
+  groups[''] = {name = '', taken = 0}
+  local names = {}
+  for _, list in ipairs({order, joiners}) do
+    for _, name in ipairs(list) do
+      if name ~= '' and not groups[name] then
+        names[#names + 1] = name
+        groups[name] = true
+      end
+    end
+  end
+  if #names > 0 then
+    local fields = {}
+    for _, name in ipairs(names) do
+      fields[#fields + 1] = name
+      fields[#fields + 1] = name .. ':limit'
+      fields[#fields + 1] = name .. ':rate'
+    end
+    local own = redis.call('HMGET', base .. 'gstate', unpack(fields))
+    local rated, keys = {}, {}
+    for i, name in ipairs(names) do
+      local g = {name = name, taken = 0, lane = {}, lane_end = false, per = per}
+      g.active = tonumber(own[3 * i - 2] or '0')
+      g.limit = tonumber(own[3 * i - 1] or gate[6])
+      local max, period = gate[4], gate[5]
+      if own[3 * i] then max, period = string.match(own[3 * i], '^(%d+):(%d+)$') end
+      if max and period then
+        g.max, g.period = tonumber(max), tonumber(period)
+        rated[#rated + 1] = g
+        keys[#keys + 1] = base .. 'g:' .. name .. ':rate'
+      end
+      groups[name] = g
+    end
+    if #rated > 0 then
+      local used = redis.call('MGET', unpack(keys))
+      for i, g in ipairs(rated) do
+        local n = tonumber(used[i] or '0')
+        g.win = {keys[i], n, g.max, (math.floor(now / g.period) + 1) * g.period - now, n == 0}
+      end
+    end
+  end
+  local function state(name)
+    return groups[name]
+  end
+  -- the group's lane read far enough to know whether it holds a job after `taken`
+  local function has_next(g)
+    if g.taken < #g.lane then return true end
+    if g.lane_end then return false end
+    local n = #g.lane
+    local ids = redis.call('ZRANGE', lane_key(base, g.name), n, n + g.per - 1)
+    for _, id in ipairs(ids) do g.lane[#g.lane + 1] = id end
+    g.lane_end = #ids < g.per
+    g.per = g.per * 2
+    return g.taken < #g.lane
+  end
+  -- may the member start one more job? nil, or why not: 'empty' | 'full' | 'window'
+  local function blocked(g)
+    if g.name == '' then
+      if flat_taken < flat_total then return nil end
+      return flat_more and 'unread' or 'empty'  -- unread: more than this call read
+    end
+    if g.limit and g.active + g.taken >= g.limit then return 'full' end
+    if g.win and g.win[2] + g.taken >= g.win[3] then return 'window' end
+    if not has_next(g) then return 'empty' end
+    return nil
+  end
+  local function touch(g)
+    if not g.seen then
+      g.seen = true
+      touched[#touched + 1] = g
+    end
+  end
+
+  -- one job per turn; with the whole ring read, a member that took a job takes its next
+  -- turn at the back, so the turns cycle until `want` jobs are picked
+  local i = 1
+  while #picks < want and i <= #order do
+    local g = state(order[i])
+    i = i + 1
+    touch(g)
+    g.why = blocked(g)
+    if not g.why then
+      g.taken = g.taken + 1
+      if g.name == '' then
+        flat_taken = flat_taken + 1
+        picks[#picks + 1] = candidates[flat_taken][1]
+        pgroup[#picks] = false
+      else
+        picks[#picks + 1] = g.lane[g.taken]
+        pgroup[#picks] = g.name
+      end
+      if not more then order[#order + 1] = g.name end
+    end
+  end
+  -- the new back of the ring, in order: with the whole ring read, the rest of the turn
+  -- order (a member never looked at keeps its place); else the joiners, then the members
+  -- that had their turn
+  if more then
+    for _, name in ipairs(joiners) do back[#back + 1] = state(name) end
+    for _, g in ipairs(touched) do back[#back + 1] = g end
+  else
+    for k = i, #order do
+      local g = groups[order[k]]
+      if g.seen or joining[g.name] then back[#back + 1] = g end
+    end
+  end
+  for _, g in ipairs(back) do
+    touch(g)
+    g.why = blocked(g)
+    if not g.why or g.why == 'unread' then placed[g.name] = true end
+  end
+  for _, g in ipairs(touched) do
+    if g.why == 'empty' and g.name ~= '' then
+      redis.call('EXISTS', base .. 'groups')  -- (rule 1: lane_forget may write it)
+      break
+    end
+  end
+  flat_n = flat_taken
+end
+
+-- the rows of the picks (an id with no row leaves its set and is not claimed)
+local rows, taken, from_pending = {}, {}, {}
+for i, id in ipairs(picks) do
   rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'payload', 'failures')
-  if not candidates[i][3] then from_pending[#from_pending + 1] = id end
+  taken[id] = true
+end
+for i = 1, flat_n do
+  if not candidates[i][3] then from_pending[#from_pending + 1] = candidates[i][1] end
 end
 local run_id = #rows > 0 and server_run_id() or nil
 
@@ -84,20 +310,56 @@ if #due > 0 then
   redis.call('ZREM', schedule, unpack(due))
   redis.call('HINCRBY', meta, 'seq', #due)
 end
+local flat_left = false
 for _, job in ipairs(promoted) do
-  if not taken[job[1]] then
+  if not job[4] and not taken[job[1]] then
     redis.call('ZADD', pending, job[2], job[1])
     redis.call('HSET', base .. 'job:' .. job[1], 'state', 'pending')
+    flat_left = true
   end
-  redis.call('PUBLISH', channel, '{"event":"promoted","job":"' .. job[1] .. '"}')
 end
 if #from_pending > 0 then redis.call('ZREM', pending, unpack(from_pending)) end
+
+-- lanes: the picked jobs leave their lanes; each member's place in the ring
+local lane_taken = 0
+local leaving, parked, placing = {}, {}, {}
+for _, g in ipairs(touched) do
+  if g.taken > 0 and g.name ~= '' then
+    redis.call('ZREMRANGEBYRANK', lane_key(base, g.name), 0, g.taken - 1)
+    lane_taken = lane_taken + g.taken
+  end
+  if not placed[g.name] then
+    leaving[#leaving + 1] = g.name
+    if g.why == 'window' then
+      parked[#parked + 1] = now + g.win[4]
+      parked[#parked + 1] = g.name
+    end
+  end
+end
+for _, g in ipairs(back) do
+  if placed[g.name] then
+    ring_back = ring_back + 1
+    placing[#placing + 1] = ring_back
+    placing[#placing + 1] = g.name
+  end
+end
+if #reopened > 0 then redis.call('ZREM', limited, unpack(reopened)) end
+if #leaving > 0 then redis.call('ZREM', ring, unpack(leaving)) end
+if #parked > 0 then redis.call('ZADD', limited, unpack(parked)) end
+if #placing > 0 then redis.call('ZADD', ring, unpack(placing)) end
+if lane_taken > 0 then redis.call('HINCRBY', meta, 'lane_jobs', -lane_taken) end
+
+for _, job in ipairs(promoted) do
+  redis.call('PUBLISH', channel, '{"event":"promoted","job":"' .. job[1] .. '"}')
+end
+
 local out = {}
 local deadline = now + lease
 local leases = {}  -- one variadic ZADD for the batch (count <= 250: under unpack's limit)
+local started = {}  -- group -> jobs claimed
 for i, fields in ipairs(rows) do
-  local id = candidates[i][1]
-  if fields[1] then  -- an id with no row leaves pending and is not claimed
+  local id, group = picks[i], pgroup[i]
+  if fields[1] then
     local row = base .. 'job:' .. id
     local token = redis.call('HINCRBY', row, 'attempts', 1)
     if worker ~= '' then
@@ -115,13 +377,54 @@ for i, fields in ipairs(rows) do
     out[#out + 1] = fields[1]
     out[#out + 1] = token
     out[#out + 1] = tonumber(fields[2] or '0')
+    if group then started[group] = (started[group] or 0) + 1 end
   end
 end
 if #leases > 0 then redis.call('ZADD', active, unpack(leases)) end
-if #promoted > 0 and redis.call('ZCARD', pending) > 0 then push_wake(wake, #promoted) end
--- under-filled: tell an idle consumer how long it may block before a scheduled job is due
+local counts = {}
+for name, n in pairs(started) do
+  counts[#counts + 1] = name
+  counts[#counts + 1] = groups[name].active + n
+end
+if #counts > 0 then redis.call('HSET', base .. 'gstate', unpack(counts)) end
+for _, g in ipairs(touched) do
+  if g.win and g.taken > 0 then
+    redis.call('INCRBY', g.win[1], g.taken)
+    if g.win[5] then redis.call('PEXPIRE', g.win[1], g.win[4]) end
+  end
+  if g.name ~= '' and g.why == 'empty' and not started[g.name] then lane_forget(base, g.name) end
+end
+if qwin and #picks > 0 then
+  redis.call('INCRBY', qwin[1], #picks)
+  if qwin[5] then redis.call('PEXPIRE', qwin[1], qwin[4]) end
+end
+
+-- promoted grouped jobs wait in their lanes (claimed by the next call: a wake token)
+for _, job in ipairs(promoted) do
+  if job[4] then
+    redis.call('HSET', base .. 'job:' .. job[1], 'state', 'pending')
+    ready(base, pending, job[1], job[4], job[2])
+  end
+end
+if flat_left and redis.call('ZCARD', pending) > 0 then push_wake(wake, #promoted) end
+
+-- under-filled: tell an idle consumer how long it may block before more may be claimable
 if #out < count * 4 then
-  local first = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
-  out[#out + 1] = first[2] and math.max(0, tonumber(first[2]) - now) or -1
+  local wait = -1
+  if qwin and qwin[2] + #picks >= qwin[3] then
+    wait = qwin[4]
+  elseif more and #picks < want then
+    wait = 0  -- ring members left unread: claim again now
+    push_wake(wake, 1)
+  else
+    local first = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
+    if first[2] then wait = math.max(0, tonumber(first[2]) - now) end
+    local reopen = lanes and redis.call('ZRANGE', limited, 0, 0, 'WITHSCORES') or {}
+    if reopen[2] then
+      local ms = math.max(0, tonumber(reopen[2]) - now)
+      if wait < 0 or ms < wait then wait = ms end
+    end
+  end
+  out[#out + 1] = wait
 end
 return out

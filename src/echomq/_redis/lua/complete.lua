@@ -13,24 +13,31 @@
   its completions entry says so, with the reason. finished (include/finished.lua) writes
   the completions entry, the counters and the row's retention (a TTL, and its place in
   `completed` scored by when it ends); its reads come before the first write.
+  A grouped job gives back its group's active slot (the `leave_active` helper;
+  docs/lanes.md).
 ]]
 local row, active = KEYS[1], KEYS[2]
 local id, token, result, base = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include time
+-- @include wake
+-- @include lanes
+-- @include leave_active
 -- @include finished
 
 -- checks, in order: row, token, (idempotent repeat), membership
-local fields = redis.call('HMGET', row, 'attempts', 'state')
+local fields = redis.call('HMGET', row, 'attempts', 'state', 'group')
 if not fields[1] then return -1 end
 if fields[1] ~= token then return -2 end
 if fields[2] == 'completed' then return 2 end
 if not redis.call('ZSCORE', active, id) then return -3 end
 
 local now = now_ms()
+local group = fields[3]
+if group then lanes_touch(base, group) end
 local cancelled = string.sub(result, 1, 10) == 'cancelled:'
 local fin = finish_read(base, 'completed', now, {{id, cancelled and 'cancelled' or 'completed'}})
 
-redis.call('ZREM', active, id)
+leave_active(base, active, id, group)
 redis.call('HSET', row, 'state', 'completed', 'result', result, 'finished_at', now)
 redis.call('PUBLISH', base .. 'events', '{"event":"completed","job":"' .. id .. '"}')
 if cancelled then

@@ -17,11 +17,16 @@
   others complete. The completed ones finish through include/finished.lua exactly as in
   complete (an entry each, `cancelled:<reason>` as cancelled); its per-call work (the
   settings read, the counters, the stream's guard, the index cleanup) is done once.
+  A grouped job gives back its group's active slot (`leave_active`; docs/lanes.md); the
+  ungrouped ones leave active in one ZREM, as before lanes.
 ]]
 local MAX_JOBS = 100
 local active, base = KEYS[1], ARGV[1]
 local n = tonumber(ARGV[2])
 -- @include time
+-- @include wake
+-- @include lanes
+-- @include leave_active
 -- @include finished
 if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * 3 then
   return redis.error_reply('EMQARG complete_many takes 1..' .. MAX_JOBS .. ' jobs of 3 arguments')
@@ -38,7 +43,7 @@ local codes, done, jobs = {}, {}, {}
 for i = 0, n - 1 do
   local j = 3 + i * 3
   local id, token = ARGV[j], ARGV[j + 1]
-  local fields = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'state')
+  local fields = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'state', 'group')
   local code = 1
   if not fields[1] then code = -1
   elseif fields[1] ~= token then code = -2
@@ -49,7 +54,8 @@ for i = 0, n - 1 do
   if code == 1 then
     local result = ARGV[j + 2]
     local cancelled = string.sub(result, 1, 10) == 'cancelled:'
-    done[#done + 1] = {id = id, result = result, cancelled = cancelled}
+    done[#done + 1] = {id = id, result = result, cancelled = cancelled, group = fields[3]}
+    if fields[3] then lanes_touch(base, fields[3]) end
     jobs[#jobs + 1] = {id, cancelled and 'cancelled' or 'completed'}
   end
 end
@@ -59,8 +65,10 @@ local now = now_ms()
 local fin = finish_read(base, 'completed', now, jobs)
 
 local ids = {}
-for k, job in ipairs(done) do ids[k] = job.id end
-redis.call('ZREM', active, unpack(ids))
+for _, job in ipairs(done) do
+  if job.group then leave_active(base, active, job.id, job.group) else ids[#ids + 1] = job.id end
+end
+if #ids > 0 then redis.call('ZREM', active, unpack(ids)) end
 for k, job in ipairs(done) do
   redis.call('HSET', base .. 'job:' .. job.id, 'state', 'completed', 'result', job.result,
     'finished_at', now)

@@ -9,9 +9,10 @@
         5 repeat    ZSET  the repeat registry: key -> next slot ms (a repeat run only)
         6 record    HASH  the repeatable's record, emq:{q}:repeat:<key> (a repeat run only)
   ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..250)
-        then n groups of 10, from 3 on: id, payload, delay_ms, priority, max_attempts,
+        then n groups of 12, from 3 on: id, payload, delay_ms, priority, max_attempts,
           task, keep_result ms, keep_dead ms (those three '' = none: the row has no such
-          field), dedup key ('' = none), dedup window ms
+          field), dedup key ('' = none), dedup window ms, group ('' = none),
+          group_concurrency (0 = none: the group's limit, set if it has none)
         then, for a repeat run only (n = 1), 5 more: repeat key, the record's next slot ms
           as read (compare-and-set), the new next slot ms, this run's slot ms, the due
           slots coalesced into this run
@@ -35,9 +36,11 @@
   is one job however many schedulers race; the compare-and-set on `next` is what makes
   them fire it once. It marks the queue (mark_queue: meta's schema_version), so a queue
   whose only jobs are delayed is found by discovery too.
+  A grouped job (docs/lanes.md) gets the row field `group` and waits in its group's lane
+  when ready (the `ready` helper); a delayed one waits in the schedule set like any other.
 ]]
 local MAX_JOBS = 250
-local GROUP = 10
+local GROUP = 12  -- arguments per job
 local OPTIONAL = {'task', 'keep_result', 'keep_dead'}
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
@@ -47,9 +50,11 @@ local n = tonumber(ARGV[2])
 -- @include wake
 -- @include schema
 -- @include repeat
+-- @include lanes
+-- @include ready
 local tail = n and #ARGV - 2 - n * GROUP
 if not n or n < 1 or n > MAX_JOBS or (tail ~= 0 and not (tail == 5 and n == 1)) then
-  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 10 arguments')
+  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 12 arguments')
 end
 
 -- a repeat run: the record must still be due at the slot the scheduler read
@@ -67,8 +72,9 @@ if fire then
   end
 end
 
--- checks first: dedup keys, then ids (none may exist, or repeat)
-local seen, taken, holders, ready, written = {}, {}, {}, 0, 0
+-- checks first: dedup keys, then ids (none may exist, or repeat); then the lanes' keys
+-- are read (rule 1)
+local seen, taken, holders, ready_n, written, groups = {}, {}, {}, 0, 0, {}
 for i = 0, n - 1 do
   local j = 3 + i * GROUP
   local id, dedup = ARGV[j], ARGV[j + 8]
@@ -83,7 +89,12 @@ for i = 0, n - 1 do
     seen[id] = true
     if dedup ~= '' then taken[dedup] = id end
     written = written + 1
-    if tonumber(ARGV[j + 2]) == 0 then ready = ready + 1 end
+    if tonumber(ARGV[j + 2]) == 0 then ready_n = ready_n + 1 end
+    local group = ARGV[j + 10]
+    if group ~= '' and not groups[group] then
+      groups[group] = true
+      lanes_touch(base, group)
+    end
   end
 end
 
@@ -92,15 +103,16 @@ mark_queue(meta)
 local channel = base .. 'events'
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
 local seq = 0
-if ready > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready) - ready end
-local ready_args = {}
+if ready_n > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready_n) - ready_n end
+local flat, grouped = {}, {}  -- the ready jobs, placed by one ready_batch
 local soonest = nil  -- the shortest delay of the call, for the workers' channel
 for i = 0, n - 1 do
   local j = 3 + i * GROUP
   local id, payload = ARGV[j], ARGV[j + 1]
   local delay, priority, max_attempts = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), ARGV[j + 4]
+  local group, limit = ARGV[j + 10], tonumber(ARGV[j + 11])
   local row = base .. 'job:' .. id
-  local extra = {}  -- task, keep_result, keep_dead, dedup, repeat: only those given
+  local extra = {}  -- task, keep_result, keep_dead, dedup, repeat, group: only those given
   for k, name in ipairs(OPTIONAL) do
     if ARGV[j + 4 + k] ~= '' then
       extra[#extra + 1] = name
@@ -116,6 +128,12 @@ for i = 0, n - 1 do
     extra[#extra + 1] = 'repeat'
     extra[#extra + 1] = rkey
   end
+  if group ~= '' then
+    extra[#extra + 1] = 'group'
+    extra[#extra + 1] = group
+  else
+    group = false
+  end
   if holders[i] then
     -- a dedup hit (or a repeat slot that fired already): nothing to write
   elseif delay > 0 then
@@ -130,20 +148,22 @@ for i = 0, n - 1 do
     redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'attempts', 0,
       'failures', 0, 'stalled', 0, 'priority', priority, 'max_attempts', max_attempts,
       'created_at', now, unpack(extra))
-    ready_args[#ready_args + 1] = band_score(priority, seq)
-    ready_args[#ready_args + 1] = id
-    if #ready_args == 512 then  -- one variadic ZADD per 256 ready jobs
-      redis.call('ZADD', pending, unpack(ready_args))
-      ready_args = {}
+    if group then
+      grouped[#grouped + 1] = {id, group, band_score(priority, seq)}
+    else
+      flat[#flat + 1] = band_score(priority, seq)
+      flat[#flat + 1] = id
     end
     redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
+  end
+  if group and limit > 0 and not holders[i] then
+    redis.call('HSETNX', base .. 'gstate', group .. ':limit', limit)
   end
   if dedup ~= '' and not holders[i] then
     redis.call('SET', base .. 'dedup:' .. dedup, id, 'PX', ARGV[j + 9])
   end
 end
-if #ready_args > 0 then redis.call('ZADD', pending, unpack(ready_args)) end
-if ready > 0 then push_wake(wake, ready) end
+ready_batch(base, pending, flat, grouped)
 if soonest then
   redis.call('PUBLISH', base .. 'control', '{"event":"scheduled","delay_ms":' .. soonest .. '}')
 end

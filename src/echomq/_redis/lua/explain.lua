@@ -7,28 +7,59 @@
            schedule score | nil, active score | nil, dead score | nil, completed score | nil,
            paused (0|1), server run_id, server now ms, lock key exists (0|1),
            the holder's heartbeat record (flat HGETALL; empty when none or expired),
-           the holder's last beat ms | nil}
+           the holder's last beat ms | nil,
+           the group's lane (nil when ungrouped): {lane rank | nil, lane count, active,
+           limit | nil, in the ring (0|1), rate window reopens at ms | nil, rate max | nil,
+           rate ms | nil, started in the window},
+           the queue's rate window (nil when none): {max, ms, started, ms until it reopens}}
   Events   (none)
   Moves    (none)
   Bound    O(log N): one ZRANK, six ZSCOREs, the row and the holder's record (a fixed set
-           of fields each)
+           of fields each), and for a grouped job a fixed number of reads of its lane's
+           keys (docs/lanes.md)
   The holder is the row's `worker` field (written by claim); its record is
   emq:{q}:worker:<id>, in the queue's slot.
 ]]
 local id, base = ARGV[1], ARGV[2]
 -- @include time
 -- @include run_id
+-- @include lanes
 local row = redis.call('HGETALL', KEYS[1])
 if #row == 0 then return -1 end
 local now = now_ms()
-local worker = nil
+local worker, group = nil, nil
 for i = 1, #row, 2 do
   if row[i] == 'worker' then worker = row[i + 1] end
+  if row[i] == 'group' then group = row[i + 1] end
 end
 local record, beat = {}, false
 if worker then
   record = redis.call('HGETALL', base .. 'worker:' .. worker)
   beat = redis.call('ZSCORE', KEYS[9], worker)
+end
+local defaults = redis.call('HMGET', KEYS[7], 'group_concurrency', 'group_rate_max',
+  'group_rate_ms', 'rate_max', 'rate_ms')
+local lane = false
+if group then
+  local own = redis.call('HMGET', base .. 'gstate', group, group .. ':limit', group .. ':rate')
+  local max, ms = defaults[2], defaults[3]
+  if own[3] then max, ms = string.match(own[3], '^(%d+):(%d+)$') end
+  lane = {
+    redis.call('ZRANK', lane_key(base, group), id),
+    redis.call('ZCARD', lane_key(base, group)),
+    tonumber(own[1] or '0'),
+    own[2] or defaults[1] or false,
+    redis.call('ZSCORE', base .. 'gring', group) and 1 or 0,
+    redis.call('ZSCORE', base .. 'glimited', group),
+    max or false,
+    max and ms or false,
+    tonumber(redis.call('GET', base .. 'g:' .. group .. ':rate') or '0'),
+  }
+end
+local window = false
+if defaults[4] then
+  local ttl = redis.call('PTTL', base .. 'rate')
+  window = {defaults[4], defaults[5], tonumber(redis.call('GET', base .. 'rate') or '0'), ttl}
 end
 return {
   row,
@@ -44,4 +75,6 @@ return {
   redis.call('EXISTS', KEYS[8]),
   record,
   beat,
+  lane,
+  window,
 }

@@ -18,6 +18,8 @@
   A dead job finishes (include/finished.lua): its completions entry, the counters, and
   its row's retention (a TTL of keep_dead, its place in `dead` scored by when it ends);
   the reads it needs come before the first write.
+  A grouped job gives back its group's active slot (`leave_active`) and a retry now goes
+  back to its lane (`ready`; docs/lanes.md).
 ]]
 local row, active, schedule, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local meta, wake = KEYS[5], KEYS[6]
@@ -26,21 +28,27 @@ local delay = tonumber(ARGV[4])
 -- @include time
 -- @include score
 -- @include wake
+-- @include lanes
+-- @include ready
+-- @include leave_active
 -- @include finished
 
 -- checks, in order: row, token, membership
-local fields = redis.call('HMGET', row, 'attempts', 'failures', 'max_attempts', 'priority')
+local fields = redis.call('HMGET', row, 'attempts', 'failures', 'max_attempts', 'priority',
+  'group')
 if not fields[1] then return -1 end
 if fields[1] ~= token then return -2 end
 if not redis.call('ZSCORE', active, id) then return -3 end
 
+local group = fields[5]
+if group then lanes_touch(base, group) end
 local now = now_ms()
 local failures = tonumber(fields[2] or '0') + 1
 local max_attempts = tonumber(fields[3] or '1')
 local channel = base .. 'events'
 local dies = ARGV[6] == '1' or failures >= max_attempts
 local fin = dies and finish_read(base, 'dead', now, {{id, 'dead'}})
-redis.call('ZREM', active, id)
+leave_active(base, active, id, group)
 if dies then
   redis.call('HSET', row, 'state', 'dead', 'failures', failures, 'last_error', err,
     'finished_at', now)
@@ -57,8 +65,7 @@ if delay > 0 then
 else
   local seq = redis.call('HINCRBY', meta, 'seq', 1)
   redis.call('HSET', row, 'state', 'pending', 'failures', failures, 'last_error', err)
-  redis.call('ZADD', pending, band_score(fields[4] or '0', seq), id)
-  push_wake(wake, 1)
+  ready(base, pending, id, group, band_score(fields[4] or '0', seq))
 end
 redis.call('PUBLISH', channel, cjson.encode({event = 'retrying', job = id, error = err,
   delay_ms = delay}))

@@ -22,13 +22,19 @@
   Per due entry (deadline <= server now), read first: the row's state, reason and deadline.
   Then: a job that finished (completed, dead), has no row, or no deadline (reprocessed)
   only leaves `cancels`; a row whose deadline moved later is re-scored; the rest (active,
-  or waiting again after a hand-back or a retry) are fenced (include/fence.lua).
+  or waiting again after a hand-back or a retry) are fenced (include/fence.lua): a grouped
+  one gives back its group's slot or its lane place (leave_active / leave_ready, their
+  lane keys touched in the read phase; docs/lanes.md).
 ]]
 local cancels, active, pending, schedule = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local MAX_LIMIT = 100
 local limit = tonumber(ARGV[2])
 -- @include time
+-- @include wake
+-- @include lanes
+-- @include ready
+-- @include leave_active
 -- @include finished
 -- @include fence
 if not limit or limit < 1 or limit > MAX_LIMIT then
@@ -37,13 +43,14 @@ end
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', cancels, '-inf', now, 'LIMIT', 0, limit)
 if #due == 0 then return {} end
--- reads first: each row's state, reason and deadline
+-- reads first: each row's state, reason, deadline and group
 local rows = {}
 for i, id in ipairs(due) do
-  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'cancel_reason', 'cancel_deadline')
+  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'state', 'cancel_reason',
+    'cancel_deadline', 'group')
 end
-local k = {active = active, pending = pending, schedule = schedule, cancels = cancels,
-  events = base .. 'events', control = base .. 'control'}
+local k = {base = base, active = active, pending = pending, schedule = schedule,
+  cancels = cancels, events = base .. 'events', control = base .. 'control'}
 local due_fence, stale = {}, {}
 for i, id in ipairs(due) do
   local state, reason, deadline = rows[i][1], rows[i][2], tonumber(rows[i][3] or '')
@@ -52,7 +59,8 @@ for i, id in ipairs(due) do
   elseif deadline > now then
     stale[#stale + 1] = {id, deadline}
   else
-    due_fence[#due_fence + 1] = {id, state, reason}
+    due_fence[#due_fence + 1] = {id, state, reason, rows[i][4]}
+    if rows[i][4] then lanes_touch(base, rows[i][4]) end  -- a read: the lane keys
   end
 end
 local jobs = {}
@@ -64,7 +72,7 @@ for _, e in ipairs(stale) do
 end
 local fenced = {}
 for i, d in ipairs(due_fence) do
-  fence_cancel(k, fin, i, base .. 'job:' .. d[1], d[1], d[2], d[3], now)
+  fence_cancel(k, fin, i, base .. 'job:' .. d[1], d[1], d[2], d[4], d[3], now)
   fenced[#fenced + 1] = d[1]
 end
 return fenced

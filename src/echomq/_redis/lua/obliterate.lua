@@ -26,12 +26,16 @@
   Bound    O(budget * log N); at most 500 jobs or keys per call (validate.MAX_BUDGET)
   Ids are taken from the head of each set and removed by rank (ZREMRANGEBYRANK); rows,
   logs and locks are read (one EXISTS per 100 jobs) before the first write, then go in one
-  DEL per 100 jobs (no unpack is longer than 300 keys).
+  DEL per 100 jobs (no unpack is longer than 300 keys). After the state sets, the group
+  lanes (docs/lanes.md), found through the registry `groups`: a lane's jobs cost their
+  number, a group with none costs 1; an emptied lane leaves the registry. The lanes'
+  other keys (ring, records, windows) go with the leftovers.
 ]]
 local MAX_BUDGET = 500
 local meta, active = KEYS[1], KEYS[2]
 local base, force, budget = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local finish = ARGV[4] == '1'
+-- @include lanes
 
 -- checks, in order: arguments, paused, active (unless forced)
 if not budget or budget < 1 or budget > MAX_BUDGET or #KEYS - 10 > budget then
@@ -67,6 +71,28 @@ for i = 2, 6 do
     end
   end
 end
+local registry, emptied = base .. 'groups', {}  -- emptied: groups whose lane is consumed
+if not more then
+  local names = redis.call('ZRANGE', registry, 0, math.max(budget, 1) - 1)
+  for _, name in ipairs(names) do
+    if budget <= 0 then
+      more = true
+      break
+    end
+    lanes_touch(base, name)
+    local lane = lane_key(base, name)
+    local card = redis.call('ZCARD', lane)
+    local ids = card > 0 and redis.call('ZRANGE', lane, 0, budget - 1) or {}
+    if #ids > 0 then plan[#plan + 1] = {lane, ids} end
+    budget = budget - math.max(1, #ids)
+    if #ids < card then
+      more = true
+      break
+    end
+    emptied[#emptied + 1] = name
+  end
+  if not more and redis.call('ZCARD', registry) > #emptied then more = true end
+end
 local groups = {}  -- the per-job keys, 100 jobs a group
 for _, step in ipairs(plan) do
   local group = {}
@@ -92,6 +118,7 @@ for _, step in ipairs(plan) do
   redis.call('ZREMRANGEBYRANK', step[1], 0, #step[2] - 1)
   deleted = deleted + #step[2]
 end
+for _, name in ipairs(emptied) do redis.call('ZREM', registry, name) end
 if more then return {1, deleted} end
 if not finish then return {2, deleted} end
 redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10], meta)

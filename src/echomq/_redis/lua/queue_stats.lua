@@ -2,18 +2,20 @@
   Read a queue's counts and its throughput by the minute in one atomic look; a read only.
   KEYS  1 meta  2 pending  3 schedule  4 active  5 dead  6 completed
         7 repeat  ZSET  the repeat registry (+inf: a paused record)
+        8 groups  ZSET  the lanes' registry
   ARGV  1 queue base   2 minutes (1..720): how many minutes of counters, the current one
         included
   Returns  {pending, scheduled, active, dead, completed, paused (0|1),
             completed total, failed (dead) total, cancelled total, server now ms,
             {capped completed rows, capped dead rows, capped completions entries},
             {completed per minute}, {dead per minute}, {cancelled per minute},
-            repeatables registered, repeatables paused}
+            repeatables registered, repeatables paused, jobs waiting in group lanes,
+            groups with waiting or active jobs}
            (the per-minute lists oldest first; the last is the current, partial minute)
   Errors   EMQARG   minutes is not 1..720
   Events   (none)
   Moves    (none)
-  Bound    O(minutes): ZCARDs, one ZCOUNT, 3 HGETs per minute, at most 720 minutes per call
+  Bound    O(minutes): ZCARDs, one ZCOUNT, 2 HGETs, 3 HGETs per minute, at most 720 minutes per call
   The per-minute counters are `metrics:<outcome>:<minute>` (minute = server ms / 60000),
   written by include/finished.lua with a TTL of 12 h (and 2 minutes): what is older reads as 0.
 ]]
@@ -56,4 +58,6 @@ return {
   series[3],
   redis.call('ZCARD', KEYS[7]),
   redis.call('ZCOUNT', KEYS[7], '+inf', '+inf'),
+  tonumber(redis.call('HGET', KEYS[1], 'lane_jobs') or '0'),
+  redis.call('ZCARD', KEYS[8]),
 }

@@ -19,6 +19,8 @@
   Bound    O(limit * log N); at most 100 expired leases per call (validate.MAX_BATCH),
            plus the dead retention's cleanup (at most 100 + 100 index entries per call)
   A dead job finishes (include/finished.lua: its completions entry, counters, retention).
+  A grouped job gives back its group's active slot (`leave_active`) and a recovered one
+  goes back to its lane (`ready`; docs/lanes.md).
 ]]
 local active, pending, wake = KEYS[1], KEYS[2], KEYS[3]
 local base = ARGV[1]
@@ -26,6 +28,9 @@ local base = ARGV[1]
 -- @include score
 -- @include wake
 -- @include run_id
+-- @include lanes
+-- @include ready
+-- @include leave_active
 -- @include finished
 local max_recoveries = tonumber(ARGV[3])
 local MAX_LIMIT = 100
@@ -42,8 +47,10 @@ local run_id = server_run_id()
 -- finishing them reads
 local rows, plan, dying = {}, {}, {}
 for i, id in ipairs(expired) do
-  local f = redis.call('HMGET', base .. 'job:' .. id, 'state', 'lease_epoch', 'stalled', 'priority')
+  local f = redis.call('HMGET', base .. 'job:' .. id, 'state', 'lease_epoch', 'stalled', 'priority',
+    'group')
   rows[i] = f
+  if f[5] then lanes_touch(base, f[5]) end
   if f[1] and f[2] == run_id and max_recoveries >= 0 then
     local stalled = tonumber(f[3] or '0') + 1
     plan[i] = {stalled = stalled, dies = stalled > max_recoveries}
@@ -57,9 +64,9 @@ local fin = #dying > 0 and finish_read(base, 'dead', now, dying)
 
 local recovered, died = {}, {}
 local channel = base .. 'events'
-redis.call('ZREM', active, unpack(expired))
 for i, id in ipairs(expired) do
   local f, p = rows[i], plan[i]
+  leave_active(base, active, id, f[5])
   if f[1] then
     local jk = base .. 'job:' .. id
     if p then redis.call('HSET', jk, 'stalled', p.stalled) end
@@ -70,11 +77,10 @@ for i, id in ipairs(expired) do
       died[#died + 1] = id
     else
       redis.call('HSET', jk, 'state', 'pending')
-      redis.call('ZADD', pending, band_score(f[4] or '0', 0), id)
+      ready(base, pending, id, f[5], band_score(f[4] or '0', 0))
       redis.call('PUBLISH', channel, '{"event":"recovered","job":"' .. id .. '"}')
       recovered[#recovered + 1] = id
     end
   end
 end
-if #recovered > 0 then push_wake(wake, #recovered) end
 return {recovered, died}

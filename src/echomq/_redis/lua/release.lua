@@ -11,31 +11,38 @@
   Bound    O(pairs * log N); at most 250 pairs per call (validate.MAX_HELD)
   Every pair is checked (extend_lock's order) before the first write; attempts is not
   changed, so a released job's next claim is attempt + 1 and nothing counts a failure.
+  A grouped job gives back its group's active slot and goes back to the front of its lane
+  (`leave_active`, `ready`; docs/lanes.md).
 ]]
 local MAX_PAIRS = 250
 local active, pending, wake, base = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 -- @include score
 -- @include wake
+-- @include lanes
+-- @include ready
+-- @include leave_active
 if (#ARGV - 1) / 2 > MAX_PAIRS then
   return redis.error_reply('EMQARG release takes at most ' .. MAX_PAIRS .. ' pairs')
 end
 local codes, ok = {}, {}
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local f = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'priority')
+  local f = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'priority', 'group')
   local code = 1
   if not f[1] then code = -1
   elseif f[1] ~= token then code = -2
   elseif not redis.call('ZSCORE', active, id) then code = -3
-  else ok[#ok + 1] = {id, tonumber(f[2] or '0')} end
+  else
+    ok[#ok + 1] = {id, tonumber(f[2] or '0'), f[3]}
+    if f[3] then lanes_touch(base, f[3]) end
+  end
   codes[#codes + 1] = code
 end
 for _, job in ipairs(ok) do
   local id = job[1]
-  redis.call('ZREM', active, id)
-  redis.call('ZADD', pending, band_score(job[2], 0), id)
+  leave_active(base, active, id, job[3])
   redis.call('HSET', base .. 'job:' .. id, 'state', 'pending')
+  ready(base, pending, id, job[3], band_score(job[2], 0))
   redis.call('PUBLISH', base .. 'events', '{"event":"released","job":"' .. id .. '"}')
 end
-if #ok > 0 then push_wake(wake, #ok) end
 return codes

@@ -16,10 +16,16 @@
   Moves    pending | scheduled | active | dead | completed -> (none)
   Bound    O(log N), plus the job's log lines (deleted with it)
   Removal is not an outcome: no completions entry, no counter; finished's hook releases
-  the dedup key the job held (docs/repeat.md).
+  the dedup key the job held (docs/repeat.md). A grouped job leaves its lane
+  (`leave_ready`) or, in flight, gives back its group's active slot (`leave_active`;
+  docs/lanes.md).
 ]]
 local row, lock, logs = KEYS[1], KEYS[2], KEYS[3]
 local id, base = ARGV[1], ARGV[2]
+-- @include wake
+-- @include lanes
+-- @include ready
+-- @include leave_active
 -- @include finished
 -- checks, in order: row, lock
 if redis.call('EXISTS', row) == 0 then return -1 end
@@ -27,7 +33,13 @@ if redis.call('EXISTS', lock) == 1 or redis.call('HEXISTS', row, 'lock') == 1 th
   return redis.error_reply('EMQLOCKED job is locked: ' .. id)
 end
 local held = held_dedup(base, row, id)  -- the dedup key it gives back (finished's hook)
-for i = 4, 8 do redis.call('ZREM', KEYS[i], id) end
+local group = redis.call('HGET', row, 'group')
+if group then lanes_touch(base, group) end
+local in_flight = redis.call('ZSCORE', KEYS[6], id)
+
+leave_ready(base, KEYS[4], id, group)
+if in_flight then leave_active(base, KEYS[6], id, group) end
+for _, i in ipairs({5, 7, 8}) do redis.call('ZREM', KEYS[i], id) end
 redis.call('DEL', row, logs)
 redis.call('PUBLISH', base .. 'events', cjson.encode({event = 'removed', job = id}))
 finished(nil, held, 'removed')

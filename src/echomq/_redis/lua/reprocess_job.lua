@@ -17,25 +17,28 @@
   Moves    dead -> pending
   Bound    O(log N)
   The row and its logs lose the TTL of the dead retention (PERSIST): the job is live again.
+  A grouped job goes back to the front of its lane (`ready`; docs/lanes.md).
 ]]
 local row, dead, pending, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, base = ARGV[1], ARGV[2]
 -- @include score
 -- @include wake
+-- @include lanes
+-- @include ready
 -- checks, in order: row, dead membership
-local priority = redis.call('HGET', row, 'priority')
+local f = redis.call('HMGET', row, 'priority', 'group')
 redis.call('EXISTS', KEYS[5])  -- read before the first write (docs/lua.md, rule 1)
 if redis.call('EXISTS', row) == 0 then return -1 end
 if not redis.call('ZSCORE', dead, id) then
   return redis.error_reply('EMQSTATE not dead: ' .. id)
 end
+if f[2] then lanes_touch(base, f[2]) end
 redis.call('ZREM', dead, id)
 redis.call('PERSIST', row)
 redis.call('PERSIST', KEYS[5])
 redis.call('HDEL', row, 'last_error', 'finished_at', 'cancel_requested', 'cancel_reason',
   'cancel_deadline', 'cancel_fenced')
 redis.call('HSET', row, 'state', 'pending')
-redis.call('ZADD', pending, band_score(priority or '0', 0), id)
-push_wake(wake, 1)
+ready(base, pending, id, f[2], band_score(f[1] or '0', 0))
 redis.call('PUBLISH', base .. 'events', cjson.encode({event = 'reprocessed', job = id}))
 return 1

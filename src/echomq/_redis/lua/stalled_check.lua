@@ -13,6 +13,8 @@
   An id with no row leaves active, is listed nowhere, and no row is written for it.
   Events   recovered | dead (per job)
   Moves    active -> pending | dead; dead -> (none) (the retention, other rows)
+  A grouped job gives back its group's active slot (`leave_active`) and a recovered one
+  goes back to its lane (`ready`; docs/lanes.md).
 ]]
 local active, pending, wake = KEYS[1], KEYS[2], KEYS[3]
 local base = ARGV[1]
@@ -20,6 +22,9 @@ local base = ARGV[1]
 -- @include score
 -- @include wake
 -- @include run_id
+-- @include lanes
+-- @include ready
+-- @include leave_active
 -- @include finished
 local max_stalled = tonumber(ARGV[2])
 local MAX_LIMIT = 100
@@ -36,8 +41,10 @@ local run_id = server_run_id()
 -- finishing them reads
 local rows, plan, dying = {}, {}, {}
 for i, id in ipairs(expired) do
-  local f = redis.call('HMGET', base .. 'job:' .. id, 'state', 'lease_epoch', 'stalled', 'priority')
+  local f = redis.call('HMGET', base .. 'job:' .. id, 'state', 'lease_epoch', 'stalled', 'priority',
+    'group')
   rows[i] = f
+  if f[5] then lanes_touch(base, f[5]) end
   if f[1] and f[2] == run_id then
     local stalled = tonumber(f[3] or '0') + 1
     plan[i] = {stalled = stalled, dies = stalled >= max_stalled}
@@ -51,9 +58,9 @@ local fin = #dying > 0 and finish_read(base, 'dead', now, dying)
 
 local recovered, died = {}, {}
 local channel = base .. 'events'
-redis.call('ZREM', active, unpack(expired))
 for i, id in ipairs(expired) do
   local f, p = rows[i], plan[i]
+  leave_active(base, active, id, f[5])
   if f[1] then
     local jk = base .. 'job:' .. id
     if p then redis.call('HSET', jk, 'stalled', p.stalled) end
@@ -64,11 +71,10 @@ for i, id in ipairs(expired) do
       died[#died + 1] = id
     else
       redis.call('HSET', jk, 'state', 'pending')
-      redis.call('ZADD', pending, band_score(f[4] or '0', 0), id)
+      ready(base, pending, id, f[5], band_score(f[4] or '0', 0))
       redis.call('PUBLISH', channel, '{"event":"recovered","job":"' .. id .. '"}')
       recovered[#recovered + 1] = id
     end
   end
 end
-if #recovered > 0 then push_wake(wake, #recovered) end
 return {recovered, died}

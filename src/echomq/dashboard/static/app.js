@@ -324,6 +324,7 @@
     renderActive();
     renderWorkers(q);
     renderDead(q);
+    renderGroups(q);
     renderFailures(q);
     renderRepeats(q);
     if (app.archive) {
@@ -698,6 +699,22 @@
     $("workers-body").replaceChildren(...rows);
     $("workers-empty").hidden = rows.length > 0;
     $("workers-table").hidden = rows.length === 0;
+  }
+
+  const STANDING = { turn: "has a turn", limit: "at its limit", rate: "rate window full", idle: "idle" };
+
+  function renderGroups(q) {
+    const groups = q.groups || [];
+    $("groups-panel").hidden = groups.length === 0;
+    const rows = groups.map((g) =>
+      h("tr", { dataset: { group: g.name } },
+        h("td", { class: "mono", text: g.name }),
+        h("td", { class: "mono", text: String(g.waiting) }),
+        h("td", { class: "mono", text: String(g.active) }),
+        h("td", { class: "mono", text: g.limit === null ? "-" : String(g.limit) }),
+        h("td", { class: `standing ${g.standing}`, text: STANDING[g.standing] || g.standing })));
+    $("groups-body").replaceChildren(...rows);
+    $("groups-note").textContent = q.group_total > groups.length ? `first ${groups.length} of ${q.group_total} by name` : "";
   }
 
   function renderFailures(q) {

@@ -1,17 +1,21 @@
--- fence_cancel(k, fin, i, row, id, state, reason, now): a cancel whose grace ran out. The
--- job is settled cancelled and its attempt fenced: the token (the row's `attempts`) grows
--- by one, so a holder that did not stop can no longer complete, fail or extend it (its
--- calls answer stale). The job leaves the set that holds it (k.active, k.pending or
--- k.schedule by `state`) and its entry in k.cancels; it completes with
+-- fence_cancel(k, fin, i, row, id, state, group, reason, now): a cancel whose grace ran
+-- out. The job is settled cancelled and its attempt fenced: the token (the row's
+-- `attempts`) grows by one, so a holder that did not stop can no longer complete, fail or
+-- extend it (its calls answer stale). The job leaves the structure that holds it by
+-- `state`: active through `leave_active` (a grouped job gives back its group's slot),
+-- pending through `leave_ready` (the flat set or its group's lane), scheduled k.schedule;
+-- and its entry in k.cancels. `group` is the row's `group` field (nil: ungrouped; the
+-- caller ran lanes_touch(k.base, group) in its read phase). It completes with
 -- `cancelled:<reason>` like a cooperative cancel, with `cancel_fenced` = now on the row,
 -- and finishes as `cancelled` through include/finished.lua (fin: the caller's finish_read
 -- with kept = 'completed', job i: its completions entry, counters and retention). The
 -- events: `cancel` with fenced = true (its holder stops it hard; on k.events and on the
--- workers' channel k.control), then `completed`. Reads
--- nothing: call it after the script's checks and finish_read (include finished first).
-local function fence_cancel(k, fin, i, row, id, state, reason, now)
-  if state == 'active' then redis.call('ZREM', k.active, id)
-  elseif state == 'pending' then redis.call('ZREM', k.pending, id)
+-- workers' channel k.control), then `completed`. Reads nothing: call it after the
+-- script's checks and finish_read (include wake, lanes, ready, leave_active and finished
+-- first).
+local function fence_cancel(k, fin, i, row, id, state, group, reason, now)
+  if state == 'active' then leave_active(k.base, k.active, id, group)
+  elseif state == 'pending' then leave_ready(k.base, k.pending, id, group)
   elseif state == 'scheduled' then redis.call('ZREM', k.schedule, id) end
   redis.call('HINCRBY', row, 'attempts', 1)
   redis.call('HSET', row, 'state', 'completed', 'result', 'cancelled:' .. (reason or ''),
