@@ -30,7 +30,12 @@ async def hold(job: echomq.Job) -> str:
     """Log one line per execution, then run until the test releases the job (progress
     ``release``) or a newer claim took it over; answer who returned. A lost connection
     is not its failure (the Redis chaos tests restart Redis under it)."""
-    await job.log(f"run {job.token} in {os.getpid()}")
+    while True:  # an attempt may start while Redis restarts: its log line is retried too
+        try:
+            await job.log(f"run {job.token} in {os.getpid()}")
+            break
+        except echomq.ConnectionLost:
+            await trio.sleep(0.02)
     while True:
         try:
             info = await jobs.get_job(queue.connection, queue.name, job.id)
