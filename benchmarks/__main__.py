@@ -27,6 +27,9 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
             10,000 groups beside ungrouped, a 100/s rate limit over 4 worker processes;
             saved to benchmarks/results/lanes-<date>.json or --json (--lanes-parts
             fairness,claim,rate; published: results/published/lanes-20261201.json)
+  ecosystem issue 17: the trio / asyncio / blocking producers' enqueue/s in one run; end
+            to end no-op jobs/s before this work, with its hooks, with opentelemetry-api,
+            and with /metrics scraped (saved to benchmarks/results/)
 Results print as tables (median over --reps, and each figure's ratio to its ceiling) and are
 saved as JSON under benchmarks/results/ (ignored by git).
 """
@@ -130,7 +133,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "report",
             "bounds",
             "lanes",
+            "ecosystem",
         ],
+    )
+    p.add_argument(
+        "--part", choices=["hooks", "producers", "e2e", "all"], default="all", help="`ecosystem`"
+    )
+    p.add_argument("--producer-jobs", type=int, default=20_000, help="`ecosystem`: per figure")
+    p.add_argument(
+        "--baseline", help="`ecosystem`: the git ref to compare with (default: merge-base main)"
+    )
+    p.add_argument("--scrape-every", type=float, default=1.0, help="`ecosystem`: seconds")
+    p.add_argument(
+        "--variants",
+        default="baseline,hooks,otel-api,metrics",
+        help="`ecosystem` e2e: of baseline,hooks,otel-api,metrics,metrics-idle",
     )
     p.add_argument(
         "--reps", type=int, default=None, help="repetitions (medians; default 5, bounds 20)"
@@ -236,11 +253,13 @@ async def amain(args: argparse.Namespace) -> Results:
 
 
 def report(sources: list[Path], *, write: bool) -> None:
-    from .report import Report, render_blocks, write_blocks
+    from .report import Report, render_blocks, render_ecosystem, write_blocks
 
     if len(sources) != 1:
         raise SystemExit("report: give one results file (--from benchmarks/results/....json)")
-    blocks = render_blocks(Report(sources[0]))
+    found = Report(sources[0])
+    is_ecosystem = str(found.meta.get("argv", "")).startswith("ecosystem")
+    blocks = render_ecosystem(found) if is_ecosystem else render_blocks(found)
     for name, body in blocks.items():
         print(f"<!-- {name} -->\n{body}\n")
     if write:
@@ -273,6 +292,11 @@ def main(argv: list[str] | None = None) -> None:
         lanes.save(found, {**machine(), "argv": " ".join(sys.argv[1:])}, path)
         print(lanes.tables(found), flush=True)
         log(f"saved {path}")
+        return
+    if args.what == "ecosystem":
+        from . import ecosystem
+
+        ecosystem.main(args, log, machine())
         return
     if args.what == "report":
         report(args.sources, write=args.write)

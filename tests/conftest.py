@@ -7,12 +7,13 @@ Rules that keep the suite deterministic and fast:
 - Leases in tests are tens to hundreds of milliseconds; every wait is bounded with
   ``trio.fail_after``. Speed is measured in ``benchmarks/``, never asserted here.
 - A test that needs to kill or restart Redis starts a server of its own (``RedisServer``).
-- The verb, worker and cancel tests (``tests/verbs``, ``tests/worker``,
-  ``tests/cancellation``) run twice: ``[single]`` against one server and ``[cluster]``
-  against a private 3-master Redis Cluster (``redis_url`` is parametrized there). A test
-  that only makes sense on one server is marked ``@pytest.mark.single_node("why")``.
-  A test elsewhere marked ``@pytest.mark.both_backends`` runs twice the same way (the CLI's
-  queue commands, whose subprocesses are too slow to run all of them twice).
+- The verb, worker, cancel and caller tests (``tests/verbs``, ``tests/worker``,
+  ``tests/cancellation``, ``tests/callers``) run twice: ``[single]`` against one server
+  and ``[cluster]`` against a private 3-master Redis Cluster (``redis_url`` is
+  parametrized there). A test that only makes sense on one server is marked
+  ``@pytest.mark.single_node("why")``. A test elsewhere marked
+  ``@pytest.mark.both_backends`` runs twice the same way (the CLI's queue commands, whose
+  subprocesses are too slow to run all of them twice).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import echomq
 from echomq.testing import RedisCluster, RedisServer
 
 BACKENDS = ("single", "cluster")
-BOTH_BACKENDS = ("verbs", "worker", "cancellation", "results")  # redis_url parametrized there
+# redis_url parametrized there
+BOTH_BACKENDS = ("verbs", "worker", "cancellation", "results", "callers")
 
 
 def pytest_configure(config: pytest.Config) -> None:

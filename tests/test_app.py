@@ -160,7 +160,8 @@ async def test_apply_with_a_held_dedup_key_answers_the_first_job(
         assert second.id == first.id
         third = await send.apply(("c",), dedup="order-43", dedup_for=60)
         assert not third.deduplicated and third.id != first.id
-        assert send.apply_sync(("d",), dedup="order-42", dedup_for=60) == first.id
+        fourth = send.apply_sync(("d",), dedup="order-42", dedup_for=60)
+        assert (fourth.id, fourth.deduplicated) == (first.id, True)
     with pytest.raises(InvalidArgument, match="together"):
         send.new_job(("x",), dedup="k")
     with pytest.raises(InvalidArgument, match="> 0"):

@@ -2,14 +2,14 @@
 
 The layers, lowest first (docs/design.md draws them)::
 
-    shared     errors, config, _trio, _jitter            importable from any layer
+    shared     errors, config, _trio, _jitter, _tracing  importable from any layer
     model      _model/                                   plain values and rules
     wire       _redis/ connection, pubsub, cluster, cluster_pubsub, dial, protocol,
                slots, topology, server_errors
     scripts    _redis/ scripts, replies, keyspace, validate, functions (and lua/)
     verbs      jobs, admin, stalled, cancel, events, _verbs/
     runtime    _worker/
-    surfaces   echomq (the package), __main__, app, sync, cli/, dashboard/, archive/, demo,
+    surfaces   echomq (the package), __main__, app, sync, asyncio, cli/, dashboard/, archive/, demo,
                testing, _faults/ (the fault kit behind echomq.testing)
     servers    _servers/: imports only shared; imported only by surfaces
 
@@ -35,10 +35,12 @@ EXACT = {
     "echomq.config": "shared",
     "echomq._trio": "shared",
     "echomq._jitter": "shared",
+    "echomq._tracing": "shared",
     "echomq": "surfaces",
     "echomq.__main__": "surfaces",
     "echomq.app": "surfaces",
     "echomq.sync": "surfaces",
+    "echomq.asyncio": "surfaces",
     "echomq.demo": "surfaces",
     "echomq.testing": "surfaces",
     "echomq.jobs": "verbs",

@@ -23,14 +23,17 @@ def make_queue(name: str, url: str) -> tuple[echomq.Queue, echomq.app.Task]:
 def test_delay_sync_writes_the_same_payload(redis_url: str, queue: str) -> None:
     """A blocking enqueue stores the task's JSON call and its options, no event loop needed."""
     _, add = make_queue(queue, redis_url)
-    job_id = add.apply_sync((1,), {"b": 2}, priority=7, job_id="sync-1")
+    handle = add.apply_sync((1,), {"b": 2}, priority=7, job_id="sync-1")
+    assert isinstance(handle, echomq.TaskHandle) and not handle.deduplicated
+    job_id = handle.id
     with echomq.sync.connect(redis_url) as conn:
         info = conn.get_job(queue, job_id)
     assert info is not None
     assert info.state is echomq.JobState.PENDING
     assert info.priority == 7 and info.max_attempts == 3
     assert echomq.app.JSON.decode_call(info.payload).kwargs == {"b": 2}
-    assert add.apply_sync((5, 6), job_id="sync-1") == "sync-1"  # dedupe: nothing written
+    again_handle = add.apply_sync((5, 6), job_id="sync-1")  # dedupe: nothing written
+    assert again_handle.id == "sync-1" and again_handle.deduplicated
     with echomq.sync.connect(redis_url) as conn:
         again = conn.get_job(queue, job_id)
     assert again is not None and echomq.app.JSON.decode_call(again.payload).args == (1,)
@@ -52,6 +55,6 @@ async def test_a_worker_runs_a_job_enqueued_blocking(redis_url: str, queue: str)
     with trio.fail_after(10):
         async with q.open(), trio.open_nursery() as nursery:
             await nursery.start(worker.serve)
-            job_id = await trio.to_thread.run_sync(add.delay_sync, 20, 22)
-            assert await echomq.app.TaskHandle(job_id, q).result(timeout=5) == 42
+            handle = await trio.to_thread.run_sync(add.delay_sync, 20, 22)
+            assert await q.handle(handle.id).result(timeout=5) == 42
             nursery.cancel_scope.cancel()

@@ -13,12 +13,14 @@ context belongs to the runtime, ``_worker/context.py``; it is re-exported here.)
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
 import inspect
 import logging
 import math
 import os
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, overload
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any, overload
 import attrs
 import trio
 
-from . import jobs
+from . import _tracing, jobs
 from . import repeat as repeat_verbs
 from ._model.cancel import MAX_REASON as MAX_REASON  # (moved: re-exported)
 from ._model.cancel import cancelled_reason as cancelled_reason
@@ -42,6 +44,7 @@ from ._model.schedule import DEFAULT_GRACE_MS, MissedPolicy, Schedule, duration_
 from ._redis.connection import Connection
 from ._redis.dial import connect
 from ._redis.keyspace import check_id, check_queue, check_repeat_key
+from ._redis.scripts import Executor
 from ._trio import open_service_nursery
 from ._worker.context import Job, current_job
 from .cancel import CancelOutcome
@@ -59,6 +62,7 @@ from .events import EventFeed, open_event_feed
 from .results import GONE_CHECK, FinishState, Outcome, ResultFeed
 
 if TYPE_CHECKING:
+    from .asyncio import AsyncioQueueClient
     from .sync import SyncConnection
 
 __all__ = [
@@ -159,10 +163,28 @@ class Task:
         new = self.new_job(args, kwargs, options=options, **fields)
         return await self.queue.enqueue_new(new, task=self.name)
 
-    def delay_sync(self, *args: Any, **kwargs: Any) -> str:
+    async def adelay(self, *args: Any, **kwargs: Any) -> TaskHandle:
+        """The asyncio twin of :meth:`delay` (FastAPI, aiohttp...): no ``queue.open()``
+        needed, the queue connects on first use in the running loop (``echomq.asyncio``)."""
+        return await self.aapply(args, kwargs)
+
+    async def aapply(
+        self,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        options: EnqueueOptions | None = None,
+        **fields: Any,
+    ) -> TaskHandle:
+        """The asyncio twin of :meth:`apply`: the same options, checks and handle."""
+        new = self.new_job(args, kwargs, options=options, **fields)
+        return await self.queue.aenqueue_new(new, task=self.name)
+
+    def delay_sync(self, *args: Any, **kwargs: Any) -> TaskHandle:
         """The blocking twin of :meth:`delay` (redis-py, for code that is not async).
 
-        Answers the job id. Needs no ``queue.open()``: it uses ``echomq.sync``.
+        Needs no ``queue.open()``: it uses ``echomq.sync``. The handle's ``result_sync()``,
+        ``cancel_sync()`` and ``info_sync()`` block too.
         """
         return self.apply_sync(args, kwargs)
 
@@ -173,9 +195,10 @@ class Task:
         *,
         options: EnqueueOptions | None = None,
         **fields: Any,
-    ) -> str:
-        """The blocking twin of :meth:`apply`; answers the job id (an existing one: dedupe)."""
-        return self.queue.enqueue_new_sync(self.new_job(args, kwargs, options=options, **fields))
+    ) -> TaskHandle:
+        """The blocking twin of :meth:`apply` (an existing ``job_id``: its handle, dedupe)."""
+        new = self.new_job(args, kwargs, options=options, **fields)
+        return self.queue.enqueue_new_sync(new, task=self.name)
 
     def new_job(
         self,
@@ -232,9 +255,7 @@ class TaskHandle:
         outcome = await cancel_request(
             self.queue.connection, self.queue.name, self.id, reason, grace=grace
         )
-        if outcome is CancelOutcome.REMOVED:
-            self._removed, self._removed_reason = True, reason
-        return outcome
+        return self._cancelled(outcome, reason)
 
     async def result(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - Celery's spelling
         """Wait for the job to finish and answer its return value.
@@ -259,17 +280,67 @@ class TaskHandle:
             outcome = await feed.wait(queue.connection, self.id)
         return self._value(outcome)
 
+    # -- asyncio twins (echomq.asyncio) ---------------------------------------------------
+
+    async def ainfo(self) -> JobInfo | None:
+        """The asyncio twin of :meth:`info`."""
+        return await jobs.get_job(self.queue.asyncio_client().connection, self.queue.name, self.id)
+
+    async def acancel(
+        self, reason: str | None = None, *, grace: float | None = None
+    ) -> CancelOutcome:
+        """The asyncio twin of :meth:`cancel`."""
+        conn = self.queue.asyncio_client().connection
+        outcome = await cancel_request(conn, self.queue.name, self.id, reason, grace=grace)
+        return self._cancelled(outcome, reason)
+
+    async def aresult(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - Celery's spelling
+        """The asyncio twin of :meth:`result`: the row, then the completions stream from
+        where the row was read, through this loop's one stream reader of the queue (the
+        same rules as ``echomq.results.ResultFeed``): nothing polls, nothing is missed.
+
+        Raises:
+            JobFailed, JobCancelled, JobGone: as :meth:`result`.
+            TimeoutError: ``timeout`` seconds passed first (the builtin).
+        """
+        import asyncio
+
+        limit = None if timeout is None else _seconds("timeout", timeout)
+        client = self.queue.asyncio_client()
+        async with asyncio.timeout(limit):
+            outcome = await client.results.wait(client.connection, self.id)
+        return self._value(outcome)
+
+    # -- blocking twins (echomq.sync) ------------------------------------------------------
+
+    def info_sync(self) -> JobInfo | None:
+        """The blocking twin of :meth:`info`."""
+        return self.queue.sync_connection().get_job(self.queue.name, self.id)
+
+    def cancel_sync(
+        self, reason: str | None = None, *, grace: float | None = None
+    ) -> CancelOutcome:
+        """The blocking twin of :meth:`cancel`."""
+        sync = self.queue.sync_connection()
+        outcome = sync.cancel(self.queue.name, self.id, reason, grace=grace)
+        return self._cancelled(outcome, reason)
+
     def result_sync(self, timeout: float | None = None) -> Any:
         """The blocking twin of :meth:`result` (``echomq.sync``: no ``queue.open()``
         needed); it waits with an ``XREAD`` of its own.
 
         Raises:
             JobFailed, JobCancelled, JobGone: as :meth:`result`.
-            TimeoutError: ``timeout`` seconds passed first.
+            TimeoutError: ``timeout`` seconds passed first (the builtin).
         """
         limit = None if timeout is None else _seconds("timeout", timeout)
         outcome = self.queue.sync_connection().wait_outcome(self.queue.name, self.id, limit)
         return self._value(outcome)
+
+    def _cancelled(self, outcome: CancelOutcome, reason: str | None) -> CancelOutcome:
+        if outcome is CancelOutcome.REMOVED:
+            self._removed, self._removed_reason = True, reason
+        return outcome
 
     def _value(self, outcome: Outcome | None) -> Any:
         if outcome is None:
@@ -310,7 +381,11 @@ class Queue:
         self._feed_lock = trio.Lock()
         self._results: ResultFeed | None = None
         self.result_gone_check = GONE_CHECK  # seconds: how soon a removed job's waiter knows
-        self._sync: SyncConnection | None = None  # the blocking producer, made on first use
+        self._sync: SyncConnection | None = None  # the blocking side, made on first use
+        # the asyncio side: one client (connection + stream reader) per event loop
+        self._asyncio: weakref.WeakKeyDictionary[Any, AsyncioQueueClient] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, tasks={sorted(self.tasks)})"
@@ -478,8 +553,39 @@ class Queue:
 
     async def enqueue_new(self, new: jobs.NewJob, *, task: str | None = None) -> TaskHandle:
         """Enqueue one prepared job; an existing ``job_id`` answers its handle, and so does
-        a held dedup key the holder's (``deduplicated``)."""
-        conn = self.connection
+        a held dedup key the holder's (``deduplicated``).
+
+        With OpenTelemetry installed, inside a ``send <queue>`` span whose context the
+        job's row carries (docs/observability.md).
+        """
+        if _tracing.ENABLED and _tracing.on():
+            with _tracing.sending(self.name, task) as send:
+                handle = await self._enqueue(self.connection, _with_trace(new, send), task)
+                send.sent(handle.id, handle.deduplicated)
+            return handle
+        return await self._enqueue(self.connection, new, task)
+
+    async def aenqueue_new(self, new: jobs.NewJob, *, task: str | None = None) -> TaskHandle:
+        """The asyncio :meth:`enqueue_new` (``echomq.asyncio``)."""
+        conn = self.asyncio_client().connection
+        if _tracing.ENABLED and _tracing.on():
+            with _tracing.sending(self.name, task) as send:
+                handle = await self._enqueue(conn, _with_trace(new, send), task)
+                send.sent(handle.id, handle.deduplicated)
+            return handle
+        return await self._enqueue(conn, new, task)
+
+    def enqueue_new_sync(self, new: jobs.NewJob, *, task: str | None = None) -> TaskHandle:
+        """Blocking :meth:`enqueue_new` through ``echomq.sync``; an existing ``job_id``
+        answers its handle (dedupe)."""
+        if _tracing.ENABLED and _tracing.on():
+            with _tracing.sending(self.name, task) as send:
+                handle = self._enqueue_sync(_with_trace(new, send), task)
+                send.sent(handle.id, handle.deduplicated)
+            return handle
+        return self._enqueue_sync(new, task)
+
+    async def _enqueue(self, conn: Executor, new: jobs.NewJob, task: str | None) -> TaskHandle:
         try:
             (answer,) = await jobs.enqueue_batch(conn, self.name, [new])
         except DuplicateJob:
@@ -540,18 +646,62 @@ class Queue:
             source=_API,
         )
 
-    def sync_connection(self) -> SyncConnection:
-        """The queue's blocking connection (``echomq.sync``), made on first use."""
-        from . import sync
+    def _enqueue_sync(self, new: jobs.NewJob, task: str | None) -> TaskHandle:
+        try:
+            (answer,) = self.sync_connection().enqueue_batch(self.name, [new])
+        except DuplicateJob:
+            assert new.job_id is not None
+            return TaskHandle(new.job_id, self, task, deduplicated=True)
+        return TaskHandle(answer.id, self, task, deduplicated=answer.deduplicated)
 
+    # -- the asyncio and blocking sides ----------------------------------------------------
+
+    def sync_connection(self) -> SyncConnection:
+        """The blocking connection (``echomq.sync``) the ``*_sync`` calls use; made on
+        first use, shared by every thread."""
         if self._sync is None:
+            from . import sync
+
             self._sync = sync.connect(self.url)
         return self._sync
 
-    def enqueue_new_sync(self, new: jobs.NewJob) -> str:
-        """Blocking :meth:`enqueue_new` through ``echomq.sync``; answers the job id."""
+    def close_sync(self) -> None:
+        """Close the blocking connection's sockets (a later ``*_sync`` call connects again)."""
+        if self._sync is not None:
+            self._sync.close()
+
+    def asyncio_client(self) -> AsyncioQueueClient:
+        """This event loop's connection and stream reader (``echomq.asyncio``), made
+        on first use (no I/O until a command).
+
+        Raises:
+            RuntimeError: no asyncio event loop is running.
+        """
+        loop = asyncio.get_running_loop()
+        client = self._asyncio.get(loop)
+        if client is None:
+            from .asyncio import AsyncioQueueClient  # (imports redis.asyncio: only when used)
+
+            client = self._asyncio[loop] = AsyncioQueueClient(self.url, self.name)
+        return client
+
+    async def aclose(self) -> None:
+        """Close this event loop's connection and stream reader (asyncio)."""
+        client = self._asyncio.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    @asynccontextmanager
+    async def aopen(self) -> AsyncIterator[Queue]:
+        """asyncio: connect now (an error surfaces here, e.g. in a FastAPI lifespan) and
+        close this loop's connection when the block exits."""
+        await self.asyncio_client().connection.execute("PING")
         try:
-            return self.sync_connection().enqueue_many(self.name, [new])[0]
-        except DuplicateJob:
-            assert new.job_id is not None
-            return new.job_id
+            yield self
+        finally:
+            await self.aclose()
+
+
+def _with_trace(new: NewJob, send: _tracing.Sending) -> NewJob:
+    """``new`` carrying the enqueue span's context (unchanged when there is none)."""
+    return attrs.evolve(new, trace=send.trace) if send.trace is not None else new

@@ -305,6 +305,11 @@ def _recovery(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise InvalidArgument(f"recovery must be 'reap' or 'stalled', not {value!r}")
 
 
+def _host_option(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise InvalidArgument(f"{attribute.name} must be a host name or address, not {value!r}")
+
+
 def _to_float(value: Any) -> Any:
     """An int given for seconds becomes a float (anything else is left to the check)."""
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -423,6 +428,19 @@ class WorkerConfig:
             "(0: never; past it they lapse and recovery hands the jobs to another worker)",
             float,
         ),
+    )
+
+    metrics_port: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(_int_option(0, 65535)),
+        metadata=_meta(
+            "serve Prometheus /metrics on this port (0: any free port; default: off)", int
+        ),
+    )
+    metrics_host: str = attrs.field(
+        default="127.0.0.1",
+        validator=_host_option,
+        metadata=_meta("the address /metrics binds (0.0.0.0: every interface)", str),
     )
 
     @classmethod

@@ -1,41 +1,53 @@
-"""The blocking producer: enqueue and read jobs from code that is not async.
+"""The blocking side: enqueue, wait for results, cancel and operate queues from code that
+is not async (Django, Flask, scripts, a REPL).
 
-A thin redis-py driver over the same command builders as the trio verbs
-(``echomq._verbs.lifecycle``): the same keys, scripts, argument gates, reply readers and
-errors. Nothing here knows a key name or a script's argv.
-
-Rule 1: bad input raises before any I/O, exactly as in the trio verbs.
-Rule 2: no command is replayed. redis-py's retries are off (a script may have run before a
-connection dropped); a dropped or unreachable server raises
-:class:`~echomq.errors.ConnectionLost`, and the next call connects again.
-Rule 3: a refusal that says the command did not run (``LOADING``, ``BUSY``, ``TRYAGAIN``,
-``CLUSTERDOWN``, a script's "non local key" while its cluster slot moves) is sent again with
-backoff within ``connect_timeout``, as on the trio wire; then
-:class:`~echomq.errors.Unavailable` (transient, ``errors.TRANSIENT``).
-
-::
+Tasks have blocking twins (``send.delay_sync(...)`` answers a ``TaskHandle`` whose
+``result_sync()``, ``cancel_sync()`` and ``info_sync()`` block); this module is what they
+run on, and a connection for the verbs::
 
     with echomq.sync.connect("redis://127.0.0.1:6379/0") as mq:
         job_id = mq.enqueue("emails", b'{"to": "a@b.c"}', priority=1)
         info = mq.get_job("emails", job_id)
+        mq.pause("emails"); mq.drain("emails"); mq.stats("emails")
+        mq.run(echomq.admin.dead_jobs, "emails", limit=5)   # any verb, blocking
+
+Rule 1 (one copy of every verb): ``enqueue``, ``enqueue_many`` and ``get_job`` run the
+trio verbs' call builders and reply readers on redis-py (``scripts.evaluate_sync``); every
+other method runs the verb itself, the same coroutine the trio and asyncio callers await,
+on a connection whose commands block instead of suspending (``_redis/blocking.py``,
+``run_sync``). Nothing here knows a key name or a script's argv.
+Rule 2: bad input raises before any I/O, exactly as in the trio verbs.
+Rule 3: no command is replayed. redis-py's retries are off (a script may have run before a
+connection dropped); a dropped or unreachable server raises
+:class:`~echomq.errors.ConnectionLost`, and the next call connects again. A refusal that
+says the command did not run (``LOADING``, ``BUSY``, ``TRYAGAIN``, ``CLUSTERDOWN``, a
+script's "non local key" while its cluster slot moves) is sent again with backoff within
+``connect_timeout``, as on the trio wire; then :class:`~echomq.errors.Unavailable`
+(transient, ``errors.TRANSIENT``).
+Rule 4 (waiting cannot miss): :meth:`SyncConnection.wait_outcome` reads the row, then the
+queue's completions stream from where the row was read, with a blocking ``XREAD`` (the
+same builders as ``echomq.results.ResultFeed``; docs/results.md). No pub/sub, no polling.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
-from redis.backoff import NoBackoff
-from redis.cluster import ClusterNode, RedisCluster
-from redis.retry import Retry
+from redis.cluster import RedisCluster
 
-from ._model.job import JobInfo
+from . import admin, cancel, jobs
+from ._model.job import Enqueued, JobInfo
+from ._redis.blocking import BlockingConnection, run_sync
+from ._redis.redispy import make_client as make_client
 from ._redis.scripts import ScriptCall, evaluate_sync, retry_sync, sync_errors
 from ._verbs.lifecycle import (
     NewJob,
+    enqueue_batch_call,
     enqueue_call,
     enqueue_one_call,
     get_job_args,
@@ -53,51 +65,13 @@ from ._verbs.results import (
     row_outcome,
     xread_command,
 )
+from .cancel import CancelOutcome
 from .config import DEFAULT_URL, ConnectionConfig, parse_url
 from .errors import InvalidArgument
 
 __all__ = ["NewJob", "SyncConnection", "connect", "make_client"]
 
 T = TypeVar("T")
-
-
-def make_client(config: ConnectionConfig) -> redis.Redis | RedisCluster:
-    """A redis-py client for ``config`` (host/port or unix socket, db, ACL user, TLS).
-
-    RESP2 (as the trio wire speaks) and no retries (scripts are not idempotent). Raises
-    InvalidArgument for an ``ssl_context`` object, which redis-py cannot take: use the
-    ``ssl_*`` URL parameters instead. A ``redis+cluster://`` config answers redis-py's
-    ``RedisCluster`` (it reads the layout at once: :class:`SyncConnection` makes it on
-    first use); it follows MOVED/ASK itself and, with no retries, never re-sends a command
-    whose connection dropped.
-    """
-    if config.ssl_context is not None:
-        raise InvalidArgument("echomq.sync cannot use an ssl_context; use the ssl_* settings")
-    options: dict[str, Any] = {
-        "db": config.db,
-        "username": config.username,
-        "password": config.password,
-        "socket_connect_timeout": config.connect_timeout,
-        "client_name": config.client_name,
-        "protocol": 2,
-        "retry": Retry(NoBackoff(), 0),
-    }
-    if config.unix_path:
-        return redis.Redis(unix_socket_path=config.unix_path, **options)
-    if config.tls:
-        options.update(
-            ssl=True,
-            ssl_ca_certs=config.ssl_ca_certs,
-            ssl_certfile=config.ssl_certfile,
-            ssl_keyfile=config.ssl_keyfile,
-            ssl_cert_reqs="required" if config.ssl_verify else "none",
-            ssl_check_hostname=config.ssl_verify,
-        )
-    if config.cluster:
-        del options["db"]
-        nodes = [ClusterNode(host, port) for host, port in config.cluster_nodes]  # type: ignore[no-untyped-call]
-        return RedisCluster(startup_nodes=nodes, **options)
-    return redis.Redis(host=config.host, port=config.port, **options)
 
 
 class SyncConnection:
@@ -107,19 +81,27 @@ class SyncConnection:
     """
 
     def __init__(self, config: ConnectionConfig) -> None:
-        if config.ssl_context is not None:  # (checked again by make_client) before any I/O
+        if config.ssl_context is not None:  # before any I/O
             raise InvalidArgument("echomq.sync cannot use an ssl_context; use the ssl_* settings")
         self.config = config
-        # one server: made now (redis-py connects on first use); a cluster: on first use
-        self._client = None if config.cluster else make_client(config)
+        # one server: its client made now (redis-py connects on first use); a cluster's
+        # on first use, when it reads the layout
+        self.connection = BlockingConnection(config)
 
     @property
     def client(self) -> redis.Redis | RedisCluster:
         """The redis-py client, made on first use (a cluster's reads its layout then)."""
-        if self._client is None:
-            with sync_errors():
-                self._client = make_client(self.config)
-        return self._client
+        with sync_errors():
+            return self.connection.client
+
+    def run(self, verb: Callable[..., Coroutine[Any, Any, T]], *args: Any, **kwargs: Any) -> T:
+        """Run any verb blocking: ``mq.run(echomq.admin.drain, "emails")`` is
+        ``await echomq.admin.drain(conn, "emails")`` (rule 1).
+
+        Raises:
+            Whatever the verb raises (typed errors from :mod:`echomq.errors`).
+        """
+        return run_sync(verb(self.connection, *args, **kwargs))
 
     def enqueue(
         self,
@@ -153,6 +135,11 @@ class SyncConnection:
     def enqueue_many(self, queue: str, jobs: Sequence[NewJob]) -> list[str]:
         """Add many jobs in one script call (all or nothing); answer their ids in order."""
         return self._evaluate(enqueue_call(queue, jobs))
+
+    def enqueue_batch(self, queue: str, jobs: Sequence[NewJob]) -> list[Enqueued]:
+        """:meth:`enqueue_many` answering one ``Enqueued`` per job: its id, or the id of the
+        job that holds its dedup key (``deduplicated``; nothing written for it)."""
+        return self._evaluate(enqueue_batch_call(queue, jobs))
 
     def get_job(self, queue: str, job_id: str) -> JobInfo | None:
         """The job's row, or None when there is none."""
@@ -204,6 +191,64 @@ class SyncConnection:
                     outcome = row_outcome(info)
         return outcome
 
+    def cancel(
+        self, queue: str, job_id: str, reason: str | None = None, *, grace: float | None = None
+    ) -> CancelOutcome:
+        """Remove the job if unclaimed, signal its worker if active (``echomq.cancel.request``;
+        ``grace``: seconds until its attempt is fenced, docs/runtime.md).
+
+        Raises:
+            InvalidArgument: a negative or non-finite grace (before any I/O).
+            JobGone: no row. NotCancellable: the job already finished. JobLocked.
+        """
+        return self.run(cancel.request, queue, job_id, reason, grace=grace)
+
+    # -- the operator verbs (echomq.admin, echomq.jobs), blocking --------------------------
+
+    def pause(self, queue: str) -> None:
+        """Stop claiming on ``queue`` (``echomq.admin.pause``). Idempotent."""
+        self.run(admin.pause, queue)
+
+    def resume(self, queue: str) -> None:
+        """Claim again on ``queue`` (``echomq.admin.resume``). Idempotent."""
+        self.run(admin.resume, queue)
+
+    def is_paused(self, queue: str) -> bool:
+        """Whether the claim gate of ``queue`` is set."""
+        return self.run(admin.is_paused, queue)
+
+    def stats(self, queue: str) -> admin.QueueStats:
+        """Counts per state, the gate and throughput (``echomq.admin.stats``)."""
+        return self.run(admin.stats, queue)
+
+    def drain(self, queue: str, *, include_schedule: bool = False) -> int:
+        """Delete the backlog; answer the number deleted (``echomq.admin.drain``)."""
+        return self.run(admin.drain, queue, include_schedule=include_schedule)
+
+    def obliterate(self, queue: str, *, force: bool = False) -> int:
+        """Destroy a paused queue to its last key (``echomq.admin.obliterate_all``).
+
+        Raises:
+            NotPaused, ActiveJobs: as the verb.
+        """
+        return self.run(admin.obliterate_all, queue, force=force)
+
+    def list_queues(self) -> list[str]:
+        """Every queue on the server (every master of a cluster)."""
+        return self.run(admin.list_queues)
+
+    def remove_job(self, queue: str, job_id: str) -> None:
+        """Remove a job from whichever set holds it (``echomq.jobs.remove_job``)."""
+        self.run(jobs.remove_job, queue, job_id)
+
+    def reprocess_job(self, queue: str, job_id: str) -> None:
+        """Dead -> pending (``echomq.jobs.reprocess_job``)."""
+        self.run(jobs.reprocess_job, queue, job_id)
+
+    def get_job_logs(self, queue: str, job_id: str) -> list[str]:
+        """The job's log lines, in append order."""
+        return self.run(jobs.get_job_logs, queue, job_id)
+
     def _evaluate(self, sc: ScriptCall[T]) -> T:
         """Run a script as the trio verbs do: the sharded twin on a cluster; a transient
         refusal (not run: "non local key" or ``TRYAGAIN`` while a slot moves, ``LOADING``)
@@ -213,9 +258,8 @@ class SyncConnection:
         )
 
     def close(self) -> None:
-        """Close the client's sockets."""
-        if self._client is not None:
-            self._client.close()
+        """Close the client's sockets (the next call connects again)."""
+        self.connection.close()
 
     def __enter__(self) -> SyncConnection:
         return self
@@ -229,9 +273,12 @@ class SyncConnection:
         self.close()
 
 
-def connect(url: str | ConnectionConfig = DEFAULT_URL, **options: Any) -> SyncConnection:
-    """A blocking producer for ``url`` (parsed by :func:`echomq.config.parse_url`).
+def connect(url: str | ConnectionConfig | None = None, **options: Any) -> SyncConnection:
+    """A blocking connection for ``url`` (parsed by :func:`echomq.config.parse_url`);
+    default ``$ECHOMQ_URL``, else ``redis://127.0.0.1:6379/0`` (as ``Queue`` and the CLI).
 
     ``options`` override fields of :class:`~echomq.config.ConnectionConfig`.
     """
+    if url is None:
+        url = os.environ.get("ECHOMQ_URL", DEFAULT_URL)
     return SyncConnection(parse_url(url, **options))

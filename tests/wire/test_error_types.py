@@ -8,6 +8,7 @@ plain command and through a script call, on both drivers.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 
@@ -15,6 +16,7 @@ import pytest
 import trio
 
 import echomq
+import echomq.asyncio
 import echomq.sync
 from echomq import jobs
 from echomq.errors import (
@@ -150,7 +152,8 @@ async def test_a_transient_refusal_past_connect_timeout_is_unavailable_on_both_d
 ) -> None:
     """BUSY (a runaway script) says "not run, later": both wires send it again until
     connect_timeout, then raise Unavailable, a transient error (``errors.TRANSIENT``) that
-    the worker's loops retry, unlike a plain ServerError."""
+    the worker's loops retry, unlike a plain ServerError. So do the asyncio driver and the
+    blocking one under the verbs (``mq.is_paused`` runs ``admin.is_paused`` on it)."""
     with RedisServer(extra_args=("--lua-time-limit", "20")) as server:
         async with (
             echomq.connect(server.url) as runner,
@@ -161,6 +164,13 @@ async def test_a_transient_refusal_past_connect_timeout_is_unavailable_on_both_d
             await admin.execute("PING")
             mq = echomq.sync.connect(server.url, connect_timeout=0.2)
             mq.get_job(queue, "warm-up")  # its socket is open before the server is busy
+
+            def on_asyncio() -> object:
+                async def get() -> object:
+                    async with echomq.asyncio.connect(server.url, connect_timeout=0.2) as aconn:
+                        return await aconn.execute("GET", queue)
+
+                return asyncio.run(get())
 
             async def runaway() -> None:
                 with pytest.raises(ServerError, match="killed"):
@@ -179,6 +189,8 @@ async def test_a_transient_refusal_past_connect_timeout_is_unavailable_on_both_d
                         lambda: jobs.enqueue(caller, queue, b"x"),
                         lambda: trio.to_thread.run_sync(mq.get_job, queue, "j"),
                         lambda: trio.to_thread.run_sync(mq.enqueue, queue, b"x"),
+                        lambda: trio.to_thread.run_sync(mq.is_paused, queue),
+                        lambda: trio.to_thread.run_sync(on_asyncio),
                     ):
                         with pytest.raises(Unavailable, match=r"^BUSY") as caught:
                             await run()

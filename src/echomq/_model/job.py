@@ -34,6 +34,7 @@ class NewJob:
     dedup_ms: int = 0
     group: str | None = None  # the group's lane (docs/lanes.md); None: ungrouped
     group_concurrency: int | None = None  # the group's limit, set if it has none yet
+    trace: str | None = None  # the enqueue span's context (W3C trace context as JSON)
 
 
 @attrs.frozen(kw_only=True)
@@ -47,12 +48,16 @@ class Enqueued:
 
 @attrs.frozen(kw_only=True)
 class Claimed:
-    """A job this caller now holds: ``token`` (the row's attempts) fences every later move."""
+    """A job this caller now holds: ``token`` (the row's attempts) fences every later move.
+
+    ``trace``: the row's ``trace`` field (the enqueue span's context), None when absent.
+    """
 
     id: str
     payload: bytes
     token: int
     failures: int = 0
+    trace: bytes | None = None
 
 
 @attrs.frozen(kw_only=True)

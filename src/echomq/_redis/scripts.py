@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import ssl
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -34,18 +33,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 
 from .._jitter import Backoff
-from ..errors import (
-    AuthenticationError,
-    ConnectionLost,
-    EchoMQError,
-    NotACluster,
-    PermissionDenied,
-    ServerError,
-    TLSError,
-    Unavailable,
-)
-from .replies import server_error, translate
-from .server_errors import NON_LOCAL
+from ..errors import EchoMQError, ServerError, Unavailable
+from .replies import translate
 
 __all__ = [
     "Executor",
@@ -248,92 +237,21 @@ async def evaluate_reply(conn: Executor, sc: ScriptCall[T], reply: Any) -> T:
     return sc.read(reply)
 
 
-def _ssl_failure(exc: BaseException) -> ssl.SSLError | None:
-    """The TLS error under a redis-py ConnectionError, unless the peer just hung up."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        seen.add(id(cause))
-        if isinstance(cause, ssl.SSLError):
-            transient = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
-            return None if isinstance(cause, transient) else cause
-        cause = cause.__cause__ or cause.__context__
-    return None
-
-
-def _auth_error(message: str) -> AuthenticationError:
-    """redis-py drops an error reply's first word: put it back, word it as the wire does."""
-    if message.startswith("Authentication required"):
-        message = f"NOAUTH {message}"
-    elif message.startswith("invalid username-password"):
-        message = f"WRONGPASS {message}"
-    error = server_error(message)
-    return error if isinstance(error, AuthenticationError) else AuthenticationError(message)
-
-
-def _reply_text(exc: Exception) -> str:
-    """The error reply as the server sent it: redis-py drops the first word of some
-    (``LOADING``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``, every ``ERR``); put it back
-    (its ``status_code`` since redis-py 6, else the class says which)."""
-    import redis
-
-    message = str(exc)
-    code = getattr(exc, "status_code", None)
-    if not code:
-        for cls, word in (
-            (redis.exceptions.MasterDownError, "MASTERDOWN"),
-            (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
-            (redis.exceptions.TryAgainError, "TRYAGAIN"),
-            (redis.exceptions.BusyLoadingError, "LOADING"),
-        ):
-            if isinstance(exc, cls):
-                code = word
-                break
-        else:
-            if f"ERR {message}".startswith(NON_LOCAL):  # redis-py < 6 dropped the ERR
-                code = "ERR"
-    if code and not message.startswith(f"{code} "):
-        return f"{code} {message}"
-    return message
-
-
 @contextmanager
 def sync_errors() -> Iterator[None]:
-    """Translate redis-py's exceptions into echomq's (``echomq.sync``), one type per cause
-    as on the trio wire.
-
-    A dropped or unreachable connection is :class:`ConnectionLost`; refused credentials
-    :class:`AuthenticationError` (redis-py calls them a ConnectionError); an ACL refusal
-    :class:`PermissionDenied`; a failed TLS handshake :class:`TLSError`; a transient refusal
-    (``LOADING``, ``TRYAGAIN``, ``CLUSTERDOWN``, a script's "non local key"...:
-    ``server_errors.TRANSIENT``) :class:`Unavailable` (``ClusterDown``); any other error
-    reply goes through the reply table.
+    """Translate redis-py's exceptions into echomq's (``echomq.sync``, the asyncio and
+    blocking drivers), one type per cause as on the trio wire (``_redis/redispy.redis_errors``:
+    a transient refusal, ``server_errors.TRANSIENT``, is :class:`Unavailable`), and a
+    script's refusal into its typed error (the reply table). (redis-py is imported here, not
+    with echomq: trio programs never pay for it.)
     """
-    import redis
+    from .redispy import redis_errors
 
     try:
-        yield
-    except redis.exceptions.AuthenticationError as exc:  # WRONGPASS, NOAUTH (a ConnectionError)
-        raise _auth_error(str(exc)) from None
-    except redis.exceptions.NoPermissionError as exc:
-        raise PermissionDenied(f"NOPERM {exc}") from None
-    except (
-        redis.exceptions.ResponseError,  # TRYAGAIN, CLUSTERDOWN, MASTERDOWN among them
-        redis.exceptions.BusyLoadingError,  # LOADING (a ConnectionError to redis-py)
-    ) as exc:
-        raise translate(_reply_text(exc)) from None
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-        tls = _ssl_failure(exc)
-        if tls is not None:
-            raise TLSError(f"TLS handshake failed: {tls}") from exc
-        raise ConnectionLost(str(exc)) from exc
-    except redis.exceptions.ClusterError as exc:
-        # "TTL exhausted": redis-py followed 16 redirects or TRYAGAIN replies, none ran
-        raise Unavailable(f"TRYAGAIN {exc} (redis-py's redirects and retries)") from None
-    except redis.exceptions.RedisClusterException as exc:  # the layout could not be read
-        if "cluster mode is not enabled" in str(exc).lower():
-            raise NotACluster(str(exc)) from None
-        raise ConnectionLost(str(exc)) from exc
+        with redis_errors():
+            yield
+    except ServerError as exc:
+        raise _typed(exc) from None
 
 
 def retry_sync(call: Callable[[], T], retry_for: float) -> T:

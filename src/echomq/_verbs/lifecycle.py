@@ -77,7 +77,7 @@ def _task_name(name: object) -> str:
 
 
 def _job_args(job: object, ks: Keyspace) -> tuple[str, bytes, list[Any]]:
-    """One job's argv group (``enqueue.lua``: 12 values), gated; its id and its payload."""
+    """One job's argv group (``enqueue.lua``: 13 values), gated; its id and its payload."""
     if not isinstance(job, NewJob):
         raise InvalidArgument(f"enqueue_many takes NewJob values, not {type(job).__name__}")
     job_id = check_id(job.job_id) if job.job_id is not None else new_id()
@@ -103,6 +103,7 @@ def _job_args(job: object, ks: Keyspace) -> tuple[str, bytes, list[Any]]:
         dedup_ms,
         "" if job.group is None else check_group(job.group),
         _group_concurrency(job),
+        v.text_arg("trace", job.trace) if job.trace else "",
     ]
     return job_id, payload, group
 
@@ -198,12 +199,18 @@ class ClaimBatch:
 
 
 def _read_claim(reply: Any) -> ClaimBatch:
-    if not isinstance(reply, list) or len(reply) % 4 > 1:
+    if not isinstance(reply, list) or len(reply) % 5 > 1:
         raise ScriptError(f"claim: unexpected reply {reply!r}")
-    n = len(reply) - len(reply) % 4
+    n = len(reply) - len(reply) % 5
     claimed = [
-        Claimed(id=text(reply[i]), payload=reply[i + 1], token=reply[i + 2], failures=reply[i + 3])
-        for i in range(0, n, 4)
+        Claimed(
+            id=text(reply[i]),
+            payload=reply[i + 1],
+            token=reply[i + 2],
+            failures=reply[i + 3],
+            trace=reply[i + 4],
+        )
+        for i in range(0, n, 5)
     ]
     due = reply[n] if n < len(reply) else -1
     return ClaimBatch(jobs=claimed, next_due_ms=due if due >= 0 else None)

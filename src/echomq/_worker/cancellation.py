@@ -56,8 +56,9 @@ class Held:
     # a sync task's thread runs under a shield that only a lost lease, a shutdown past
     # grace, a fence or the task's timeout may cancel (a cancel request waits for it)
     hard_scope: trio.CancelScope | None = None
-    task: str | None = None  # the task's name, once the payload is decoded
+    task: str | None = None  # the task's name, once the payload is decoded (the tally's)
     fence_at: float | None = None  # rule 4: when the cancel's grace runs out (trio time)
+    ran: float | None = None  # the handler's run time, seconds (None: it did not run)
 
     def cancel(self, reason: str | None) -> None:
         self.cancel_token.cancel(reason)

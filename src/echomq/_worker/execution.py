@@ -36,12 +36,13 @@ import logging
 import math
 import traceback
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 import attrs
 import trio
 
-from .. import jobs
+from .. import _tracing, jobs
 from .._jitter import Backoff
 from .._model.backoff import NoDelay, backoff_ms, default_backoff, delay_ms
 from .._model.cancel import cancelled_result
@@ -63,6 +64,7 @@ from .context import Job, bind, unbind
 from .processes import ProcessPool
 from .protocols import QueueSpec, TaskSpec
 from .settling import Completions
+from .tally import Tally
 from .timelimits import ThreadCall, soft_limited
 
 __all__ = ["MAX_ERROR_TEXT", "Counters", "JobRunner", "Settlement"]
@@ -151,6 +153,7 @@ class JobRunner:
     counters: Counters = attrs.field(factory=Counters)
     to_release: list[tuple[str, int]] = attrs.field(factory=list)
     processes: ProcessPool = attrs.field(factory=ProcessPool)
+    tally: Tally = attrs.field(factory=Tally)  # per task: outcomes, run times (tally.py)
 
     completions: Completions = attrs.field(init=False)
 
@@ -169,9 +172,13 @@ class JobRunner:
         """Execute, settle, and free the slot; hand the job back if it was not settled."""
         settled: bool | None = False  # None: the batch of completions finishes it
         try:
-            settlement = await self._execute(claimed, held)
+            if _tracing.ENABLED and _tracing.on():  # docs/observability.md
+                settlement = await self._execute_traced(claimed, held)
+            else:
+                settlement = await self._execute(claimed, held)
             if held.stop is Stop.FENCED:
                 self.counters.cancelled += 1
+                self.tally.record(held.task, "cancelled", held.ran)
                 log.warning(
                     "job %s was fenced (its cancel grace ran out): settled cancelled; "
                     "its own outcome is not used",
@@ -187,6 +194,7 @@ class JobRunner:
                 settled = await self._settle(held, settlement)
             elif held.stop is Stop.LOST:
                 self.counters.lost += 1
+                self.tally.record(held.task, "lost", held.ran)
                 log.warning("job %s lost its lease; its outcome is not settled", held.id)
         finally:
             if settled is not None:
@@ -200,18 +208,39 @@ class JobRunner:
             self.to_release.append((held.id, held.token))
         self.on_done()
 
-    def _recorded(self, cancelled: bool) -> None:
+    def _recorded(self, held: Held, cancelled: bool) -> None:
         if cancelled:
             self.counters.cancelled += 1
+            self.tally.record(held.task, "cancelled", held.ran)
         else:
             self.counters.completed += 1
+            self.tally.record(held.task, "completed", held.ran)
 
-    def _lost(self) -> None:
+    def _lost(self, held: Held) -> None:
         self.counters.lost += 1
+        self.tally.record(held.task, "lost", held.ran)
 
     async def _settle_completion(self, held: Held, result: bytes, cancelled: bool) -> bool:
         settlement = Settlement(complete=True, result=result, cancelled=cancelled)
         return await self._settle(held, settlement)
+
+    async def _execute_traced(self, claimed: Claimed, held: Held) -> Settlement | None:
+        """:meth:`_execute` inside the run's span, a child of the enqueue's; its outcome is
+        the one the run asked for (a batched completion is recorded after the span ends)."""
+        with _tracing.processing(
+            self.queue.name, claimed.id, claimed.failures + 1, claimed.trace
+        ) as span:
+            s = await self._execute(claimed, held)
+            task = held.task or ""
+            if held.stop is Stop.FENCED:
+                span.outcome(task, "cancelled")
+            elif s is None:
+                span.outcome(task, "lost" if held.stop is Stop.LOST else "handed back")
+            elif s.complete:
+                span.outcome(task, "cancelled" if s.cancelled else "completed")
+            else:
+                span.outcome(task, "dead" if s.dead else "retried", s.error)
+            return s
 
     async def _execute(self, claimed: Claimed, held: Held) -> Settlement | None:
         queue = self.queue
@@ -219,6 +248,7 @@ class JobRunner:
             call = queue.codec.decode_call(claimed.payload)
         except Exception as exc:  # a custom codec's own error is the job's too
             return self._undecodable(claimed.id, exc, "the payload could not be decoded")
+        held.task = call.task
         task = queue.tasks.get(call.task)
         if task is None:
             error = f"TaskNotRegistered: no task named {call.task!r} on queue {queue.name!r}"
@@ -245,6 +275,7 @@ class JobRunner:
         deadline = math.inf if timeout is None else start + timeout
         limit = None if timeout is None else deadline
         soft_at = None if soft is None else start + soft
+        started = perf_counter()
         bound = bind(job)
         try:
             with held.scope:
@@ -276,6 +307,7 @@ class JobRunner:
                         settlement = Settlement(complete=True, result=result)
         finally:
             unbind(bound)
+            held.ran = perf_counter() - started
         if settlement is None:  # the scope caught a cancellation of ours
             if held.stop is Stop.CANCEL:
                 reason = held.cancel_token.reason
@@ -403,8 +435,10 @@ class JobRunner:
                 except _LOST as exc:
                     if s.cancelled:  # a cooperative cancel that its fence overtook
                         self.counters.cancelled += 1
+                        self.tally.record(held.task, "cancelled", held.ran)
                     else:
                         self.counters.lost += 1
+                        self.tally.record(held.task, "lost", held.ran)
                     log.warning(
                         "job %s: settling refused (%r); a newer holder owns it, or a fence "
                         "settled it",
@@ -449,18 +483,17 @@ class JobRunner:
         conn, name = self.conn, self.queue.name
         if s.complete:
             await jobs.complete(conn, name, held.id, held.token, s.result)
-            if s.cancelled:
-                self.counters.cancelled += 1
-            else:
-                self.counters.completed += 1
+            self._recorded(held, s.cancelled)
             return
         outcome = await jobs.fail(
             conn, name, held.id, held.token, s.error, retry_delay_ms=s.retry_delay_ms, dead=s.dead
         )
         if outcome == "dead":
             self.counters.failed += 1
+            self.tally.record(held.task, "dead", held.ran)
         else:
             self.counters.retried += 1
+            self.tally.record(held.task, "retried", held.ran)
 
 
 def _fallback(s: Settlement, why: str) -> Settlement:

@@ -45,6 +45,7 @@ class LeaseKeeper:
     inflight: InFlight
     period: float
     ticks: int = 0
+    renewed: int = 0  # leases renewed (ok or cancel answers)
     frozen: bool = False  # rule 5
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -73,11 +74,13 @@ class LeaseKeeper:
                 for job_id, token in chunk:
                     answer = answers.get(job_id)
                     if answer is ExtendResult.OK:
+                        self.renewed += 1
                         continue
                     found = self.inflight.jobs.get(job_id)
                     if found is None or found.token != token or found.stop is Stop.LOST:
                         continue
                     if answer is ExtendResult.CANCEL:
+                        self.renewed += 1
                         if found.stop is None:
                             reason = reasons.get(job_id)
                             log.info(

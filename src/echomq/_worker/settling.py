@@ -73,8 +73,8 @@ class Completions:
     queue: str
     settle_timeout: float
     # counts one recorded completion (cancelled or not); lost ones go to ``lost``
-    recorded: Callable[[bool], None]
-    lost: Callable[[], None]
+    recorded: Callable[[Held, bool], None]
+    lost: Callable[[Held], None]
     # a job whose outcome the server has (or that recovery owns now): leaves the held map
     # and frees its slot; the flag says whether it was settled (False: hand it back)
     finish: Callable[[Held, bool], None]
@@ -140,9 +140,9 @@ class Completions:
         for held, _, cancelled in chunk:
             answer = answers.get(held.id)
             if answer is ExtendResult.OK:
-                self.recorded(cancelled)
+                self.recorded(held, cancelled)
             else:
-                self.lost()
+                self.lost(held)
                 refusal = _REFUSALS.get(answer, ScriptError)(f"complete {held.id}: {answer}")
                 log.warning(
                     "job %s: settling refused (%r); a newer holder owns it", held.id, refusal

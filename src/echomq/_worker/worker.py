@@ -151,6 +151,7 @@ class Worker:
         self._watchdog: Watchdog | None = None
         self._supervisor = Supervisor()
         self._serving = False
+        self.metrics_address: tuple[str, int] | None = None  # (host, port) of /metrics
 
     def __getattr__(self, name: str) -> Any:
         """``worker.concurrency``, ``worker.grace``...: the config's fields, read-only."""
@@ -312,6 +313,8 @@ class Worker:
                 runner.on_done = consumer.slot_freed
                 self._consumer = consumer
                 async with trio.open_nursery() as helpers:
+                    if self.config.metrics_port is not None:
+                        await self._serve_metrics(helpers)
                     await helpers.start(
                         self._supervisor.supervise, "cancel listener", self._listen(feed)
                     )
@@ -357,6 +360,22 @@ class Worker:
             else:
                 await self._release(conn, runner)
             await runner.processes.aclose()
+
+    async def _serve_metrics(self, nursery: trio.Nursery) -> None:
+        """``/metrics`` (``metrics_port``; docs/observability.md): a port that cannot be
+        bound fails the start, loudly."""
+        from .metrics import render, serve_metrics, worker_registry
+
+        registry, collector = worker_registry(self)
+
+        async def body(accept: str | None) -> tuple[bytes, str]:
+            await collector.refresh()
+            return render(registry, accept)
+
+        host, port = self.config.metrics_host, self.config.metrics_port
+        assert port is not None
+        bound = await nursery.start(serve_metrics, host, port, body)
+        self.metrics_address = (host, bound)
 
     async def _claim_until_stopped(
         self,

@@ -31,11 +31,14 @@ from typing import Any
 import attrs
 import trio
 import trio_websocket
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
 
-from .. import __version__, jobs
+from .. import __version__, admin, jobs
 from .._redis.connection import Connection
 from .._redis.dial import connect
 from .._redis.keyspace import check_queue
+from .._worker.metrics import queue_families, render
 from ..config import DEFAULT_URL, ConnectionConfig
 from ..errors import EchoMQError, InvalidArgument
 from .commands import CommandRefused, not_shown, run_command, token_matches
@@ -189,6 +192,20 @@ class Gate:
         return bool(sep) and scheme in ("http", "https") and _host_name(rest) in self.allowed
 
 
+METRICS_PATH = "/metrics"
+METRICS_TIMEOUT = 10.0
+
+
+class _Families(Collector):
+    """Families built at scrape time, handed to a registry of their own."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
 @attrs.define(eq=False)
 class _Server:
     hub: Hub
@@ -227,6 +244,10 @@ class _Server:
         if head.method not in ("GET", "HEAD"):
             await respond(stream, 405, b"method not allowed", head=head)
             return
+        if head.path == METRICS_PATH:
+            body, content_type = await self.metrics(head.headers.get("accept"))
+            await respond(stream, 200, body, content_type=content_type, head=head)
+            return
         asset = ASSETS.get(head.path)
         if asset is None:
             await respond(stream, 404, b"not found", head=head)
@@ -241,6 +262,23 @@ class _Server:
             head=head,
             extra=_security_headers(f"'self' ws://{host}"),
         )
+
+    async def metrics(self, accept: str | None = None) -> tuple[bytes, str]:
+        """Every followed queue's gauges in the Prometheus text format (one ``admin.stats``
+        read each, at scrape time; docs/observability.md). No token: counts only."""
+        stats: list[admin.QueueStats] = []
+        ok = True
+        with trio.move_on_after(METRICS_TIMEOUT) as scope:
+            try:
+                for queue in list(self.hub.queues):
+                    stats.append(await admin.stats(self.hub.conn, queue))
+            except EchoMQError as exc:
+                log.warning("metrics: queue gauges not read (%s)", exc)
+                ok = False
+        registry = CollectorRegistry(auto_describe=False)
+        families = queue_families(stats, ok and not scope.cancelled_caught)
+        registry.register(_Families(families))
+        return render(registry, accept)
 
     async def _websocket(self, stream: ReplayStream) -> None:
         async with trio.open_nursery() as nursery:

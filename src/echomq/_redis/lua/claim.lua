@@ -7,7 +7,8 @@
                           (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`)
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..250)   4 the claiming worker's id ('': none)
-  Returns  flat array: id, payload, token (attempts), failures, ... and, when fewer than
+  Returns  flat array: id, payload, token (attempts), failures, trace (the row's `trace`
+           field, nil when absent), ... and, when fewer than
            `count` jobs were claimed, one trailing element: ms until more work may be
            claimable (the earliest scheduled job, a group's or the queue's rate window
            reopening; 0 = now), or -1 when nothing is known | {} when paused
@@ -297,7 +298,7 @@ end
 -- the rows of the picks (an id with no row leaves its set and is not claimed)
 local rows, taken, from_pending = {}, {}, {}
 for i, id in ipairs(picks) do
-  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'payload', 'failures')
+  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'payload', 'failures', 'trace')
   taken[id] = true
 end
 for i = 1, flat_n do
@@ -377,6 +378,7 @@ for i, fields in ipairs(rows) do
     out[#out + 1] = fields[1]
     out[#out + 1] = token
     out[#out + 1] = tonumber(fields[2] or '0')
+    out[#out + 1] = fields[3]
     if group then started[group] = (started[group] or 0) + 1 end
   end
 end
@@ -409,7 +411,7 @@ end
 if flat_left and redis.call('ZCARD', pending) > 0 then push_wake(wake, #promoted) end
 
 -- under-filled: tell an idle consumer how long it may block before more may be claimable
-if #out < count * 4 then
+if #out < count * 5 then
   local wait = -1
   if qwin and qwin[2] + #picks >= qwin[3] then
     wait = qwin[4]

@@ -9,10 +9,11 @@
         5 repeat    ZSET  the repeat registry: key -> next slot ms (a repeat run only)
         6 record    HASH  the repeatable's record, emq:{q}:repeat:<key> (a repeat run only)
   ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..250)
-        then n groups of 12, from 3 on: id, payload, delay_ms, priority, max_attempts,
+        then n groups of 13, from 3 on: id, payload, delay_ms, priority, max_attempts,
           task, keep_result ms, keep_dead ms (those three '' = none: the row has no such
           field), dedup key ('' = none), dedup window ms, group ('' = none),
-          group_concurrency (0 = none: the group's limit, set if it has none)
+          group_concurrency (0 = none: the group's limit, set if it has none), trace (the
+          enqueue span's context, issue 17; '' = none: the row has no such field)
         then, for a repeat run only (n = 1), 5 more: repeat key, the record's next slot ms
           as read (compare-and-set), the new next slot ms, this run's slot ms, the due
           slots coalesced into this run
@@ -40,7 +41,7 @@
   when ready (the `ready` helper); a delayed one waits in the schedule set like any other.
 ]]
 local MAX_JOBS = 250
-local GROUP = 12  -- arguments per job
+local GROUP = 13  -- arguments per job
 local OPTIONAL = {'task', 'keep_result', 'keep_dead'}
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
@@ -54,7 +55,7 @@ local n = tonumber(ARGV[2])
 -- @include ready
 local tail = n and #ARGV - 2 - n * GROUP
 if not n or n < 1 or n > MAX_JOBS or (tail ~= 0 and not (tail == 5 and n == 1)) then
-  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 12 arguments')
+  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 13 arguments')
 end
 
 -- a repeat run: the record must still be due at the slot the scheduler read
@@ -112,7 +113,7 @@ for i = 0, n - 1 do
   local delay, priority, max_attempts = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), ARGV[j + 4]
   local group, limit = ARGV[j + 10], tonumber(ARGV[j + 11])
   local row = base .. 'job:' .. id
-  local extra = {}  -- task, keep_result, keep_dead, dedup, repeat, group: only those given
+  local extra = {}  -- task, keep_result, keep_dead, dedup, repeat, group, trace: if given
   for k, name in ipairs(OPTIONAL) do
     if ARGV[j + 4 + k] ~= '' then
       extra[#extra + 1] = name
@@ -127,6 +128,10 @@ for i = 0, n - 1 do
   if fire then
     extra[#extra + 1] = 'repeat'
     extra[#extra + 1] = rkey
+  end
+  if ARGV[j + 12] ~= '' then
+    extra[#extra + 1] = 'trace'
+    extra[#extra + 1] = ARGV[j + 12]
   end
   if group ~= '' then
     extra[#extra + 1] = 'group'

@@ -1,0 +1,273 @@
+"""Prometheus ``/metrics`` for a worker (``--metrics-port``) and the queue gauges the
+dashboard serves too, in the text format of the official ``prometheus-client``.
+
+Rule 1: nothing is counted here. At each scrape the families are built from the numbers
+the runtime keeps anyway (``tally.py``, the lease keeper's and the sweeper's counters,
+``Worker.statistics()``) and from one ``admin.stats`` read per queue (queue depth); a
+worker whose metrics nobody scrapes pays nothing but its plain counters.
+Rule 2: one registry per worker (never the library's global one), so several workers in
+one process each serve their own.
+Rule 3: the server is trio and h11 (the dashboard's HTTP stack): ``GET /metrics`` answers
+the text format, ``GET /`` a line saying where to look, anything else 404; one request per
+connection. A failing scrape (Redis down) still answers: the queue gauges are left out
+and ``echomq_queue_scrape_ok`` is 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import h11
+import trio
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from .. import admin
+from ..admin import QueueStats
+from ..errors import EchoMQError
+from .tally import BUCKETS, Tally
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+__all__ = [
+    "WorkerCollector",
+    "queue_families",
+    "render",
+    "serve_metrics",
+    "worker_registry",
+]
+
+log = logging.getLogger("echomq.metrics")
+
+STATES = ("pending", "scheduled", "active", "completed", "dead")
+_READ_TIMEOUT = 10.0
+_MAX_HEAD = 16 * 1024
+
+
+def queue_families(stats: Sequence[QueueStats], ok: bool = True) -> list[Metric]:
+    """Depth per state, the gate and the completion totals of each queue (one read each)."""
+    depth = GaugeMetricFamily(
+        "echomq_queue_jobs", "Jobs in each state, read at scrape time", labels=["queue", "state"]
+    )
+    paused = GaugeMetricFamily("echomq_queue_paused", "1 when claiming is paused", labels=["queue"])
+    completed = CounterMetricFamily(
+        "echomq_queue_completed", "Jobs completed since the queue's metrics began", labels=["queue"]
+    )
+    failed = CounterMetricFamily(
+        "echomq_queue_failed",
+        "Jobs dead-lettered since the queue's metrics began",
+        labels=["queue"],
+    )
+    for s in stats:
+        for state in STATES:
+            depth.add_metric([s.queue, state], getattr(s, state))
+        paused.add_metric([s.queue], 1 if s.paused else 0)
+        completed.add_metric([s.queue], s.completed_total)
+        failed.add_metric([s.queue], s.failed_total)
+    scrape = GaugeMetricFamily(
+        "echomq_queue_scrape_ok", "1 when the queue gauges could be read from Redis"
+    )
+    scrape.add_metric([], 1 if ok else 0)
+    return [depth, paused, completed, failed, scrape]
+
+
+def task_families(queue: str, tally: Tally) -> list[Metric]:
+    """Jobs by task and outcome, retries, and the run-time histogram of each task."""
+    jobs = CounterMetricFamily(
+        "echomq_jobs",
+        "Finished attempts run by this worker, by task and outcome",
+        labels=["queue", "task", "outcome"],
+    )
+    retries = CounterMetricFamily(
+        "echomq_retries",
+        "Failed attempts scheduled for a retry (the jobs outcome 'retried')",
+        labels=["queue", "task"],
+    )
+    runs = HistogramMetricFamily(
+        "echomq_job_run_seconds",
+        "The handler's run time, by task",
+        labels=["queue", "task"],
+        unit="",
+    )
+    for task, t in sorted(tally.tasks.items()):
+        for outcome, count in t.outcomes.items():
+            jobs.add_metric([queue, task, outcome], count)
+        retries.add_metric([queue, task], t.outcomes["retried"])
+        cumulative, buckets = 0, []
+        for bound, count in zip((*BUCKETS, float("inf")), t.buckets, strict=True):
+            cumulative += count
+            buckets.append((_le(bound), cumulative))
+        runs.add_metric([queue, task], buckets, t.seconds)
+    return [jobs, retries, runs]
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+class WorkerCollector(Collector):
+    """A worker's families (rule 1): call :meth:`refresh` (one ``admin.stats``) before
+    each ``generate_latest``."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.stats: QueueStats | None = None
+        self.stats_ok = False
+
+    async def refresh(self) -> None:
+        """Read the queue's gauges now (at most ``_READ_TIMEOUT`` seconds)."""
+        queue = self.worker.queue
+        self.stats_ok = False
+        with trio.move_on_after(_READ_TIMEOUT):
+            try:
+                self.stats = await admin.stats(queue.connection, queue.name)
+                self.stats_ok = True
+            except (EchoMQError, RuntimeError) as exc:  # Redis down, or not serving yet
+                log.warning("metrics: queue gauges not read (%s)", exc)
+
+    def collect(self) -> Iterable[Metric]:
+        worker = self.worker
+        name = worker.queue.name
+        s = worker.statistics()
+        up = GaugeMetricFamily(
+            "echomq_worker_up", "1 while the worker serves (0 once it stops)", labels=["queue"]
+        )
+        up.add_metric([name], 0 if s.stopping else 1)
+        held = GaugeMetricFamily("echomq_worker_held_jobs", "Jobs held now", labels=["queue"])
+        held.add_metric([name], s.held)
+        slots = GaugeMetricFamily(
+            "echomq_worker_concurrency", "Jobs held at most at once", labels=["queue"]
+        )
+        slots.add_metric([name], s.concurrency)
+        keeper = worker._keeper
+        renewals = CounterMetricFamily(
+            "echomq_lease_renewals", "Leases renewed by the lease keeper", labels=["queue"]
+        )
+        renewals.add_metric([name], keeper.renewed if keeper is not None else 0)
+        lost = CounterMetricFamily(
+            "echomq_leases_lost", "Jobs whose lease was lost while held", labels=["queue"]
+        )
+        lost.add_metric([name], s.lost)
+        stalls = CounterMetricFamily(
+            "echomq_stalled_jobs",
+            "Expired leases this worker's recovery sweeps found, by what became of the job",
+            labels=["queue", "outcome"],
+        )
+        stalls.add_metric([name, "recovered"], s.recovered)
+        stalls.add_metric([name, "dead"], s.dead_lettered)
+        sweeps = CounterMetricFamily(
+            "echomq_recovery_sweeps", "Recovery sweeps this worker ran", labels=["queue"]
+        )
+        sweeps.add_metric([name], s.sweeps)
+        restarts = CounterMetricFamily(
+            "echomq_worker_helper_restarts",
+            "Helper loops restarted after a crash",
+            labels=["queue"],
+        )
+        restarts.add_metric([name], s.helper_restarts)
+        yield from (up, held, slots, renewals, lost, stalls, sweeps, restarts)
+        runner = worker._runner
+        yield from task_families(name, runner.tally if runner is not None else Tally())
+        stats = [self.stats] if self.stats_ok and self.stats is not None else []
+        yield from queue_families(stats, self.stats_ok)
+
+
+def render(registry: CollectorRegistry, accept: str | None = None) -> tuple[bytes, str]:
+    """The registry in the format the scraper's ``Accept`` header asks for (the
+    library's negotiation: the Prometheus text format 0.0.4 by default, OpenMetrics when
+    asked); answers the body and its content type."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
+
+
+async def serve_metrics(
+    host: str,
+    port: int,
+    body: Callable[[str | None], Awaitable[tuple[bytes, str]]],
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``GET /metrics`` on ``host:port`` until cancelled (``await body(accept)``
+    answers the bytes and their content type); ``started`` with the bound port
+    (``port=0``: any free one).
+
+    Raises:
+        OSError: the address cannot be bound (a port in use): at start, before ``started``.
+    """
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound = listeners[0].socket.getsockname()[1]
+
+    async def handle(stream: trio.SocketStream) -> None:
+        try:
+            await _answer(stream, body)
+        except (trio.BrokenResourceError, trio.TooSlowError, h11.ProtocolError, OSError):
+            pass  # the client went away or spoke nonsense: its connection only
+        except Exception:  # a scrape must never take the worker down
+            log.exception("metrics: a scrape failed")
+        finally:
+            with trio.move_on_after(1) as scope:
+                scope.shield = True
+                await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        task_status.started(bound)
+        log.info("metrics on http://%s:%d/metrics", host, bound)
+        await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
+
+
+async def _answer(
+    stream: trio.SocketStream, body: Callable[[str | None], Awaitable[tuple[bytes, str]]]
+) -> None:
+    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
+    request: h11.Request | None = None
+    with trio.fail_after(_READ_TIMEOUT):
+        while request is None:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                data = await stream.receive_some(4096)
+                conn.receive_data(data)
+                if not data and conn.their_state is not h11.DONE:
+                    return
+            elif isinstance(event, h11.Request):
+                request = event
+            else:
+                return
+    path = request.target.split(b"?", 1)[0]
+    method = request.method
+    if method not in (b"GET", b"HEAD"):
+        status, content, kind = 405, b"method not allowed\n", "text/plain; charset=utf-8"
+    elif path == b"/metrics":
+        accept = next((v.decode("latin-1") for k, v in request.headers if k == b"accept"), None)
+        content, kind = await body(accept)
+        status = 200
+    elif path == b"/":
+        status, content, kind = 200, b"echomq worker: see /metrics\n", "text/plain; charset=utf-8"
+    else:
+        status, content, kind = 404, b"not found\n", "text/plain; charset=utf-8"
+    headers = [
+        ("Content-Type", kind),
+        ("Content-Length", str(len(content))),
+        ("Connection", "close"),
+    ]
+    out = conn.send(h11.Response(status_code=status, headers=headers)) or b""
+    if method != b"HEAD":
+        out += conn.send(h11.Data(data=content)) or b""
+    out += conn.send(h11.EndOfMessage()) or b""
+    await stream.send_all(out)
+
+
+def worker_registry(worker: Worker) -> tuple[CollectorRegistry, WorkerCollector]:
+    """A registry of its own holding the worker's collector (rule 2)."""
+    registry = CollectorRegistry(auto_describe=False)
+    collector = WorkerCollector(worker)
+    registry.register(collector)
+    return registry, collector

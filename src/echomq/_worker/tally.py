@@ -1,0 +1,62 @@
+"""What a worker's jobs did, per task: outcomes and run times, counted in plain numbers.
+
+Rule 1 (the hot path): recording one job is a dict lookup, an increment and a bisect on a
+tuple: no lock (one trio thread), no metrics library, no allocation once a task was seen.
+The Prometheus families are built from these numbers only when scraped
+(``_worker/metrics.py``), so a worker whose metrics nobody reads pays for the counts only.
+Rule 2: outcomes are ``completed``, ``cancelled``, ``retried`` (a failure with an attempt
+left), ``dead``, ``lost`` (the lease was lost: a newer holder owns the job). The run time
+is the handler's (decode to result), not the settling.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+__all__ = ["BUCKETS", "OUTCOMES", "Tally", "TaskTally"]
+
+#: upper bounds (seconds) of the run-time histogram's buckets; the last bucket is +Inf
+BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0, 300.0,
+)  # fmt: skip
+OUTCOMES = ("completed", "cancelled", "retried", "dead", "lost")
+
+
+class TaskTally:
+    """One task's numbers: outcome counts, and the run-time histogram (not cumulative:
+    ``buckets[i]`` counts runs in ``(BUCKETS[i-1], BUCKETS[i]]``, the last one above all)."""
+
+    __slots__ = ("buckets", "outcomes", "seconds")
+
+    def __init__(self) -> None:
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)
+        self.buckets = [0] * (len(BUCKETS) + 1)
+        self.seconds = 0.0
+
+    @property
+    def runs(self) -> int:
+        """Runs timed (the histogram's count)."""
+        return sum(self.buckets)
+
+
+class Tally:
+    """Every task's numbers for one worker (``JobRunner.tally``)."""
+
+    __slots__ = ("tasks",)
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, TaskTally] = {}
+
+    def record(self, task: str | None, outcome: str, seconds: float | None) -> None:
+        """Count one finished attempt of ``task`` (None: the payload could not be decoded,
+        counted under ``""``); ``seconds``: its handler's run time (None when it did not
+        run: an undecodable payload, an unknown task)."""
+        name = task or ""
+        tally = self.tasks.get(name)
+        if tally is None:
+            tally = self.tasks[name] = TaskTally()
+        tally.outcomes[outcome] += 1
+        if seconds is not None:
+            tally.buckets[bisect_left(BUCKETS, seconds)] += 1
+            tally.seconds += seconds
