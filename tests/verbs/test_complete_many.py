@@ -75,6 +75,36 @@ async def test_complete_many_finishes_each_job_as_complete_does(
     assert await conn.execute("HGET", ks.metrics_cancelled, "count") == b"2"
 
 
+async def test_complete_many_retention_per_job_in_one_call(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """One call's jobs each get their own retention (the index entries are written once per
+    call): the queue's, their own keep_result, 0 (row and logs deleted at once); the logs of
+    the jobs that have some expire with their row, and no logs key appears for the others."""
+    keeps = [None, 5_000, 0, None]
+    ids = await jobs.enqueue_many(
+        conn, queue, [jobs.NewJob(payload=b"x", keep_result_ms=k) for k in keeps]
+    )
+    held = {c.id: c for c in await jobs.claim(conn, queue, 60_000, count=4)}
+    for with_logs in (ids[1], ids[2]):
+        await jobs.add_log(conn, queue, with_logs, "line")
+    answers = await jobs.complete_many(conn, queue, [(j, held[j].token, b"r") for j in ids])
+    assert answers == dict.fromkeys(ids, OK)
+    for job_id, keep in zip(ids, keeps, strict=True):
+        if keep == 0:
+            assert await conn.execute("EXISTS", ks.job(job_id), ks.logs(job_id)) == 0
+            assert await conn.execute("ZSCORE", ks.completed, job_id) is None
+            continue
+        row = await jobs.get_job(conn, queue, job_id)
+        assert row is not None and row.finished_at is not None
+        ends = float(await conn.execute("ZSCORE", ks.completed, job_id))
+        assert ends == row.finished_at + (keep or 86_400_000)
+        assert 0 < await conn.execute("PTTL", ks.job(job_id)) <= (keep or 86_400_000)
+    assert 0 < await conn.execute("PTTL", ks.logs(ids[1])) <= 5_000
+    assert await conn.execute("EXISTS", ks.logs(ids[0]), ks.logs(ids[3])) == 0
+    assert await conn.execute("ZCARD", ks.completed) == 3
+
+
 async def test_complete_many_refused_jobs_change_nothing_and_the_rest_complete(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
