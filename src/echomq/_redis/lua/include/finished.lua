@@ -30,6 +30,7 @@ local FINISH_DEFAULTS = {
   completions_max = 1000000, max_completed = 1000000, max_dead = 1000000,
 }
 local METRICS_KEEP_MS = 720 * 60000 + 120000  -- 12 h of per-minute counters, and 2 min
+local FINISH_DETAIL = {completed = 'result', dead = 'error', cancelled = 'reason'}
 local FINISH_TOTALS = {
   completed = 'metrics:completed', dead = 'metrics:failed', cancelled = 'metrics:cancelled',
 }
@@ -145,9 +146,9 @@ local function finished(fin, i, detail)
     entry[#entry + 1] = 'task'
     entry[#entry + 1] = job.task
   end
-  local what = {completed = 'result', dead = 'error', cancelled = 'reason'}
-  entry[#entry + 1] = what[job.state]
-  entry[#entry + 1] = detail[what[job.state]] or ''
+  local what = FINISH_DETAIL[job.state]
+  entry[#entry + 1] = what
+  entry[#entry + 1] = detail[what] or ''
   local optional = {'failures', detail.failures or job.failures, 'created_at', job.created_at,
     'claimed_at', job.claimed_at}
   for k = 1, #optional, 2 do
