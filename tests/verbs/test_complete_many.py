@@ -13,7 +13,7 @@ from echomq import jobs
 from echomq._redis.keyspace import Keyspace
 from echomq._redis.scripts import is_sharded
 from echomq._verbs.lifecycle import complete_many_call
-from echomq.errors import InvalidArgument, ServerError
+from echomq.errors import InvalidArgument, ScriptError, ServerError
 
 from ._support import claim_one, snapshot
 from .test_settle import _refusals
@@ -164,3 +164,14 @@ async def test_the_script_refuses_a_bad_call_before_writing(
             await conn.execute("EVAL", source, 1, ks.active, *argv)
         assert isinstance(refused.value, InvalidArgument | ServerError)
     assert await snapshot(conn, ks) == before
+
+
+def test_the_reply_reader_maps_each_code_and_refuses_anything_else() -> None:
+    """One answer per job from its code (2, already completed, reads as ok); a reply of
+    another shape or an unknown code is a ScriptError, never a wrong answer."""
+    call = complete_many_call("q", [("a", 1, b""), ("b", 1, b""), ("c", 1, b""), ("d", 1, b"")])
+    assert call.read([1, 2, -2, -3]) == {"a": OK, "b": OK, "c": STALE, "d": NOT_ACTIVE}
+    assert call.read([-1, 1, 1, 1])["a"] is GONE
+    for bad in ([1, 1, 1, 7], [1, 1, 1, b"1"], [1, 1, 1, [1]], [1, 1, 1, None], [1, 1], "OK"):
+        with pytest.raises(ScriptError, match="unexpected reply"):
+            call.read(bad)
