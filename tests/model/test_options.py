@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 
+import attrs
 import pytest
 
 import echomq
@@ -59,6 +60,21 @@ def test_build_options_merges_and_refuses_unknown_names() -> None:
         build_options(EnqueueOptions, TaskOptions(), {})  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="unknown option"):
         build_options(TaskOptions, None, {"retries": 3})
+
+
+def test_a_plain_delay_reuses_the_checked_defaults() -> None:
+    """No options given: one shared, frozen ``EnqueueOptions()`` (checked once), and the
+    task's own options (checked at registration) resolve the job as before."""
+    first = build_options(EnqueueOptions, None, {})
+    assert build_options(EnqueueOptions, None, {}) is first
+    given = EnqueueOptions(priority=1)
+    assert build_options(EnqueueOptions, given, {}) is given
+    task = TaskOptions(priority=2, max_attempts=5, keep_result=1.5, keep_dead=0)
+    new = first.new_job(b"p", task, "t")
+    assert (new.delay_ms, new.priority, new.max_attempts, new.task) == (0, 2, 5, "t")
+    assert (new.keep_result_ms, new.keep_dead_ms, new.job_id, new.dedup) == (1500, 0, None, None)
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        first.delay = 5  # type: ignore[misc]
 
 
 def test_the_api_takes_options_as_keywords_or_one_value() -> None:

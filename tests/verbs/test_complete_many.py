@@ -13,7 +13,7 @@ from echomq import jobs
 from echomq._redis.keyspace import Keyspace
 from echomq._redis.scripts import is_sharded
 from echomq._verbs.lifecycle import complete_many_call
-from echomq.errors import InvalidArgument, ServerError
+from echomq.errors import InvalidArgument, ScriptError, ServerError
 
 from ._support import claim_one, snapshot
 from .test_settle import _refusals
@@ -75,6 +75,36 @@ async def test_complete_many_finishes_each_job_as_complete_does(
     assert await conn.execute("HGET", ks.metrics_cancelled, "count") == b"2"
 
 
+async def test_complete_many_retention_per_job_in_one_call(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """One call's jobs each get their own retention (the index entries are written once per
+    call): the queue's, their own keep_result, 0 (row and logs deleted at once); the logs of
+    the jobs that have some expire with their row, and no logs key appears for the others."""
+    keeps = [None, 5_000, 0, None]
+    ids = await jobs.enqueue_many(
+        conn, queue, [jobs.NewJob(payload=b"x", keep_result_ms=k) for k in keeps]
+    )
+    held = {c.id: c for c in await jobs.claim(conn, queue, 60_000, count=4)}
+    for with_logs in (ids[1], ids[2]):
+        await jobs.add_log(conn, queue, with_logs, "line")
+    answers = await jobs.complete_many(conn, queue, [(j, held[j].token, b"r") for j in ids])
+    assert answers == dict.fromkeys(ids, OK)
+    for job_id, keep in zip(ids, keeps, strict=True):
+        if keep == 0:
+            assert await conn.execute("EXISTS", ks.job(job_id), ks.logs(job_id)) == 0
+            assert await conn.execute("ZSCORE", ks.completed, job_id) is None
+            continue
+        row = await jobs.get_job(conn, queue, job_id)
+        assert row is not None and row.finished_at is not None
+        ends = float(await conn.execute("ZSCORE", ks.completed, job_id))
+        assert ends == row.finished_at + (keep or 86_400_000)
+        assert 0 < await conn.execute("PTTL", ks.job(job_id)) <= (keep or 86_400_000)
+    assert 0 < await conn.execute("PTTL", ks.logs(ids[1])) <= 5_000
+    assert await conn.execute("EXISTS", ks.logs(ids[0]), ks.logs(ids[3])) == 0
+    assert await conn.execute("ZCARD", ks.completed) == 3
+
+
 async def test_complete_many_refused_jobs_change_nothing_and_the_rest_complete(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
@@ -134,3 +164,14 @@ async def test_the_script_refuses_a_bad_call_before_writing(
             await conn.execute("EVAL", source, 1, ks.active, *argv)
         assert isinstance(refused.value, InvalidArgument | ServerError)
     assert await snapshot(conn, ks) == before
+
+
+def test_the_reply_reader_maps_each_code_and_refuses_anything_else() -> None:
+    """One answer per job from its code (2, already completed, reads as ok); a reply of
+    another shape or an unknown code is a ScriptError, never a wrong answer."""
+    call = complete_many_call("q", [("a", 1, b""), ("b", 1, b""), ("c", 1, b""), ("d", 1, b"")])
+    assert call.read([1, 2, -2, -3]) == {"a": OK, "b": OK, "c": STALE, "d": NOT_ACTIVE}
+    assert call.read([-1, 1, 1, 1])["a"] is GONE
+    for bad in ([1, 1, 1, 7], [1, 1, 1, b"1"], [1, 1, 1, [1]], [1, 1, 1, None], [1, 1], "OK"):
+        with pytest.raises(ScriptError, match="unexpected reply"):
+            call.read(bad)

@@ -278,10 +278,11 @@ class EnqueueOptions:
         )
         if group is None and self.group_concurrency is not None:
             raise InvalidArgument("group_concurrency needs a group")
+        due_now = self.delay is None and self.at is None
         return NewJob(
             payload=payload,
             job_id=self.job_id,
-            delay_ms=to_ms("delay", self.delay_seconds()),
+            delay_ms=0 if due_now else to_ms("delay", self.delay_seconds()),
             priority=task.priority if self.priority is None else self.priority,
             max_attempts=task.max_attempts if self.max_attempts is None else self.max_attempts,
             task=name,
@@ -311,11 +312,24 @@ def build_options(
     """
     if options is not None and not isinstance(options, cls):
         raise InvalidArgument(f"options must be {cls.__name__}, not {options!r}")
-    names = {field.name for field in attrs.fields(cls)}
+    if not fields:  # the common call (``task.delay(...)``): nothing to check again
+        return options if options is not None else _defaults(cls)
+    names = _FIELDS.get(cls) or _FIELDS.setdefault(cls, {f.name for f in attrs.fields(cls)})
     unknown = sorted(set(fields) - names)
     if unknown:
         raise InvalidArgument(
             f"unknown option(s) {', '.join(unknown)}; {cls.__name__} has {', '.join(sorted(names))}"
         )
-    base = options if options is not None else cls()
-    return attrs.evolve(base, **fields) if fields else base
+    return attrs.evolve(options if options is not None else _defaults(cls), **fields)
+
+
+_FIELDS: dict[type[Any], set[str]] = {}
+_DEFAULTS: dict[type[Any], Any] = {}
+
+
+def _defaults(cls: type[OptionsT]) -> OptionsT:
+    """One shared ``cls()`` (the values are frozen: built and checked once, not per call)."""
+    found = _DEFAULTS.get(cls)
+    if found is None:
+        found = _DEFAULTS[cls] = cls()
+    return found

@@ -329,11 +329,9 @@ def _read_codes(ids: list[str], what: str) -> Callable[[Any], dict[str, ExtendRe
     def read(reply: Any) -> dict[str, ExtendResult]:
         if not isinstance(reply, list) or len(reply) != len(ids):
             raise ScriptError(f"{what}: unexpected reply {reply!r}")
-        try:
-            return {
-                job_id: EXTEND_RESULTS[Code(code)] for job_id, code in zip(ids, reply, strict=True)
-            }
-        except (ValueError, KeyError):
+        try:  # keyed by Code (an IntEnum): an int code finds its member without Code(code)
+            return {job_id: EXTEND_RESULTS[code] for job_id, code in zip(ids, reply, strict=True)}
+        except (ValueError, KeyError, TypeError):
             raise ScriptError(f"{what}: unexpected reply {reply!r}") from None
 
     return read

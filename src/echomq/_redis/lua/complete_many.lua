@@ -39,6 +39,10 @@ for i = 0, n - 1 do
 end
 
 -- checks, in order per job: row, token, (idempotent repeat), membership; reads only
+-- (membership of every id read at once: one ZMSCORE, not one ZSCORE per job)
+local ids = {}
+for i = 0, n - 1 do ids[i + 1] = ARGV[3 + i * 3] end
+local held = redis.call('ZMSCORE', active, unpack(ids))
 local codes, done, jobs = {}, {}, {}
 for i = 0, n - 1 do
   local j = 3 + i * 3
@@ -48,7 +52,7 @@ for i = 0, n - 1 do
   if not fields[1] then code = -1
   elseif fields[1] ~= token then code = -2
   elseif fields[2] == 'completed' then code = 2
-  elseif not redis.call('ZSCORE', active, id) then code = -3
+  elseif not held[i + 1] then code = -3
   end
   codes[i + 1] = code
   if code == 1 then
@@ -64,11 +68,11 @@ if #done == 0 then return codes end
 local now = now_ms()
 local fin = finish_read(base, 'completed', now, jobs)
 
-local ids = {}
+local plain = {}  -- ungrouped jobs leave active in one ZREM
 for _, job in ipairs(done) do
-  if job.group then leave_active(base, active, job.id, job.group) else ids[#ids + 1] = job.id end
+  if job.group then leave_active(base, active, job.id, job.group) else plain[#plain + 1] = job.id end
 end
-if #ids > 0 then redis.call('ZREM', active, unpack(ids)) end
+if #plain > 0 then redis.call('ZREM', active, unpack(plain)) end
 for k, job in ipairs(done) do
   redis.call('HSET', base .. 'job:' .. job.id, 'state', 'completed', 'result', job.result,
     'finished_at', now)

@@ -18,8 +18,11 @@
 -- deletes it now (a waiter still reads the stream entry). The count caps are a memory
 -- guard: past one, the rows closest to their end go first, counted in metrics:capped.
 -- Per call at most FINISH_TRIM index entries are cleaned (expired, or 0.1 rows with no
--- TTL: given one from finished_at) and FINISH_TRIM rows deleted by the cap; the counters
--- and the stream's count guard are written once per call (the first finished() does).
+-- TTL: given one from finished_at) and FINISH_TRIM rows deleted by the cap; the counters,
+-- the stream's count guard and the index entries of the call's jobs are written once per
+-- call (the first finished() does: every job given to finish_read is finished in the same
+-- call). One EXISTS reads every job's logs key (a job's logs get its TTL only when some job
+-- of the call has logs: PEXPIRE on a missing key is a no-op); one XADD per job.
 local FINISH_TRIM = 100
 local DAY_MS = 86400000
 local FINISH_DEFAULTS = {
@@ -27,6 +30,7 @@ local FINISH_DEFAULTS = {
   completions_max = 1000000, max_completed = 1000000, max_dead = 1000000,
 }
 local METRICS_KEEP_MS = 720 * 60000 + 120000  -- 12 h of per-minute counters, and 2 min
+local FINISH_DETAIL = {completed = 'result', dead = 'error', cancelled = 'reason'}
 local FINISH_TOTALS = {
   completed = 'metrics:completed', dead = 'metrics:failed', cancelled = 'metrics:cancelled',
 }
@@ -50,14 +54,16 @@ local function finish_read(base, kept, now, jobs)
   local minute = math.floor(now / 60000)
   local derived, seen = {base .. 'completions', base .. 'metrics:capped'}, {}
   fin.counts = {}  -- state -> jobs of this call: one HINCRBY per counter per call
+  local logs = {}
   for i, job in ipairs(jobs) do
     local id, state = job[1], job[2]
     local row = base .. 'job:' .. id
     local f = redis.call('HMGET', row, 'task', 'attempts', 'failures', 'created_at',
       'claimed_at', 'keep_' .. (kept == 'dead' and 'dead' or 'result'))
-    fin.jobs[i] = {id = id, state = state, row = row, logs = row .. ':logs', task = f[1],
+    logs[i] = row .. ':logs'
+    fin.jobs[i] = {id = id, state = state, row = row, logs = logs[i], task = f[1],
       attempts = f[2] or '0', failures = f[3], created_at = f[4], claimed_at = f[5],
-      keep = tonumber(f[6]), has_logs = redis.call('EXISTS', row .. ':logs') == 1}
+      keep = tonumber(f[6])}
     if not kept then fin.jobs[i].dedup = held_dedup(base, row, id) end
     if not seen[state] then
       seen[state] = true
@@ -67,6 +73,7 @@ local function finish_read(base, kept, now, jobs)
     fin.counts[state] = (fin.counts[state] or 0) + 1
   end
   redis.call('EXISTS', unpack(derived))  -- read: a key moved mid-reshard fails here
+  fin.has_logs = #logs > 0 and redis.call('EXISTS', unpack(logs)) > 0  -- jobs <= 250
   if not kept then return fin end
   -- the index: entries whose retention ended, then the count guard (each bounded)
   local index = base .. kept
@@ -139,9 +146,9 @@ local function finished(fin, i, detail)
     entry[#entry + 1] = 'task'
     entry[#entry + 1] = job.task
   end
-  local what = {completed = 'result', dead = 'error', cancelled = 'reason'}
-  entry[#entry + 1] = what[job.state]
-  entry[#entry + 1] = detail[what[job.state]] or ''
+  local what = FINISH_DETAIL[job.state]
+  entry[#entry + 1] = what
+  entry[#entry + 1] = detail[what] or ''
   local optional = {'failures', detail.failures or job.failures, 'created_at', job.created_at,
     'claimed_at', job.claimed_at}
   for k = 1, #optional, 2 do
@@ -162,11 +169,26 @@ local function finished(fin, i, detail)
       redis.call('ZREM', fin.index, job.id)
     else
       redis.call('PEXPIRE', job.row, keep)
-      if job.has_logs then redis.call('PEXPIRE', job.logs, keep) end
-      redis.call('ZADD', fin.index, now + keep, job.id)
+      if fin.has_logs then redis.call('PEXPIRE', job.logs, keep) end
     end
   end
-  if not fin.cleaned then  -- once per call: the counters, the stream's guard, the cleanup
+  if not fin.cleaned then  -- once per call: the index, the counters, the stream's guard,
+    if fin.kept then      -- the cleanup; the index gets every kept job of the call
+      local default = fin[fin.kept == 'dead' and 'keep_dead' or 'keep_result']
+      local add = {}
+      for _, j in ipairs(fin.jobs) do
+        local keep = j.keep or default
+        if keep > 0 then
+          add[#add + 1] = now + keep
+          add[#add + 1] = j.id
+        end
+        if #add == 512 then  -- ZADD per 256 members (docs/lua.md, rule 4)
+          redis.call('ZADD', fin.index, unpack(add))
+          add = {}
+        end
+      end
+      if #add > 0 then redis.call('ZADD', fin.index, unpack(add)) end
+    end
     for state, n in pairs(fin.counts) do
       redis.call('HINCRBY', base .. FINISH_TOTALS[state], 'count', n)
       local bucket = base .. 'metrics:' .. state .. ':' .. math.floor(now / 60000)
