@@ -274,16 +274,18 @@ async def part_soak(args: argparse.Namespace, res: Results, log: Log) -> None:
 
 
 def snapshot(rev: str) -> tuple[str, Path]:
-    """``git archive`` of ``rev`` under /tmp (as benchmarks/snapshot.sh does); ``HEAD``
-    under snapshot.sh is the snapshot's own commit."""
+    """``git archive`` of ``rev`` under /tmp (as benchmarks/snapshot.sh does, in a
+    directory of its own); ``HEAD`` under snapshot.sh is the snapshot's own commit."""
     if rev == "HEAD" and (ROOT / "COMMIT").exists():
         rev = (ROOT / "COMMIT").read_text().strip()
     sha = subprocess.run(
         ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.strip()
-    snap = Path(f"/tmp/echomq-bench-{sha}")
-    if not snap.exists():
-        snap.mkdir(parents=True)
+    # a directory of our own: snapshot.sh's, or another mode's archive of src/ alone,
+    # may already use /tmp/echomq-bench-<sha>
+    snap = Path(f"/tmp/echomq-flows-snap-{sha}")
+    if not (snap / "benchmarks" / "results.py").exists():
+        snap.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(["git", "archive", sha], cwd=REPO, capture_output=True, check=True)
         subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
         (snap / "COMMIT").write_text(sha + "\n")
