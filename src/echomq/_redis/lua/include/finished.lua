@@ -233,9 +233,9 @@ local function finished(fin, i, detail)
   entry[#entry + 1] = now
   local stream = base .. 'completions'
   if job.parent_queue then
-    flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, detail[what[job.state]])
+    flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, detail[what])
   elseif job.parent then
-    flow_notify(base, job.p, job.id, job.state, detail[what[job.state]])
+    flow_notify(base, job.p, job.id, job.state, detail[what])
   end
   redis.call('XADD', stream, 'MINID', '~', now - fin.completions_keep, '*', unpack(entry))
   if job.dedup then redis.call('DEL', job.dedup) end
