@@ -21,6 +21,10 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
   all       verbs, e2e and peers, in that order
   report    the README tables from one saved results file (--from FILE); --write puts them
             into benchmarks/README.md and README.md between their report markers
+  flows     issue 14: a 10,000-member chord (time, memory, the callback once) beside the
+            ceiling, a 3-level flow under kill -9 of its workers, and no-op jobs/s of this
+            commit against main (the cost of flows to a queue without them); --render
+            [--from FILE [HOTPATH FILES]] [--write]: its README section
   bounds    every Lua script's server time on a queue of 1M jobs, at its caps (issue 9);
             saved to benchmarks/bounds.json and rendered into README.md (--render: no run)
   lanes     group lanes and rate limits (issue 12): fairness, the claim with 10 / 1,000 /
@@ -129,6 +133,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "archive",
             "results",
             "cluster",
+            "flows",
             "all",
             "report",
             "bounds",
@@ -153,7 +158,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--reps", type=int, default=None, help="repetitions (medians; default 5, bounds 20)"
     )
     p.add_argument("--queue-jobs", type=int, default=1_000_000, help="pending jobs for `bounds`")
-    p.add_argument("--render", action="store_true", help="bounds, cluster: tables only")
+    p.add_argument("--render", action="store_true", help="bounds, cluster, flows: tables only")
     p.add_argument("--scale", type=float, default=1.0, help="multiply every operation count")
     p.add_argument("--quick", action="store_true", help="a small validation run (--scale 0.1)")
     p.add_argument("--callers", default="1,16,64,256", help="concurrent callers for `verbs`")
@@ -191,6 +196,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cluster-seconds", type=float, default=8.0, help="`cluster`: the window")
     p.add_argument("--lanes-parts", default="fairness,claim,rate", help="`lanes`: the sections")
     p.add_argument("--rate-seconds", type=int, default=30, help="`lanes`: the rate run's length")
+    p.add_argument("--flows-parts", default="chord,soak,hotpath", help="`flows`: which parts")
+    p.add_argument("--chord-members", type=int, default=10_000, help="`flows`: the chord's size")
+    p.add_argument("--base", default="main", help="`flows` hotpath: the commit to compare with")
+    p.add_argument("--soak-reps", type=int, default=1, help="`flows`: soak runs")
+    p.add_argument("--soak-mids", type=int, default=40, help="`flows`: chords in the soak")
+    p.add_argument("--soak-leaves", type=int, default=100, help="`flows`: leaves per chord")
+    p.add_argument("--soak-leaf-seconds", type=float, default=0.1, help="`flows`: a leaf's run")
+    p.add_argument("--soak-workers", type=int, default=3, help="`flows`: worker processes")
+    p.add_argument("--soak-concurrency", type=int, default=16, help="`flows`: per worker")
+    p.add_argument("--soak-kill-every", type=float, default=1.0, help="`flows`: seconds")
+    p.add_argument("--soak-max-stalled", type=int, default=20, help="`flows`: workers' option")
+    p.add_argument("--soak-lease", type=float, default=1.0, help="`flows`: the tasks' lease")
     p.add_argument("--json", type=Path, help="where to save the results (default: results/)")
     p.add_argument(
         "--from", dest="sources", type=Path, nargs="*", default=[], help="results file to report"
@@ -243,6 +260,12 @@ async def amain(args: argparse.Namespace) -> Results:
         res = await run_cluster(args, log=log)
         print(res.table("one node vs a Redis Cluster (issue 16)"), flush=True)
         total.merge(res)
+    if args.what == "flows":
+        from .flows import run_flows
+
+        res = await run_flows(args, log=log)
+        print(res.table("flows (issue 14)"), flush=True)
+        total.merge(res)
     if args.what in ("peers", "all"):
         from .peers import harness
 
@@ -274,6 +297,15 @@ def main(argv: list[str] | None = None) -> None:
         from . import bounds
 
         bounds.main(args.queue_jobs, args.reps or 20, render_only=args.render)
+        return
+    if args.what == "flows" and args.render:
+        from . import flows
+
+        main_file, *extra = args.sources or [flows.PUBLISHED / "flows-20261201.json"]
+        body = flows.render(main_file, extra)
+        print(body)
+        if args.write:
+            log(f"benchmarks/README.md: replaced {', '.join(flows.write(body)) or 'nothing'}")
         return
     if args.what == "cluster" and args.render:
         from . import cluster

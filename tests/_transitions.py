@@ -16,10 +16,11 @@ import attrs
 
 import echomq
 from _waits import clock_past, due
-from echomq import admin, cancel, jobs, stalled
+from echomq import admin, cancel, flows, jobs, stalled
+from echomq._model.job import NewJob
 from echomq._model.states import TRANSITIONS, JobState
 from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import SCRIPTS
+from echomq._redis.scripts import SCRIPTS, evaluate, script_call
 
 BY_SHA = {s.variant(bool(v)).sha: name for name, s in SCRIPTS.items() for v in (0, 1)}
 BY_SOURCE = {s.variant(bool(v)).source: name for name, s in SCRIPTS.items() for v in (0, 1)}
@@ -91,6 +92,109 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
         for c in held:
             score = await conn.execute("ZSCORE", Keyspace(queue).active, c.id)
             await clock_past(conn, float(score), Keyspace(queue).meta)
+
+    # flows (docs/flows.md), first, on an empty pending set
+    def tree(parent: str, kids: Sequence[str], policy: str = "fail") -> flows.FlowJob:
+        ids.extend([parent, *kids])
+        children = tuple(
+            flows.FlowJob(job=NewJob(payload=b"x", job_id=k), queue=queue) for k in kids
+        )
+        return flows.FlowJob(
+            job=NewJob(payload=b"x", job_id=parent),
+            queue=queue,
+            children=children,
+            policy=flows.Policy(policy),
+        )
+
+    def raw_flow(
+        nodes: list[list[Any]], releases: Sequence[str] = ()
+    ) -> Callable[[], Awaitable[Any]]:
+        ks = Keyspace(queue)
+        argv: list[Any] = [ks.base, len(nodes), len(releases), *releases]
+        for node in nodes:
+            ids.append(node[0]) if node[0] not in ids else None
+            argv += node
+        call = script_call(
+            "add_flow", [ks.pending, ks.waiting, ks.meta, ks.wake], argv, lambda r: r
+        )
+        return lambda: evaluate(rec, call)
+
+    def node(job_id: str, parent: str = "", kids: str = "", held: str = "") -> list[Any]:
+        return [job_id, b"x", 0, 1, "", "", "", parent, "", "fail", "none", kids, held, ""]
+
+    async def run(job_id: str, *, dead: bool = False, lease_ms: int = 60_000) -> echomq.Claimed:
+        [c] = await claim(lease_ms)
+        assert c.id == job_id, (c.id, job_id)
+        if dead:
+            await step(
+                f"fail {job_id}", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True)
+            )
+        elif lease_ms == 60_000:
+            await step(f"complete {job_id}", lambda: jobs.complete(rec, queue, c.id, c.token, b"1"))
+        return c
+
+    await step("flow add", lambda: flows.add_flow(rec, [tree("fa", ["fa1", "fa2"])]))
+    await run("fa1")
+    await run("fa2")  # complete: the parent becomes pending
+    await run("fa")
+    await step("flow add fb", lambda: flows.add_flow(rec, [tree("fb", ["fb1"])]))
+    await run("fb1", dead=True)  # fail: the parent becomes pending (policy fail)
+    await run("fb", dead=True)
+    await step("reprocess fb1", lambda: jobs.reprocess_job(rec, queue, "fb1"))  # fb dead -> waiting
+    await run("fb1")
+    await run("fb")
+    await step("flow add fc", lambda: flows.add_flow(rec, [tree("fc", ["fc1", "fc2"])]))
+    await run("fc1", dead=True)
+    await step(
+        "reprocess fc1", lambda: jobs.reprocess_job(rec, queue, "fc1")
+    )  # fc pending -> waiting
+    await run("fc1")
+    await run("fc2")
+    await run("fc")
+    await step("flow add fd", lambda: flows.add_flow(rec, [tree("fd", ["fd1"])]))
+    await lapse([await run("fd1", lease_ms=1)])
+    await step("reap fd1", lambda: jobs.reap_counted(rec, queue, max_recoveries=0))
+    await run("fd")
+    await step("flow add fe", lambda: flows.add_flow(rec, [tree("fe", ["fe1"])]))
+    await lapse([await run("fe1", lease_ms=1)])
+    await step("sweep fe1", lambda: stalled.check(rec, queue, max_stalled=1))
+    await run("fe")
+    for gone in ("fd1", "fe1"):
+        await step(f"remove {gone}", lambda g=gone: jobs.remove_job(rec, queue, g))
+    await step("flow add ff", lambda: flows.add_flow(rec, [tree("ff", ["ff1"])]))
+    await step("cancel ff", lambda: cancel.request(rec, queue, "ff"))  # a waiting parent
+    await step("cancel ff1", lambda: cancel.request(rec, queue, "ff1"))
+    await step("flow add fg", lambda: flows.add_flow(rec, [tree("fg", ["fg1"], "ignore")]))
+    await step("cancel fg1", lambda: cancel.request(rec, queue, "fg1"))  # fg -> pending
+    await run("fg")
+    await step("flow add fh", lambda: flows.add_flow(rec, [tree("fh", ["fh1"], "ignore")]))
+    await step("remove fh1", lambda: jobs.remove_job(rec, queue, "fh1"))  # fh -> pending
+    await run("fh")
+    await step("flow page 1", raw_flow([node("H", kids="1", held="1"), node("h0", parent="H")]))
+    await run("h0")
+    await step("flow page 2", raw_flow([node("x0")], releases=["H"]))  # H -> pending
+    await run("x0")
+    await run("H")
+    await step("flow add fi", lambda: flows.add_flow(rec, [tree("fi", ["fi1"])]))
+    fi1 = await run("fi1", lease_ms=1000)  # held: the batch completes it, fi -> pending
+    await step(
+        "complete_many fi1", lambda: jobs.complete_many(rec, queue, [(fi1.id, fi1.token, b"1")])
+    )
+    await run("fi")
+    # a child's outcome relayed from another queue's outbox (the script alone, here)
+    await step("flow add fj", lambda: flows.add_flow(rec, [tree("fj", ["fj1"])]))
+    notice = flows.flow_notify_call(queue, "fj", "fj1", "completed", b"1")
+    await step("flow_notify fj1", lambda: evaluate(rec, notice))  # fj -> pending
+    await run("fj1")
+    await run("fj")
+    # a flow child fenced by fence_cancels (its grace ran out): its parent -> pending
+    await step("flow add fk", lambda: flows.add_flow(rec, [tree("fk", ["fk1"])]))
+    await run("fk1", lease_ms=60_001)  # held, not settled
+    await step("cancel fk1, grace", lambda: cancel.request(rec, queue, "fk1", grace=0.001))
+    fk1_deadline = await conn.execute("ZSCORE", Keyspace(queue).cancels, "fk1")
+    await clock_past(conn, float(fk1_deadline), Keyspace(queue).meta)
+    await step("fence fk1", lambda: cancel.fence_due(rec, queue))
+    await run("fk")
 
     for i in range(1, 15):
         await step(f"enqueue p{i}", new(f"p{i}", max_attempts=3))
@@ -171,10 +275,14 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     [c] = await claim()
     await step("fail r", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
     [active] = await claim()
+    await step("flow held W", raw_flow([node("W", kids="", held="1")]))
     states = await _states(conn, queue, ids)
     for state in JobState:
         victim = next(i for i, s in states.items() if s is state)
-        await step(f"remove {state}", lambda v=victim: jobs.remove_job(rec, queue, v))
+        force = state is JobState.WAITING  # a parent with open children: refused unless forced
+        await step(
+            f"remove {state}", lambda v=victim, f=force: jobs.remove_job(rec, queue, v, force=f)
+        )
     await step("enqueue d1", new("d1", delay_ms=600_000))
     await step("drain", lambda: admin.drain(rec, queue, include_schedule=True))
     # obliterate: again one job in each state
@@ -186,6 +294,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     [c] = await claim()
     await step("fail o", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
     await claim()
+    await step("flow held O", raw_flow([node("O", kids="", held="1")]))
     await step("pause", lambda: admin.pause(rec, queue))
     await step("obliterate", lambda: admin.obliterate_all(rec, queue, force=True))
     del active

@@ -29,7 +29,7 @@ from echomq.testing import RedisCluster, RedisServer
 
 BACKENDS = ("single", "cluster")
 # redis_url parametrized there
-BOTH_BACKENDS = ("verbs", "worker", "cancellation", "results", "callers")
+BOTH_BACKENDS = ("verbs", "worker", "cancellation", "results", "callers", "flows")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -33,6 +33,8 @@ REQUIRED = ("KEYS", "ARGV", "Returns", "Events", "Moves", "Bound")
 CAPPED = {
     "claim": ("MAX_COUNT", v.MAX_COUNT),
     "enqueue": ("MAX_JOBS", v.MAX_ENQUEUE),
+    "add_flow": ("MAX_FLOW", v.MAX_FLOW),
+    "flow_results": ("MAX_PAGE", v.MAX_FLOW_PAGE),
     "extend_locks": ("MAX_PAIRS", v.MAX_HELD),
     "release": ("MAX_PAIRS", v.MAX_HELD),
     "complete_many": ("MAX_JOBS", v.MAX_BATCH),

@@ -10,7 +10,7 @@ Layout (imports point down):
 
 from __future__ import annotations
 
-from . import admin, cancel, config, errors, jobs, repeat, stalled
+from . import admin, cancel, config, errors, flows, jobs, repeat, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
 from ._redis.connection import Connection
@@ -19,6 +19,7 @@ from ._redis.replies import ExtendResult
 from ._worker.worker import Worker
 from .app import EnqueueOptions, Job, Queue, TaskHandle, TaskOptions, current_job
 from .cancel import CancelToken
+from .canvas import FlowHandle, Signature, chain, chord, flow, group
 from .config import ConnectionConfig, WorkerConfig, parse_url
 from .errors import (
     ActiveJobs,
@@ -29,6 +30,8 @@ from .errors import (
     CrossSlot,
     DuplicateJob,
     EchoMQError,
+    FlowStateError,
+    HasOpenChildren,
     InvalidArgument,
     InvalidKey,
     JobCancelled,
@@ -55,6 +58,7 @@ from .errors import (
     TLSError,
     Unavailable,
 )
+from .flows import ChildFailure
 
 __version__ = "0.1.0"
 
@@ -62,6 +66,7 @@ __all__ = [
     "ActiveJobs",
     "AuthenticationError",
     "CancelToken",
+    "ChildFailure",
     "Claimed",
     "ClusterDown",
     "ClusterError",
@@ -73,6 +78,9 @@ __all__ = [
     "EchoMQError",
     "EnqueueOptions",
     "ExtendResult",
+    "FlowHandle",
+    "FlowStateError",
+    "HasOpenChildren",
     "InvalidArgument",
     "InvalidKey",
     "Job",
@@ -97,6 +105,7 @@ __all__ = [
     "ScriptError",
     "SerializationError",
     "ServerError",
+    "Signature",
     "SoftTimeLimit",
     "StaleToken",
     "Sweep",
@@ -110,10 +119,15 @@ __all__ = [
     "__version__",
     "admin",
     "cancel",
+    "chain",
+    "chord",
     "config",
     "connect",
     "current_job",
     "errors",
+    "flow",
+    "flows",
+    "group",
     "jobs",
     "parse_url",
     "repeat",

@@ -49,6 +49,7 @@ from ._trio import open_service_nursery
 from ._worker.context import Job, current_job
 from .cancel import CancelOutcome
 from .cancel import request as cancel_request
+from .canvas import Signature
 from .config import DEFAULT_URL
 from .errors import (
     DuplicateJob,
@@ -127,6 +128,12 @@ class Task:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function here and now, as a plain call (no queue involved)."""
         return self.fn(*args, **kwargs)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature: this call, not yet sent, for a flow (``echomq.chain(a.s(1),
+        b.s())``, ``group``, ``chord``, ``flow``; docs/flows.md). Enqueue options:
+        ``task.s(...).set(priority=1)``."""
+        return Signature(self, args, kwargs)
 
     async def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
         """Enqueue with these arguments and the task's options (Celery's spelling)."""

@@ -27,6 +27,8 @@
     ├── DuplicateJob         enqueue with a job_id whose row already exists
     ├── RepeatNotFound       a repeat verb named a key with no record (also LookupError)
     ├── RepeatFormatError    a repeat record written by another echomq (its layout version)
+    ├── HasOpenChildren      remove (unforced) of a flow parent whose children are open
+    ├── FlowStateError       a flow's page names a parent that is not held and waiting
     ├── SchemaMismatch       a queue's data layout (schema_version) is not this echomq's
     ├── TaskNotRegistered    a claimed job names a task this worker does not know
     ├── SerializationError   a payload that cannot be encoded or decoded (also ValueError)
@@ -75,6 +77,8 @@ __all__ = [
     "DuplicateJob",
     "RepeatNotFound",
     "RepeatFormatError",
+    "HasOpenChildren",
+    "FlowStateError",
     "SchemaMismatch",
     "TaskNotRegistered",
     "SerializationError",
@@ -209,6 +213,16 @@ class ActiveJobs(EchoMQError):
 
 class JobLocked(EchoMQError):
     """The job is under an operator lock; remove refuses it."""
+
+
+class HasOpenChildren(EchoMQError):
+    """Remove was asked of a flow parent whose children are still open (use force:
+    ``flows.remove_flow`` removes the subtree; docs/flows.md)."""
+
+
+class FlowStateError(EchoMQError):
+    """A page of a flow named a parent that is not a held waiting parent (its earlier
+    pages are missing, or it was already released, cancelled or removed)."""
 
 
 class DuplicateJob(EchoMQError):

@@ -280,3 +280,51 @@ async def test_workers_panel_shows_running_blocked_and_gone_workers(
         " s in app.resize_image"
     )
     assert seen["w-gone"].startswith("gone (no heartbeat for ")
+
+
+async def test_flow_panel_shows_a_flows_tree_with_states(
+    dashboard: DashboardInfo, conn: echomq.Connection, queue: str
+) -> None:
+    """A 3-level flow: its waiting root is listed; the tree shows every node with its
+    state and the parents' open counts, and follows a child's completion."""
+    from echomq import flows
+
+    def node(job_id: str, *children: flows.FlowJob) -> flows.FlowJob:
+        job = jobs.NewJob(payload=payload("demo.square", job_id).encode(), job_id=job_id)
+        return flows.FlowJob(job=job, queue=queue, children=children)
+
+    tree = node("root", node("mid", node("leaf1"), node("leaf2")), node("leaf3"))
+    await flows.add_flow(conn, [tree])
+
+    async def complete_leaf1() -> None:
+        [held] = await jobs.claim(conn, queue, 30_000)
+        assert held.id == "leaf1"
+        await jobs.complete(conn, queue, held.id, held.token, b"1")
+
+    def state_is(page: Any, job: str, state: str) -> None:
+        page.wait_for_selector(f"#flow-tree li[data-job='{job}'][data-state='{state}']")
+
+    def steps(page: Any) -> dict[str, Any]:
+        page.wait_for_selector("#flow-waiting button[data-job='root']")
+        waiting = page.locator("#flow-waiting button").count()
+        page.click("#flow-waiting button[data-job='root']")
+        for job, state in [("root", "waiting"), ("mid", "waiting"), ("leaf1", "pending"),
+                           ("leaf2", "pending"), ("leaf3", "pending")]:  # fmt: skip
+            state_is(page, job, state)
+        nested = page.locator("#flow-tree li[data-job='root'] li[data-job='mid'] "
+                              "li[data-job='leaf2']").count()  # fmt: skip
+        trio.from_thread.run(complete_leaf1)
+        state_is(page, "leaf1", "completed")
+        count = page.locator("#flow-tree li[data-job='mid'] > .flow-node .flow-count")
+        page.wait_for_function(
+            "el => el.textContent.startsWith('1 of 2 open')", arg=count.element_handle()
+        )
+        page.fill("#flow-job", "mid")
+        page.click("#flow-show")
+        page.wait_for_selector("#flow-tree > li[data-job='mid']")
+        return {"waiting": waiting, "nested": nested, "count": count.text_content()}
+
+    seen = await in_browser(dashboard.url, "flow", steps)
+    assert seen["waiting"] == 2  # root and mid wait
+    assert seen["nested"] == 1
+    assert seen["count"] == "1 of 2 open, 0 failed · policy fail"

@@ -12,6 +12,7 @@ from echomq.dashboard.messages import (
     AuthRequest,
     BadMessage,
     CommandRequest,
+    FlowRequest,
     LogsRequest,
     parse_request,
 )
@@ -37,6 +38,10 @@ def test_parse_request_accepts_the_three_shapes() -> None:
     )
     untokened = parse_request('{"type":"command","ref":1,"action":"pause","queue":"q"}')
     assert isinstance(untokened, CommandRequest) and untokened.token == ""
+    assert parse_request('{"type":"flow","ref":2,"queue":"q","job":"j"}') == FlowRequest(
+        ref=2, queue="q", job="j"
+    )
+    assert parse_request('{"type":"flow","ref":2,"queue":"q"}') == FlowRequest(ref=2, queue="q")
 
 
 @pytest.mark.parametrize(

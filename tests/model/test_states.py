@@ -76,25 +76,34 @@ def test_state_machine_page_shows_the_generated_table_and_diagram() -> None:
 
 def test_states_are_stored_lowercase_and_partitioned() -> None:
     """States are the lowercase row values; terminal and live states split them."""
-    assert [s.value for s in JobState] == ["pending", "scheduled", "active", "completed", "dead"]
+    assert [s.value for s in JobState] == [
+        "pending",
+        "scheduled",
+        "active",
+        "completed",
+        "dead",
+        "waiting",
+    ]
     assert TERMINAL_STATES | LIVE_STATES == frozenset(JobState)
     assert not TERMINAL_STATES & LIVE_STATES
 
 
 def test_terminal_states_are_left_only_by_removal_or_reprocess() -> None:
-    """A completed or dead job is only deleted, or (dead) reprocessed back to pending."""
+    """A completed or dead job is only deleted, or (dead) reprocessed back to pending (a
+    dead flow parent whose child is reprocessed: back to waiting, docs/flows.md)."""
     for script, moves in TRANSITIONS.items():
         for source, targets in moves.items():
             if source in TERMINAL_STATES:
                 allowed: set[JobState | None] = {None}
                 if script == "reprocess_job":
-                    allowed.add(JobState.PENDING)
+                    allowed |= {JobState.PENDING, JobState.WAITING}
                 assert targets <= allowed, script
 
 
 def test_only_enqueue_creates_a_row() -> None:
-    """(none) is a source only for enqueue: no other script writes a row that did not exist."""
-    assert [s for s, moves in TRANSITIONS.items() if None in moves] == ["enqueue"]
+    """(none) is a source only for enqueue and add_flow (a flow's jobs): no other script
+    writes a row that did not exist."""
+    assert [s for s, moves in TRANSITIONS.items() if None in moves] == ["enqueue", "add_flow"]
 
 
 def test_every_live_state_is_reachable_and_can_finish() -> None:

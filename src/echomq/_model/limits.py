@@ -19,6 +19,8 @@ __all__ = [
     "MAX_BUDGET",
     "MAX_COUNT",
     "MAX_ENQUEUE",
+    "MAX_FLOW",
+    "MAX_FLOW_PAGE",
     "MAX_MINUTES",
     "MAX_HELD",
     "MAX_LIMIT",
@@ -37,6 +39,8 @@ MAX_PRIORITY = 4095  # priority * 2^40 + seq must stay exact in a double score
 MAX_COUNT = 250  # jobs per claim (which also promotes at most 100 due scheduled jobs)
 MAX_BATCH = 100  # expired leases per reap / stalled sweep (each may finish a job)
 MAX_ENQUEUE = 250  # jobs per enqueue_many call
+MAX_FLOW_PAGE = 1000  # a flow parent's children read per flow_results call
+MAX_FLOW = 250  # nodes (and held parents released) per add_flow call: a page of a flow
 MAX_HELD = 250  # (id, token) pairs per extend_locks / release call
 MAX_BUDGET = 500  # jobs (or leftover keys) per drain / obliterate step
 MAX_REPEAT_PAGE = 100  # repeat records per repeat_due / repeat_list call

@@ -32,6 +32,7 @@ class JobState(enum.StrEnum):
     ACTIVE = "active"
     COMPLETED = "completed"
     DEAD = "dead"
+    WAITING = "waiting"  # a flow parent with open children: not pending, not claimable
 
 
 TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.DEAD})
@@ -40,9 +41,17 @@ LIVE_STATES = frozenset(JobState) - TERMINAL_STATES
 # from-state -> to-states; None is "no row" (before enqueue, after a removal).
 Moves = dict[JobState | None, frozenset[JobState | None]]
 
+# a finished flow child's parent: its last open child finished (or a dead one fails it)
+_PARENT: Moves = {JobState.WAITING: frozenset({JobState.PENDING})}
+
 # script name -> its moves. A script that changes no state has no entry.
 TRANSITIONS: dict[str, Moves] = {
     "enqueue": {None: frozenset({JobState.PENDING, JobState.SCHEDULED})},
+    # flows (docs/flows.md): a tree in one call; a held parent released by the last page
+    "add_flow": {
+        None: frozenset({JobState.PENDING, JobState.WAITING}),
+        JobState.WAITING: frozenset({JobState.PENDING}),
+    },
     "claim": {
         JobState.SCHEDULED: frozenset({JobState.PENDING}),
         JobState.PENDING: frozenset({JobState.ACTIVE}),
@@ -50,38 +59,56 @@ TRANSITIONS: dict[str, Moves] = {
     # a finishing script also applies its set's retention (include/finished.lua): it
     # deletes other rows past the count cap (and 0.1 rows whose time is up); a row whose
     # TTL ends is deleted by Redis itself, outside any script
+    # (and a flow parent whose last open child finished becomes pending: _PARENT)
     "complete": {
         JobState.ACTIVE: frozenset({JobState.COMPLETED}),
         JobState.COMPLETED: frozenset({None}),
+        **_PARENT,
     },
     "complete_many": {
         JobState.ACTIVE: frozenset({JobState.COMPLETED}),
         JobState.COMPLETED: frozenset({None}),
+        **_PARENT,
     },
+    # a child's outcome relayed from its queue's outbox (docs/flows.md "Across queues")
+    "flow_notify": dict(_PARENT),
     "fail": {
         JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),
+        **_PARENT,
     },
     "reap": {
         JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),
+        **_PARENT,
     },
     "stalled_check": {
         JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),
+        **_PARENT,
     },
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
     # the operator plane (docs/operations.md)
-    "reprocess_job": {JobState.DEAD: frozenset({JobState.PENDING})},
-    "remove_job": {state: frozenset({None}) for state in JobState},
-    # cancel removes a waiting job; an active one gets a flag (it completes later), or,
-    # with no grace left (grace=0), is fenced: settled cancelled at once (finished, with
-    # the completed set's retention, as complete)
+    # a dead flow child reprocessed re-opens its parent's wait (dead | pending -> waiting)
+    "reprocess_job": {
+        JobState.DEAD: frozenset({JobState.PENDING, JobState.WAITING}),
+        JobState.PENDING: frozenset({JobState.WAITING}),
+    },
+    # a removed child's parent stops waiting for it (it may become pending)
+    "remove_job": {
+        **{state: frozenset({None}) for state in JobState},
+        JobState.WAITING: frozenset({None, JobState.PENDING}),
+    },
+    # cancel removes a waiting job (a flow parent too); an active one gets a flag (it
+    # completes later), or, with no grace left (grace=0), is fenced: settled cancelled at
+    # once (finished, with the completed set's retention, as complete); a finished
+    # child's parent may become pending
     "cancel": {
         JobState.PENDING: frozenset({None}),
         JobState.SCHEDULED: frozenset({None}),
         JobState.ACTIVE: frozenset({JobState.COMPLETED}),
         JobState.COMPLETED: frozenset({None}),
+        JobState.WAITING: frozenset({None, JobState.PENDING}),
     },
     # a cancel whose grace ran out: settled cancelled, its attempt fenced (docs/runtime.md)
     "fence_cancels": {
@@ -89,6 +116,7 @@ TRANSITIONS: dict[str, Moves] = {
         JobState.PENDING: frozenset({JobState.COMPLETED}),
         JobState.SCHEDULED: frozenset({JobState.COMPLETED}),
         JobState.COMPLETED: frozenset({None}),
+        **_PARENT,
     },
     "drain": {
         JobState.PENDING: frozenset({None}),

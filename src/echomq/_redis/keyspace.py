@@ -62,9 +62,20 @@ class Keyspace:
         return self.base + "completed"
 
     @property
+    def waiting(self) -> str:
+        """Flow parents with open children (docs/flows.md); score = when they were added."""
+        return self.base + "waiting"
+
+    @property
     def completions(self) -> str:
         """The completions stream: one entry per finished job (docs/results.md)."""
         return self.base + "completions"
+
+    @property
+    def outbox(self) -> str:
+        """Flow children's outcomes for parents on other queues, until the sweeper relayed
+        them (stream; consumer group ``relay``; docs/flows.md "Across queues")."""
+        return self.base + "outbox"
 
     @property
     def meta(self) -> str:
@@ -192,6 +203,18 @@ class Keyspace:
     def logs(self, job_id: str) -> str:
         """The job's log lines (a list)."""
         return self.job(job_id) + ":logs"
+
+    def children(self, job_id: str) -> str:
+        """A flow parent's children ids, in order (a list; docs/flows.md)."""
+        return self.job(job_id) + ":children"
+
+    def child_results(self, job_id: str) -> str:
+        """A flow parent's finished children: child id -> outcome (a hash; docs/flows.md)."""
+        return self.job(job_id) + ":results"
+
+    def remote_children(self, job_id: str) -> str:
+        """A flow parent's children on other queues: child id -> its queue (a hash)."""
+        return self.job(job_id) + ":remote"
 
     def lock(self, job_id: str) -> str:
         """The optional operator lock (a string) that makes remove refuse."""

@@ -17,6 +17,8 @@ from ..errors import (
     ActiveJobs,
     DuplicateJob,
     EchoMQError,
+    FlowStateError,
+    HasOpenChildren,
     InvalidArgument,
     JobGone,
     JobLocked,
@@ -33,6 +35,7 @@ from .server_errors import server_error
 __all__ = [
     "Code",
     "ExtendResult",
+    "FlowNotice",
     "translate",
     "server_error",
     "check_status",
@@ -50,6 +53,14 @@ class Code(enum.IntEnum):
     GONE = -1  # no row
     STALE = -2  # the token is not the row's attempts (single-job and batch replies alike)
     NOT_ACTIVE = -3  # the id has left the active set
+
+
+class FlowNotice(enum.IntEnum):
+    """``flow_notify``'s answer (a child's outcome relayed to its parent on another queue)."""
+
+    NO_PARENT = 0  # no such parent (gone), not a flow parent, or not its child: nothing written
+    TOLD = 1
+    ALREADY = 2  # this child's outcome was recorded before (a re-delivered entry)
 
 
 class ExtendResult(enum.StrEnum):
@@ -86,6 +97,8 @@ _ERROR_PREFIXES: tuple[tuple[str, type[EchoMQError]], ...] = (
     ("EMQSTATE active", ActiveJobs),
     ("EMQSTATE not dead", NotDead),
     ("EMQSTATE not cancellable", NotCancellable),
+    ("EMQSTATE has open children", HasOpenChildren),
+    ("EMQSTATE parent", FlowStateError),
     ("EMQLOCKED", JobLocked),
     ("EMQDUP", DuplicateJob),
     ("EMQGONE", JobGone),

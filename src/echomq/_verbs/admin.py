@@ -126,11 +126,14 @@ class QueueStats:
     repeats_paused: int = 0
     grouped: int = 0  # of ``pending``: the jobs waiting in group lanes (docs/lanes.md)
     groups: int = 0  # groups with waiting or active jobs
+    waiting: int = 0  # flow parents with open children (docs/flows.md)
 
     @property
     def jobs(self) -> int:
-        """Jobs held in the five state sets (the lanes counted with pending)."""
-        return self.pending + self.scheduled + self.active + self.dead + self.completed
+        """Jobs held in the six state sets (the lanes counted with pending)."""
+        return (
+            self.pending + self.scheduled + self.active + self.dead + self.completed + self.waiting
+        )
 
     @property
     def minutes(self) -> int:
@@ -233,6 +236,7 @@ def obliterate_call(
         ks.schedule,
         ks.dead,
         ks.completed,
+        ks.waiting,
         ks.wake,
         ks.metrics_completed,
         ks.metrics_failed,
@@ -263,11 +267,12 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
         ks.completed,
         ks.repeat,
         ks.groups,
+        ks.waiting,
     ]
     v.int_in("minutes", minutes, 1, MAX_STATS_MINUTES)
 
     def read(reply: Any) -> QueueStats:
-        if not isinstance(reply, list) or len(reply) != 18:
+        if not isinstance(reply, list) or len(reply) != 19:
             raise ScriptError(f"stats {queue}: unexpected reply {reply!r}")
         n = [as_int(x) for x in reply[:10]]
         capped = [as_int(x) for x in reply[10]]
@@ -294,6 +299,7 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
             repeats_paused=as_int(reply[15]),
             grouped=lanes,
             groups=as_int(reply[17]),
+            waiting=as_int(reply[18]),
         )
 
     return script_call("queue_stats", keys, [ks.base, minutes], read)

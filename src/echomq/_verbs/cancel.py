@@ -78,6 +78,7 @@ def request_call(
         ks.schedule,
         ks.active,
         ks.cancels,
+        ks.waiting,
     ]
     if reason is not None:
         # as before, any value reads as its text; kept to what a result keeps of it

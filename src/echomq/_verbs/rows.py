@@ -105,7 +105,9 @@ def get_job_logs_call(queue: str, job_id: str) -> ScriptCall[list[str]]:
     return script_call("get_job_logs", [ks.job(job_id), ks.logs(job_id)], [], read)
 
 
-def remove_job_call(queue: str, job_id: str) -> ScriptCall[None]:
+def remove_job_call(queue: str, job_id: str, *, force: bool = False) -> ScriptCall[None]:
+    """``force``: remove a flow parent whose children are open too (its row only:
+    ``flows.remove_flow`` removes the subtree)."""
     ks = Keyspace(queue)
     keys = [
         ks.job(job_id),
@@ -116,8 +118,10 @@ def remove_job_call(queue: str, job_id: str) -> ScriptCall[None]:
         ks.active,
         ks.dead,
         ks.completed,
+        ks.waiting,
     ]
-    return script_call("remove_job", keys, [job_id, ks.base], _status(f"remove_job {job_id}"))
+    argv = [job_id, ks.base, "1" if force else "0"]
+    return script_call("remove_job", keys, argv, _status(f"remove_job {job_id}"))
 
 
 def reprocess_job_call(queue: str, job_id: str) -> ScriptCall[None]:
@@ -128,13 +132,14 @@ def reprocess_job_call(queue: str, job_id: str) -> ScriptCall[None]:
 
 # -- explain -----------------------------------------------------------------------------------
 
-_STATE_SETS = ("pending", "schedule", "active", "dead", "completed")
+_STATE_SETS = ("pending", "schedule", "active", "dead", "completed", "waiting")
 _EXPECTED_SET = {
     JobState.PENDING: "pending",
     JobState.SCHEDULED: "schedule",
     JobState.ACTIVE: "active",
     JobState.DEAD: "dead",
     JobState.COMPLETED: "completed",
+    JobState.WAITING: "waiting",
 }
 
 
@@ -205,6 +210,13 @@ class Explanation:
     holder: WorkerRecord | None = None
     lane: LaneFacts | None = None
     queue_rate: RateWindow | None = None
+    # a flow (docs/flows.md): the parent's id; a parent's children counts and (at most
+    # 10 of) the ids it still waits for
+    parent: str | None = None
+    children: int = 0
+    open_children: int = 0
+    held: bool = False
+    open_ids: tuple[str, ...] = ()
 
     @property
     def state(self) -> JobState:
@@ -251,12 +263,15 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
         ks.meta,
         ks.lock(job_id),
         ks.workers,
+        ks.waiting,
+        ks.children(job_id),
+        ks.child_results(job_id),
     ]
 
     def read(reply: Any) -> Explanation:
         if reply == Code.GONE:
             check_status(reply, f"explain {job_id}")
-        if not isinstance(reply, list) or len(reply) != 15 or not isinstance(reply[0], list):
+        if not isinstance(reply, list) or len(reply) != 17 or not isinstance(reply[0], list):
             raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
         flat = reply[0]
         row = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -267,7 +282,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
         lane = _lane(info.group, reply[13], int(reply[9]))
         in_lane = lane is not None and lane.position is not None
         pending = reply[1] if not in_lane else 0
-        scores = dict(zip(_STATE_SETS, [pending, *reply[3:7]], strict=True))
+        scores = dict(zip(_STATE_SETS, [pending, *reply[3:7], reply[15]], strict=True))
         lock_field = b"lock" in row
 
         holder = None
@@ -290,6 +305,11 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
             holder=holder,
             lane=lane,
             queue_rate=_window(reply[14]),
+            parent=text(row[b"parent"]) if b"parent" in row else None,
+            children=int(row.get(b"kids", 0)),
+            open_children=int(row.get(b"open", 0)) - (1 if b"held" in row else 0),
+            held=b"held" in row,
+            open_ids=tuple(text(i) for i in reply[16]),
         )
 
     return script_call("explain", keys, [job_id, ks.base], read)
@@ -383,16 +403,20 @@ async def get_job_logs(conn: Executor, queue: str, job_id: str) -> list[str]:
     return await evaluate(conn, get_job_logs_call(queue, job_id))
 
 
-async def remove_job(conn: Executor, queue: str, job_id: str) -> None:
+async def remove_job(conn: Executor, queue: str, job_id: str, *, force: bool = False) -> None:
     """Remove the job from whichever set holds it (active included), with its row and logs.
 
     A worker still running a removed job finds its row gone when it settles (``JobGone``).
+    A live flow child tells its parent it is gone (docs/flows.md). A flow parent waiting
+    for open children is refused unless ``force`` (which removes its row only; use
+    ``flows.remove_flow`` for the subtree).
 
     Raises:
         InvalidKey: before any I/O. JobGone: no row. JobLocked: the job has an operator
-        lock (a ``:lock`` key or a ``lock`` field); nothing changed.
+        lock (a ``:lock`` key or a ``lock`` field); nothing changed. HasOpenChildren: a
+        waiting flow parent, not forced; nothing changed.
     """
-    await evaluate(conn, remove_job_call(queue, job_id))
+    await evaluate(conn, remove_job_call(queue, job_id, force=force))
 
 
 async def reprocess_job(conn: Executor, queue: str, job_id: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 import trio
@@ -59,6 +60,19 @@ class Job:
     _conn: Executor = attrs.field(repr=False)
     _lease_ms: int = attrs.field(repr=False)
     _lose: Callable[[], None] = attrs.field(repr=False)
+    _children: list[Any] | None = attrs.field(default=None, repr=False)
+
+    def children_results(self) -> list[Any]:
+        """A flow parent's children's results, in the children's order (docs/flows.md):
+        under policy ``ignore`` only those that completed; under ``continue`` a
+        :class:`~echomq.flows.ChildFailure` stands for each that did not. Empty for a
+        job that is not a flow parent."""
+        return list(self._children or ())
+
+    @property
+    def is_parent(self) -> bool:
+        """True when this job is a flow parent (it waited for children)."""
+        return self._children is not None
 
     @property
     def cancelled(self) -> bool:

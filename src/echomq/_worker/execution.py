@@ -46,9 +46,11 @@ from .. import _tracing, jobs
 from .._jitter import Backoff
 from .._model.backoff import NoDelay, backoff_ms, default_backoff, delay_ms
 from .._model.cancel import cancelled_result
+from .._model.flow import Feed, Policy, split_payload, value_or_failure
 from .._model.job import Claimed
 from .._model.text import clip, error_text, safe_str
 from .._redis.scripts import Executor
+from .._verbs.flows import children as flow_children
 from .._verbs.rows import MAX_LOG_LINE
 from ..errors import (
     TRANSIENT,
@@ -244,8 +246,9 @@ class JobRunner:
 
     async def _execute(self, claimed: Claimed, held: Held) -> Settlement | None:
         queue = self.queue
+        is_parent, payload = split_payload(claimed.payload)
         try:
-            call = queue.codec.decode_call(claimed.payload)
+            call = queue.codec.decode_call(payload)
         except Exception as exc:  # a custom codec's own error is the job's too
             return self._undecodable(claimed.id, exc, "the payload could not be decoded")
         held.task = call.task
@@ -258,6 +261,17 @@ class JobRunner:
             )
         held.lease_ms = task.options.lease_ms
         held.task = task.name
+        args = call.args
+        results: list[Any] | None = None
+        if is_parent:  # a flow parent: its children's outcomes, its policy (docs/flows.md)
+            inputs = await self._children(claimed)
+            if isinstance(inputs, Settlement):
+                return inputs
+            results, feed = inputs
+            if feed is Feed.ONE:
+                args = (results[0] if results else None, *args)
+            elif feed is Feed.ALL:
+                args = (list(results), *args)
         job = Job(
             id=claimed.id,
             task=task.name,
@@ -268,6 +282,7 @@ class JobRunner:
             conn=self.conn,
             lease_ms=held.lease_ms,
             lose=held.lose,
+            children=results,
         )
         settlement: Settlement | None = None
         timeout, soft = task.options.timeout, task.options.soft_timeout
@@ -282,12 +297,12 @@ class JobRunner:
                 try:
                     if limit is None:  # no timeout: no second scope
                         value = await self._invoke(
-                            task, held, job, call.args, call.kwargs, None, soft_at
+                            task, held, job, args, call.kwargs, None, soft_at
                         )
                     else:
                         with trio.fail_at(deadline):
                             value = await self._invoke(
-                                task, held, job, call.args, call.kwargs, limit, soft_at
+                                task, held, job, args, call.kwargs, limit, soft_at
                             )
                             if trio.current_time() >= deadline:  # rule 1b: it blocked past it
                                 raise trio.TooSlowError
@@ -314,6 +329,35 @@ class JobRunner:
                 return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)
             return None
         return settlement
+
+    async def _children(self, claimed: Claimed) -> tuple[list[Any], Feed] | Settlement:
+        """A flow parent's inputs: its children's results as its policy says, or the
+        settlement that ends it (a failed child under policy ``fail``; a result that
+        cannot be decoded; the read failing: retried)."""
+        try:
+            kids = await flow_children(self.conn, self.queue.name, claimed.id)
+        except Exception as exc:  # the read failed: try again later, as a failure would
+            error = clip(f"the children's results could not be read: {error_text(exc)}", 1024)
+            delay = backoff_ms(default_backoff, claimed.failures + 1)
+            return Settlement(complete=False, error=error, retry_delay_ms=delay)
+        policy = Policy(kids.policy)
+        decode = self.queue.codec.decode_result
+        values: list[Any] = []
+        for outcome in kids.outcomes:
+            if outcome is None:
+                continue  # not finished: only a parent failed early by policy fail
+            if outcome.state != "completed":
+                if policy is Policy.FAIL:
+                    failure = value_or_failure(outcome, decode)
+                    error = clip(f"ChildFailed: {failure}", MAX_ERROR_TEXT)
+                    return Settlement(complete=False, error=error, dead=True)
+                if policy is Policy.IGNORE:
+                    continue
+            try:
+                values.append(value_or_failure(outcome, decode))
+            except Exception as exc:
+                return self._undecodable(claimed.id, exc, f"child {outcome.id}'s result")
+        return values, Feed(kids.feed)
 
     def _outcome(
         self,

@@ -11,6 +11,10 @@ at the next stall.
 Rule 4: the worker that sweeps also reads the queue's count-guard counters
 (``metrics:capped``): when they grew, rows or completions entries were deleted before
 their retention (docs/results.md), and it logs a warning (at most once a minute).
+Rule 5: the worker that sweeps also relays the queue's outbox (flow children whose
+parent is on another queue, docs/flows.md "Across queues"): entries another relay took
+and left unacknowledged for 10 intervals first, then new ones; a failed relay is logged
+and retried at the next sweep (nothing is acknowledged before the parent's script answered).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import trio
 
 from .. import admin, jobs, stalled
 from .._redis.scripts import Executor
+from .._verbs import flows
 from .._verbs.guard import take_sweep_guard
 from ..config import Recovery
 from ..errors import TRANSIENT
@@ -47,6 +52,8 @@ class Sweeper:
     sweeps: int = 0
     recovered: int = 0
     dead: int = 0
+    relayed: int = 0  # outbox entries relayed to parents on other queues
+    _nudged: trio.Event = attrs.field(factory=trio.Event, init=False)
     capped: admin.Capped | None = None  # the count-guard counters last read
     _capped_warned: float = -math.inf
 
@@ -86,8 +93,46 @@ class Sweeper:
             self.dead += len(sweep.dead)
             if len(sweep.recovered) + len(sweep.dead) < _PAGE:
                 break
+        await self._relay()
         await self._check_capped()
         return True
+
+    def relay_soon(self) -> None:
+        """An outbox entry was written (its script published ``outbox`` on the workers'
+        channel): relay now (:meth:`run_relay`), not at the next sweep."""
+        self._nudged.set()
+
+    async def run_relay(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Relay the outbox whenever nudged (no sweep guard: the consumer group hands each
+        entry to one relay); nudges that come while it relays are folded into one."""
+        task_status.started()
+        while True:
+            await self._nudged.wait()
+            self._nudged = trio.Event()
+            try:
+                await self._relay()
+            except TRANSIENT as exc:
+                log.warning(
+                    "flows: relaying the outbox of %s: %s; at the next sweep", self.queue, exc
+                )
+
+    async def _relay(self) -> None:
+        idle_ms = max(100, round(self.interval * 10_000))
+        for _ in range(_MAX_PAGES):
+            try:
+                relayed = await flows.relay_outbox(
+                    self.conn, self.queue, self.owner, idle_ms=idle_ms, count=_PAGE
+                )
+            except TRANSIENT:  # as the sweep: retried next interval
+                raise
+            except Exception as exc:  # a refused relay: logged, retried at the next sweep
+                log.warning("flows: relaying the outbox of %s failed: %s", self.queue, exc)
+                return
+            self.relayed += relayed
+            if relayed < _PAGE:
+                return
 
     async def _check_capped(self) -> None:
         now = await admin.capped(self.conn, self.queue)

@@ -10,6 +10,8 @@ Layout::
         ├── claim loop            consumer.py
         ├── lease keeper          lease.py
         ├── recovery supervisor   sweeper.py
+        ├── outbox relay          sweeper.py: flow children's outcomes to parents on other
+        │                         queues, when nudged (``outbox`` on emq:{q}:control)
         ├── repeat scheduler      repeater.py (fires due repeatable runs; unless scheduler=off)
         ├── cancel listener       cancel events (emq:{q}:control) -> InFlight.request_cancel
         ├── escalator             a cancel's grace ran out: fence, stop hard (escalation.py)
@@ -325,6 +327,12 @@ class Worker:
                     )
                     await helpers.start(self._supervisor.supervise, "lease keeper", keeper.run)
                     await helpers.start(self._supervisor.supervise, "recovery", sweeper.run)
+                    await helpers.start(
+                        self._supervisor.supervise, "outbox relay", sweeper.run_relay
+                    )
+                    await helpers.start(
+                        self._supervisor.supervise, "outbox listener", self._nudges(feed, sweeper)
+                    )
                     if self.config.scheduler:
                         self._repeater = Repeater(conn, self.queue, feed)
                         await helpers.start(
@@ -485,6 +493,17 @@ class Worker:
                             log.info("job %s: cancel requested (%s)", event.job, reason)
 
         return listen
+
+    def _nudges(self, feed: EventFeed, sweeper: Sweeper) -> Loop:
+        """A flow child whose parent is on another queue finished here: relay it now."""
+
+        async def nudges(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            with feed.listen(events=("outbox",), buffer=64) as events:
+                task_status.started()
+                async for _ in events:
+                    sweeper.relay_soon()
+
+        return nudges
 
     def _watch_schedule(self, feed: EventFeed, consumer: Consumer) -> Loop:
         async def watch(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -121,6 +121,13 @@ def summary(e: Explanation) -> str:
     """One line for people: what the job is doing and what would change that."""
     job, state = e.job, e.job.state
     gate = " - the queue is paused: nothing is claimed until resume" if e.paused else ""
+    if state is JobState.WAITING:
+        ids = ", ".join(e.open_ids) + (", ..." if e.open_children > len(e.open_ids) else "")
+        pages = " (held: pages of the flow are still being added)" if e.held else ""
+        return (
+            f"a flow parent waiting for {e.open_children} of {e.children} children"
+            f"{': ' + ids if ids else ''}{pages}; it becomes pending when they finished"
+        )
     if state is JobState.PENDING and e.lane is not None:
         return _pending_grouped(e, e.lane, gate)
     if state is JobState.PENDING:

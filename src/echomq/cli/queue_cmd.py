@@ -53,6 +53,7 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
                         "grouped": s.grouped,
                         "groups": s.groups,
                         "scheduled": s.scheduled,
+                        "waiting": s.waiting,
                         "active": s.active,
                         "dead": s.dead,
                         "completed": s.completed,
@@ -86,7 +87,7 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
     table = Table(title=f"echomq at {where}")
     table.add_column("queue")
     table.add_column("state")
-    for name in ("pending", "scheduled", "active", "dead", "completed"):
+    for name in ("pending", "scheduled", "waiting", "active", "dead", "completed"):
         table.add_column(name, justify="right")
     table.add_column("done (total)", justify="right")
     table.add_column("failed (total)", justify="right")
@@ -102,6 +103,7 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
             "[yellow]paused[/]" if s.paused else "[green]running[/]",
             str(s.pending),
             str(s.scheduled),
+            str(s.waiting),
             str(s.active),
             f"[red]{s.dead}[/]" if s.dead else "0",
             str(s.completed),

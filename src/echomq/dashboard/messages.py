@@ -2,7 +2,7 @@
 
 Rule 1: every message is one JSON object with a ``type`` field; the server sends
 ``hello``, ``snapshot``, ``events``, ``auth`` and ``result``; the browser sends ``auth``,
-``command``, ``logs`` and ``history``. docs/dashboard.md lists every field.
+``command``, ``logs``, ``history`` and ``flow``. docs/dashboard.md lists every field.
 Rule 2: these are plain values (attrs, no I/O). Times are server-clock milliseconds.
 Rule 3: what a browser sends is untrusted: :func:`parse_request` turns it into a typed
 request or raises :class:`BadMessage`; nothing reaches a verb unchecked.
@@ -25,6 +25,7 @@ __all__ = [
     "CommandRequest",
     "DeadJob",
     "EventItem",
+    "FlowRequest",
     "GroupCount",
     "HistoryJob",
     "HistoryRequest",
@@ -231,7 +232,17 @@ class HistoryRequest:
     limit: int = 25
 
 
-Request = AuthRequest | CommandRequest | LogsRequest | HistoryRequest
+@attrs.frozen(kw_only=True)
+class FlowRequest:
+    """A flow's tree (``job``: any job of it, shown from that job down), or, without a
+    job, only the queue's waiting parents (docs/flows.md)."""
+
+    ref: int
+    queue: str
+    job: str | None = None
+
+
+Request = AuthRequest | CommandRequest | LogsRequest | HistoryRequest | FlowRequest
 
 
 def encode(message: Mapping[str, Any]) -> str:
@@ -321,6 +332,12 @@ def parse_request(text: str | bytes) -> Request:
             ref=_field(data, "ref", int),
             queue=_field(data, "queue", str),
             job=_field(data, "job", str),
+        )
+    if kind == "flow":
+        return FlowRequest(
+            ref=_field(data, "ref", int),
+            queue=_field(data, "queue", str),
+            job=_field(data, "job", str, optional=True) or None,
         )
     if kind == "history":
         limit = _field(data, "limit", int, optional=True)

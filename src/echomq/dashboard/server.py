@@ -42,6 +42,7 @@ from .._worker.metrics import queue_families, render
 from ..config import DEFAULT_URL, ConnectionConfig
 from ..errors import EchoMQError, InvalidArgument
 from .commands import CommandRefused, not_shown, run_command, token_matches
+from .flow_view import read_flow
 from .history import ArchiveSource, check_archive_url
 from .http_io import ASSETS, BadRequest, Head, ReplayStream, load_asset, read_head, respond
 from .http_io import security_headers as _security_headers
@@ -50,6 +51,7 @@ from .messages import (
     AuthRequest,
     BadMessage,
     CommandRequest,
+    FlowRequest,
     HistoryRequest,
     LogsRequest,
     auth_reply,
@@ -344,10 +346,13 @@ class _Server:
             await ws.send_message(encode(await self._answer(request)))
 
     async def _answer(
-        self, request: AuthRequest | CommandRequest | LogsRequest | HistoryRequest
+        self,
+        request: AuthRequest | CommandRequest | LogsRequest | HistoryRequest | FlowRequest,
     ) -> dict[str, Any]:
         if isinstance(request, AuthRequest):
             return auth_reply(token_matches(self.token, request.token))
+        if isinstance(request, FlowRequest):
+            return await self._flow(request)
         if isinstance(request, HistoryRequest):
             return await self._history(request)
         if isinstance(request, LogsRequest):
@@ -368,6 +373,17 @@ class _Server:
             return result_reply(request.ref, ok=False, error=str(exc), kind=_kind(exc))
         log.info("%s %s %s -> %r", request.action, request.queue, request.job or "", value)
         self.hub.poll_soon()
+        return result_reply(request.ref, ok=True, value=value)
+
+    async def _flow(self, request: FlowRequest) -> dict[str, Any]:
+        """The flow panel's waiting parents and tree (read-only: no token needed)."""
+        if request.queue not in self.hub.queues:
+            error = not_shown(request.queue)
+            return result_reply(request.ref, ok=False, error=error, kind="unknown_queue")
+        try:
+            value = await read_flow(self.hub.conn, request.queue, request.job)
+        except EchoMQError as exc:
+            return result_reply(request.ref, ok=False, error=str(exc), kind=_kind(exc))
         return result_reply(request.ref, ok=True, value=value)
 
     async def _history(self, request: HistoryRequest) -> dict[str, Any]:

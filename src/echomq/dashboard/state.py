@@ -24,6 +24,7 @@ import trio
 
 from .. import admin, repeat
 from .._model.codec import JSON
+from .._model.flow import split_payload
 from .._model.text import raw_text
 from .._redis.connection import Connection
 from .._redis.keyspace import check_queue
@@ -63,6 +64,7 @@ def describe_payload(payload: bytes | None) -> tuple[str, str]:
     """
     if not payload:
         return "?", ""
+    payload = split_payload(payload)[1]  # a flow parent's mark (docs/flows.md)
     raw = raw_text(payload[:CALL_PREVIEW])  # a cut multi-byte character shows escaped
     try:
         call = JSON.decode_call(payload)

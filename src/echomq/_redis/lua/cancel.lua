@@ -3,6 +3,9 @@
   without its read-then-act gap):
   a waiting job is removed, an active one is signalled (and, with a grace, fenced when it
   runs out), a finished one is refused.
+  A flow parent that waits for its children (`waiting`) is removed like a pending job, with
+  its children list and their results; `flows.cancel_flow` then cancels its open
+  children (docs/flows.md).
   KEYS  1 row        HASH    the job
         2 lock       STRING  the optional operator lock (emq:{q}:job:<id>:lock)
         3 logs       LIST    the job's log lines
@@ -10,12 +13,13 @@
         5 schedule   ZSET    delayed ids
         6 active     ZSET    claimed ids
         7 cancels    ZSET    active cancels with a grace; score = the fence deadline ms
+        8 waiting    ZSET    flow parents with open children
         derived from the base (the queue's slot; include/finished.lua): completed,
         completions, metrics:*
   ARGV  1 id   2 queue base (emq:{q}:)   3 '1' = a reason is given   4 the reason
         5 grace ms (-1: none, the cancel stays cooperative)
-  Returns  'removed' (pending | scheduled: the row, its logs and its set entry deleted,
-           and a dedup key it still holds released by finished, as for remove_job)
+  Returns  'removed' (pending | scheduled | waiting: the row, its logs and its set entry
+           deleted, and a dedup key it still holds released by finished, as for remove_job)
            'signalled' (active: the cancel flag is on the row, the event published)
            'fenced' (active, grace 0 or a deadline already passed: settled cancelled now,
            its token bumped) | -1 no row (nothing written)
@@ -24,8 +28,9 @@
   Events   removed {job, reason} (a waiting job) | cancel {job, reason, grace_ms} (an
            active job) | cancel {job, reason, fenced} and completed {job, fenced} (fenced);
            each cancel also on the workers' channel (emq:{q}:control), where they listen
-  Moves    pending | scheduled -> (none); active -> completed; completed -> (none) (the
-           retention of a fenced job's set, other rows)
+  Moves    pending | scheduled | waiting -> (none); active -> completed; completed ->
+           (none) (the retention of a fenced job's set, other rows); waiting -> pending
+           (its flow parent, docs/flows.md)
   Bound    O(log N): a fixed number of set and row commands (a removed job's log lines
            are deleted with it: O(lines)), plus the retention's cleanup of a fenced job
            (include/finished.lua: at most 100 index entries and 100 capped rows). A
@@ -44,12 +49,13 @@
   its group's slot (`leave_active`, include/fence.lua; docs/lanes.md).
 ]]
 local row, lock, logs, pending, schedule = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local active, cancels = KEYS[6], KEYS[7]
+local active, cancels, waiting_set = KEYS[6], KEYS[7], KEYS[8]
 local id, base = ARGV[1], ARGV[2]
 local grace = tonumber(ARGV[5])
 local reason = cjson.null
 if ARGV[3] == '1' then reason = ARGV[4] end
 -- @include time
+-- @include score
 -- @include wake
 -- @include lanes
 -- @include ready
@@ -63,7 +69,7 @@ local f = redis.call('HMGET', row, 'state', 'lock', 'cancel_requested', 'cancel_
 local group = f[6]
 local state = f[1]
 if not state then return -1 end
-local waiting = state == 'pending' or state == 'scheduled'
+local waiting = state == 'pending' or state == 'scheduled' or state == 'waiting'
 if waiting and (f[2] or redis.call('EXISTS', lock) == 1) then
   return redis.error_reply('EMQLOCKED job is locked: ' .. id)
 end
@@ -75,10 +81,12 @@ local channel = base .. 'events'
 if waiting and group then lanes_touch(base, group) end
 if waiting then
   local fin = finish_read(base, nil, now_ms(), {{id, 'cancelled'}})
+  redis.call('EXISTS', row .. ':children', row .. ':results', row .. ':remote')
   leave_ready(base, pending, id, group)
   redis.call('ZREM', schedule, id)
   redis.call('ZREM', cancels, id)
-  redis.call('DEL', row, logs)
+  redis.call('ZREM', waiting_set, id)
+  redis.call('DEL', row, logs, row .. ':children', row .. ':results', row .. ':remote')
   redis.call('PUBLISH', channel, cjson.encode({event = 'removed', job = id, reason = reason}))
   finished(fin, 1, {reason = ARGV[3] == '1' and ARGV[4] or ''})
   return 'removed'

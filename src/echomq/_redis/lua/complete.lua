@@ -6,7 +6,8 @@
   Returns  1 completed | 2 already completed with this token (nothing changed)
            -1 no row | -2 stale token | -3 not in active
   Events   completed
-  Moves    active -> completed; completed -> (none) (the retention, other rows)
+  Moves    active -> completed; completed -> (none) (the retention, other rows);
+           waiting -> pending (its flow parent: the last open child, docs/flows.md)
   Bound    O(log N) for the job, plus the retention's cleanup: at most 100 expired index
            entries and 100 rows past the count cap (and their logs) per call
   A result `cancelled:<reason>` (a cancelled job, docs/runtime.md) finishes as cancelled:
@@ -19,8 +20,10 @@
 local row, active = KEYS[1], KEYS[2]
 local id, token, result, base = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include time
+-- @include score
 -- @include wake
 -- @include lanes
+-- @include ready
 -- @include leave_active
 -- @include finished
 

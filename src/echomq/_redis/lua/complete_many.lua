@@ -8,7 +8,8 @@
   Errors   EMQARG   n is not 1..100, does not match the argument count, or an id repeats
            (nothing written; the verb refuses them first)
   Events   completed (per job completed)
-  Moves    active -> completed; completed -> (none) (the retention, other rows)
+  Moves    active -> completed; completed -> (none) (the retention, other rows);
+           waiting -> pending (a flow parent: its last open child, docs/flows.md)
   Bound    O(n * log N); at most 100 jobs per call (validate.MAX_BATCH), plus the
            retention's cleanup: at most 100 expired index entries and 100 rows past the
            count cap (and their logs) per call, as for one complete
@@ -24,8 +25,10 @@ local MAX_JOBS = 100
 local active, base = KEYS[1], ARGV[1]
 local n = tonumber(ARGV[2])
 -- @include time
+-- @include score
 -- @include wake
 -- @include lanes
+-- @include ready
 -- @include leave_active
 -- @include finished
 if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * 3 then

@@ -15,7 +15,7 @@
   Events   cancel {job, reason, fenced} (also on emq:{q}:control, the workers' channel) and
            completed {job, fenced} (per fenced job)
   Moves    active | pending | scheduled -> completed; completed -> (none) (the retention,
-           other rows)
+           other rows); waiting -> pending (a flow parent: its child finished, docs/flows.md)
   Bound    O(limit * log N); at most 100 due entries per call (validate.MAX_BATCH: each
            may finish a job), plus the retention's cleanup (include/finished.lua: at most
            100 index entries and 100 capped rows per call)
@@ -31,6 +31,7 @@ local base = ARGV[1]
 local MAX_LIMIT = 100
 local limit = tonumber(ARGV[2])
 -- @include time
+-- @include score
 -- @include wake
 -- @include lanes
 -- @include ready

@@ -8,11 +8,12 @@
         4 schedule    ZSET
         5 dead        ZSET
         6 completed   ZSET
-        7 wake        LIST
-        8 metrics:completed  HASH
-        9 metrics:failed     HASH
-       10 sweep_guard STRING
-       11.. leftover keys of this queue (found by the caller's SCAN), deleted as found
+        7 waiting     ZSET  flow parents (docs/flows.md)
+        8 wake        LIST
+        9 metrics:completed  HASH
+       10 metrics:failed     HASH
+       11 sweep_guard STRING
+       12.. leftover keys of this queue (found by the caller's SCAN), deleted as found
   ARGV  1 queue base (emq:{q}:)   2 '1' = force (active jobs too)   3 budget (1..500 jobs)
         4 '1' = finish: delete the queue's own keys when every set is empty
   Returns  {status, deleted}: status 1 = the budget is spent, call again;
@@ -22,11 +23,12 @@
            EMQSTATE not paused          the queue is not paused (nothing written)
            EMQSTATE active jobs present  active members and not forced (nothing written)
   Events   (none)
-  Moves    pending | scheduled | active | dead | completed -> (none)
+  Moves    pending | scheduled | active | dead | completed | waiting -> (none)
   Bound    O(budget * log N); at most 500 jobs or keys per call (validate.MAX_BUDGET)
   Ids are taken from the head of each set and removed by rank (ZREMRANGEBYRANK); rows,
-  logs and locks are read (one EXISTS per 100 jobs) before the first write, then go in one
-  DEL per 100 jobs (no unpack is longer than 300 keys). After the state sets, the group
+  logs and locks are read (one EXISTS per 80 jobs) before the first write, then go in one
+  DEL per 80 jobs (no unpack is longer than 480 keys: a job's row, logs, lock and a flow
+  parent's children, results and remote lists). After the state sets, the group
   lanes (docs/lanes.md), found through the registry `groups`: a lane's jobs cost their
   number, a group with none costs 1; an emptied lane leaves the registry. The lanes'
   other keys (ring, records, windows) go with the leftovers.
@@ -38,7 +40,7 @@ local finish = ARGV[4] == '1'
 -- @include lanes
 
 -- checks, in order: arguments, paused, active (unless forced)
-if not budget or budget < 1 or budget > MAX_BUDGET or #KEYS - 10 > budget then
+if not budget or budget < 1 or budget > MAX_BUDGET or #KEYS - 11 > budget then
   return redis.error_reply('EMQARG obliterate budget must be 1..' .. MAX_BUDGET)
 end
 if redis.call('HEXISTS', meta, 'paused') == 0 then
@@ -50,11 +52,11 @@ end
 
 -- the plan, read before any write (docs/lua.md, rule 1): the leftovers count first, then
 -- the state sets, active first, each job a unit of the budget; every row, log list and
--- lock to delete is read (one EXISTS per 100 jobs)
-local leftovers = #KEYS - 10
+-- lock to delete is read (one EXISTS per 80 jobs)
+local leftovers = #KEYS - 11
 budget = budget - leftovers
 local plan, more = {}, false  -- plan: {set, ids}; more: the budget ran out first
-for i = 2, 6 do
+for i = 2, 7 do
   local set = KEYS[i]
   local card = redis.call('ZCARD', set)
   if card > 0 then
@@ -93,7 +95,7 @@ if not more then
   end
   if not more and redis.call('ZCARD', registry) > #emptied then more = true end
 end
-local groups = {}  -- the per-job keys, 100 jobs a group
+local groups = {}  -- the per-job keys, 80 jobs a group
 for _, step in ipairs(plan) do
   local group = {}
   for n, id in ipairs(step[2]) do
@@ -101,7 +103,10 @@ for _, step in ipairs(plan) do
     group[#group + 1] = jk
     group[#group + 1] = jk .. ':logs'
     group[#group + 1] = jk .. ':lock'
-    if n % 100 == 0 or n == #step[2] then
+    group[#group + 1] = jk .. ':children'
+    group[#group + 1] = jk .. ':results'
+    group[#group + 1] = jk .. ':remote'
+    if n % 80 == 0 or n == #step[2] then
       groups[#groups + 1] = group
       group = {}
     end
@@ -112,7 +117,7 @@ for _, group in ipairs(groups) do redis.call('EXISTS', unpack(group)) end
 -- writes: the leftovers the caller found (rows without a set, other verbs' keys), then
 -- the planned jobs
 local deleted = leftovers
-for i = 11, #KEYS do redis.call('DEL', KEYS[i]) end
+for i = 12, #KEYS do redis.call('DEL', KEYS[i]) end
 for _, group in ipairs(groups) do redis.call('DEL', unpack(group)) end
 for _, step in ipairs(plan) do
   redis.call('ZREMRANGEBYRANK', step[1], 0, #step[2] - 1)
@@ -121,5 +126,5 @@ end
 for _, name in ipairs(emptied) do redis.call('ZREM', registry, name) end
 if more then return {1, deleted} end
 if not finish then return {2, deleted} end
-redis.call('DEL', KEYS[7], KEYS[8], KEYS[9], KEYS[10], meta)
+redis.call('DEL', KEYS[8], KEYS[9], KEYS[10], KEYS[11], meta)
 return {0, deleted}

@@ -3,6 +3,7 @@
   KEYS  1 meta  2 pending  3 schedule  4 active  5 dead  6 completed
         7 repeat  ZSET  the repeat registry (+inf: a paused record)
         8 groups  ZSET  the lanes' registry
+        9 waiting ZSET  flow parents with open children
   ARGV  1 queue base   2 minutes (1..720): how many minutes of counters, the current one
         included
   Returns  {pending, scheduled, active, dead, completed, paused (0|1),
@@ -10,7 +11,7 @@
             {capped completed rows, capped dead rows, capped completions entries},
             {completed per minute}, {dead per minute}, {cancelled per minute},
             repeatables registered, repeatables paused, jobs waiting in group lanes,
-            groups with waiting or active jobs}
+            groups with waiting or active jobs, waiting (flow parents with open children)}
            (the per-minute lists oldest first; the last is the current, partial minute)
   Errors   EMQARG   minutes is not 1..720
   Events   (none)
@@ -60,4 +61,5 @@ return {
   redis.call('ZCOUNT', KEYS[7], '+inf', '+inf'),
   tonumber(redis.call('HGET', KEYS[1], 'lane_jobs') or '0'),
   redis.call('ZCARD', KEYS[8]),
+  redis.call('ZCARD', KEYS[9]),
 }

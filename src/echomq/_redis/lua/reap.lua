@@ -15,7 +15,8 @@
   it with last_error 'stalled'. stalled_check is the same sweep, dead at its threshold.
   An id with no row leaves active, is listed nowhere, and no row is written for it.
   Events   recovered | dead (per job)
-  Moves    active -> pending | dead; dead -> (none) (the retention, other rows)
+  Moves    active -> pending | dead; dead -> (none) (the retention, other rows);
+           waiting -> pending (its flow parent, docs/flows.md)
   Bound    O(limit * log N); at most 100 expired leases per call (validate.MAX_BATCH),
            plus the dead retention's cleanup (at most 100 + 100 index entries per call)
   A dead job finishes (include/finished.lua: its completions entry, counters, retention).

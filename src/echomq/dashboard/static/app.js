@@ -25,6 +25,7 @@
     leaseSpan: new Map(), // job id -> longest lease time left seen (ms)
     archive: null, // the archive the history panel reads (null: no panel)
     history: { queue: null, state: "", cursors: [], page: null, ref: 0, loadedAt: 0 },
+    flow: { queue: null, job: null, ref: 0, loadedAt: 0, value: null }, // the flow panel
   };
 
   // -- small helpers -------------------------------------------------------------------
@@ -213,6 +214,10 @@
       onHistory(msg);
       return;
     }
+    if (msg.ref === app.flow.ref && app.flow.ref) {
+      onFlow(msg);
+      return;
+    }
     const req = app.pending.get(msg.ref);
     app.pending.delete(msg.ref);
     if (!req) {
@@ -327,6 +332,13 @@
     renderGroups(q);
     renderFailures(q);
     renderRepeats(q);
+    const f = app.flow;
+    if (f.queue !== q.name) {
+      f.queue = q.name;
+      f.job = null;
+      f.value = null;
+      loadFlow();
+    } else if (f.ref === 0 && Date.now() - f.loadedAt > 1000) loadFlow();
     if (app.archive) {
       const h = app.history;
       if (h.queue !== q.name) loadHistory(true);
@@ -464,6 +476,72 @@
     loadHistory(false);
   });
   $("history-newest").addEventListener("click", () => loadHistory(true));
+
+  // -- flows: waiting parents and a flow's tree ---------------------------------------------
+
+  function loadFlow() {
+    const f = app.flow;
+    if (!f.queue) return;
+    f.ref = ++app.ref;
+    f.loadedAt = Date.now();
+    const msg = { type: "flow", ref: f.ref, queue: f.queue };
+    if (f.job) msg.job = f.job;
+    if (!send(msg)) f.ref = 0;
+  }
+
+  function showFlow(job) {
+    app.flow.job = job || null;
+    app.flow.value = null;
+    loadFlow();
+  }
+
+  function onFlow(msg) {
+    const f = app.flow;
+    f.ref = 0;
+    f.loadedAt = Date.now();
+    if (!msg.ok) {
+      $("flow-note").textContent = msg.error || "the flow cannot be read";
+      $("flow-tree").hidden = true;
+      return;
+    }
+    f.value = msg.value;
+    renderFlow();
+  }
+
+  function flowNode(node) {
+    const parts = [
+      h("span", { class: `outcome ${node.state}`, text: node.state }),
+      h("span", { class: "mono", title: node.id, text: shortId(node.id) }),
+      h("span", { class: "mono flow-call", title: node.call || "", text: node.call || node.task || "" }),
+    ];
+    if (node.queue && node.queue !== app.flow.queue) parts.push(h("span", { class: "note flow-queue", text: `on ${node.queue}` }));
+    if (node.kids !== undefined) {
+      const waits = node.held ? "held: pages still being added" : `${node.open} of ${node.kids} open`;
+      parts.push(h("span", { class: "note flow-count", text: `${waits}, ${node.failed} failed · policy ${node.policy}` }));
+    }
+    const li = h("li", { dataset: { job: node.id, state: node.state } }, h("div", { class: "flow-node" }, ...parts));
+    if (node.children.length || node.more) {
+      const kids = node.children.map(flowNode);
+      if (node.more) kids.push(h("li", { class: "note", text: `… ${node.more} more not shown` }));
+      li.append(h("ul", {}, ...kids));
+    }
+    return li;
+  }
+
+  function renderFlow() {
+    const v = app.flow.value;
+    const waiting = v ? v.waiting : [];
+    $("flow-waiting").replaceChildren(...waiting.map((id) =>
+      h("button", { class: "btn small mono", type: "button", dataset: { job: id }, title: id, text: shortId(id),
+        onclick: () => showFlow(id) })));
+    $("flow-empty").hidden = waiting.length > 0;
+    const tree = v ? v.tree : null;
+    $("flow-tree").hidden = !tree;
+    $("flow-tree").replaceChildren(...(tree ? [flowNode(tree)] : []));
+    $("flow-note").textContent = tree ? `the flow from ${shortId(tree.id)} down` : "waiting parents, the longest waiting first";
+  }
+
+  $("flow-show").addEventListener("click", () => showFlow($("flow-job").value.trim()));
 
   function renderTabs() {
     const queues = app.snapshot ? app.snapshot.queues : [];

@@ -23,6 +23,16 @@
 -- call (the first finished() does: every job given to finish_read is finished in the same
 -- call). One EXISTS reads every job's logs key (a job's logs get its TTL only when some job
 -- of the call has logs: PEXPIRE on a missing key is a no-op); one XADD per job.
+-- Flows (docs/flows.md): a job with a `parent` field tells its parent, in the same call:
+-- its outcome goes into the parent's results hash (`c`|`d`|`x`|`r` + result | error |
+-- reason | nothing), the parent's `open` counter drops by one (and `failed` grows for a
+-- dead, cancelled or removed child), and the parent becomes pending when it is waiting,
+-- not held by pages still to come, and either no child is open or (policy `fail`) a child
+-- failed. A queue without flows pays absent fields of the HMGET below. A child whose
+-- parent is on another queue (`parent_queue`) cannot write it (another slot): it writes
+-- one entry on its own queue's outbox stream (emq:{q}:outbox: parent_queue, parent,
+-- child, state, value) that the workers relay (flow_notify.lua on the parent's queue,
+-- idempotent per child; docs/flows.md "Across queues").
 local FINISH_TRIM = 100
 local DAY_MS = 86400000
 local FINISH_DEFAULTS = {
@@ -44,12 +54,57 @@ local function held_dedup(base, row, id)
   if redis.call('GET', key) == id then return key end
   return nil
 end
+local function flow_read(base, parents, id)
+  -- a parent's fields, once per call (several children of one call share its record)
+  if parents[id] ~= nil then return parents[id] end
+  local row = base .. 'job:' .. id
+  local f = redis.call('HMGET', row, 'state', 'held', 'policy', 'priority', 'group')
+  local p = false
+  if f[1] then
+    p = {id = id, row = row, state = f[1], held = f[2] == '1', policy = f[3] or 'fail',
+      priority = f[4] or '0', group = f[5]}
+    redis.call('EXISTS', row .. ':results', base .. 'waiting', base .. 'pending',
+      base .. 'meta', base .. 'wake')
+    if f[5] then lanes_touch(base, f[5]) end  -- ready's reads of its lane
+  end
+  parents[id] = p
+  return p
+end
+local function flow_ready(base, p)
+  -- a waiting parent becomes pending: at the back of its priority band, through `ready`
+  -- (flat pending, or its group's lane: docs/lanes.md), which wakes a consumer
+  local seq = redis.call('HINCRBY', base .. 'meta', 'seq', 1)
+  redis.call('ZREM', base .. 'waiting', p.id)
+  redis.call('HSET', p.row, 'state', 'pending')
+  ready(base, base .. 'pending', p.id, p.group, band_score(p.priority, seq))
+  redis.call('PUBLISH', base .. 'events', '{"event":"ready","job":"' .. p.id .. '"}')
+  p.state = 'pending'
+end
+local FLOW_MARK = {completed = 'c', dead = 'd', cancelled = 'x', removed = 'r'}
+local function flow_outbox(base, parent_queue, parent, child, state, value)
+  -- a parent on another queue: the entry the workers relay (read: EXISTS outbox first),
+  -- and a nudge on the workers' channel so one relays it now, not at its next sweep
+  redis.call('XADD', base .. 'outbox', '*', 'parent_queue', parent_queue, 'parent', parent,
+    'child', child, 'state', state, 'value', value or '')
+  redis.call('PUBLISH', base .. 'control', '{"event":"outbox","job":"' .. child .. '"}')
+end
+local function flow_notify(base, p, child, state, value)
+  -- the child `child` of parent record p (flow_read) ended as `state`
+  if not p then return end
+  redis.call('HSET', p.row .. ':results', child, FLOW_MARK[state] .. (value or ''))
+  local open = redis.call('HINCRBY', p.row, 'open', -1)
+  local failure = state ~= 'completed'
+  if failure then redis.call('HINCRBY', p.row, 'failed', 1) end
+  if p.state == 'waiting' and not p.held and (open <= 0 or (failure and p.policy == 'fail')) then
+    flow_ready(base, p)
+  end
+end
 local function finish_read(base, kept, now, jobs)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
     'max_completed', 'max_dead'}
   local s = redis.call('HMGET', base .. 'meta', unpack(names))
   local fin = {base = base, kept = kept, now = now, jobs = {}, drop = {}, migrate = {},
-    capped = {}, cleaned = false}
+    capped = {}, cleaned = false, parents = {}}
   for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or FINISH_DEFAULTS[name] end
   local minute = math.floor(now / 60000)
   local derived, seen = {base .. 'completions', base .. 'metrics:capped'}, {}
@@ -59,12 +114,19 @@ local function finish_read(base, kept, now, jobs)
     local id, state = job[1], job[2]
     local row = base .. 'job:' .. id
     local f = redis.call('HMGET', row, 'task', 'attempts', 'failures', 'created_at',
-      'claimed_at', 'keep_' .. (kept == 'dead' and 'dead' or 'result'))
+      'claimed_at', 'keep_' .. (kept == 'dead' and 'dead' or 'result'), 'parent', 'kids',
+      'parent_queue')
     logs[i] = row .. ':logs'
     fin.jobs[i] = {id = id, state = state, row = row, logs = logs[i], task = f[1],
       attempts = f[2] or '0', failures = f[3], created_at = f[4], claimed_at = f[5],
-      keep = tonumber(f[6])}
+      keep = tonumber(f[6]), parent = f[7], kids = f[8], parent_queue = f[9]}
     if not kept then fin.jobs[i].dedup = held_dedup(base, row, id) end
+    if f[8] then redis.call('EXISTS', row .. ':children', row .. ':results', row .. ':remote') end
+    if f[9] then  -- a flow child of a parent on another queue: the outbox
+      redis.call('EXISTS', base .. 'outbox')
+    elseif f[7] then  -- a flow child (the only cost to a queue without flows: absent fields)
+      fin.jobs[i].p = flow_read(base, fin.parents, f[7])
+    end
     if not seen[state] then
       seen[state] = true
       derived[#derived + 1] = base .. FINISH_TOTALS[state]
@@ -136,8 +198,18 @@ local function finish_clean(fin)
   end
 end
 local function finished(fin, i, detail)
-  if fin == nil then  -- remove_job (i: the dedup key its job held, or nil): not an outcome
+  if fin == nil then  -- remove_job (i: the dedup key its job held, or nil): not an outcome;
+    -- detail.parent: a live flow child's parent ({base, record = flow_read(...)}, or
+    -- {base, queue, id} on another queue), detail.id the child
     if i then redis.call('DEL', i) end
+    if type(detail) == 'table' and detail.parent then
+      local pr = detail.parent
+      if pr.queue then  -- a parent on another queue
+        flow_outbox(pr.base, pr.queue, pr.id, detail.id, 'removed', '')
+      else
+        flow_notify(pr.base, pr.record, detail.id, 'removed', '')
+      end
+    end
     return
   end
   local job, base, now = fin.jobs[i], fin.base, fin.now
@@ -160,6 +232,11 @@ local function finished(fin, i, detail)
   entry[#entry + 1] = 'finished_at'
   entry[#entry + 1] = now
   local stream = base .. 'completions'
+  if job.parent_queue then
+    flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, detail[what])
+  elseif job.parent then
+    flow_notify(base, job.p, job.id, job.state, detail[what])
+  end
   redis.call('XADD', stream, 'MINID', '~', now - fin.completions_keep, '*', unpack(entry))
   if job.dedup then redis.call('DEL', job.dedup) end
   if fin.kept then
@@ -167,9 +244,17 @@ local function finished(fin, i, detail)
     if keep <= 0 then
       redis.call('DEL', job.row, job.logs)
       redis.call('ZREM', fin.index, job.id)
+      if job.kids then
+        redis.call('DEL', job.row .. ':children', job.row .. ':results', job.row .. ':remote')
+      end
     else
       redis.call('PEXPIRE', job.row, keep)
       if fin.has_logs then redis.call('PEXPIRE', job.logs, keep) end
+      if job.kids then  -- a flow parent's children and their results end with its row
+        redis.call('PEXPIRE', job.row .. ':children', keep)
+        redis.call('PEXPIRE', job.row .. ':results', keep)
+        redis.call('PEXPIRE', job.row .. ':remote', keep)
+      end
     end
   end
   if not fin.cleaned then  -- once per call: the index, the counters, the stream's guard,

@@ -1,0 +1,503 @@
+"""Flows (docs/flows.md): add a tree of parent and child jobs, read a parent's children,
+cancel or remove a flow.
+
+Rule 1: a flow of at most ``MAX_FLOW`` (250) nodes is one ``add_flow`` call: all or
+nothing. A bigger one is added in pages of 250 (parents first): a parent whose children
+continue on a later page is *held* (its ``open`` counts one for the hold) until the page
+with its last child releases it, so it can never run on part of its children.
+Rule 2: every check that needs no server (ids, the tree's shape, sizes) runs before the
+first call; the script checks the rest before its first write.
+Rule 3: a child on another queue (docs/flows.md "Across queues") is written by its own
+queue's call, after its parent's queue's calls (which list and count it: a *stub*); its
+outcome reaches the parent through its queue's outbox, which :func:`relay_outbox` (the
+worker's sweeper) relays with ``flow_notify``, idempotent per child, acknowledging an
+entry only once the parent's script answered.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from .._model.flow import ChildOutcome, FlowJob
+from .._redis import validate as v
+from .._redis.keyspace import check_group, check_id, keyspace
+from .._redis.replies import FlowNotice
+from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
+from ..errors import (
+    DuplicateJob,
+    EchoMQError,
+    InvalidArgument,
+    JobGone,
+    JobLocked,
+    NotCancellable,
+    ScriptError,
+)
+from .cancel import request as cancel_request
+from .lifecycle import _task_name
+from .rows import remove_job
+
+__all__ = [
+    "FlowChildren",
+    "RELAY_GROUP",
+    "add_flow",
+    "add_flow_calls",
+    "flow_notify_call",
+    "relay_outbox",
+    "remote_children",
+    "waiting_parents",
+    "cancel_flow",
+    "children",
+    "flow_results_call",
+    "remove_flow",
+    "subtree",
+]
+
+
+@attrs.frozen
+class _Placed:
+    node: FlowJob
+    parent: FlowJob | None
+    page: int
+    stub: bool = False  # a child on another queue, listed on its parent's (Rule 3)
+
+
+def _walk(roots: Sequence[FlowJob]) -> Iterator[tuple[FlowJob, FlowJob | None]]:
+    """Every node, parents first (pre-order), with its parent."""
+    stack: list[tuple[FlowJob, FlowJob | None]] = [(r, None) for r in reversed(roots)]
+    while stack:
+        node, parent = stack.pop()
+        yield node, parent
+        stack.extend((c, node) for c in reversed(node.children))
+
+
+def _keep(name: str, value: int | None) -> str | int:
+    return "" if value is None else v.non_negative_int(name, value, v.MAX_MS)
+
+
+def _stub_argv(node: FlowJob, parent: FlowJob) -> list[Any]:
+    """A child on another queue, as its parent's call lists it (no row there)."""
+    return [
+        check_id(node.id),
+        "",
+        0,
+        1,
+        "",
+        "",
+        "",
+        parent.id,
+        node.queue,
+        "fail",
+        "none",
+        "",
+        "r",
+        "",
+    ]
+
+
+def _node_argv(node: FlowJob, parent: FlowJob | None, kids: int, held: bool) -> list[Any]:
+    job = node.job
+    parent_queue = "" if parent is None or parent.queue == node.queue else parent.queue
+    return [
+        check_id(node.id),
+        v.payload_bytes(job.payload),
+        v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
+        v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
+        "" if job.task is None else _task_name(job.task),
+        _keep("keep_result_ms", job.keep_result_ms),
+        _keep("keep_dead_ms", job.keep_dead_ms),
+        "" if parent is None else parent.id,
+        parent_queue,
+        str(node.policy),
+        str(node.feed),
+        str(kids) if node.children else "",
+        "1" if held else "",
+        "" if job.group is None else check_group(job.group),
+    ]
+
+
+def _queue_order(nodes: Sequence[tuple[FlowJob, FlowJob | None]]) -> list[str]:
+    """The flow's queues, each after every queue holding a parent of its jobs (Rule 3).
+
+    Raises:
+        InvalidArgument: the queues' parent links form a cycle (a queue both above and
+            below another: not yet, docs/flows.md).
+    """
+    queues: list[str] = []
+    above: dict[str, set[str]] = {}
+    for node, parent in nodes:
+        if node.queue not in above:
+            queues.append(node.queue)
+            above[node.queue] = set()
+        if parent is not None and parent.queue != node.queue:
+            above[node.queue].add(parent.queue)
+    order: list[str] = []
+    while len(order) < len(queues):
+        ready = [q for q in queues if q not in order and above[q] <= set(order)]
+        if not ready:
+            raise InvalidArgument(
+                "a flow's queues must not be both above and below one another "
+                f"({sorted(set(queues) - set(order))!r}; docs/flows.md, 'Across queues')"
+            )
+        order.append(ready[0])
+    return order
+
+
+def _queue_calls(queue: str, placed_all: list[_Placed]) -> list[ScriptCall[int]]:
+    """One queue's pages (Rule 1): its jobs and the stubs of its jobs' remote children."""
+    ks = keyspace(queue)
+    size = v.MAX_FLOW
+    placed = [attrs.evolve(p, page=i // size) for i, p in enumerate(placed_all)]
+    page_of = {p.node.id: p.page for p in placed if not p.stub}
+    last_child_page: dict[str, int] = {}
+    kids_on_page: dict[tuple[str, int], int] = {}
+    for p in placed:
+        if p.parent is not None and p.parent.id in page_of:  # its parent is on this queue
+            last_child_page[p.parent.id] = p.page
+            key = (p.parent.id, p.page)
+            kids_on_page[key] = kids_on_page.get(key, 0) + 1
+    calls: list[ScriptCall[int]] = []
+    pages = placed[-1].page + 1
+    for page in range(pages):
+        members = [p for p in placed if p.page == page]
+        releases = [
+            pid for pid, last in last_child_page.items() if last == page and page_of[pid] < page
+        ]
+        argv: list[Any] = [ks.base, len(members), len(releases), *releases]
+        total = 0
+        for p in members:
+            if p.stub:
+                assert p.parent is not None
+                argv += _stub_argv(p.node, p.parent)
+                continue
+            nid = p.node.id
+            held = last_child_page.get(nid, page) > page
+            row = _node_argv(p.node, p.parent, kids_on_page.get((nid, page), 0), held)
+            total += len(row[1])
+            argv += row
+        v.batch_bytes(total)
+        count = len(members)
+        rows = sum(1 for p in members if not p.stub)
+
+        def read(reply: Any, count: int = count, rows: int = rows) -> int:
+            if reply != count:
+                raise ScriptError(f"add_flow: unexpected reply {reply!r}")
+            return rows
+
+        keys = [ks.pending, ks.waiting, ks.meta, ks.wake]
+        calls.append(script_call("add_flow", keys, argv, read))
+    return calls
+
+
+def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
+    """The ``add_flow`` calls that write ``roots`` (pages of at most MAX_FLOW nodes per
+    queue, in order: a queue's calls after those of its jobs' parents' queues); no I/O.
+
+    Raises:
+        InvalidArgument: no node, a node with a delay, queues above and below one another.
+        DuplicateJob: an id repeats in the tree.
+        InvalidKey, PayloadTooLarge: a bad id or payload.
+    """
+    if not roots:
+        raise InvalidArgument("a flow needs at least one job")
+    nodes = list(_walk(roots))
+    seen: set[str] = set()
+    for node, _ in nodes:
+        if node.job.job_id is None:
+            raise InvalidArgument("every job of a flow needs its id (FlowJob.job.job_id)")
+        if node.id in seen:
+            raise DuplicateJob(f"the id {node.id} repeats in the flow")
+        if node.job.delay_ms:
+            raise InvalidArgument("a job of a flow cannot be delayed (not yet)")
+        seen.add(node.id)
+    per_queue: dict[str, list[_Placed]] = {}
+    for node, parent in nodes:
+        per_queue.setdefault(node.queue, []).append(_Placed(node, parent, 0))
+        if parent is not None and parent.queue != node.queue:
+            per_queue.setdefault(parent.queue, []).append(_Placed(node, parent, 0, stub=True))
+    calls: list[ScriptCall[int]] = []
+    for queue in _queue_order(nodes):
+        calls += _queue_calls(queue, per_queue[queue])
+    return calls
+
+
+async def add_flow(conn: Executor, roots: Sequence[FlowJob]) -> int:
+    """Write a flow; answer the number of jobs written (a child on another queue counts
+    once, not its stub). At most MAX_FLOW nodes on one queue: one atomic call. More:
+    pages, each atomic, parents held until their last page (Rule 1); queues one after
+    the other (Rule 3).
+
+    Raises:
+        what :func:`add_flow_calls` raises, before any I/O; DuplicateJob: an id exists
+        (nothing of that page written); FlowStateError: a later page found its parent
+        gone (cancelled or removed while the flow was being added).
+    """
+    written = 0
+    for call in add_flow_calls(roots):
+        written += await evaluate(conn, call)
+    return written
+
+
+@attrs.frozen(kw_only=True)
+class FlowChildren:
+    """A flow parent's children: its policy and feed, counts, and the outcomes (in the
+    children's order; None for a child that has not finished)."""
+
+    id: str
+    state: str
+    policy: str
+    feed: str
+    kids: int
+    open: int
+    failed: int
+    held: bool
+    ids: list[str]
+    outcomes: list[ChildOutcome | None]
+
+
+def flow_results_call(
+    queue: str, job_id: str, offset: int = 0, count: int = v.MAX_FLOW_PAGE
+) -> ScriptCall[FlowChildren]:
+    ks = keyspace(queue)
+    v.non_negative_int("offset", offset)
+    v.int_in("count", count, 1, v.MAX_FLOW_PAGE)
+    keys = [ks.job(job_id), ks.children(job_id), ks.child_results(job_id)]
+
+    def read(reply: Any) -> FlowChildren:
+        if reply == -1:
+            raise JobGone(f"job {job_id} has no row")
+        if not isinstance(reply, list) or len(reply) != 9:
+            raise ScriptError(f"flow_results: unexpected reply {reply!r}")
+        page = reply[7]
+        ids: list[str] = []
+        outcomes: list[ChildOutcome | None] = []
+        for i in range(0, len(page), 2):
+            cid = page[i].decode()
+            ids.append(cid)
+            outcomes.append(ChildOutcome.read(cid, page[i + 1]) if page[i + 1] else None)
+        return FlowChildren(
+            id=job_id,
+            state=reply[8].decode(),
+            policy=reply[0].decode(),
+            feed=reply[1].decode(),
+            kids=int(reply[2]),
+            open=int(reply[3]),
+            failed=int(reply[4]),
+            held=bool(reply[5]),
+            ids=ids,
+            outcomes=outcomes,
+        )
+
+    return script_call("flow_results", keys, [offset, count], read)
+
+
+async def children(conn: Executor, queue: str, job_id: str) -> FlowChildren:
+    """A flow parent's children and their outcomes, all of them (read in pages of 1000).
+
+    Raises:
+        InvalidKey: before any I/O. JobGone: no row.
+    """
+    first = await evaluate(conn, flow_results_call(queue, job_id))
+    ids, outcomes = list(first.ids), list(first.outcomes)
+    while len(first.ids) == v.MAX_FLOW_PAGE:
+        first = await evaluate(conn, flow_results_call(queue, job_id, len(ids)))
+        ids += first.ids
+        outcomes += first.outcomes
+    return attrs.evolve(first, ids=ids, outcomes=outcomes)
+
+
+async def waiting_parents(conn: Executor, queue: str, limit: int = 20) -> list[str]:
+    """The ids of ``queue``'s waiting flow parents, the longest waiting first (at most
+    ``limit``, 1..1000).
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    v.int_in("limit", limit, 1, 1000)
+    ids = await conn.execute("ZRANGE", keyspace(queue).waiting, 0, limit - 1)
+    return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+
+
+async def remote_children(conn: Executor, queue: str, job_id: str) -> dict[str, str]:
+    """A flow parent's children on other queues: child id -> its queue (empty for none).
+
+    Raises:
+        InvalidKey: before any I/O.
+    """
+    raw = await conn.execute("HGETALL", keyspace(queue).remote_children(job_id))
+    return {k.decode(): v.decode() for k, v in zip(raw[::2], raw[1::2], strict=True)}
+
+
+async def subtree(conn: Executor, queue: str, job_id: str) -> list[tuple[str, str]]:
+    """The jobs of a flow below ``job_id`` (not itself) as ``(queue, id)``, parents before
+    their children; a child on another queue, and its own children, on theirs."""
+    out: list[tuple[str, str]] = []
+    todo = [(queue, job_id)]
+    while todo:
+        where, parent = todo.pop(0)
+        try:
+            kids = await children(conn, where, parent)
+        except JobGone:
+            continue
+        remote = await remote_children(conn, where, parent) if kids.ids else {}
+        below = [(remote.get(child, where), child) for child in kids.ids]
+        out += below
+        todo += below
+    return out
+
+
+async def cancel_flow(conn: Executor, queue: str, job_id: str, reason: str | None = None) -> int:
+    """Cancel a flow: ``job_id`` (removed while it waits, signalled while it runs), then
+    every open job below it, on whichever queue it is; finished ones are left as they
+    are. Answers how many jobs were cancelled (removed or signalled).
+
+    Raises:
+        InvalidKey: before any I/O. JobGone: ``job_id`` has no row.
+        NotCancellable: ``job_id`` already finished (its subtree is still cancelled).
+    """
+    below = await subtree(conn, queue, job_id)
+    done = 0
+    refused: NotCancellable | None = None
+    try:
+        await cancel_request(conn, queue, job_id, reason)
+        done += 1
+    except NotCancellable as exc:
+        refused = exc
+    for where, child in below:
+        try:
+            await cancel_request(conn, where, child, reason)
+            done += 1
+        except (JobGone, NotCancellable):
+            pass
+    if refused is not None:
+        raise refused
+    return done
+
+
+async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
+    """Remove a flow: ``job_id`` (forced) and every job below it (on whichever queue it
+    is), with their rows and logs. Answers how many rows were removed.
+
+    Raises:
+        InvalidKey: before any I/O. JobGone: ``job_id`` has no row. JobLocked: ``job_id``
+        is locked (nothing removed); a locked job below it is left in place.
+    """
+    below = await subtree(conn, queue, job_id)
+    await remove_job(conn, queue, job_id, force=True)
+    done = 1
+    for where, child in below:
+        try:
+            await remove_job(conn, where, child, force=True)
+            done += 1
+        except (JobGone, JobLocked):  # gone already; a locked child stays
+            pass
+    return done
+
+
+# -- across queues: the outbox relay (Rule 3) ---------------------------------------------------
+
+log = logging.getLogger("echomq.flows")
+RELAY_GROUP = "relay"
+_STATES = frozenset({"completed", "dead", "cancelled", "removed"})
+
+
+def flow_notify_call(
+    parent_queue: str, parent: str, child: str, state: str, value: bytes | str = b""
+) -> ScriptCall[FlowNotice]:
+    """Tell ``parent`` (on ``parent_queue``) that ``child`` finished as ``state``;
+    idempotent per child (``FlowNotice.ALREADY`` the second time).
+
+    Raises:
+        InvalidKey: a bad queue or id. InvalidArgument: an unknown state. (Before any I/O.)
+    """
+    ks = keyspace(parent_queue)
+    check_id(child)
+    if state not in _STATES:
+        raise InvalidArgument(f"state must be one of {sorted(_STATES)}, not {state!r}")
+
+    def read(reply: Any) -> FlowNotice:
+        try:
+            return FlowNotice(reply)
+        except ValueError:
+            raise ScriptError(f"flow_notify: unexpected reply {reply!r}") from None
+
+    return script_call(
+        "flow_notify", [ks.job(parent)], [ks.base, parent, child, state, value], read
+    )
+
+
+def _fields(raw: Sequence[Any]) -> dict[str, bytes]:
+    return {
+        (k.decode() if isinstance(k, bytes) else str(k)): v
+        for k, v in zip(raw[::2], raw[1::2], strict=True)
+    }
+
+
+async def _ensure_group(conn: Executor, outbox: str) -> bool:
+    """The relay's consumer group on ``outbox``; False when there is no outbox (no child
+    of this queue has ever had a parent on another queue: nothing to relay)."""
+    try:
+        await conn.execute("XGROUP", "CREATE", outbox, RELAY_GROUP, "0")
+    except Exception as exc:  # the server's refusal, as text
+        text = str(exc)
+        if "BUSYGROUP" in text:
+            return True
+        if "requires the key to exist" in text or "no such key" in text.lower():
+            return False
+        raise
+    return True
+
+
+async def relay_outbox(
+    conn: Executor, queue: str, consumer: str, *, idle_ms: int = 30_000, count: int = 100
+) -> int:
+    """Relay ``queue``'s outbox to the parents on other queues: entries a consumer took
+    and did not acknowledge for ``idle_ms`` (its relay died) first, then new ones; each
+    acknowledged and deleted only after ``flow_notify`` answered (a repeat is a no-op).
+    Answers the entries relayed (at most ``count`` of each kind per call).
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O. ConnectionLost: the entries not yet
+        acknowledged are relayed again later (by this worker or another).
+    """
+    outbox = keyspace(queue).outbox
+    v.int_in("count", count, 1, 1000)
+    v.non_negative_int("idle_ms", idle_ms)
+    if not await _ensure_group(conn, outbox):
+        return 0
+    claimed = await conn.execute(
+        "XAUTOCLAIM", outbox, RELAY_GROUP, consumer, idle_ms, "0-0", "COUNT", count
+    )
+    entries: list[Any] = list(claimed[1]) if claimed else []
+    fresh = await conn.execute(
+        "XREADGROUP", "GROUP", RELAY_GROUP, consumer, "COUNT", count, "STREAMS", outbox, ">"
+    )
+    if fresh:
+        entries += list(fresh[0][1])
+    done = 0
+    for entry_id, raw in entries:
+        call = None
+        if raw is not None:  # None: deleted after its relay, before its XACK (see below)
+            try:
+                f = _fields(raw)
+                call = flow_notify_call(
+                    f["parent_queue"].decode(),
+                    f["parent"].decode(),
+                    f["child"].decode(),
+                    f["state"].decode(),
+                    f.get("value", b""),
+                )
+            except (KeyError, ValueError, EchoMQError) as exc:  # never relayable: dropped
+                log.warning("flows: outbox entry %r of %r is malformed (%s): dropped",
+                            entry_id, queue, exc)  # fmt: skip
+        if call is not None:
+            await evaluate(conn, call)
+            done += 1
+        # deleted first, then acknowledged: a relay dying in between leaves a pending id
+        # whose entry is gone, which XAUTOCLAIM hands back as None (acknowledged above)
+        await conn.execute("XDEL", outbox, entry_id)
+        await conn.execute("XACK", outbox, RELAY_GROUP, entry_id)
+    return done

@@ -1,0 +1,365 @@
+"""The canvas (docs/flows.md): chains, groups, chords and flow trees of task signatures.
+
+Rule 1: nothing here does I/O until ``await x.apply()``; building a canvas and
+``x.flow_jobs()`` check everything first: an empty group, a step that is not a task
+signature, a cycle (a canvas that contains itself), arguments the codec cannot encode
+(``SerializationError``): typed errors before any write.
+Rule 2: everything compiles to one tree of :class:`~echomq.flows.FlowJob`: a chain step
+is the parent of the step before it (``feed=one``: the previous result is its first
+argument), a chord's callback the parent of its group's members (``feed=all``: the list
+of results is its first argument), a :func:`flow` node the parent of its children
+(``feed=none``: it reads them with ``job.children_results()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ._model.flow import Feed, FlowJob, Policy, mark_parent
+from ._model.job import NewJob
+from ._verbs.flows import add_flow, cancel_flow
+from ._verbs.lifecycle import new_id
+from .errors import InvalidArgument, JobCancelled, JobGone
+
+if TYPE_CHECKING:
+    from .app import Queue, Task
+
+_Stack = set[int]  # ids of the canvases being compiled (a cycle check)
+
+__all__ = [
+    "Canvas",
+    "Chain",
+    "Chord",
+    "FlowHandle",
+    "Group",
+    "Node",
+    "Signature",
+    "chain",
+    "chord",
+    "flow",
+    "group",
+]
+
+
+def _policy(value: object) -> Policy:
+    try:
+        return Policy(str(value))
+    except ValueError:
+        raise InvalidArgument(
+            f"policy must be one of {[p.value for p in Policy]}, not {value!r}"
+        ) from None
+
+
+class Canvas:
+    """What chain, group, chord, flow and a signature share: ``apply()``."""
+
+    policy: Policy = Policy.FAIL
+
+    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
+        raise NotImplementedError
+
+    def flow_jobs(self) -> list[FlowJob]:
+        """The tree(s) this canvas adds; no I/O (Rule 1)."""
+        roots, _ = self._roots(self.policy, set())
+        return roots
+
+    async def apply(self) -> FlowHandle:
+        """Add the whole flow (one atomic call up to 250 jobs; pages beyond, docs/flows.md)
+        and answer its handle.
+
+        Raises:
+            InvalidArgument, SerializationError, DuplicateJob, InvalidKey: before any I/O.
+            RuntimeError: the queue is not open.
+        """
+        roots = self.flow_jobs()
+        queue = _queue_of(self)
+        await add_flow(queue.connection, roots)
+        known = _queues(self)
+        return FlowHandle(
+            queue,
+            [r.id for r in roots],
+            group=isinstance(self, Group),
+            queues=[known.get(r.queue, queue) for r in roots],
+        )
+
+    async def delay(self) -> FlowHandle:
+        """:meth:`apply` (Celery's spelling)."""
+        return await self.apply()
+
+
+def _enter(canvas: object, stack: _Stack) -> None:
+    if id(canvas) in stack:
+        raise InvalidArgument("the flow contains itself (a cycle)")
+    stack.add(id(canvas))
+
+
+def _as_canvas(step: object, where: str) -> Canvas:
+    if isinstance(step, Canvas):
+        return step
+    from .app import Task
+
+    if isinstance(step, Task):
+        return step.s()
+    raise InvalidArgument(f"{where} must be a task signature (task.s(...)), not {step!r:.80}")
+
+
+@attrs.define(eq=False)
+class Signature(Canvas):
+    """A task with its arguments and enqueue options, not yet sent: ``task.s(*args)``."""
+
+    task: Task
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    options: Mapping[str, Any] = attrs.field(factory=dict)
+
+    def set(self, **options: Any) -> Signature:
+        """The same call with these enqueue options (``priority``, ``job_id``,
+        ``max_attempts``, ``keep_result``...)."""
+        return attrs.evolve(self, options={**self.options, **options})
+
+    def _new_job(self, parent: bool) -> NewJob:
+        job = self.task.new_job(self.args, self.kwargs, **self.options)
+        if job.delay_ms:
+            raise InvalidArgument("a job of a flow cannot be delayed (not yet)")
+        payload = job.payload if isinstance(job.payload, bytes) else job.payload.encode()
+        return attrs.evolve(
+            job,
+            job_id=job.job_id or new_id(),
+            payload=mark_parent(payload) if parent else payload,
+        )
+
+    def node(self, children: Sequence[FlowJob], policy: Policy, feed: Feed = Feed.NONE) -> FlowJob:
+        return FlowJob(
+            job=self._new_job(bool(children)),
+            queue=self.task.queue.name,
+            children=tuple(children),
+            policy=policy,
+            feed=feed,
+        )
+
+    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
+        return [self.node((), policy)], False
+
+    def __repr__(self) -> str:
+        return f"{self.task.name}.s(*{self.args!r}, **{dict(self.kwargs)!r})"
+
+
+@attrs.define(eq=False, init=False)
+class Chain(Canvas):
+    """Steps run one after the other, each given the previous step's result first."""
+
+    steps: list[Canvas]
+    policy: Policy
+
+    def __init__(self, *steps: object, policy: str = "fail") -> None:
+        if not steps:
+            raise InvalidArgument("a chain needs at least one step")
+        self.steps = [_as_canvas(s, f"chain step {i + 1}") for i, s in enumerate(steps)]
+        for i, step in enumerate(self.steps[1:], 2):
+            if not isinstance(step, Signature):
+                raise InvalidArgument(
+                    f"chain step {i} must be a task signature: a group or chord after "
+                    "a step is not supported (not yet; docs/flows.md)"
+                )
+        self.policy = _policy(policy)
+
+    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
+        _enter(self, stack)
+        roots, was_group = self.steps[0]._roots(policy, stack)
+        for step in self.steps[1:]:
+            assert isinstance(step, Signature)
+            feed = Feed.ALL if was_group else Feed.ONE
+            roots, was_group = [step.node(roots, policy, feed)], False
+        stack.discard(id(self))
+        return roots, was_group
+
+
+@attrs.define(eq=False, init=False)
+class Group(Canvas):
+    """Members run in parallel; the group's result is the list of theirs, in order."""
+
+    members: list[Canvas]
+    policy: Policy
+
+    def __init__(self, *members: object, policy: str = "fail") -> None:
+        if len(members) == 1 and isinstance(members[0], list | tuple):
+            members = tuple(members[0])
+        if not members:
+            raise InvalidArgument("an empty group")
+        self.members = [_as_canvas(m, f"group member {i + 1}") for i, m in enumerate(members)]
+        self.policy = _policy(policy)
+
+    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
+        _enter(self, stack)
+        roots: list[FlowJob] = []
+        for member in self.members:
+            roots += member._roots(policy, stack)[0]
+        stack.discard(id(self))
+        return roots, True
+
+
+@attrs.define(eq=False, init=False)
+class Chord(Canvas):
+    """A group, then a callback given the list of the group's results first."""
+
+    header: Group
+    callback: Signature
+    policy: Policy
+
+    def __init__(self, header: object, callback: object, *, policy: str = "fail") -> None:
+        if not isinstance(header, Group):
+            header = Group(*header) if isinstance(header, list | tuple) else header
+        if not isinstance(header, Group):
+            raise InvalidArgument(f"a chord's header must be a group, not {header!r:.80}")
+        body = _as_canvas(callback, "a chord's callback")
+        if not isinstance(body, Signature):
+            raise InvalidArgument("a chord's callback must be a task signature")
+        self.header, self.callback, self.policy = header, body, _policy(policy)
+
+    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
+        _enter(self, stack)
+        members, _ = self.header._roots(policy, stack)
+        stack.discard(id(self))
+        return [self.callback.node(members, policy, Feed.ALL)], False
+
+
+@attrs.define(eq=False, init=False)
+class Node(Canvas):
+    """A parent job and its children (any canvas), of any depth: the parent runs after
+    they finished and reads their results with ``job.children_results()``."""
+
+    parent: Signature
+    children: list[Canvas]
+    policy: Policy
+
+    def __init__(
+        self, parent: object, children: Sequence[object] = (), *, policy: str = "fail"
+    ) -> None:
+        body = _as_canvas(parent, "a flow's parent")
+        if not isinstance(body, Signature):
+            raise InvalidArgument("a flow's parent must be a task signature")
+        if isinstance(children, str | bytes) or not isinstance(children, Sequence):
+            raise InvalidArgument("a flow's children must be a list")
+        self.parent = body
+        self.children = [_as_canvas(c, f"child {i + 1}") for i, c in enumerate(children)]
+        self.policy = _policy(policy)
+
+    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
+        _enter(self, stack)
+        kids: list[FlowJob] = []
+        for child in self.children:
+            own = child.policy if isinstance(child, Node) else policy
+            kids += child._roots(own, stack)[0]
+        stack.discard(id(self))
+        return [self.parent.node(kids, self.policy)], False
+
+
+def chain(*steps: object, policy: str = "fail") -> Chain:
+    """``chain(a.s(1), b.s(), c.s())``: a, then b(a's result), then c(b's result)."""
+    return Chain(*steps, policy=policy)
+
+
+def group(*members: object, policy: str = "fail") -> Group:
+    """``group(a.s(1), a.s(2))``: in parallel; the result is the list of results."""
+    return Group(*members, policy=policy)
+
+
+def chord(header: object, callback: object, *, policy: str = "fail") -> Chord:
+    """``chord(group(...), cb.s())``: cb(list of the group's results) after all of them."""
+    return Chord(header, callback, policy=policy)
+
+
+def flow(parent: object, children: Sequence[object] = (), *, policy: str = "fail") -> Node:
+    """A parent and its children (signatures, chains, groups, chords, flows)."""
+    return Node(parent, children, policy=policy)
+
+
+def _first_signature(canvas: Canvas) -> Signature:
+    while not isinstance(canvas, Signature):
+        if isinstance(canvas, Chain):
+            canvas = canvas.steps[-1]
+        elif isinstance(canvas, Group):
+            canvas = canvas.members[0]
+        elif isinstance(canvas, Chord):
+            canvas = canvas.callback
+        elif isinstance(canvas, Node):
+            canvas = canvas.parent
+        else:
+            raise InvalidArgument(f"not a canvas: {canvas!r:.80}")
+    return canvas
+
+
+def _queue_of(canvas: Canvas) -> Queue:
+    return _first_signature(canvas).task.queue
+
+
+def _queues(canvas: Canvas) -> dict[str, Queue]:
+    """Every queue the canvas's signatures name, by name (a group's members may be on
+    several: each root's handle reads its own, docs/flows.md "Across queues")."""
+    found: dict[str, Queue] = {}
+    todo: list[Canvas] = [canvas]
+    while todo:
+        c = todo.pop()
+        if isinstance(c, Signature):
+            found.setdefault(c.task.queue.name, c.task.queue)
+        elif isinstance(c, Chain):
+            todo += c.steps
+        elif isinstance(c, Group):
+            todo += c.members
+        elif isinstance(c, Chord):
+            todo += [c.header, c.callback]
+        elif isinstance(c, Node):
+            todo += [c.parent, *c.children]
+    return found
+
+
+@attrs.define(eq=False)
+class FlowHandle:
+    """An added flow: ``ids`` its root job(s); ``result()`` the root's result (a group
+    with no callback: the list of its members' results, in order)."""
+
+    queue: Queue
+    ids: list[str]
+    group: bool = False
+    queues: list[Queue] | None = None  # each root's queue (None: all on ``queue``)
+    _cancelled: list[str | None] = attrs.field(factory=list, init=False)
+
+    @property
+    def id(self) -> str:
+        """The root job's id (a group's first member)."""
+        return self.ids[0]
+
+    async def result(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - as TaskHandle
+        """Wait for the flow's final result.
+
+        Raises:
+            JobFailed, JobCancelled, JobGone, trio.TooSlowError: as ``TaskHandle.result``.
+        """
+        handles = [q.handle(i) for q, i in zip(self._root_queues(), self.ids, strict=True)]
+        try:
+            if not self.group:
+                return await handles[0].result(timeout)
+            out: list[Any] = []
+            with trio.fail_after(float("inf") if timeout is None else timeout):
+                for h in handles:
+                    out.append(await h.result())
+            return out
+        except JobGone:
+            if self._cancelled:  # this handle cancelled it: a waiting root is removed
+                raise JobCancelled(self._cancelled[0], job_id=self.id) from None
+            raise
+
+    async def cancel(self, reason: str | None = None) -> int:
+        """Cancel the flow's open jobs (the root(s) and every open job below)."""
+        done = 0
+        self._cancelled.append(reason)
+        for q, root in zip(self._root_queues(), self.ids, strict=True):
+            done += await cancel_flow(q.connection, q.name, root, reason)
+        return done
+
+    def _root_queues(self) -> list[Queue]:
+        return self.queues if self.queues is not None else [self.queue] * len(self.ids)
