@@ -24,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .._model.completion import FinishedJob, FinishState
+from ..cli.common import positive_int
 from ..config import DEFAULT_URL
 from ..errors import EchoMQError, InvalidArgument, InvalidKey
 from .consumer import ArchiveConfig, serve_archive
@@ -45,16 +46,6 @@ def _limit(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if not 1 <= value <= MAX_LIMIT:
         raise argparse.ArgumentTypeError(f"must be in 1..{MAX_LIMIT}: {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0: {text!r}")
     return value
 
 
@@ -83,12 +74,12 @@ def add_commands(sub: Any, command: Command) -> None:
                    help="a queue whose completions to record (repeat for several)")  # fmt: skip
     p.add_argument("--to", dest="store", help=store_help)
     p.add_argument("--consumer", help="this archiver's name in the group (default: host name)")
-    p.add_argument("--batch", type=_count, help="entries per slice (default 500)")
+    p.add_argument("--batch", type=positive_int, help="entries per slice (default 500)")
     p.add_argument("--claim-idle", type=_seconds,
                    help="take over entries another consumer held this long (60s)")  # fmt: skip
     p.add_argument("--retention", type=_seconds,
                    help="the stream's retention, for the lag warning (default 24h)")  # fmt: skip
-    p.add_argument("--max-len", type=_count,
+    p.add_argument("--max-len", type=positive_int,
                    help="the stream's MAXLEN, for the lag warning (default: none)")  # fmt: skip
     p.set_defaults(entry=run_archive_command)
 
