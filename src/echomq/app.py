@@ -217,10 +217,15 @@ class Task:
     ) -> NewJob:
         """The job :meth:`apply` would enqueue: options checked, arguments encoded, no I/O."""
         chosen = build_options(EnqueueOptions, options, fields)
-        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+        kind = type(args)  # the common kinds first: an ABC isinstance is slow
+        if (
+            kind is not tuple
+            and kind is not list
+            and (isinstance(args, str | bytes) or not isinstance(args, Sequence))
+        ):
             raise InvalidArgument("args must be a sequence (a tuple or a list)")
         kwargs = {} if kwargs is None else kwargs
-        if not isinstance(kwargs, Mapping):
+        if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
             raise InvalidArgument("kwargs must be a mapping")
         payload = self.queue.codec.encode_call(self.name, args, kwargs)
         return chosen.new_job(payload, self.options, self.name, args=args, kwargs=kwargs)

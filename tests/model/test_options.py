@@ -138,3 +138,24 @@ def test_group_concurrency_is_a_positive_int(limit: object) -> None:
 def test_group_concurrency_at_enqueue_needs_a_group() -> None:
     with pytest.raises(InvalidArgument, match="needs a group"):
         EnqueueOptions(group_concurrency=2).new_job(b"p", TaskOptions())
+
+
+def test_repeated_builds_answer_the_same_fields_per_task_name_and_options() -> None:
+    """A bulk enqueue builds the fields of one (options, task, name) once: the same job
+    each time but for the payload; another name or other options are their own."""
+    shared = TaskOptions(priority=3, keep_result=60)
+    options = EnqueueOptions(max_attempts=2)
+    first = options.new_job(b"a", shared, "one")
+    again = options.new_job(b"b", shared, "one")
+    assert attrs.evolve(first, payload=b"b") == again
+    other = options.new_job(b"c", shared, "two")
+    assert other.task == "two" and other.priority == 3 and other.keep_result_ms == 60_000
+    assert EnqueueOptions().new_job(b"d", shared, "one").max_attempts == shared.max_attempts
+    # a group callable is called per job, a delay read per job
+    picked = TaskOptions(group=lambda who: who)
+    assert [EnqueueOptions().new_job(b"p", picked, "g", args=(w,)).group for w in "xy"] == [
+        "x",
+        "y",
+    ]
+    later = EnqueueOptions(at=time.time() + 60)
+    assert 0 < later.new_job(b"p", shared, "one").delay_ms <= 60_000

@@ -270,17 +270,22 @@ class EnqueueOptions:
         Raises:
             InvalidKey, InvalidArgument: a bad group, or ``group_concurrency`` without one.
         """
+        choice = self.group if self.group is not None else task.group
+        due_now = self.delay is None and self.at is None
+        cacheable = due_now and not callable(choice)
+        if cacheable:  # the same options for the same task: the same fields (bulk enqueues)
+            built = _BUILT.get((id(self), id(task), name))
+            if built is not None and built[0] is self and built[1] is task:
+                return NewJob(payload=payload, **built[2])
         keep_result = task.keep_result if self.keep_result is None else self.keep_result
         keep_dead = task.keep_dead if self.keep_dead is None else self.keep_dead
-        group = resolve_group(self.group if self.group is not None else task.group, args, kwargs)
+        group = resolve_group(choice, args, kwargs)
         concurrency = (
             self.group_concurrency if self.group_concurrency is not None else task.group_concurrency
         )
         if group is None and self.group_concurrency is not None:
             raise InvalidArgument("group_concurrency needs a group")
-        due_now = self.delay is None and self.at is None
-        return NewJob(
-            payload=payload,
+        fields: dict[str, Any] = dict(
             job_id=self.job_id,
             delay_ms=0 if due_now else to_ms("delay", self.delay_seconds()),
             priority=task.priority if self.priority is None else self.priority,
@@ -293,6 +298,11 @@ class EnqueueOptions:
             group=group,
             group_concurrency=concurrency if group is not None else None,
         )
+        if cacheable:
+            if len(_BUILT) >= _BUILT_MAX:
+                _BUILT.clear()
+            _BUILT[(id(self), id(task), name)] = (self, task, fields)
+        return NewJob(payload=payload, **fields)
 
 
 def _check_keeps(keep_result: object, keep_dead: object) -> None:
@@ -324,6 +334,12 @@ def build_options(
 
 
 _FIELDS: dict[type[Any], set[str]] = {}
+# EnqueueOptions.new_job's fields per (options, task options, task name), by identity:
+# both options are frozen, and the entry keeps them, so an id is not reused while it lives.
+# A bulk enqueue of one task with one set of options computes them once. Not for delays
+# (read from the clock) nor a group callable (called per job).
+_BUILT: dict[tuple[int, int, str | None], tuple[EnqueueOptions, TaskOptions, dict[str, Any]]] = {}
+_BUILT_MAX = 256
 _DEFAULTS: dict[type[Any], Any] = {}
 
 
