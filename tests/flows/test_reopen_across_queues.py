@@ -199,3 +199,36 @@ async def test_a_removed_child_after_a_reprocess_counts_once(redis_url: str, que
     async with running(qa):
         with trio.fail_after(LIMIT):
             assert await qa.handle("P").result() == [2]
+
+
+async def test_a_reopen_redelivered_after_the_reruns_outcome_changes_nothing(
+    redis_url: str, queue: str
+) -> None:
+    """The hazard the generation closes: a relay took the `reopen` and died; the re-run
+    child's `completed` is relayed first (applied as if its reopen had come), then the
+    `reopen` is claimed again: the parent does not wait again for a finished child."""
+    qa, ta, qb, tb = two_queues(queue, redis_url)
+    b = qb.name
+    async with qa.open(), qb.open():
+        conn = qa.connection
+        flow = echomq.flow(ta["collect"].s().set(job_id="P"), [tb["add"].s(1).set(job_id="C")])
+        await flows.add_flow(conn, flow.flow_jobs())
+        [c] = await jobs.claim(conn, b, 60_000)
+        await jobs.fail(conn, b, c.id, c.token, "boom", dead=True)
+        assert await flows.relay_outbox(conn, b, "alive", idle_ms=0) == 1
+        assert await row(conn, queue, "P", "state", "open", "failed") == ["pending", "0", "1"]
+        await jobs.reprocess_job(conn, b, "C")
+        outbox = Keyspace(b).outbox
+        taken = await conn.execute(
+            "XREADGROUP", "GROUP", flows.RELAY_GROUP, "dead", "STREAMS", outbox, ">"
+        )
+        assert [e[1][e[1].index(b"state") + 1] for e in taken[0][1]] == [b"reopen"]
+        [c] = await jobs.claim(conn, b, 60_000)
+        await jobs.complete(conn, b, c.id, c.token, b"7")
+        assert await flows.relay_outbox(conn, b, "alive", idle_ms=60_000) == 1  # completed
+        assert await row(conn, queue, "P", "state", "open", "failed") == ["pending", "0", "0"]
+        assert await flows.relay_outbox(conn, b, "alive", idle_ms=0) == 1  # the reopen, late
+        assert await row(conn, queue, "P", "state", "open", "failed") == ["pending", "0", "0"]
+    async with running(qa):
+        with trio.fail_after(LIMIT):
+            assert await qa.handle("P").result() == [7]
