@@ -181,12 +181,30 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
         "complete_many fi1", lambda: jobs.complete_many(rec, queue, [(fi1.id, fi1.token, b"1")])
     )
     await run("fi")
-    # a child's outcome relayed from another queue's outbox (the script alone, here)
-    await step("flow add fj", lambda: flows.add_flow(rec, [tree("fj", ["fj1"])]))
-    notice = flows.flow_notify_call(queue, "fj", "fj1", "completed", b"1")
-    await step("flow_notify fj1", lambda: evaluate(rec, notice))  # fj -> pending
-    await run("fj1")
+
+    # a child on another queue: its outcome, or its re-run (reopen, by generation),
+    # relayed from that queue's outbox (the script alone, here)
+    def remote_tree(parent: str, kid: str) -> flows.FlowJob:
+        ids.append(parent)
+        child = flows.FlowJob(job=NewJob(payload=b"x", job_id=kid), queue=queue + "-x")
+        return flows.FlowJob(
+            job=NewJob(payload=b"x", job_id=parent), queue=queue, children=(child,)
+        )
+
+    def notify(parent: str, kid: str, state: str, gen: int) -> Callable[[], Awaitable[Any]]:
+        return lambda: evaluate(rec, flows.flow_notify_call(queue, parent, kid, state, b"1", gen))
+
+    await step("flow add fj", lambda: flows.add_flow(rec, [remote_tree("fj", "fj1")]))
+    await step("flow_notify fj1", notify("fj", "fj1", "completed", 0))  # fj -> pending
     await run("fj")
+    await step("flow add fl", lambda: flows.add_flow(rec, [remote_tree("fl", "fl1")]))
+    await step("flow_notify fl1 dead", notify("fl", "fl1", "dead", 0))  # fl -> pending
+    await step("flow_notify fl1 reopen", notify("fl", "fl1", "reopen", 1))  # fl -> waiting
+    await step("flow_notify fl1 dead 1", notify("fl", "fl1", "dead", 1))  # fl -> pending
+    await run("fl", dead=True)
+    await step("flow_notify fl1 reopen 2", notify("fl", "fl1", "reopen", 2))  # dead -> waiting
+    await step("flow_notify fl1 done", notify("fl", "fl1", "completed", 2))  # fl -> pending
+    await run("fl")
     # a flow child fenced by fence_cancels (its grace ran out): its parent -> pending
     await step("flow add fk", lambda: flows.add_flow(rec, [tree("fk", ["fk1"])]))
     await run("fk1", lease_ms=60_001)  # held, not settled

@@ -33,6 +33,7 @@ from ._verbs.lifecycle import (
 from ._verbs.rows import (
     Explanation,
     LaneFacts,
+    OpenChild,
     RateWindow,
     add_log,
     explain,
@@ -53,6 +54,7 @@ __all__ = [
     "FailOutcome",
     "JobInfo",
     "LaneFacts",
+    "OpenChild",
     "NewJob",
     "RateWindow",
     "claim",

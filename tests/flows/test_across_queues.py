@@ -13,7 +13,6 @@ from echomq import flows, jobs
 from echomq._redis.keyspace import Keyspace
 from echomq._redis.replies import FlowNotice
 from echomq._redis.scripts import evaluate
-from echomq.errors import InvalidArgument
 
 from ._app import make_app, running, until
 
@@ -125,13 +124,41 @@ async def test_a_removed_child_on_another_queue_tells_its_parent(
 
 
 @pytest.mark.single_node("no I/O")
-def test_queues_above_and_below_one_another_are_refused(closed_port_url: str) -> None:
-    """A on top, B below it, A again below B: refused before any I/O (not yet)."""
+def test_queues_above_and_below_one_another_are_added_parents_first(
+    closed_port_url: str,
+) -> None:
+    """A on top, B below it, A again below B: the calls go by hops down the tree (A, then
+    B, then A again), each parent and its stubs before its children on other queues."""
     ta = make_app("qa", closed_port_url)[1]
     tb = make_app("qb", closed_port_url)[1]
-    canvas = echomq.flow(ta["collect"].s(), [echomq.flow(tb["collect"].s(), [ta["add"].s(1)])])
-    with pytest.raises(InvalidArgument, match="above and below"):
-        flows.add_flow_calls(canvas.flow_jobs())
+    canvas = echomq.flow(
+        ta["collect"].s().set(job_id="R"),
+        [echomq.flow(tb["collect"].s().set(job_id="M"), [ta["add"].s(1).set(job_id="L")])],
+    )
+    calls = flows.add_flow_calls(canvas.flow_jobs())
+    assert [call.keys[0] for call in calls] == [
+        Keyspace("qa").pending,
+        Keyspace("qb").pending,
+        Keyspace("qa").pending,
+    ]
+    ids = [[a for a in call.argv if a in ("R", "M", "L")][:1] for call in calls]
+    assert ids == [["R"], ["M"], ["L"]]
+
+
+async def test_queues_above_and_below_one_another_run(redis_url: str, queue: str) -> None:
+    """R on A waits for M on B, which waits for L on A: each queue's workers relay their
+    own outbox to the other; the root's result is its child's, its grandchild's."""
+    qa, ta = make_app(queue, redis_url)
+    qb, tb = make_app(queue + "-b", redis_url)
+    async with running(qa), running(qb):
+        canvas = echomq.flow(
+            ta["collect"].s(),
+            [echomq.flow(tb["collect"].s(), [ta["add"].s(1, 2), tb["add"].s(3)])],
+        )
+        handle = await canvas.apply()
+        with trio.fail_after(LIMIT):
+            assert await handle.result() == [[3, 3]]
+    assert ta["ran"] == {"add": 1, "collect": 1} and tb["ran"] == {"add": 1, "collect": 1}
 
 
 async def test_cancel_and_remove_of_a_flow_reach_its_children_on_other_queues(
@@ -193,3 +220,43 @@ async def test_a_group_whose_members_are_on_two_queues(redis_url: str, queue: st
         with trio.fail_after(LIMIT):
             assert await handle.result() == [1, 2, 3]
     assert ta["ran"] == {"add": 2} and tb["ran"] == {"add": 1}
+
+
+async def test_explain_reads_a_remote_childs_state_on_its_queue(redis_url: str, queue: str) -> None:
+    """explain of a parent names each open child on another queue with its state there
+    (one finished but not relayed yet: on its way through the outbox); explain of such a
+    child names its parent on the other queue."""
+    from echomq.cli.explain_text import facts, summary
+
+    qa, ta = make_app(queue, redis_url)
+    qb, tb = make_app(queue + "-b", redis_url)
+    b = qb.name
+    async with qa.open(), qb.open():
+        conn = qa.connection
+        canvas = echomq.flow(
+            ta["collect"].s().set(job_id="P"),
+            [
+                tb["add"].s(1).set(job_id="C1"),
+                tb["add"].s(2).set(job_id="C2"),
+                ta["add"].s(3).set(job_id="C3"),
+            ],
+        )
+        await flows.add_flow(conn, canvas.flow_jobs())
+        [c] = await jobs.claim(conn, b, 60_000)  # C1 first: completed, not relayed
+        await jobs.complete(conn, b, c.id, c.token, b"1")
+        [c2] = await jobs.claim(conn, b, 60_000)  # C2: running
+        parent = await jobs.explain(conn, queue, "P")
+        child = await jobs.explain(conn, b, "C2")
+    assert [(k.id, k.queue, k.remote, k.state) for k in parent.waiting_for] == [
+        ("C1", b, True, "completed"),
+        ("C2", b, True, "active"),
+        ("C3", queue, False, "pending"),
+    ]
+    text = summary(parent)
+    assert text.startswith("a flow parent waiting for 3 of 3 children: ")
+    assert f"C1 (on {b}: completed; its outcome is on its way through {b}'s outbox)" in text
+    assert f"C2 (on {b}: active), C3;" in text
+    assert ("flow children", "3 open of 3, 0 failed") in facts(parent)
+    assert (child.parent, child.parent_queue, c2.id) == ("P", queue, "C2")
+    named = dict(facts(child))["flow parent"]
+    assert named == f"P on queue {queue} (told through this queue's outbox)"

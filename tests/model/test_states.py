@@ -90,13 +90,16 @@ def test_states_are_stored_lowercase_and_partitioned() -> None:
 
 def test_terminal_states_are_left_only_by_removal_or_reprocess() -> None:
     """A completed or dead job is only deleted, or (dead) reprocessed back to pending (a
-    dead flow parent whose child is reprocessed: back to waiting, docs/flows.md)."""
+    dead flow parent whose child is reprocessed: back to waiting, docs/flows.md; on
+    another queue than the child, by the relayed `reopen`: flow_notify)."""
     for script, moves in TRANSITIONS.items():
         for source, targets in moves.items():
             if source in TERMINAL_STATES:
                 allowed: set[JobState | None] = {None}
                 if script == "reprocess_job":
                     allowed |= {JobState.PENDING, JobState.WAITING}
+                if script == "flow_notify" and source is JobState.DEAD:
+                    allowed |= {JobState.WAITING}
                 assert targets <= allowed, script
 
 

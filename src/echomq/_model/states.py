@@ -70,8 +70,13 @@ TRANSITIONS: dict[str, Moves] = {
         JobState.COMPLETED: frozenset({None}),
         **_PARENT,
     },
-    # a child's outcome relayed from its queue's outbox (docs/flows.md "Across queues")
-    "flow_notify": dict(_PARENT),
+    # a child's outcome relayed from its queue's outbox (docs/flows.md "Across queues");
+    # a `reopen` (the child reprocessed) re-opens the parent's wait, as reprocess_job does
+    "flow_notify": {
+        **_PARENT,
+        JobState.PENDING: frozenset({JobState.WAITING}),
+        JobState.DEAD: frozenset({JobState.WAITING}),
+    },
     "fail": {
         JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),

@@ -24,6 +24,7 @@ __all__ = [
     "check_id",
     "check_queue",
     "check_repeat_key",
+    "remote_queue",
     "PREFIX",
 ]
 
@@ -213,7 +214,9 @@ class Keyspace:
         return self.job(job_id) + ":results"
 
     def remote_children(self, job_id: str) -> str:
-        """A flow parent's children on other queues: child id -> its queue (a hash)."""
+        """A flow parent's children on other queues: child id -> its queue, and after a
+        ``#`` the child's generation the parent last heard of (a hash; :func:`remote_queue`
+        reads the queue)."""
         return self.job(job_id) + ":remote"
 
     def lock(self, job_id: str) -> str:
@@ -240,3 +243,11 @@ def keyspace(queue: object) -> Keyspace:
     if not isinstance(queue, str):
         raise InvalidKey(f"queue name must be a str, not {type(queue).__name__}")
     return _cached(queue)
+
+
+def remote_queue(value: bytes | str) -> str:
+    """The queue of a remote child, from its entry in its parent's ``:remote`` hash:
+    ``<queue>``, or ``<queue>#<generation>`` once the parent heard of a re-run
+    (docs/flows.md "Across queues"; queue names have no ``#``)."""
+    entry = value.decode() if isinstance(value, bytes) else value
+    return entry.partition("#")[0]

@@ -8,10 +8,12 @@ with its last child releases it, so it can never run on part of its children.
 Rule 2: every check that needs no server (ids, the tree's shape, sizes) runs before the
 first call; the script checks the rest before its first write.
 Rule 3: a child on another queue (docs/flows.md "Across queues") is written by its own
-queue's call, after its parent's queue's calls (which list and count it: a *stub*); its
-outcome reaches the parent through its queue's outbox, which :func:`relay_outbox` (the
-worker's sweeper) relays with ``flow_notify``, idempotent per child, acknowledging an
-entry only once the parent's script answered.
+queue's call, after its parent's call (which lists and counts it: a *stub*); the calls go
+by hops down the tree (queue changes from the root), so queues may be above and below one
+another. Its outcome, or its re-run (``reopen``), reaches the parent through its queue's
+outbox, which :func:`relay_outbox` (the worker) relays with ``flow_notify``, idempotent
+and order-safe per child and generation, acknowledging an entry only once the parent's
+script answered.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import attrs
 
 from .._model.flow import ChildOutcome, FlowJob
 from .._redis import validate as v
-from .._redis.keyspace import check_group, check_id, keyspace
+from .._redis.keyspace import check_group, check_id, keyspace, remote_queue
 from .._redis.replies import FlowNotice
 from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import (
@@ -119,31 +121,16 @@ def _node_argv(node: FlowJob, parent: FlowJob | None, kids: int, held: bool) -> 
     ]
 
 
-def _queue_order(nodes: Sequence[tuple[FlowJob, FlowJob | None]]) -> list[str]:
-    """The flow's queues, each after every queue holding a parent of its jobs (Rule 3).
-
-    Raises:
-        InvalidArgument: the queues' parent links form a cycle (a queue both above and
-            below another: not yet, docs/flows.md).
-    """
-    queues: list[str] = []
-    above: dict[str, set[str]] = {}
-    for node, parent in nodes:
-        if node.queue not in above:
-            queues.append(node.queue)
-            above[node.queue] = set()
-        if parent is not None and parent.queue != node.queue:
-            above[node.queue].add(parent.queue)
-    order: list[str] = []
-    while len(order) < len(queues):
-        ready = [q for q in queues if q not in order and above[q] <= set(order)]
-        if not ready:
-            raise InvalidArgument(
-                "a flow's queues must not be both above and below one another "
-                f"({sorted(set(queues) - set(order))!r}; docs/flows.md, 'Across queues')"
-            )
-        order.append(ready[0])
-    return order
+def _hops(nodes: Sequence[tuple[FlowJob, FlowJob | None]]) -> dict[str, int]:
+    """Each node's number of queue changes on its way down from its root (Rule 3): a child
+    on another queue than its parent is one more hop down."""
+    hops: dict[str, int] = {}
+    for node, parent in nodes:  # parents first
+        if parent is None:
+            hops[node.id] = 0
+        else:
+            hops[node.id] = hops[parent.id] + (node.queue != parent.queue)
+    return hops
 
 
 def _queue_calls(queue: str, placed_all: list[_Placed]) -> list[ScriptCall[int]]:
@@ -194,10 +181,10 @@ def _queue_calls(queue: str, placed_all: list[_Placed]) -> list[ScriptCall[int]]
 
 def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
     """The ``add_flow`` calls that write ``roots`` (pages of at most MAX_FLOW nodes per
-    queue, in order: a queue's calls after those of its jobs' parents' queues); no I/O.
+    queue and hop, in order: a child on another queue after its parent); no I/O.
 
     Raises:
-        InvalidArgument: no node, a node with a delay, queues above and below one another.
+        InvalidArgument: no node, a node with a delay.
         DuplicateJob: an id repeats in the tree.
         InvalidKey, PayloadTooLarge: a bad id or payload.
     """
@@ -213,14 +200,20 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
         if node.job.delay_ms:
             raise InvalidArgument("a job of a flow cannot be delayed (not yet)")
         seen.add(node.id)
-    per_queue: dict[str, list[_Placed]] = {}
+    # one group of calls per (hop, queue): a node with the same-queue part of the tree
+    # around it, a stub with its parent, a remote child one hop further down, so every
+    # parent (and its stubs) is written before its children on other queues, even when
+    # the queues are above and below one another (A over B over A)
+    hops = _hops(nodes)
+    groups: dict[tuple[int, str], list[_Placed]] = {}
     for node, parent in nodes:
-        per_queue.setdefault(node.queue, []).append(_Placed(node, parent, 0))
+        groups.setdefault((hops[node.id], node.queue), []).append(_Placed(node, parent, 0))
         if parent is not None and parent.queue != node.queue:
-            per_queue.setdefault(parent.queue, []).append(_Placed(node, parent, 0, stub=True))
+            where = (hops[parent.id], parent.queue)
+            groups.setdefault(where, []).append(_Placed(node, parent, 0, stub=True))
     calls: list[ScriptCall[int]] = []
-    for queue in _queue_order(nodes):
-        calls += _queue_calls(queue, per_queue[queue])
+    for hop, queue in sorted(groups, key=lambda g: g[0]):  # stable: queues as first met
+        calls += _queue_calls(queue, groups[(hop, queue)])
     return calls
 
 
@@ -328,7 +321,7 @@ async def remote_children(conn: Executor, queue: str, job_id: str) -> dict[str, 
         InvalidKey: before any I/O.
     """
     raw = await conn.execute("HGETALL", keyspace(queue).remote_children(job_id))
-    return {k.decode(): v.decode() for k, v in zip(raw[::2], raw[1::2], strict=True)}
+    return {k.decode(): remote_queue(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
 
 
 async def subtree(conn: Executor, queue: str, job_id: str) -> list[tuple[str, str]]:
@@ -401,22 +394,32 @@ async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
 
 log = logging.getLogger("echomq.flows")
 RELAY_GROUP = "relay"
-_STATES = frozenset({"completed", "dead", "cancelled", "removed"})
+# a child's outcomes, and `reopen`: it runs again (reprocessed), its parent waits for it
+_STATES = frozenset({"completed", "dead", "cancelled", "removed", "reopen"})
 
 
 def flow_notify_call(
-    parent_queue: str, parent: str, child: str, state: str, value: bytes | str = b""
+    parent_queue: str,
+    parent: str,
+    child: str,
+    state: str,
+    value: bytes | str = b"",
+    gen: int = 0,
 ) -> ScriptCall[FlowNotice]:
-    """Tell ``parent`` (on ``parent_queue``) that ``child`` finished as ``state``;
-    idempotent per child (``FlowNotice.ALREADY`` the second time).
+    """Tell ``parent`` (on ``parent_queue``) that ``child`` finished as ``state``, or runs
+    again (``reopen``), in its generation ``gen`` (how many times it was re-opened);
+    idempotent and order-safe per child and generation (``FlowNotice.ALREADY`` for a
+    repeat or an older generation).
 
     Raises:
-        InvalidKey: a bad queue or id. InvalidArgument: an unknown state. (Before any I/O.)
+        InvalidKey: a bad queue or id. InvalidArgument: an unknown state, a bad
+        generation. (Before any I/O.)
     """
     ks = keyspace(parent_queue)
     check_id(child)
     if state not in _STATES:
         raise InvalidArgument(f"state must be one of {sorted(_STATES)}, not {state!r}")
+    v.non_negative_int("gen", gen)
 
     def read(reply: Any) -> FlowNotice:
         try:
@@ -425,7 +428,7 @@ def flow_notify_call(
             raise ScriptError(f"flow_notify: unexpected reply {reply!r}") from None
 
     return script_call(
-        "flow_notify", [ks.job(parent)], [ks.base, parent, child, state, value], read
+        "flow_notify", [ks.job(parent)], [ks.base, parent, child, state, value, gen], read
     )
 
 
@@ -489,6 +492,7 @@ async def relay_outbox(
                     f["child"].decode(),
                     f["state"].decode(),
                     f.get("value", b""),
+                    int(f.get("gen", b"0")),
                 )
             except (KeyError, ValueError, EchoMQError) as exc:  # never relayable: dropped
                 log.warning("flows: outbox entry %r of %r is malformed (%s): dropped",

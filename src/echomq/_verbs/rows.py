@@ -18,7 +18,7 @@ from .._model.job import JobInfo
 from .._model.repeat import RepeatInfo
 from .._model.states import JobState
 from .._redis import validate as v
-from .._redis.keyspace import Keyspace
+from .._redis.keyspace import Keyspace, remote_queue
 from .._redis.replies import Code, check_status, text
 from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import InvalidArgument, RepeatFormatError, RepeatNotFound, ScriptError
@@ -27,6 +27,7 @@ from .workers import WorkerRecord
 __all__ = [
     "Explanation",
     "LaneFacts",
+    "OpenChild",
     "RateWindow",
     "explain",
     "add_log",
@@ -182,6 +183,24 @@ class LaneFacts:
 
 
 @attrs.frozen(kw_only=True)
+class OpenChild:
+    """A child a flow parent still waits for (docs/flows.md): its queue (the parent's,
+    or another: ``remote``) and its row's state there (None: no row, e.g. removed, or a
+    child on another queue not written yet). A remote child that finished but whose
+    outcome has not reached the parent yet (it is on its way through its queue's outbox)
+    is ``finished`` while the parent still counts it open."""
+
+    id: str
+    queue: str
+    remote: bool
+    state: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (JobState.COMPLETED, JobState.DEAD)
+
+
+@attrs.frozen(kw_only=True)
 class Explanation:
     """Why a job is (not) running: every fact that decides it, read atomically.
 
@@ -210,13 +229,17 @@ class Explanation:
     holder: WorkerRecord | None = None
     lane: LaneFacts | None = None
     queue_rate: RateWindow | None = None
-    # a flow (docs/flows.md): the parent's id; a parent's children counts and (at most
-    # 10 of) the ids it still waits for
+    # a flow (docs/flows.md): the parent's id and its queue when that is another one; a
+    # parent's children counts and (at most 10 of) the ids it still waits for, each with
+    # its queue and state (a child on another queue read there)
     parent: str | None = None
+    parent_queue: str | None = None
     children: int = 0
     open_children: int = 0
+    failed_children: int = 0
     held: bool = False
     open_ids: tuple[str, ...] = ()
+    waiting_for: tuple[OpenChild, ...] = ()
 
     @property
     def state(self) -> JobState:
@@ -266,12 +289,13 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
         ks.waiting,
         ks.children(job_id),
         ks.child_results(job_id),
+        ks.remote_children(job_id),
     ]
 
     def read(reply: Any) -> Explanation:
         if reply == Code.GONE:
             check_status(reply, f"explain {job_id}")
-        if not isinstance(reply, list) or len(reply) != 17 or not isinstance(reply[0], list):
+        if not isinstance(reply, list) or len(reply) != 18 or not isinstance(reply[0], list):
             raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
         flat = reply[0]
         row = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -306,10 +330,21 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
             lane=lane,
             queue_rate=_window(reply[14]),
             parent=text(row[b"parent"]) if b"parent" in row else None,
+            parent_queue=text(row[b"parent_queue"]) if b"parent_queue" in row else None,
             children=int(row.get(b"kids", 0)),
             open_children=int(row.get(b"open", 0)) - (1 if b"held" in row else 0),
+            failed_children=int(row.get(b"failed", 0)),
             held=b"held" in row,
             open_ids=tuple(text(i) for i in reply[16]),
+            waiting_for=tuple(
+                OpenChild(
+                    id=text(child),
+                    queue=queue if where is None else remote_queue(where),
+                    remote=where is not None,
+                    state=None if state is None else text(state),
+                )
+                for child, (where, state) in zip(reply[16], reply[17], strict=True)
+            ),
         )
 
     return script_call("explain", keys, [job_id, ks.base], read)
@@ -352,6 +387,18 @@ def _lane(group: str | None, reply: Any, now: int) -> LaneFacts | None:
         limited_until_ms=limited,
         rate=rate,
     )
+
+
+async def _remote_states(conn: Executor, kids: tuple[OpenChild, ...]) -> tuple[OpenChild, ...]:
+    """The open children on other queues read there (another slot: outside the script;
+    explain is a view, each read is of its moment)."""
+    out = []
+    for child in kids:
+        if child.remote:
+            state = await conn.execute("HGET", Keyspace(child.queue).job(child.id), "state")
+            child = attrs.evolve(child, state=None if state is None else text(state))
+        out.append(child)
+    return tuple(out)
 
 
 # -- verbs ------------------------------------------------------------------------------------
@@ -442,6 +489,8 @@ async def explain(conn: Executor, queue: str, job_id: str) -> Explanation:
         InvalidKey: before any I/O. JobGone: no row.
     """
     e = await evaluate(conn, explain_call(queue, job_id))
+    if any(c.remote for c in e.waiting_for):
+        e = attrs.evolve(e, waiting_for=await _remote_states(conn, e.waiting_for))
     if e.job.repeat is None:
         return e
     from .repeat import get

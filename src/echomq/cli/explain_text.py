@@ -17,13 +17,15 @@ import datetime as dt
 
 from .._model.cancel import cancelled_reason
 from .._model.states import JobState
-from .._verbs.rows import Explanation, LaneFacts, RateWindow
+from .._verbs.rows import Explanation, LaneFacts, OpenChild, RateWindow
 from .._verbs.workers import WorkerRecord
 
 __all__ = [
     "facts",
     "holder",
     "lane_text",
+    "open_child_text",
+    "parent_text",
     "rate_text",
     "repeat_facts",
     "span",
@@ -117,12 +119,36 @@ def _pending_grouped(e: Explanation, lane: LaneFacts, gate: str) -> str:
     return f"ready at {where}: the group's turns in the round robin claim it in that order"
 
 
+def open_child_text(child: OpenChild) -> str:
+    """A child a flow parent waits for; one on another queue with its state read there."""
+    if not child.remote:
+        return child.id
+    if child.state is None:
+        return f"{child.id} (on {child.queue}: no row there)"
+    if child.finished:
+        return (
+            f"{child.id} (on {child.queue}: {child.state}; its outcome is on its way "
+            f"through {child.queue}'s outbox)"
+        )
+    return f"{child.id} (on {child.queue}: {child.state})"
+
+
+def parent_text(e: Explanation) -> str | None:
+    """A flow child's parent: its id, and its queue when that is another one."""
+    if e.parent is None:
+        return None
+    if e.parent_queue is None:
+        return e.parent
+    return f"{e.parent} on queue {e.parent_queue} (told through this queue's outbox)"
+
+
 def summary(e: Explanation) -> str:
     """One line for people: what the job is doing and what would change that."""
     job, state = e.job, e.job.state
     gate = " - the queue is paused: nothing is claimed until resume" if e.paused else ""
     if state is JobState.WAITING:
-        ids = ", ".join(e.open_ids) + (", ..." if e.open_children > len(e.open_ids) else "")
+        named = [open_child_text(c) for c in e.waiting_for] or list(e.open_ids)
+        ids = ", ".join(named) + (", ..." if e.open_children > len(named) else "")
         pages = " (held: pages of the flow are still being added)" if e.held else ""
         return (
             f"a flow parent waiting for {e.open_children} of {e.children} children"
@@ -214,6 +240,13 @@ def facts(e: Explanation) -> list[tuple[str, str]]:
     out.append(("queue", "paused" if e.paused else "running"))
     if e.position is not None:
         out.append(("position", f"{e.position + 1} of {e.pending_count}"))
+    parent = parent_text(e)
+    if parent is not None:
+        out.append(("flow parent", parent))
+    if e.children:
+        out.append(
+            ("flow children", f"{e.open_children} open of {e.children}, {e.failed_children} failed")
+        )
     if e.lane is not None:
         lane = e.lane
         out.append(("group", lane.group))

@@ -2,7 +2,8 @@
   Everything that says why a job is (not) running, in one atomic read; a read only.
   KEYS  1 row  2 pending  3 schedule  4 active  5 dead  6 completed  7 meta  8 lock
         9 workers (ZSET: worker ids by last beat)  10 waiting  11 children (a flow
-        parent's ids)  12 results (its finished children)
+        parent's ids)  12 results (its finished children)  13 remote (its children on
+        other queues: child id -> <queue>[#<generation>])
   ARGV  1 id   2 queue base (emq:{q}:)
   Returns  -1 no row | {row (flat HGETALL), pending rank | nil, pending count,
            schedule score | nil, active score | nil, dead score | nil, completed score | nil,
@@ -13,12 +14,17 @@
            limit | nil, in the ring (0|1), rate window reopens at ms | nil, rate max | nil,
            rate ms | nil, started in the window},
            the queue's rate window (nil when none): {max, ms, started, ms until it reopens},
-           waiting score | nil, {open children ids: at most 10, of the first 1000}}
+           waiting score | nil, {open children ids: at most 10, of the first 1000},
+           {for each of those: {its `:remote` entry | nil (on this queue), its row's
+           state | nil (on another queue, or no row)}}}
   Events   (none)
   Moves    (none)
   Bound    O(log N): one ZRANK, seven ZSCOREs, the row and the holder's record (a fixed set
            of fields each), for a grouped job a fixed number of reads of its lane's keys
-           (docs/lanes.md); a flow parent: its first 1000 children and their outcomes
+           (docs/lanes.md); a flow parent: its first 1000 children and their outcomes,
+           and the state or queue of at most 10 open ones
+  A child on another queue is in another slot: the verb reads its state there
+  (docs/flows.md "Across queues").
   The holder is the row's `worker` field (written by claim); its record is
   emq:{q}:worker:<id>, in the queue's slot.
 ]]
@@ -63,13 +69,17 @@ if defaults[4] then
   local ttl = redis.call('PTTL', base .. 'rate')
   window = {defaults[4], defaults[5], tonumber(redis.call('GET', base .. 'rate') or '0'), ttl}
 end
-local open_ids = {}
+local open_ids, open_where = {}, {}
 local kids = redis.call('LRANGE', KEYS[11], 0, 999)
 if #kids > 0 then
   local done = redis.call('HMGET', KEYS[12], unpack(kids))
   for i, child in ipairs(kids) do
     if not done[i] and #open_ids < 10 then open_ids[#open_ids + 1] = child end
   end
+end
+for i, child in ipairs(open_ids) do
+  local where = redis.call('HGET', KEYS[13], child)
+  open_where[i] = {where, not where and redis.call('HGET', base .. 'job:' .. child, 'state')}
 end
 return {
   row,
@@ -89,4 +99,5 @@ return {
   window,
   redis.call('ZSCORE', KEYS[10], id),
   open_ids,
+  open_where,
 }

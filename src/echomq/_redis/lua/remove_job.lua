@@ -38,7 +38,7 @@ if redis.call('EXISTS', row) == 0 then return -1 end
 if redis.call('EXISTS', lock) == 1 or redis.call('HEXISTS', row, 'lock') == 1 then
   return redis.error_reply('EMQLOCKED job is locked: ' .. id)
 end
-local f = redis.call('HMGET', row, 'state', 'open', 'parent', 'parent_queue')
+local f = redis.call('HMGET', row, 'state', 'open', 'parent', 'parent_queue', 'gen')
 if f[1] == 'waiting' and tonumber(f[2] or '0') > 0 and not force then
   return redis.error_reply('EMQSTATE has open children: ' .. id .. ' (remove the flow with force)')
 end
@@ -46,7 +46,7 @@ local parent = nil  -- a live child's parent: told that this child is gone
 local live = f[1] ~= 'completed' and f[1] ~= 'dead'
 if f[3] and live and f[4] then  -- its parent on another queue: told through the outbox
   redis.call('EXISTS', base .. 'outbox')
-  parent = {base = base, queue = f[4], id = f[3]}
+  parent = {base = base, queue = f[4], id = f[3], gen = f[5]}
 elseif f[3] and live then
   parent = {base = base, record = flow_read(base, {}, f[3])}
 end

@@ -31,8 +31,9 @@
 -- failed. A queue without flows pays absent fields of the HMGET below. A child whose
 -- parent is on another queue (`parent_queue`) cannot write it (another slot): it writes
 -- one entry on its own queue's outbox stream (emq:{q}:outbox: parent_queue, parent,
--- child, state, value) that the workers relay (flow_notify.lua on the parent's queue,
--- idempotent per child; docs/flows.md "Across queues").
+-- child, state, value, gen: the child's generation) that the workers relay (flow_notify.lua
+-- on the parent's queue, idempotent per child and generation; docs/flows.md "Across
+-- queues").
 local FINISH_TRIM = 100
 local DAY_MS = 86400000
 local FINISH_DEFAULTS = {
@@ -81,11 +82,13 @@ local function flow_ready(base, p)
   p.state = 'pending'
 end
 local FLOW_MARK = {completed = 'c', dead = 'd', cancelled = 'x', removed = 'r'}
-local function flow_outbox(base, parent_queue, parent, child, state, value)
+local function flow_outbox(base, parent_queue, parent, child, state, value, gen)
   -- a parent on another queue: the entry the workers relay (read: EXISTS outbox first),
-  -- and a nudge on the workers' channel so one relays it now, not at its next sweep
+  -- and a nudge on the workers' channel so one relays it now, not at its next sweep.
+  -- gen: the child's generation (its row's `gen`: how many times it was re-opened; absent
+  -- = 0), by which flow_notify orders and deduplicates a child's entries
   redis.call('XADD', base .. 'outbox', '*', 'parent_queue', parent_queue, 'parent', parent,
-    'child', child, 'state', state, 'value', value or '')
+    'child', child, 'state', state, 'value', value or '', 'gen', gen or '0')
   redis.call('PUBLISH', base .. 'control', '{"event":"outbox","job":"' .. child .. '"}')
 end
 local function flow_notify(base, p, child, state, value)
@@ -124,6 +127,7 @@ local function finish_read(base, kept, now, jobs)
     if f[8] then redis.call('EXISTS', row .. ':children', row .. ':results', row .. ':remote') end
     if f[9] then  -- a flow child of a parent on another queue: the outbox
       redis.call('EXISTS', base .. 'outbox')
+      fin.jobs[i].gen = redis.call('HGET', row, 'gen')
     elseif f[7] then  -- a flow child (the only cost to a queue without flows: absent fields)
       fin.jobs[i].p = flow_read(base, fin.parents, f[7])
     end
@@ -200,12 +204,12 @@ end
 local function finished(fin, i, detail)
   if fin == nil then  -- remove_job (i: the dedup key its job held, or nil): not an outcome;
     -- detail.parent: a live flow child's parent ({base, record = flow_read(...)}, or
-    -- {base, queue, id} on another queue), detail.id the child
+    -- {base, queue, id, gen} on another queue), detail.id the child
     if i then redis.call('DEL', i) end
     if type(detail) == 'table' and detail.parent then
       local pr = detail.parent
       if pr.queue then  -- a parent on another queue
-        flow_outbox(pr.base, pr.queue, pr.id, detail.id, 'removed', '')
+        flow_outbox(pr.base, pr.queue, pr.id, detail.id, 'removed', '', pr.gen)
       else
         flow_notify(pr.base, pr.record, detail.id, 'removed', '')
       end
@@ -233,7 +237,7 @@ local function finished(fin, i, detail)
   entry[#entry + 1] = now
   local stream = base .. 'completions'
   if job.parent_queue then
-    flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, detail[what])
+    flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, detail[what], job.gen)
   elseif job.parent then
     flow_notify(base, job.p, job.id, job.state, detail[what])
   end
