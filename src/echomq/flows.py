@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._model.flow import ChildFailure, ChildOutcome, Feed, FlowJob, Policy
 from ._verbs.flows import (
+    MAX_RELAY_TRIES,
     RELAY_GROUP,
     FlowChildren,
     add_flow,
@@ -29,6 +30,7 @@ __all__ = [
     "ChildOutcome",
     "Feed",
     "FlowChildren",
+    "MAX_RELAY_TRIES",
     "RELAY_GROUP",
     "FlowJob",
     "Policy",

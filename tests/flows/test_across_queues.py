@@ -260,3 +260,37 @@ async def test_explain_reads_a_remote_childs_state_on_its_queue(redis_url: str, 
     assert (child.parent, child.parent_queue, c2.id) == ("P", queue, "C2")
     named = dict(facts(child))["flow parent"]
     assert named == f"P on queue {queue} (told through this queue's outbox)"
+
+
+async def test_an_entry_the_parents_queue_refuses_is_set_aside_not_blocking(
+    redis_url: str, queue: str
+) -> None:
+    """An outbox entry whose flow_notify keeps failing (here its parent's key holds a
+    string: WRONGTYPE) does not hold up the entries after it; it is tried again, and after
+    MAX_RELAY_TRIES deliveries it is copied with the refusal to outbox:dead and removed."""
+    qa, ta = make_app(queue, redis_url)
+    qb, tb = make_app(queue + "-b", redis_url)
+    b = qb.name
+    async with qa.open(), qb.open():
+        conn = qa.connection
+        await conn.execute("SET", Keyspace(queue).job("X"), "not a hash")
+        outbox = Keyspace(b).outbox
+        await conn.execute(
+            "XADD", outbox, "*", "parent_queue", queue, "parent", "X", "child", "Y",
+            "state", "completed", "value", "1", "gen", "0",
+        )  # fmt: skip
+        flow = echomq.flow(ta["collect"].s().set(job_id="P"), [tb["add"].s(1).set(job_id="C")])
+        await flows.add_flow(conn, flow.flow_jobs())
+        [c] = await jobs.claim(conn, b, 60_000)
+        await jobs.complete(conn, b, c.id, c.token, b"1")
+        assert await flows.relay_outbox(conn, b, "r", idle_ms=0) == 1  # C's, after the bad one
+        assert await row(conn, queue, "P", "state") == ["pending"]
+        for _ in range(flows.MAX_RELAY_TRIES - 2):  # handed back each time, still refused
+            assert await flows.relay_outbox(conn, b, "r", idle_ms=0) == 0
+            assert await conn.execute("XLEN", outbox) == 1
+        assert await flows.relay_outbox(conn, b, "r", idle_ms=0) == 0  # the last try
+        assert await _drained(conn, outbox)
+        [(_, raw)] = await conn.execute("XRANGE", Keyspace(b).outbox_dead, "-", "+")
+        aside = dict(zip(raw[::2], raw[1::2], strict=True))
+        assert aside[b"child"] == b"Y" and aside[b"tries"] == str(flows.MAX_RELAY_TRIES).encode()
+        assert b"WRONGTYPE" in aside[b"error"]

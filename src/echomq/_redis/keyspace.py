@@ -79,6 +79,12 @@ class Keyspace:
         return self.base + "outbox"
 
     @property
+    def outbox_dead(self) -> str:
+        """Outbox entries the parent's queue refused ``MAX_RELAY_TRIES`` times, set aside
+        with the refusal so the relay goes on (stream; docs/flows.md "Across queues")."""
+        return self.base + "outbox:dead"
+
+    @property
     def meta(self) -> str:
         return self.base + "meta"
 

@@ -26,10 +26,11 @@ import attrs
 
 from .._model.flow import ChildOutcome, FlowJob
 from .._redis import validate as v
-from .._redis.keyspace import check_group, check_id, keyspace, remote_queue
+from .._redis.keyspace import Keyspace, check_group, check_id, keyspace, remote_queue
 from .._redis.replies import FlowNotice
 from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
 from ..errors import (
+    TRANSIENT,
     DuplicateJob,
     EchoMQError,
     InvalidArgument,
@@ -44,6 +45,7 @@ from .rows import remove_job
 
 __all__ = [
     "FlowChildren",
+    "MAX_RELAY_TRIES",
     "RELAY_GROUP",
     "add_flow",
     "add_flow_calls",
@@ -394,6 +396,7 @@ async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
 
 log = logging.getLogger("echomq.flows")
 RELAY_GROUP = "relay"
+MAX_RELAY_TRIES = 5  # deliveries of an entry the parent's queue refuses, then set aside
 # a child's outcomes, and `reopen`: it runs again (reprocessed), its parent waits for it
 _STATES = frozenset({"completed", "dead", "cancelled", "removed", "reopen"})
 
@@ -454,19 +457,46 @@ async def _ensure_group(conn: Executor, outbox: str) -> bool:
     return True
 
 
+async def _set_aside(
+    conn: Executor, ks: Keyspace, entry_id: Any, raw: Sequence[Any], exc: Exception
+) -> bool:
+    """An entry the parent's queue refused (a script error, a key of the wrong type):
+    True once it was delivered ``MAX_RELAY_TRIES`` times and is now copied, with the
+    refusal, to the ``outbox:dead`` stream (the caller deletes and acknowledges it);
+    False while it has tries left (it stays pending: XAUTOCLAIM hands it back later).
+    Either way the entries after it are relayed: one bad entry never stops the outbox."""
+    outbox, dead = ks.outbox, ks.outbox_dead
+    pending = await conn.execute("XPENDING", outbox, RELAY_GROUP, entry_id, entry_id, 1)
+    tries = int(pending[0][3]) if pending else MAX_RELAY_TRIES
+    why = str(exc)[:1024]
+    eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    if tries < MAX_RELAY_TRIES:
+        log.warning("flows: outbox entry %s of %s refused (try %d of %d): %s",
+                    eid, outbox, tries, MAX_RELAY_TRIES, why)  # fmt: skip
+        return False
+    await conn.execute("XADD", dead, "*", *raw, "entry", eid, "error", why, "tries", tries)
+    log.error("flows: outbox entry %s of %s refused %d times: set aside in %s (%s); its "
+              "parent does not hear of this child", eid, outbox, tries, dead, why)  # fmt: skip
+    return True
+
+
 async def relay_outbox(
     conn: Executor, queue: str, consumer: str, *, idle_ms: int = 30_000, count: int = 100
 ) -> int:
     """Relay ``queue``'s outbox to the parents on other queues: entries a consumer took
     and did not acknowledge for ``idle_ms`` (its relay died) first, then new ones; each
     acknowledged and deleted only after ``flow_notify`` answered (a repeat is a no-op).
-    Answers the entries relayed (at most ``count`` of each kind per call).
+    An entry ``flow_notify`` refuses stays pending and is tried again; after
+    ``MAX_RELAY_TRIES`` deliveries it is set aside in ``outbox:dead`` (logged), so one bad
+    entry never holds up the others. Answers the entries relayed (at most ``count`` of
+    each kind per call).
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O. ConnectionLost: the entries not yet
         acknowledged are relayed again later (by this worker or another).
     """
-    outbox = keyspace(queue).outbox
+    ks = keyspace(queue)
+    outbox = ks.outbox
     v.int_in("count", count, 1, 1000)
     v.non_negative_int("idle_ms", idle_ms)
     if not await _ensure_group(conn, outbox):
@@ -498,8 +528,15 @@ async def relay_outbox(
                 log.warning("flows: outbox entry %r of %r is malformed (%s): dropped",
                             entry_id, queue, exc)  # fmt: skip
         if call is not None:
-            await evaluate(conn, call)
-            done += 1
+            try:
+                await evaluate(conn, call)
+            except TRANSIENT:
+                raise  # nothing acknowledged: relayed again later
+            except Exception as exc:  # refused: tried again, then set aside (not blocking)
+                if not await _set_aside(conn, ks, entry_id, raw, exc):
+                    continue
+            else:
+                done += 1
         # deleted first, then acknowledged: a relay dying in between leaves a pending id
         # whose entry is gone, which XAUTOCLAIM hands back as None (acknowledged above)
         await conn.execute("XDEL", outbox, entry_id)
