@@ -1,7 +1,8 @@
 """The claim loop: batch claims sized to the free slots; idle waits on the wake list.
 
 Rule 1: at most ``concurrency`` jobs are held at once. The loop claims as many jobs as
-there are free slots in one script call, and starts each in the jobs nursery.
+there are free slots in one script call, and hands each to a slot task (``slots.py``: a
+long-lived task of the jobs nursery, not a task per job).
 Rule 2: when a claim answers fewer jobs than asked, the queue is (for now) empty or
 paused: the next claim waits behind a BLPOP on the wake list (``wait_then_claim``: both
 go out in one write, on a connection of its own), so it runs on the server the moment a
@@ -32,6 +33,7 @@ from ..errors import TRANSIENT, ConnectionLost
 from ..jobs import ClaimBatch
 from .cancellation import InFlight
 from .execution import JobRunner
+from .slots import Slots
 
 __all__ = ["Consumer"]
 
@@ -55,6 +57,7 @@ class Consumer:
     id: str = attrs.field(factory=lambda: uuid.uuid4().hex[:16])
     worker: str | None = None  # written on each claimed row (the holder: explain)
     _free: int = attrs.field(init=False)
+    slots: Slots = attrs.field(init=False)
     _freed: trio.Event = attrs.field(factory=trio.Event, init=False)
     claims: int = 0
     idle_waits: int = 0
@@ -64,6 +67,7 @@ class Consumer:
 
     def __attrs_post_init__(self) -> None:
         self._free = self.concurrency
+        self.slots = Slots(self.jobs_nursery, self.runner.run)
 
     def slot_freed(self) -> None:
         """A job finished (settled or handed back): one more slot is free."""
@@ -110,7 +114,7 @@ class Consumer:
             self._free -= 1
             held = self.inflight.add(job.id, job.token, self.claim_lease_ms)
             self.runner.counters.claimed += 1
-            self.jobs_nursery.start_soon(self.runner.run, job, held, name=f"job {job.id}")
+            self.slots.start(job, held)
 
     @staticmethod
     def _idle_time(batch: ClaimBatch) -> float:
