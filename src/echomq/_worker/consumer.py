@@ -1,7 +1,12 @@
 """The claim loop: batch claims sized to the free slots; idle waits on the wake list.
 
 Rule 1: at most ``concurrency`` jobs are held at once. The loop claims as many jobs as
-there are free slots in one script call, and starts each in the jobs nursery.
+there are free slots in one script call, and hands each to a slot task (``slots.py``: a
+long-lived task of the jobs nursery, not a task per job).
+Rule 1b: one claim asks for at most half the slots (rounded up; ``cohort``), so that
+one half runs while the other half's completions and the next claim are on the server:
+the worker and Redis work side by side instead of taking turns (one claim for every slot
+made the worker wait for Redis twice per batch, and Redis for the worker).
 Rule 2: when a claim answers fewer jobs than asked, the queue is (for now) empty or
 paused: the next claim waits behind a BLPOP on the wake list (``wait_then_claim``: both
 go out in one write, on a connection of its own), so it runs on the server the moment a
@@ -32,6 +37,7 @@ from ..errors import TRANSIENT, ConnectionLost
 from ..jobs import ClaimBatch
 from .cancellation import InFlight
 from .execution import JobRunner
+from .slots import Slots
 
 __all__ = ["Consumer"]
 
@@ -55,6 +61,8 @@ class Consumer:
     id: str = attrs.field(factory=lambda: uuid.uuid4().hex[:16])
     worker: str | None = None  # written on each claimed row (the holder: explain)
     _free: int = attrs.field(init=False)
+    _cohort: int = attrs.field(init=False)  # rule 1b: the most one claim asks for
+    slots: Slots = attrs.field(init=False)
     _freed: trio.Event = attrs.field(factory=trio.Event, init=False)
     claims: int = 0
     idle_waits: int = 0
@@ -64,6 +72,8 @@ class Consumer:
 
     def __attrs_post_init__(self) -> None:
         self._free = self.concurrency
+        self._cohort = min(v.MAX_COUNT, max(1, (self.concurrency + 1) // 2))
+        self.slots = Slots(self.jobs_nursery, self.runner.run)
 
     def slot_freed(self) -> None:
         """A job finished (settled or handed back): one more slot is free."""
@@ -81,7 +91,7 @@ class Consumer:
                     await self._freed.wait()  # a finished job, or stop()
                 if self._stopping:
                     break
-                want = min(self._free, v.MAX_COUNT)
+                want = min(self._free, self._cohort)
                 try:
                     if idle_for is None:
                         batch = await self._claim(want)
@@ -110,7 +120,7 @@ class Consumer:
             self._free -= 1
             held = self.inflight.add(job.id, job.token, self.claim_lease_ms)
             self.runner.counters.claimed += 1
-            self.jobs_nursery.start_soon(self.runner.run, job, held, name=f"job {job.id}")
+            self.slots.start(job, held)
 
     @staticmethod
     def _idle_time(batch: ClaimBatch) -> float:

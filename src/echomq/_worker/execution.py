@@ -46,6 +46,7 @@ from .. import _tracing, jobs
 from .._jitter import Backoff
 from .._model.backoff import NoDelay, backoff_ms, default_backoff, delay_ms
 from .._model.cancel import cancelled_result
+from .._model.codec import Call
 from .._model.flow import Feed, Policy, split_payload, value_or_failure
 from .._model.job import Claimed
 from .._model.text import clip, error_text, safe_str
@@ -158,6 +159,8 @@ class JobRunner:
     tally: Tally = attrs.field(factory=Tally)  # per task: outcomes, run times (tally.py)
 
     completions: Completions = attrs.field(init=False)
+    # task name -> (the task, its lease ms, whether it takes the fast path): read once
+    _known: dict[str, tuple[TaskSpec, int, bool]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         self.completions = Completions(
@@ -188,6 +191,10 @@ class JobRunner:
                 )
             elif settlement is not None and held.stop is not Stop.LOST:
                 held.settling = True
+                if isinstance(settlement, bytes):  # completed: its encoded result (fast path)
+                    settled = None
+                    await self.completions.add(held, settlement, False)
+                    return
                 if settlement.complete and settlement.traceback is None:
                     # batched with the completions of this tick; the batch finishes it
                     settled = None
@@ -226,7 +233,7 @@ class JobRunner:
         settlement = Settlement(complete=True, result=result, cancelled=cancelled)
         return await self._settle(held, settlement)
 
-    async def _execute_traced(self, claimed: Claimed, held: Held) -> Settlement | None:
+    async def _execute_traced(self, claimed: Claimed, held: Held) -> Settlement | bytes | None:
         """:meth:`_execute` inside the run's span, a child of the enqueue's; its outcome is
         the one the run asked for (a batched completion is recorded after the span ends)."""
         with _tracing.processing(
@@ -238,13 +245,17 @@ class JobRunner:
                 span.outcome(task, "cancelled")
             elif s is None:
                 span.outcome(task, "lost" if held.stop is Stop.LOST else "handed back")
+            elif isinstance(s, bytes):
+                span.outcome(task, "completed")
             elif s.complete:
                 span.outcome(task, "cancelled" if s.cancelled else "completed")
             else:
                 span.outcome(task, "dead" if s.dead else "retried", s.error)
             return s
 
-    async def _execute(self, claimed: Claimed, held: Held) -> Settlement | None:
+    async def _execute(self, claimed: Claimed, held: Held) -> Settlement | bytes | None:
+        """Run the job; answer how it ends: a :class:`Settlement`, or the encoded result of
+        a completion (bytes), or None (not settled here: lost, fenced, handed back)."""
         queue = self.queue
         is_parent, payload = split_payload(claimed.payload)
         try:
@@ -259,8 +270,15 @@ class JobRunner:
             return Settlement(
                 complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay
             )
-        held.lease_ms = task.options.lease_ms
+        known = self._known.get(call.task)
+        if known is None or known[0] is not task:  # a task's first job: what it needs
+            opts = task.options
+            plain = task.is_async and opts.timeout is None and opts.soft_timeout is None
+            known = self._known[call.task] = (task, opts.lease_ms, plain)
+        held.lease_ms = known[1]
         held.task = task.name
+        if known[2] and not is_parent:
+            return await self._execute_plain(task, claimed, held, call)
         args = call.args
         results: list[Any] | None = None
         if is_parent:  # a flow parent: its children's outcomes, its policy (docs/flows.md)
@@ -329,6 +347,50 @@ class JobRunner:
                 return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)
             return None
         return settlement
+
+    async def _execute_plain(
+        self, task: TaskSpec, claimed: Claimed, held: Held, call: Call
+    ) -> Settlement | bytes | None:
+        """:meth:`_execute` for the common case: an async task with no time limits, not a
+        flow parent. The same steps (rule 1: its own scope; rule 3), fewer objects."""
+        job = Job(
+            id=claimed.id,
+            task=task.name,
+            queue=self.queue.name,
+            attempt=claimed.failures + 1,
+            token=claimed.token,
+            cancel_token=held.cancel_token,
+            conn=self.conn,
+            lease_ms=held.lease_ms,
+            lose=held.lose,
+        )
+        args = (job, *call.args) if task.wants_job else call.args
+        ended: Settlement | bytes | None = None
+        started = perf_counter()
+        bound = bind(job)
+        try:
+            with held.scope:
+                try:
+                    value = await task.fn(*args, **call.kwargs)
+                except BaseException as exc:  # rule 3: only trio's Cancelled passes
+                    failure = _failure_of(exc)
+                    if failure is None:
+                        raise
+                    ended = self._outcome(task, claimed, held, failure, exc, None)
+                else:
+                    try:
+                        ended = self.queue.codec.encode_result(value)
+                    except Exception as exc:  # as for decoding
+                        ended = self._undecodable(
+                            claimed.id, exc, "the result could not be encoded"
+                        )
+        finally:
+            unbind(bound)
+            held.ran = perf_counter() - started
+        if ended is None and held.stop is Stop.CANCEL:  # the scope caught our cancellation
+            reason = held.cancel_token.reason
+            return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)
+        return ended
 
     async def _children(self, claimed: Claimed) -> tuple[list[Any], Feed] | Settlement:
         """A flow parent's inputs: its children's results as its policy says, or the

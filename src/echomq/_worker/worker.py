@@ -358,6 +358,7 @@ class Worker:
                     await consumer.stop()
                     claiming.cancel()
                     await self._drain()
+                    consumer.slots.close()
                     helpers.cancel_scope.cancel()
         except BaseException as exc:
             crashed = is_crash(exc)

@@ -298,7 +298,7 @@ end
 -- the rows of the picks (an id with no row leaves its set and is not claimed)
 local rows, taken, from_pending = {}, {}, {}
 for i, id in ipairs(picks) do
-  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'payload', 'failures', 'trace')
+  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'payload', 'failures', 'trace', 'attempts')
   taken[id] = true
 end
 for i = 1, flat_n do
@@ -362,12 +362,13 @@ for i, fields in ipairs(rows) do
   local id, group = picks[i], pgroup[i]
   if fields[1] then
     local row = base .. 'job:' .. id
-    local token = redis.call('HINCRBY', row, 'attempts', 1)
+    local token = tonumber(fields[4] or '0') + 1  -- the fencing token: attempts + 1
     if worker ~= '' then
-      redis.call('HSET', row, 'state', 'active', 'lease_epoch', run_id, 'claimed_at', now,
-        'worker', worker)
+      redis.call('HSET', row, 'attempts', token, 'state', 'active', 'lease_epoch', run_id,
+        'claimed_at', now, 'worker', worker)
     else
-      redis.call('HSET', row, 'state', 'active', 'lease_epoch', run_id, 'claimed_at', now)
+      redis.call('HSET', row, 'attempts', token, 'state', 'active', 'lease_epoch', run_id,
+        'claimed_at', now)
       redis.call('HDEL', row, 'worker')
     end
     leases[#leases + 1] = deadline

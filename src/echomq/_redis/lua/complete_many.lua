@@ -17,7 +17,8 @@
   every job is checked before the first write, and a job refused changes nothing: the
   others complete. The completed ones finish through include/finished.lua exactly as in
   complete (an entry each, `cancelled:<reason>` as cancelled); its per-call work (the
-  settings read, the counters, the stream's guard, the index cleanup) is done once.
+  settings read, the counters, the stream's guard, the index cleanup) is done once, and
+  the row fields it reads come with the check's HMGET (one HMGET per job).
   A grouped job gives back its group's active slot (`leave_active`; docs/lanes.md); the
   ungrouped ones leave active in one ZREM, as before lanes.
 ]]
@@ -47,10 +48,14 @@ local ids = {}
 for i = 0, n - 1 do ids[i + 1] = ARGV[3 + i * 3] end
 local held = redis.call('ZMSCORE', active, unpack(ids))
 local codes, done, jobs = {}, {}, {}
+local wanted = finish_fields('completed')  -- finish_read's fields, read in the same HMGET
+table.insert(wanted, 1, 'group')
+table.insert(wanted, 1, 'state')
+table.insert(wanted, 1, 'attempts')
 for i = 0, n - 1 do
   local j = 3 + i * 3
   local id, token = ARGV[j], ARGV[j + 1]
-  local fields = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'state', 'group')
+  local fields = redis.call('HMGET', base .. 'job:' .. id, unpack(wanted))
   local code = 1
   if not fields[1] then code = -1
   elseif fields[1] ~= token then code = -2
@@ -63,7 +68,7 @@ for i = 0, n - 1 do
     local cancelled = string.sub(result, 1, 10) == 'cancelled:'
     done[#done + 1] = {id = id, result = result, cancelled = cancelled, group = fields[3]}
     if fields[3] then lanes_touch(base, fields[3]) end
-    jobs[#jobs + 1] = {id, cancelled and 'cancelled' or 'completed'}
+    jobs[#jobs + 1] = {id, cancelled and 'cancelled' or 'completed', fields, 3}
   end
 end
 if #done == 0 then return codes end

@@ -4,6 +4,8 @@
 -- the index's bounded cleanup. Two calls, because a script reads every key it touches
 -- before its first write (docs/lua.md, rule 1):
 --   local fin = finish_read(base, kept, now, {{id, state}, ...})  -- with the reads
+-- (or {id, state, fields, offset}: the row's finish_fields(kept), already read by the
+-- caller's own HMGET of the row, as fields[offset + 1 ..]: one HMGET per job, not two)
 --   ... the script's own writes (the rows' state, finished_at) ...
 --   finished(fin, i, detail)   -- job i; detail: result | error | reason, failures
 -- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead),
@@ -102,6 +104,12 @@ local function flow_notify(base, p, child, state, value)
     flow_ready(base, p)
   end
 end
+-- the row fields finish_read reads of each job (a caller that reads the row anyway may
+-- read these in the same HMGET, after its own, and hand them over: see finish_read)
+local function finish_fields(kept)
+  return {'task', 'attempts', 'failures', 'created_at', 'claimed_at',
+    'keep_' .. (kept == 'dead' and 'dead' or 'result'), 'parent', 'kids', 'parent_queue'}
+end
 local function finish_read(base, kept, now, jobs)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
     'max_completed', 'max_dead'}
@@ -113,23 +121,29 @@ local function finish_read(base, kept, now, jobs)
   local derived, seen = {base .. 'completions', base .. 'metrics:capped'}, {}
   fin.counts = {}  -- state -> jobs of this call: one HINCRBY per counter per call
   local logs = {}
+  local fields = nil
   for i, job in ipairs(jobs) do
     local id, state = job[1], job[2]
     local row = base .. 'job:' .. id
-    local f = redis.call('HMGET', row, 'task', 'attempts', 'failures', 'created_at',
-      'claimed_at', 'keep_' .. (kept == 'dead' and 'dead' or 'result'), 'parent', 'kids',
-      'parent_queue')
+    -- job[3], job[4]: the row's finish_fields(kept) already read, from index job[4] + 1
+    local f, o = job[3], job[4] or 0
+    if not f then
+      fields = fields or finish_fields(kept)
+      f, o = redis.call('HMGET', row, unpack(fields)), 0
+    end
     logs[i] = row .. ':logs'
-    fin.jobs[i] = {id = id, state = state, row = row, logs = logs[i], task = f[1],
-      attempts = f[2] or '0', failures = f[3], created_at = f[4], claimed_at = f[5],
-      keep = tonumber(f[6]), parent = f[7], kids = f[8], parent_queue = f[9]}
-    if not kept then fin.jobs[i].dedup = held_dedup(base, row, id) end
-    if f[8] then redis.call('EXISTS', row .. ':children', row .. ':results', row .. ':remote') end
-    if f[9] then  -- a flow child of a parent on another queue: the outbox
+    fin.jobs[i] = {id = id, state = state, row = row, logs = logs[i], task = f[o + 1],
+      attempts = f[o + 2] or '0', failures = f[o + 3], created_at = f[o + 4],
+      claimed_at = f[o + 5], keep = tonumber(f[o + 6]), parent = f[o + 7], kids = f[o + 8],
+      parent_queue = f[o + 9]}
+    f = fin.jobs[i]
+    if not kept then f.dedup = held_dedup(base, row, id) end
+    if f.kids then redis.call('EXISTS', row .. ':children', row .. ':results', row .. ':remote') end
+    if f.parent_queue then  -- a flow child of a parent on another queue: the outbox
       redis.call('EXISTS', base .. 'outbox')
-      fin.jobs[i].gen = redis.call('HGET', row, 'gen')
-    elseif f[7] then  -- a flow child (the only cost to a queue without flows: absent fields)
-      fin.jobs[i].p = flow_read(base, fin.parents, f[7])
+      f.gen = redis.call('HGET', row, 'gen')
+    elseif f.parent then  -- a flow child (the only cost to a queue without flows: absent fields)
+      f.p = flow_read(base, fin.parents, f.parent)
     end
     if not seen[state] then
       seen[state] = true
