@@ -125,7 +125,7 @@ local touched = {}  -- the members whose place in the ring this call decides, in
 local placed = {}  -- member -> true: it goes to the back of the ring (else: out of it)
 local back = {}  -- the members placed at the back of the ring (when not blocked), in order
 local reopened = {}  -- groups whose rate window reopened (out of glimited)
-local ring_back, more = 0, false  -- the ring's last score; members left unread
+local ring_back, more = 0, false  -- the ring's last turn; members left unread
 
 if not lanes then
   flat_n = math.min(want, #candidates)
@@ -138,63 +138,60 @@ else
   local flat_total, flat_more = #candidates, #head >= 2 * want
   local flat_taken = 0
   local turns = math.min(want, MAX_TURNS)
-  local members = redis.call('ZRANGE', ring, 0, turns, 'WITHSCORES')  -- turns + 1 members
-  more = #members > 2 * turns
-  if more then
-    members[#members], members[#members - 1] = nil, nil
-    local last = redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')
-    ring_back = tonumber(last[2])
-  elseif #members > 0 then
-    ring_back = tonumber(members[#members])
-  end
-  local per = math.ceil(want / math.max(1, #members / 2)) + 1  -- lane ids a first read takes
-
-  -- the turn order: the ring's head; then, not in the ring yet, the groups whose rate
-  -- window reopened and the ungrouped jobs ('')
-  local order, in_ring, joining = {}, {}, {}
-  for k = 1, #members, 2 do
-    order[#order + 1] = members[k]
-    in_ring[members[k]] = true
-  end
-  local joiners = {}
-  if #members == 0 or lanes_n == 2 then  -- (glimited exists)
-    for _, name in ipairs(redis.call('ZRANGEBYSCORE', limited, '-inf', now, 'LIMIT', 0, MAX_REOPEN)) do
-      reopened[#reopened + 1] = name
-      if not in_ring[name] and not joining[name] and not redis.call('ZSCORE', ring, name) then
-        joiners[#joiners + 1] = name
-        joining[name] = true
+  -- the turn order: the ring's head (turns + 1 members read: `more` when the last exists);
+  -- then, not in the ring yet, the groups whose rate window reopened and the ungrouped
+  -- jobs ('')
+  local order = redis.call('ZRANGE', ring, 0, turns)
+  more = #order > turns
+  if more then order[#order] = nil end
+  local per = math.ceil(want / math.max(1, #order)) + 1  -- lane ids a first read takes
+  local joining, joiners = {}, {}
+  local reopen = #order == 0 or lanes_n == 2  -- (glimited exists)
+  if reopen or flat_total > 0 then
+    local in_ring = {}
+    for k = 1, #order do in_ring[order[k]] = true end
+    if reopen then
+      for _, name in ipairs(redis.call('ZRANGEBYSCORE', limited, '-inf', now, 'LIMIT', 0, MAX_REOPEN)) do
+        reopened[#reopened + 1] = name
+        if not in_ring[name] and not joining[name] and not redis.call('ZSCORE', ring, name) then
+          joiners[#joiners + 1] = name
+          joining[name] = true
+        end
       end
     end
-  end
-  if flat_total > 0 and not in_ring[''] and (not more or not redis.call('ZSCORE', ring, '')) then
-    joiners[#joiners + 1] = ''
-    joining[''] = true
+    if flat_total > 0 and not in_ring[''] and (not more or not redis.call('ZSCORE', ring, '')) then
+      joiners[#joiners + 1] = ''
+      joining[''] = true
+    end
   end
   if not more then  -- the whole ring is read: the joiners take their turns now
     for _, name in ipairs(joiners) do order[#order + 1] = name end
   end
 
   -- the state of every group that may have a turn, in one read of `gstate` (and one MGET
-  -- of the rate windows): its active count, its limit, its rate
+  -- of the rate windows): its active count, its limit, its rate; and the ring's last turn
+  -- (`:turn`; a ring from before that field: its back's score)
   groups[''] = {name = '', taken = 0}
-  local names = {}
-  for _, list in ipairs({order, joiners}) do
-    for _, name in ipairs(list) do
-      if name ~= '' and not groups[name] then
-        names[#names + 1] = name
-        groups[name] = true
-      end
-    end
-  end
-  if #names > 0 then
-    local fields = {}
-    for _, name in ipairs(names) do
+  local names, fields = {}, {}
+  local function add(name)
+    if name ~= '' and not groups[name] then
+      groups[name] = true
+      names[#names + 1] = name
       fields[#fields + 1] = name
       fields[#fields + 1] = name .. ':limit'
       fields[#fields + 1] = name .. ':rate'
     end
+  end
+  for k = 1, #order do add(order[k]) end
+  for k = 1, #joiners do add(joiners[k]) end
+  if #order > 0 or #joiners > 0 then
+    fields[#fields + 1] = ':turn'
     local own = redis.call('HMGET', base .. 'gstate', unpack(fields))
-    local rated, keys = {}, {}
+    ring_back = tonumber(own[#fields])
+    if not ring_back then
+      ring_back = tonumber(redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')[2]) or 0
+    end
+    local rated, keys = nil, nil
     for i, name in ipairs(names) do
       local g = {name = name, taken = 0, lane = {}, lane_end = false, per = per}
       g.active = tonumber(own[3 * i - 2] or '0')
@@ -203,21 +200,19 @@ else
       if own[3 * i] then max, period = string.match(own[3 * i], '^(%d+):(%d+)$') end
       if max and period then
         g.max, g.period = tonumber(max), tonumber(period)
+        if not rated then rated, keys = {}, {} end
         rated[#rated + 1] = g
         keys[#keys + 1] = base .. 'g:' .. name .. ':rate'
       end
       groups[name] = g
     end
-    if #rated > 0 then
+    if rated then
       local used = redis.call('MGET', unpack(keys))
       for i, g in ipairs(rated) do
         local n = tonumber(used[i] or '0')
         g.win = {keys[i], n, g.max, (math.floor(now / g.period) + 1) * g.period - now, n == 0}
       end
     end
-  end
-  local function state(name)
-    return groups[name]
   end
   -- the group's lane read far enough to know whether it holds a job after `taken`
   local function has_next(g)
@@ -252,7 +247,7 @@ else
   -- turn at the back, so the turns cycle until `want` jobs are picked
   local i = 1
   while #picks < want and i <= #order do
-    local g = state(order[i])
+    local g = groups[order[i]]
     i = i + 1
     touch(g)
     g.why = blocked(g)
@@ -273,7 +268,7 @@ else
   -- order (a member never looked at keeps its place); else the joiners, then the members
   -- that had their turn
   if more then
-    for _, name in ipairs(joiners) do back[#back + 1] = state(name) end
+    for _, name in ipairs(joiners) do back[#back + 1] = groups[name] end
     for _, g in ipairs(touched) do back[#back + 1] = g end
   else
     for k = i, #order do
@@ -388,6 +383,10 @@ local counts = {}
 for name, n in pairs(started) do
   counts[#counts + 1] = name
   counts[#counts + 1] = groups[name].active + n
+end
+if #placing > 0 then  -- the ring's last turn
+  counts[#counts + 1] = ':turn'
+  counts[#counts + 1] = ring_back
 end
 if #counts > 0 then redis.call('HSET', base .. 'gstate', unpack(counts)) end
 for _, g in ipairs(touched) do
