@@ -193,9 +193,10 @@ else
     end
     local rated, keys = nil, nil
     for i, name in ipairs(names) do
-      local g = {name = name, taken = 0, lane = {}, lane_end = false, per = per}
-      g.active = tonumber(own[3 * i - 2] or '0')
-      g.limit = tonumber(own[3 * i - 1] or gate[6])
+      -- every field in the constructor: one allocation, no rehash as the turns fill it
+      local g = {name = name, taken = 0, per = per, active = tonumber(own[3 * i - 2] or '0'),
+        limit = tonumber(own[3 * i - 1] or gate[6]), lane = false, lane_end = false,
+        key = false, max = false, period = false, win = false, seen = false, why = false}
       local max, period = gate[4], gate[5]
       if own[3 * i] then max, period = string.match(own[3 * i], '^(%d+):(%d+)$') end
       if max and period then
@@ -216,11 +217,17 @@ else
   end
   -- the group's lane read far enough to know whether it holds a job after `taken`
   local function has_next(g)
-    if g.taken < #g.lane then return true end
+    local lane = g.lane
+    if lane and g.taken < #lane then return true end
     if g.lane_end then return false end
-    local n = #g.lane
-    local ids = redis.call('ZRANGE', lane_key(base, g.name), n, n + g.per - 1)
-    for _, id in ipairs(ids) do g.lane[#g.lane + 1] = id end
+    if not lane then g.key = lane_key(base, g.name) end
+    local n = lane and #lane or 0
+    local ids = redis.call('ZRANGE', g.key, n, n + g.per - 1)
+    if lane then
+      for _, id in ipairs(ids) do lane[#lane + 1] = id end
+    else
+      g.lane = ids
+    end
     g.lane_end = #ids < g.per
     g.per = g.per * 2
     return g.taken < #g.lane
@@ -321,7 +328,7 @@ local lane_taken = 0
 local leaving, parked, placing = {}, {}, {}
 for _, g in ipairs(touched) do
   if g.taken > 0 and g.name ~= '' then
-    redis.call('ZREMRANGEBYRANK', lane_key(base, g.name), 0, g.taken - 1)
+    redis.call('ZREMRANGEBYRANK', g.key, 0, g.taken - 1)
     lane_taken = lane_taken + g.taken
   end
   if not placed[g.name] then
