@@ -10,7 +10,9 @@ Each section starts its own private redis-server (``echomq.testing.RedisServer``
 - claim: claims/s through the verbs (one connection, count=1 with 64 callers and count=100
   with 16 callers) on a queue of ungrouped jobs and on queues whose jobs are spread over
   10 / 1,000 / 10,000 groups, interleaved in each repetition; and the script's server time
-  per call (``INFO commandstats``: evalsha usec_per_call).
+  per call (``INFO commandstats``: evalsha usec_per_call). Each repetition starts with the
+  machine's Redis ceiling on the same server (``redis-benchmark`` PING, ``-P16 -c50`` and
+  one round trip at a time, ``-P1 -c1``), recorded beside the figures.
 - rate: 100 jobs/s on the queue, 4 worker processes (``echomq worker``, concurrency 16)
   and a backlog of no-op jobs; the starts (rows' ``claimed_at``, server clock) counted
   over 30 whole windows, and over 30 s from the first start.
@@ -40,6 +42,8 @@ from echomq import admin, jobs
 from echomq._model.codec import JSON
 from echomq._redis.keyspace import Keyspace
 from echomq.testing import RedisServer
+
+from .ceiling import redis_benchmark
 
 __all__ = ["run_lanes"]
 
@@ -226,11 +230,21 @@ MODES = (
 
 async def run_claims(reps: int, scale: float, log: Callable[[str], None]) -> dict[str, Any]:
     rows: dict[str, dict[str, list[float]]] = {}
+    ceiling: dict[str, list[float]] = {"ping_p16_c50": [], "ping_p1_c1": []}
     slow_calls = max(20, int(400 * scale))
     with RedisServer() as server:
         priority = raise_priority(server)
         async with echomq.connect(server.url) as conn:
             for rep in range(reps):
+                await conn.execute("FLUSHALL")
+                piped = await redis_benchmark(server.port, ["PING"], max(10_000, int(1e6 * scale)))
+                single = await redis_benchmark(
+                    server.port, ["PING"], max(1_000, int(50_000 * scale)), pipeline=1, clients=1
+                )
+                ceiling["ping_p16_c50"].append(piped)
+                ceiling["ping_p1_c1"].append(single)
+                log(f"claim rep {rep + 1} ceiling: PING -P16 -c50 {piped:,.0f}/s, "
+                    f"-P1 -c1 {single:,.0f}/s")  # fmt: skip
                 for mode, callers, count, base_calls in MODES:
                     calls = max(10, int(base_calls * scale))
                     for shape, groups in SHAPES:
@@ -258,7 +272,12 @@ async def run_claims(reps: int, scale: float, log: Callable[[str], None]) -> dic
                             f"claim rep {rep + 1} {mode} {shape}: {rate * count:,.0f} jobs/s, "
                             f"alone min {low:.0f} median {mid:.0f} us"
                         )
-    out: dict[str, Any] = {"redis_priority": priority, "rows": rows, "ratios": {}}
+    out: dict[str, Any] = {
+        "redis_priority": priority,
+        "ceiling": ceiling,
+        "rows": rows,
+        "ratios": {},
+    }
 
     def ratio(a: list[float], b: list[float]) -> float:
         return statistics.median(x / y for x, y in zip(a, b, strict=True))
@@ -413,6 +432,14 @@ def tables(found: dict[str, Any]) -> str:
             "| claim | jobs/s (median) | range | server us per call, alone: min / median |",
             "|---|---:|---|---:|",
         ]
+        ceil = claim.get("ceiling")
+        if ceil:
+            for key, name in (("ping_p16_c50", "PING -P16 -c50"), ("ping_p1_c1", "PING -P1 -c1")):
+                got = ceil[key]
+                lines.append(
+                    f"| Redis ceiling, redis-benchmark {name} (calls/s) | "
+                    f"{statistics.median(got):,.0f} | {min(got):,.0f}..{max(got):,.0f} | |"
+                )
         for name, row in claim["rows"].items():
             js = row["jobs_s"]
             low, mid = statistics.median(row["min_us"]), statistics.median(row["median_us"])
