@@ -21,7 +21,7 @@ Each section starts its own private redis-server (``echomq.testing.RedisServer``
   over 30 whole windows, and over 30 s from the first start.
 The figures are printed as tables and saved to ``benchmarks/results/lanes-<date>.json``
 (git-ignored; each part's run merges into the day's file), or to ``--json PATH``: the
-published run is ``benchmarks/results/published/lanes-20261201.json`` (benchmarks/README.md).
+published run is ``benchmarks/results/published/lanes-20261201b.json`` (benchmarks/README.md).
 """
 
 from __future__ import annotations
