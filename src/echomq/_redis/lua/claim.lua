@@ -34,7 +34,9 @@
   concurrency limit (leave_active brings it back), for its rate window (into glimited,
   back when it reopens) or when its lane is empty. At most `count` (and 100) ring members
   are read: when the ring is longer, each takes one job and goes to the back, and a claim
-  that took fewer than `count` for that answers 0 ms and pushes a wake token.
+  that took fewer than `count` for that answers 0 ms and pushes a wake token. The back is
+  the ring's last turn, gstate `:turn` (read with the groups' state, written with their
+  counts; a ring from before the field: its back's score).
   Promoted grouped jobs go to their lanes (the `ready` helper) and are claimed next time.
   Every claimed row is stamped with lease_epoch = the server's run_id (INFO server) and
   `worker` = the claiming worker's id (its heartbeat record; deleted when none is given),
