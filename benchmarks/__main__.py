@@ -30,7 +30,7 @@ Subcommands (each starts its own private redis-server; nothing touches a system 
   lanes     group lanes and rate limits (issue 12): fairness, the claim with 10 / 1,000 /
             10,000 groups beside ungrouped, a 100/s rate limit over 4 worker processes;
             saved to benchmarks/results/lanes-<date>.json or --json (--lanes-parts
-            fairness,claim,rate; published: results/published/lanes-20261201.json)
+            fairness,claim,rate; published: results/published/lanes-20261201b.json)
   ecosystem issue 17: the trio / asyncio / blocking producers' enqueue/s in one run; end
             to end no-op jobs/s before this work, with its hooks, with opentelemetry-api,
             and with /metrics scraped (saved to benchmarks/results/)

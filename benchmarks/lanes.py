@@ -7,16 +7,21 @@ Each section starts its own private redis-server (``echomq.testing.RedisServer``
   job, claim again): the claim call, and the job start, at which each small-group job
   starts. (b) A real ``Worker(concurrency=8)`` with a no-op task: the order of ``active``
   events. Both beside the same jobs ungrouped (FIFO: the small jobs start last).
-- claim: claims/s through the verbs (one connection, count=1 with 64 callers and count=100
-  with 16 callers) on a queue of ungrouped jobs and on queues whose jobs are spread over
-  10 / 1,000 / 10,000 groups, interleaved in each repetition; and the script's server time
-  per call (``INFO commandstats``: evalsha usec_per_call).
+- claim: claims/s through the verbs (one connection, count=1 with 64 callers, count=10
+  with 32 and count=100 with 16) on a queue of ungrouped jobs and on queues whose jobs are
+  spread over 10 / 1,000 / 10,000 groups, interleaved in each repetition; the script's
+  server time per call (``INFO commandstats``: evalsha usec_per_call; ``SLOWLOG`` of calls
+  made one at a time); and, from those, what the script does per claim (``script_calls``:
+  each command it calls, calls and us per claim, evalsha = the whole script; the last
+  repetition's). Each repetition starts with the machine's Redis ceiling on the same
+  server (``redis-benchmark`` PING, ``-P16 -c50`` and one round trip at a time, ``-P1
+  -c1``), recorded beside the figures.
 - rate: 100 jobs/s on the queue, 4 worker processes (``echomq worker``, concurrency 16)
   and a backlog of no-op jobs; the starts (rows' ``claimed_at``, server clock) counted
   over 30 whole windows, and over 30 s from the first start.
 The figures are printed as tables and saved to ``benchmarks/results/lanes-<date>.json``
 (git-ignored; each part's run merges into the day's file), or to ``--json PATH``: the
-published run is ``benchmarks/results/published/lanes-20261201.json`` (benchmarks/README.md).
+published run is ``benchmarks/results/published/lanes-20261201b.json`` (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ from echomq import admin, jobs
 from echomq._model.codec import JSON
 from echomq._redis.keyspace import Keyspace
 from echomq.testing import RedisServer
+
+from .ceiling import redis_benchmark
 
 __all__ = ["run_lanes"]
 
@@ -207,6 +214,25 @@ def raise_priority(server: RedisServer) -> str:
     return "nice -10"
 
 
+async def script_calls(conn: echomq.Connection, claims: int) -> dict[str, list[float]]:
+    """``INFO commandstats`` since the last reset, per claim: each command's calls and us
+    (the claim script's own calls counted under their names; evalsha = the whole script)."""
+    info = (await conn.execute("INFO", "commandstats")).decode()
+    out: dict[str, list[float]] = {}
+    for line in info.splitlines():
+        if not line.startswith("cmdstat_"):
+            continue
+        name, rest = line[len("cmdstat_") :].split(":", 1)
+        if "|" in name:  # config|set, slowlog|get...: the benchmark's own
+            continue
+        fields = dict(kv.split("=") for kv in rest.split(","))
+        out[name] = [
+            round(int(fields["calls"]) / claims, 2),
+            round(float(fields["usec"]) / claims, 2),
+        ]
+    return out
+
+
 async def usec_per_call(conn: echomq.Connection) -> float:
     info = (await conn.execute("INFO", "commandstats")).decode()
     for line in info.splitlines():
@@ -226,11 +252,22 @@ MODES = (
 
 async def run_claims(reps: int, scale: float, log: Callable[[str], None]) -> dict[str, Any]:
     rows: dict[str, dict[str, list[float]]] = {}
+    ceiling: dict[str, list[float]] = {"ping_p16_c50": [], "ping_p1_c1": []}
+    breakdown: dict[str, dict[str, list[float]]] = {}
     slow_calls = max(20, int(400 * scale))
     with RedisServer() as server:
         priority = raise_priority(server)
         async with echomq.connect(server.url) as conn:
             for rep in range(reps):
+                await conn.execute("FLUSHALL")
+                piped = await redis_benchmark(server.port, ["PING"], max(10_000, int(1e6 * scale)))
+                single = await redis_benchmark(
+                    server.port, ["PING"], max(1_000, int(50_000 * scale)), pipeline=1, clients=1
+                )
+                ceiling["ping_p16_c50"].append(piped)
+                ceiling["ping_p1_c1"].append(single)
+                log(f"claim rep {rep + 1} ceiling: PING -P16 -c50 {piped:,.0f}/s, "
+                    f"-P1 -c1 {single:,.0f}/s")  # fmt: skip
                 for mode, callers, count, base_calls in MODES:
                     calls = max(10, int(base_calls * scale))
                     for shape, groups in SHAPES:
@@ -245,7 +282,9 @@ async def run_claims(reps: int, scale: float, log: Callable[[str], None]) -> dic
                                 f"{shape} {mode}: claimed {got}, not {calls * count}"
                             )
                         usec = await usec_per_call(conn)
+                        await conn.execute("CONFIG", "RESETSTAT")
                         low, mid = await slowlog_us(conn, queue, count, slow_calls)
+                        calls_of = await script_calls(conn, slow_calls)
                         row = rows.setdefault(
                             f"{mode}, {shape}",
                             {"jobs_s": [], "usec": [], "min_us": [], "median_us": []},
@@ -254,11 +293,18 @@ async def run_claims(reps: int, scale: float, log: Callable[[str], None]) -> dic
                         row["usec"].append(usec)
                         row["min_us"].append(low)
                         row["median_us"].append(mid)
+                        breakdown[f"{mode}, {shape}"] = calls_of  # the last repetition's
                         log(
                             f"claim rep {rep + 1} {mode} {shape}: {rate * count:,.0f} jobs/s, "
                             f"alone min {low:.0f} median {mid:.0f} us"
                         )
-    out: dict[str, Any] = {"redis_priority": priority, "rows": rows, "ratios": {}}
+    out: dict[str, Any] = {
+        "redis_priority": priority,
+        "ceiling": ceiling,
+        "rows": rows,
+        "ratios": {},
+        "script_calls": breakdown,
+    }
 
     def ratio(a: list[float], b: list[float]) -> float:
         return statistics.median(x / y for x, y in zip(a, b, strict=True))
@@ -413,6 +459,14 @@ def tables(found: dict[str, Any]) -> str:
             "| claim | jobs/s (median) | range | server us per call, alone: min / median |",
             "|---|---:|---|---:|",
         ]
+        ceil = claim.get("ceiling")
+        if ceil:
+            for key, name in (("ping_p16_c50", "PING -P16 -c50"), ("ping_p1_c1", "PING -P1 -c1")):
+                got = ceil[key]
+                lines.append(
+                    f"| Redis ceiling, redis-benchmark {name} (calls/s) | "
+                    f"{statistics.median(got):,.0f} | {min(got):,.0f}..{max(got):,.0f} | |"
+                )
         for name, row in claim["rows"].items():
             js = row["jobs_s"]
             low, mid = statistics.median(row["min_us"]), statistics.median(row["median_us"])

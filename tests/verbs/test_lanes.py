@@ -55,6 +55,28 @@ async def test_groups_take_turns_one_job_each(conn: echomq.Connection, queue: st
     await check_lanes(conn, queue)
 
 
+async def test_the_ring_back_is_gstate_turn_and_a_ring_from_before_it_keeps_its_order(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """The ring's last turn is kept in gstate (``:turn``): a member goes behind it, whether
+    the claim or a joining group places it. A ring from before the field (scores beyond
+    it, no field) is read for its back once, and keeps its order."""
+    for group in ("a", "b", "c"):
+        await put(conn, queue, group, 3)
+    assert await ring_of(conn, ks) == ["a", "b", "c"]
+    assert await conn.execute("HGET", ks.gstate, ":turn") == b"3"
+    await conn.execute("HDEL", ks.gstate, ":turn")  # as a queue written before the field
+    await conn.execute("ZADD", ks.ring, 10, "a", 20, "b", 30, "c")
+    assert groups_of(await jobs.claim(conn, queue, 10_000)) == ["a"]
+    assert await conn.execute("ZSCORE", ks.ring, "a") == b"31"
+    await put(conn, queue, "d", 1)  # joins behind a
+    assert await ring_of(conn, ks) == ["b", "c", "a", "d"]
+    assert await conn.execute("HGET", ks.gstate, ":turn") == b"32"
+    turns = [groups_of(await jobs.claim(conn, queue, 10_000))[0] for _ in range(6)]
+    assert turns == ["b", "c", "a", "d", "b", "c"]
+    await check_lanes(conn, queue)
+
+
 async def test_ungrouped_jobs_take_turns_as_one_member(conn: echomq.Connection, queue: str) -> None:
     """Ungrouped jobs share the ring as one member beside the groups."""
     await put(conn, queue, "a", 3)

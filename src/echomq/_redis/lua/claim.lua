@@ -34,7 +34,9 @@
   concurrency limit (leave_active brings it back), for its rate window (into glimited,
   back when it reopens) or when its lane is empty. At most `count` (and 100) ring members
   are read: when the ring is longer, each takes one job and goes to the back, and a claim
-  that took fewer than `count` for that answers 0 ms and pushes a wake token.
+  that took fewer than `count` for that answers 0 ms and pushes a wake token. The back is
+  the ring's last turn, gstate `:turn` (read with the groups' state, written with their
+  counts; a ring from before the field: its back's score).
   Promoted grouped jobs go to their lanes (the `ready` helper) and are claimed next time.
   Every claimed row is stamped with lease_epoch = the server's run_id (INFO server) and
   `worker` = the claiming worker's id (its heartbeat record; deleted when none is given),
@@ -125,7 +127,7 @@ local touched = {}  -- the members whose place in the ring this call decides, in
 local placed = {}  -- member -> true: it goes to the back of the ring (else: out of it)
 local back = {}  -- the members placed at the back of the ring (when not blocked), in order
 local reopened = {}  -- groups whose rate window reopened (out of glimited)
-local ring_back, more = 0, false  -- the ring's last score; members left unread
+local ring_back, more = 0, false  -- the ring's last turn; members left unread
 
 if not lanes then
   flat_n = math.min(want, #candidates)
@@ -138,77 +140,76 @@ else
   local flat_total, flat_more = #candidates, #head >= 2 * want
   local flat_taken = 0
   local turns = math.min(want, MAX_TURNS)
-  local members = redis.call('ZRANGE', ring, 0, turns, 'WITHSCORES')  -- turns + 1 members
-  more = #members > 2 * turns
-  if more then
-    members[#members], members[#members - 1] = nil, nil
-    local last = redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')
-    ring_back = tonumber(last[2])
-  elseif #members > 0 then
-    ring_back = tonumber(members[#members])
-  end
-  local per = math.ceil(want / math.max(1, #members / 2)) + 1  -- lane ids a first read takes
-
-  -- the turn order: the ring's head; then, not in the ring yet, the groups whose rate
-  -- window reopened and the ungrouped jobs ('')
-  local order, in_ring, joining = {}, {}, {}
-  for k = 1, #members, 2 do
-    order[#order + 1] = members[k]
-    in_ring[members[k]] = true
-  end
-  local joiners = {}
-  if #members == 0 or lanes_n == 2 then  -- (glimited exists)
-    for _, name in ipairs(redis.call('ZRANGEBYSCORE', limited, '-inf', now, 'LIMIT', 0, MAX_REOPEN)) do
-      reopened[#reopened + 1] = name
-      if not in_ring[name] and not joining[name] and not redis.call('ZSCORE', ring, name) then
-        joiners[#joiners + 1] = name
-        joining[name] = true
+  -- the turn order: the ring's head (turns + 1 members read: `more` when the last exists);
+  -- then, not in the ring yet, the groups whose rate window reopened and the ungrouped
+  -- jobs ('')
+  local order = redis.call('ZRANGE', ring, 0, turns)
+  more = #order > turns
+  if more then order[#order] = nil end
+  local per = math.ceil(want / math.max(1, #order)) + 1  -- lane ids a first read takes
+  local joining, joiners = {}, {}
+  local reopen = #order == 0 or lanes_n == 2  -- (glimited exists)
+  if reopen or flat_total > 0 then
+    local in_ring = {}
+    for k = 1, #order do in_ring[order[k]] = true end
+    if reopen then
+      for _, name in ipairs(redis.call('ZRANGEBYSCORE', limited, '-inf', now, 'LIMIT', 0, MAX_REOPEN)) do
+        reopened[#reopened + 1] = name
+        if not in_ring[name] and not joining[name] and not redis.call('ZSCORE', ring, name) then
+          joiners[#joiners + 1] = name
+          joining[name] = true
+        end
       end
     end
-  end
-  if flat_total > 0 and not in_ring[''] and (not more or not redis.call('ZSCORE', ring, '')) then
-    joiners[#joiners + 1] = ''
-    joining[''] = true
+    if flat_total > 0 and not in_ring[''] and (not more or not redis.call('ZSCORE', ring, '')) then
+      joiners[#joiners + 1] = ''
+      joining[''] = true
+    end
   end
   if not more then  -- the whole ring is read: the joiners take their turns now
     for _, name in ipairs(joiners) do order[#order + 1] = name end
   end
 
   -- the state of every group that may have a turn, in one read of `gstate` (and one MGET
-  -- of the rate windows): its active count, its limit, its rate
+  -- of the rate windows): its active count, its limit, its rate; and the ring's last turn
+  -- (`:turn`; a ring from before that field: its back's score)
   groups[''] = {name = '', taken = 0}
-  local names = {}
-  for _, list in ipairs({order, joiners}) do
-    for _, name in ipairs(list) do
-      if name ~= '' and not groups[name] then
-        names[#names + 1] = name
-        groups[name] = true
-      end
-    end
-  end
-  if #names > 0 then
-    local fields = {}
-    for _, name in ipairs(names) do
+  local names, fields = {}, {}
+  local function add(name)
+    if name ~= '' and not groups[name] then
+      groups[name] = true
+      names[#names + 1] = name
       fields[#fields + 1] = name
       fields[#fields + 1] = name .. ':limit'
       fields[#fields + 1] = name .. ':rate'
     end
+  end
+  for k = 1, #order do add(order[k]) end
+  for k = 1, #joiners do add(joiners[k]) end
+  if #order > 0 or #joiners > 0 then
+    fields[#fields + 1] = ':turn'
     local own = redis.call('HMGET', base .. 'gstate', unpack(fields))
-    local rated, keys = {}, {}
+    ring_back = tonumber(own[#fields])
+    if not ring_back then
+      ring_back = tonumber(redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')[2]) or 0
+    end
+    local rated, keys = nil, nil
     for i, name in ipairs(names) do
-      local g = {name = name, taken = 0, lane = {}, lane_end = false, per = per}
-      g.active = tonumber(own[3 * i - 2] or '0')
-      g.limit = tonumber(own[3 * i - 1] or gate[6])
+      -- every field in the constructor: one allocation, no rehash as the turns fill it
+      local g = {name = name, taken = 0, per = per, active = tonumber(own[3 * i - 2] or '0'),
+        limit = tonumber(own[3 * i - 1] or gate[6]), lane = false, lane_end = false,
+        key = false, max = false, period = false, win = false, seen = false, why = false}
       local max, period = gate[4], gate[5]
       if own[3 * i] then max, period = string.match(own[3 * i], '^(%d+):(%d+)$') end
       if max and period then
         g.max, g.period = tonumber(max), tonumber(period)
+        if not rated then rated, keys = {}, {} end
         rated[#rated + 1] = g
         keys[#keys + 1] = base .. 'g:' .. name .. ':rate'
       end
       groups[name] = g
     end
-    if #rated > 0 then
+    if rated then
       local used = redis.call('MGET', unpack(keys))
       for i, g in ipairs(rated) do
         local n = tonumber(used[i] or '0')
@@ -216,16 +217,19 @@ else
       end
     end
   end
-  local function state(name)
-    return groups[name]
-  end
   -- the group's lane read far enough to know whether it holds a job after `taken`
   local function has_next(g)
-    if g.taken < #g.lane then return true end
+    local lane = g.lane
+    if lane and g.taken < #lane then return true end
     if g.lane_end then return false end
-    local n = #g.lane
-    local ids = redis.call('ZRANGE', lane_key(base, g.name), n, n + g.per - 1)
-    for _, id in ipairs(ids) do g.lane[#g.lane + 1] = id end
+    if not lane then g.key = lane_key(base, g.name) end
+    local n = lane and #lane or 0
+    local ids = redis.call('ZRANGE', g.key, n, n + g.per - 1)
+    if lane then
+      for _, id in ipairs(ids) do lane[#lane + 1] = id end
+    else
+      g.lane = ids
+    end
     g.lane_end = #ids < g.per
     g.per = g.per * 2
     return g.taken < #g.lane
@@ -252,7 +256,7 @@ else
   -- turn at the back, so the turns cycle until `want` jobs are picked
   local i = 1
   while #picks < want and i <= #order do
-    local g = state(order[i])
+    local g = groups[order[i]]
     i = i + 1
     touch(g)
     g.why = blocked(g)
@@ -273,7 +277,7 @@ else
   -- order (a member never looked at keeps its place); else the joiners, then the members
   -- that had their turn
   if more then
-    for _, name in ipairs(joiners) do back[#back + 1] = state(name) end
+    for _, name in ipairs(joiners) do back[#back + 1] = groups[name] end
     for _, g in ipairs(touched) do back[#back + 1] = g end
   else
     for k = i, #order do
@@ -326,7 +330,7 @@ local lane_taken = 0
 local leaving, parked, placing = {}, {}, {}
 for _, g in ipairs(touched) do
   if g.taken > 0 and g.name ~= '' then
-    redis.call('ZREMRANGEBYRANK', lane_key(base, g.name), 0, g.taken - 1)
+    redis.call('ZREMRANGEBYRANK', g.key, 0, g.taken - 1)
     lane_taken = lane_taken + g.taken
   end
   if not placed[g.name] then
@@ -388,6 +392,10 @@ local counts = {}
 for name, n in pairs(started) do
   counts[#counts + 1] = name
   counts[#counts + 1] = groups[name].active + n
+end
+if #placing > 0 then  -- the ring's last turn
+  counts[#counts + 1] = ':turn'
+  counts[#counts + 1] = ring_back
 end
 if #counts > 0 then redis.call('HSET', base .. 'gstate', unpack(counts)) end
 for _, g in ipairs(touched) do

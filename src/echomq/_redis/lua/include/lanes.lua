@@ -1,8 +1,9 @@
 -- Group lanes (docs/lanes.md). A grouped job waits in its group's lane, `g:<group>:pending`
 -- (a zset scored like pending); `gstate` (a hash shared by every group: `<group>` -> its
 -- jobs held now, absent at 0 (seed 000's `gactive`); `<group>:limit` -> its own
--- concurrency limit; `<group>:rate` -> `<max>:<ms>` its own rate) is read and written once
--- per claim however many groups it serves; `g:<group>:rate` counts a group's starts in its
+-- concurrency limit; `<group>:rate` -> `<max>:<ms>` its own rate; `:turn` -> the ring's
+-- last turn, the score of its back (no group is named '')) is read and written once per
+-- claim however many groups it serves; `g:<group>:rate` counts a group's starts in its
 -- rate window (it expires with the window); `gring` (a zset, score = turn) holds the
 -- groups that have ready work and may start a job now (the claim serves it round robin);
 -- `glimited` (group -> ms its window reopens) the groups waiting for their window;
@@ -37,10 +38,16 @@ local function lane_join(base, group)
   if redis.call('ZSCORE', ring, group) then return true end
   if redis.call('ZSCORE', base .. 'glimited', group) then return false end
   if redis.call('EXISTS', lane_key(base, group)) == 0 then return false end
-  local active, limit = group_slots(base, group)
-  if limit and active >= limit then return false end
-  local last = redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')
-  redis.call('ZADD', ring, (tonumber(last[2]) or 0) + 1, group)
+  local state = base .. 'gstate'
+  local own = redis.call('HMGET', state, group, group .. ':limit', ':turn')
+  local limit = tonumber(own[2] or redis.call('HGET', base .. 'meta', 'group_concurrency'))
+  if limit and tonumber(own[1] or '0') >= limit then return false end
+  local turn = tonumber(own[3])
+  if not turn then  -- a ring from before the `:turn` field: its back's score
+    turn = tonumber(redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')[2]) or 0
+  end
+  redis.call('ZADD', ring, turn + 1, group)
+  redis.call('HSET', state, ':turn', turn + 1)
   return true
 end
 
