@@ -5,8 +5,15 @@ Each section starts its own private redis-server (``echomq.testing.RedisServer``
 - fairness: 2 groups, 10,000 then 10 ready jobs, 8 slots. (a) The consumer's claims
   replayed through the verbs (claim as many as there are free slots, finish the oldest
   job, claim again): the claim call, and the job start, at which each small-group job
-  starts. (b) A real ``Worker(concurrency=8)`` with a no-op task: the order of ``active``
-  events. Both beside the same jobs ungrouped (FIFO: the small jobs start last).
+  starts. (b) A real ``Worker(concurrency=8)`` with a no-op task drains the queue (waited
+  on through the completed counter, bounded); the start order is then read from the rows'
+  ``claimed_at`` (ms, server clock), not from ``active`` events (pub/sub drops them when
+  the subscriber falls behind). The row records no claim sequence (``attempts`` is 1 for
+  every job: checked), and one claim call, or several, can share a millisecond, so ties
+  are broken against the small group: in one ms the big group's jobs count first, each
+  group's in enqueue order. ``worker_ranks`` is each small job's rank so (the highest its
+  ms allows), ``worker_ranks_low`` the lowest (1 + the starts of earlier ms): the true
+  rank lies between. Both beside the same jobs ungrouped (FIFO: the small jobs start last).
 - claim: claims/s through the verbs (one connection, count=1 with 64 callers, count=10
   with 32 and count=100 with 16) on a queue of ungrouped jobs and on queues whose jobs are
   spread over 10 / 1,000 / 10,000 groups, interleaved in each repetition; the script's
@@ -20,16 +27,19 @@ Each section starts its own private redis-server (``echomq.testing.RedisServer``
   and a backlog of no-op jobs; the starts (rows' ``claimed_at``, server clock) counted
   over 30 whole windows, and over 30 s from the first start.
 The figures are printed as tables and saved to ``benchmarks/results/lanes-<date>.json``
-(git-ignored; each part's run merges into the day's file), or to ``--json PATH``: the
-published run is ``benchmarks/results/published/lanes-20261201b.json`` (benchmarks/README.md).
+(git-ignored; each part's run merges into the day's file, its run's metadata as
+``meta_<part>``), or to ``--json PATH``: the published run is
+``benchmarks/results/published/lanes-20261201b.json`` (benchmarks/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -55,6 +65,12 @@ SAVED = HERE / "results" / f"lanes-{time.strftime('%Y%m%d')}.json"
 LEASE_MS = 600_000
 PAYLOAD = b'{"task":"noop","args":["' + b"x" * 60 + b'"],"kwargs":{}}'
 BATCH = 250
+WORKER_RANK_RULE = (
+    "start order = rows' claimed_at (ms, server clock) after the Worker drained the queue; "
+    "jobs claimed in the same ms: the small group's after the big group's, each group in "
+    "enqueue order (a small job's rank is the highest its ms allows; worker_ranks_low: the "
+    "lowest)"
+)
 
 
 async def fill(conn: echomq.Connection, queue: str, n: int, groups: int) -> None:
@@ -111,34 +127,73 @@ async def replay_claims(
     return {"claim_calls": small_calls, "job_starts": small_starts}
 
 
-async def worker_order(url: str, queue: str, grouped: bool, big: int, small: int) -> list[int]:
-    """A real Worker(concurrency=8): the ranks (1-based) at which the small jobs start."""
+async def worker_order(
+    url: str, queue: str, grouped: bool, big: int, small: int
+) -> tuple[list[int], list[int]]:
+    """A real Worker(concurrency=8) drains the queue; then the ranks (1-based) at which the
+    small jobs started, from the rows' ``claimed_at`` (ms, server clock; ties: the module's
+    docstring): each small job's rank, and the lowest rank its millisecond allows."""
     q = echomq.Queue(queue, url=url)
 
     @q.task(name="noop")
     async def noop(tag: str) -> None:
         return None
 
-    order: list[str] = []
+    total = big + small
     async with q.open():
         conn = q.connection
         await fill_group(conn, queue, "big", big, grouped=grouped)
-        small_ids = set()
         for i in range(small):
-            h = await noop.apply((f"small-{i}",), group="small" if grouped else None)
-            small_ids.add(h.id)
-        feed = await q.event_feed()
-        with feed.listen(events={"active"}, buffer=big + small + 10) as events:
-            worker = echomq.Worker(q, concurrency=8)
-            async with trio.open_nursery() as nursery:
-                await nursery.start(worker.serve)
-                with trio.fail_after(300):
-                    while not small_ids <= set(order):
-                        ev = await events.receive()
-                        order.append(ev.job)
-                worker.shutdown(grace=0)
-    rank = {job: i + 1 for i, job in enumerate(order)}
-    return sorted(rank[j] for j in small_ids)
+            await noop.apply((f"small-{i}",), group="small" if grouped else None)
+        worker = echomq.Worker(q, concurrency=8)
+        done_key = Keyspace(queue).metrics_completed
+        async with trio.open_nursery() as nursery:
+            await nursery.start(worker.serve)
+            with trio.fail_after(300):
+                while True:  # a server-side count: polled
+                    if int(await conn.execute("HGET", done_key, "count") or 0) >= total:
+                        break
+                    await trio.sleep(0.05)
+            worker.shutdown(grace=0)
+        starts = await start_rows(conn, queue)
+    if len(starts) != total:
+        raise RuntimeError(f"{queue}: {len(starts)} completed rows, not {total}")
+    return start_ranks(starts)
+
+
+async def start_rows(conn: echomq.Connection, queue: str) -> list[tuple[int, bool, int]]:
+    """Each completed job's start: (claimed_at ms, is a small-group job, its index in its
+    group's enqueue order), from the rows; a job claimed more than once is refused (its
+    ``claimed_at`` would be its last attempt's)."""
+    ks = Keyspace(queue)
+    ids = await conn.execute("ZRANGE", ks.completed, 0, -1)
+    out = []
+    for at in range(0, len(ids), 500):
+        replies = await conn.execute_pipeline(
+            [("HMGET", ks.job(i.decode()), "claimed_at", "attempts", "payload")
+             for i in ids[at : at + 500]]
+        )  # fmt: skip
+        for claimed, attempts, payload in replies:
+            if int(attempts) != 1:
+                raise RuntimeError(f"{queue}: a job ran {int(attempts)} times")
+            found = re.search(rb'"(big|small)-(\d+)"', payload)
+            if found is None:
+                raise RuntimeError(f"{queue}: a job that is not the benchmark's: {payload!r}")
+            out.append((int(claimed), found[1] == b"small", int(found[2])))
+    return out
+
+
+def start_ranks(starts: list[tuple[int, bool, int]]) -> tuple[list[int], list[int]]:
+    """The small jobs' ranks in the start order (claimed_at, then the small group after the
+    big one, then enqueue order), and for each the lowest rank of its millisecond."""
+    order = sorted(starts)
+    times = [s[0] for s in order]
+    ranks, lows = [], []
+    for rank, (ms, is_small, _) in enumerate(order, 1):
+        if is_small:
+            ranks.append(rank)
+            lows.append(bisect.bisect_left(times, ms) + 1)
+    return ranks, lows
 
 
 async def run_fairness(reps: int, log: Callable[[str], None]) -> dict[str, Any]:
@@ -156,13 +211,20 @@ async def run_fairness(reps: int, log: Callable[[str], None]) -> dict[str, Any]:
                 out[f"replay_{'grouped' if grouped else 'ungrouped'}"] = replay
                 log(f"fairness replay grouped={grouped}: {replay}")
         ranks: dict[str, list[list[int]]] = {"grouped": [], "ungrouped": []}
+        lows: dict[str, list[list[int]]] = {"grouped": [], "ungrouped": []}
         for rep in range(reps):
             for grouped in (True, False):
                 name = "grouped" if grouped else "ungrouped"
-                got = await worker_order(server.url, f"fairw-{name}-{rep}", grouped, big, small)
+                got, low = await worker_order(
+                    server.url, f"fairw-{name}-{rep}", grouped, big, small
+                )
                 ranks[name].append(got)
-                log(f"fairness worker {name} rep {rep + 1}: small jobs started at {got}")
+                lows[name].append(low)
+                log(f"fairness worker {name} rep {rep + 1}: small jobs started at {got} "
+                    f"(their milliseconds' lowest ranks {low})")  # fmt: skip
         out["worker_ranks"] = ranks
+        out["worker_ranks_low"] = lows
+        out["worker_rank_rule"] = WORKER_RANK_RULE
     return out
 
 
@@ -450,8 +512,9 @@ def tables(found: dict[str, Any]) -> str:
         ]
         for name in ("grouped", "ungrouped"):
             last = [ranks[-1] for ranks in fair["worker_ranks"][name]]
+            low = [ranks[-1] for ranks in fair.get("worker_ranks_low", {}).get(name, [])]
             lines.append(f"| a Worker(concurrency=8): last small job's start rank, {name} | "
-                         f"{last} | |")  # fmt: skip
+                         f"{last} | lowest its ms allows: {low} |")  # fmt: skip
         lines.append("")
     claim = found.get("claim")
     if claim:
@@ -501,5 +564,6 @@ def save(found: dict[str, Any], meta: dict[str, Any], path: Path = SAVED) -> Non
     old = json.loads(path.read_text()) if path.exists() else {}
     path.parent.mkdir(parents=True, exist_ok=True)
     old.update(found)
-    old["meta"] = meta
+    for part in found:  # each part's figures beside the run that measured them
+        old[f"meta_{part}"] = meta
     path.write_text(json.dumps(old, indent=1) + "\n")
