@@ -348,3 +348,26 @@ async def test_batches_keep_the_byte_cap(
             gate.release()
     assert gate.sizes == [1, 3, 3, 1]
     assert len({handle.id for handle in answers}) == 8
+
+
+async def test_callers_still_queued_when_the_queue_closes_fail(
+    conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    """A caller (outside the open block) whose job still waits when the block ends gets
+    RuntimeError; its job is never sent."""
+    q = make_queue(queue, redis_url)
+    add = q.tasks["add"]
+    results: dict[str, Any] = {}
+    with trio.fail_after(10):
+        async with trio.open_nursery() as outer:
+            async with gated(q) as (coalescer, gate):
+                gate.hold()
+                outer.start_soon(caller(results, "lone", lambda: add.delay(0, 0)))
+                await until(lambda: coalescer.in_flight == 1)
+                outer.start_soon(caller(results, "late", lambda: add.apply((1, 1), job_id="late")))
+                await until(lambda: coalescer.queued == 1)
+            gate.release()
+    assert isinstance(results["lone"], ConnectionLost)  # sent on a closed connection
+    assert isinstance(results["late"], RuntimeError) and "closed" in str(results["late"])
+    assert gate.sizes == [1]
+    assert not await written(conn, queue, "late")

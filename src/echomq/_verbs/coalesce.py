@@ -111,10 +111,15 @@ class EnqueueCoalescer:
 
     def _next(self) -> None:
         """The call in flight answered: send what queued meanwhile, or go idle."""
-        if self._queued:
-            self._nursery.start_soon(self._drain)
-        else:
+        if not self._queued:
             self._busy = False
+            return
+        try:
+            self._nursery.start_soon(self._drain)
+        except RuntimeError:  # the queue's nursery is closed: its block has ended
+            self._busy = False
+            _fail(self._queued, RuntimeError(f"queue {self.queue!r} closed"))
+            self._queued.clear()
 
     def _take(self) -> list[_Caller]:
         """The next batch: queued callers still waiting, up to the call's caps."""
