@@ -83,11 +83,14 @@ class EnqueueCoalescer:
             ConnectionLost, Unavailable, ScriptError...: as a lone call would.
         """
         group = enqueue_group(job)
-        if not self._busy:
+        if not self._busy:  # nothing in flight: sent at once, in this task
             self._busy = True
+            self.calls += 1
+            self.in_flight = 1
             try:
-                return (await self._call([group]))[0]
+                return (await evaluate(self.conn, enqueue_groups_call(self.queue, [group])))[0]
             finally:
+                self.in_flight = 0
                 self._next()
         caller = _Caller(group)
         self._queued.append(caller)
