@@ -37,12 +37,11 @@ __all__ = ["EnqueueCoalescer"]
 class _Caller:
     """One queued job and its caller's answer."""
 
-    __slots__ = ("answer", "done", "error", "gone", "group", "sent")
+    __slots__ = ("answer", "done", "error", "gone", "group")
 
     def __init__(self, group: EnqueueGroup) -> None:
         self.group = group
         self.done = trio.Event()
-        self.sent = False
         self.gone = False  # the caller was cancelled: skip it (not sent yet) or forget it
         self.answer: Enqueued | None = None
         self.error: BaseException | None = None
@@ -154,8 +153,6 @@ class EnqueueCoalescer:
                 self._queued.clear()
 
     async def _send(self, batch: list[_Caller]) -> None:
-        for caller in batch:
-            caller.sent = True
         try:
             answers = await self._call([caller.group for caller in batch])
         except DuplicateJob as exc:
@@ -172,7 +169,8 @@ class EnqueueCoalescer:
 
     async def _one_by_one(self, batch: list[_Caller]) -> None:
         """A batch refused by ``EMQDUP``, sent again one job per call (its callers' own
-        answers: a written job, a deduplicated one, or its own ``DuplicateJob``)."""
+        answers: a written job, a deduplicated one, or its own ``DuplicateJob``). A caller
+        cancelled meanwhile is not sent again: the refused call wrote nothing."""
         for caller in batch:
             if caller.gone:
                 continue
