@@ -46,6 +46,7 @@ from ._redis.dial import connect
 from ._redis.keyspace import check_id, check_queue, check_repeat_key
 from ._redis.scripts import Executor
 from ._trio import open_service_nursery
+from ._verbs.coalesce import EnqueueCoalescer
 from ._worker.context import Job, current_job
 from .cancel import CancelOutcome
 from .cancel import request as cancel_request
@@ -389,6 +390,7 @@ class Queue:
         self.tasks: dict[str, Task] = {}
         self._conn: Connection | None = None
         self._nursery: trio.Nursery | None = None
+        self._coalescer: EnqueueCoalescer | None = None  # the trio side's single enqueues
         self._feed: EventFeed | None = None
         self._feed_lock = trio.Lock()
         self._results: ResultFeed | None = None
@@ -518,10 +520,12 @@ class Queue:
             return
         async with connect(self.url) as conn, open_service_nursery() as nursery:
             self._conn, self._nursery = conn, nursery
+            self._coalescer = EnqueueCoalescer(conn, self.name, nursery)
             try:
                 yield self
             finally:
                 self._conn = self._nursery = self._feed = self._results = None
+                self._coalescer = None
 
     async def event_feed(self) -> EventFeed:
         """The queue's one event subscription, opened on first use."""
@@ -567,15 +571,31 @@ class Queue:
         """Enqueue one prepared job; an existing ``job_id`` answers its handle, and so does
         a held dedup key the holder's (``deduplicated``).
 
+        Concurrent calls on one open queue share script calls: while one enqueue is in
+        flight, the others queue and go together as one bulk call when it answers, each
+        with its own answer (docs/runtime.md, "Coalesced enqueues").
+
         With OpenTelemetry installed, inside a ``send <queue>`` span whose context the
         job's row carries (docs/observability.md).
         """
         if _tracing.ENABLED and _tracing.on():
             with _tracing.sending(self.name, task) as send:
-                handle = await self._enqueue(self.connection, _with_trace(new, send), task)
+                handle = await self._enqueue_coalesced(_with_trace(new, send), task)
                 send.sent(handle.id, handle.deduplicated)
             return handle
-        return await self._enqueue(self.connection, new, task)
+        return await self._enqueue_coalesced(new, task)
+
+    async def _enqueue_coalesced(self, new: jobs.NewJob, task: str | None) -> TaskHandle:
+        coalescer = self._coalescer
+        if coalescer is None:
+            self.connection  # noqa: B018 - raises the "not open" error
+            assert coalescer is not None
+        try:
+            answer = await coalescer.enqueue(new)
+        except DuplicateJob:
+            assert new.job_id is not None
+            return TaskHandle(new.job_id, self, task, deduplicated=True)
+        return TaskHandle(answer.id, self, task, deduplicated=answer.deduplicated)
 
     async def aenqueue_new(self, new: jobs.NewJob, *, task: str | None = None) -> TaskHandle:
         """The asyncio :meth:`enqueue_new` (``echomq.asyncio``)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import attrs
 
@@ -27,6 +27,7 @@ __all__ = [
     "claim_batch",
     "Claimed",
     "Enqueued",
+    "EnqueueGroup",
     "ExtendResult",
     "FailOutcome",
     "JobInfo",
@@ -36,6 +37,8 @@ __all__ = [
     "complete_many",
     "enqueue",
     "enqueue_batch",
+    "enqueue_group",
+    "enqueue_groups_call",
     "enqueue_many",
     "extend_lock",
     "extend_locks",
@@ -67,6 +70,14 @@ def new_id() -> str:
 # -- builders (no I/O) ---------------------------------------------------------------------
 
 
+class EnqueueGroup(NamedTuple):
+    """One gated job of an enqueue call: its id, its payload bytes, its argv group."""
+
+    id: str
+    payload: bytes
+    argv: list[Any]
+
+
 def _task_name(name: object) -> str:
     if not isinstance(name, str) or not name or len(name.encode()) > MAX_TASK_NAME:
         raise InvalidArgument(
@@ -76,8 +87,13 @@ def _task_name(name: object) -> str:
     return name
 
 
-def _job_args(job: object, ks: Keyspace) -> tuple[str, bytes, list[Any]]:
-    """One job's argv group (``enqueue.lua``: 13 values), gated; its id and its payload."""
+def enqueue_group(job: object) -> EnqueueGroup:
+    """One job's argv group for ``enqueue.lua`` (13 values), gated before any I/O: its id,
+    its payload (for the batch's byte cap) and the group (:func:`enqueue_groups_call`).
+
+    Raises:
+        InvalidArgument, InvalidKey, SerializationError, PayloadTooLarge: a bad field.
+    """
     if not isinstance(job, NewJob):
         raise InvalidArgument(f"enqueue_many takes NewJob values, not {type(job).__name__}")
     job_id = check_id(job.job_id) if job.job_id is not None else new_id()
@@ -105,27 +121,31 @@ def _job_args(job: object, ks: Keyspace) -> tuple[str, bytes, list[Any]]:
         _group_concurrency(job),
         v.text_arg("trace", job.trace) if job.trace else "",
     ]
-    return job_id, payload, group
+    return EnqueueGroup(job_id, payload, group)
 
 
-def enqueue_batch_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[Enqueued]]:
-    """Enqueue ``jobs`` in one script call; answer one :class:`Enqueued` per job, in order
-    (a job under a held dedup key answers the holder's id, ``deduplicated``)."""
+def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCall[list[Enqueued]]:
+    """Enqueue jobs already gated by :func:`enqueue_group` in one script call (the one
+    place of ``enqueue.lua``'s argv layout); answer one :class:`Enqueued` per job, in order
+    (a job under a held dedup key answers the holder's id, ``deduplicated``).
+
+    Raises:
+        InvalidArgument: no group, or more than ``MAX_ENQUEUE``; PayloadTooLarge: the
+            payloads add up past ``config.MAX_BATCH_BYTES`` (``validate.batch_bytes``).
+    """
     ks = keyspace(queue)
-    if isinstance(jobs, NewJob) or not jobs:
+    if not groups:
         raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
-    if len(jobs) > v.MAX_ENQUEUE:
+    if len(groups) > v.MAX_ENQUEUE:
         raise InvalidArgument(
-            f"enqueue_many takes at most {v.MAX_ENQUEUE} jobs per call, not {len(jobs)}"
+            f"enqueue_many takes at most {v.MAX_ENQUEUE} jobs per call, not {len(groups)}"
         )
-    ids: list[str] = []
-    argv: list[Any] = [ks.base, len(jobs)]
+    ids = [group.id for group in groups]
+    argv: list[Any] = [ks.base, len(groups)]
     total = 0
-    for job in jobs:
-        job_id, payload, group = _job_args(job, ks)
-        total += len(payload)
-        argv += group
-        ids.append(job_id)
+    for group in groups:
+        total += len(group.payload)
+        argv += group.argv
     v.batch_bytes(total)
 
     def read(reply: Any) -> list[Enqueued]:
@@ -139,6 +159,19 @@ def enqueue_batch_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[En
         ]
 
     return script_call("enqueue", [ks.pending, ks.schedule, ks.meta, ks.wake], argv, read)
+
+
+def enqueue_batch_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[Enqueued]]:
+    """Enqueue ``jobs`` in one script call; answer one :class:`Enqueued` per job, in order
+    (a job under a held dedup key answers the holder's id, ``deduplicated``)."""
+    keyspace(queue)
+    if isinstance(jobs, NewJob) or not jobs:
+        raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
+    if len(jobs) > v.MAX_ENQUEUE:
+        raise InvalidArgument(
+            f"enqueue_many takes at most {v.MAX_ENQUEUE} jobs per call, not {len(jobs)}"
+        )
+    return enqueue_groups_call(queue, [enqueue_group(job) for job in jobs])
 
 
 def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
