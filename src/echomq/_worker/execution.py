@@ -330,22 +330,17 @@ class JobRunner:
                         raise
                     settlement = self._outcome(task, claimed, held, failure, exc, limit)
                 else:
-                    try:
-                        result = queue.codec.encode_result(value)
-                    except Exception as exc:  # as for decoding
-                        settlement = self._undecodable(
-                            claimed.id, exc, "the result could not be encoded"
-                        )
-                    else:
-                        settlement = Settlement(complete=True, result=result)
+                    encoded = self._encode(claimed, value)
+                    settlement = (
+                        encoded
+                        if isinstance(encoded, Settlement)
+                        else Settlement(complete=True, result=encoded)
+                    )
         finally:
             unbind(bound)
             held.ran = perf_counter() - started
-        if settlement is None:  # the scope caught a cancellation of ours
-            if held.stop is Stop.CANCEL:
-                reason = held.cancel_token.reason
-                return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)
-            return None
+        if settlement is None:  # the scope caught a cancellation (ours, or the worker's)
+            return _cancelled(held)
         return settlement
 
     async def _execute_plain(
@@ -378,19 +373,20 @@ class JobRunner:
                         raise
                     ended = self._outcome(task, claimed, held, failure, exc, None)
                 else:
-                    try:
-                        ended = self.queue.codec.encode_result(value)
-                    except Exception as exc:  # as for decoding
-                        ended = self._undecodable(
-                            claimed.id, exc, "the result could not be encoded"
-                        )
+                    ended = self._encode(claimed, value)
         finally:
             unbind(bound)
             held.ran = perf_counter() - started
-        if ended is None and held.stop is Stop.CANCEL:  # the scope caught our cancellation
-            reason = held.cancel_token.reason
-            return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)
+        if ended is None:  # the scope caught a cancellation (ours, or the worker's)
+            return _cancelled(held)
         return ended
+
+    def _encode(self, claimed: Claimed, value: Any) -> bytes | Settlement:
+        """The job's result as stored, or (a value the codec refuses) its dead-letter."""
+        try:
+            return self.queue.codec.encode_result(value)
+        except Exception as exc:  # as for decoding
+            return self._undecodable(claimed.id, exc, "the result could not be encoded")
 
     async def _children(self, claimed: Claimed) -> tuple[list[Any], Feed] | Settlement:
         """A flow parent's inputs: its children's results as its policy says, or the
@@ -600,6 +596,15 @@ class JobRunner:
         else:
             self.counters.retried += 1
             self.tally.record(held.task, "retried", held.ran)
+
+
+def _cancelled(held: Held) -> Settlement | None:
+    """A job whose scope was cancelled: completed ``cancelled:<reason>`` when a cancel
+    request stopped it; None (not settled here) for a lost lease, a fence or a shutdown."""
+    if held.stop is Stop.CANCEL:
+        reason = held.cancel_token.reason
+        return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)
+    return None
 
 
 def _fallback(s: Settlement, why: str) -> Settlement:
