@@ -4,7 +4,9 @@ Rule 1 (auto-pipelining): callers never wait for each other's round trips. A cal
 its command (hiredis). When nothing is in flight it is written at once, by the caller
 (a plain non-blocking ``send``: one caller alone pays no task switch). Otherwise it is
 queued, and one writer task sends everything queued since its last write in a single
-write. One reader task parses replies (hiredis) and hands each to the caller whose
+write; but the caller that makes 32 queued commands writes them itself at once, so the
+server starts on them while the other callers of this tick still pack theirs.
+One reader task parses replies (hiredis) and hands each to the caller whose
 command was next in line. Replies come back in order.
 Rule 2 (no replay): when the socket drops, every command queued or in flight fails with
 :class:`~echomq.errors.ConnectionLost`. Nothing is re-sent: a script may have run.

@@ -12,7 +12,9 @@ and the native twin loads the expanded source too. :data:`SCHEMA_VERSION` is rea
 :data:`REPEAT_FORMAT`, a repeat record's, from ``include/repeat.lua``).
 Rule 2: a :class:`ScriptCall` is plain data (script, keys, argv, and the function that
 reads the reply): the verbs build one without I/O, and the trio and sync drivers both run
-it through :func:`evaluate` / :func:`evaluate_sync`.
+it through :func:`evaluate` / :func:`evaluate_sync`. A call kept and made again and again
+(``claim``'s, per queue, lease and count) is packed once (:func:`packed_call`): on one
+server's trio wire its bytes are sent as they are.
 Rule 3: every script that publishes has a sharded twin (``Script.sharded``), built here
 from the same source with ``redis.call('PUBLISH'`` spelled ``redis.call('SPUBLISH'``, with
 its own sha. On a Redis Cluster (a connection whose ``sharded_pubsub`` is true) the twin
