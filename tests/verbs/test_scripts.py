@@ -45,3 +45,30 @@ def test_every_script_is_loaded_with_its_sha() -> None:
         assert script.name == name
         assert script.sha == hashlib.sha1(script.source.encode()).hexdigest()
     assert {"enqueue", "claim", "complete", "fail", "extend_lock", "extend_locks"} <= set(SCRIPTS)
+
+
+async def test_a_kept_claim_call_reloads_after_script_flush(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """claim keeps its call packed per (queue, lease, count): a SCRIPT FLUSH between two
+    claims with the same arguments still falls back to EVAL once."""
+    first, second = [await jobs.enqueue(conn, queue, b"x") for _ in range(2)]
+    assert (await jobs.claim(conn, queue, 1_000))[0].id == first
+    await conn.execute("SCRIPT", "FLUSH")
+    assert (await jobs.claim(conn, queue, 1_000))[0].id == second
+
+
+@pytest.mark.parametrize(
+    ("lease", "count"), [(1_000, True), (1_000.0, 1), (True, 1), (1_000, 0), (0, 1)]
+)
+async def test_claim_gates_every_call_even_when_an_equal_one_is_kept(
+    conn: echomq.Connection, queue: str, lease: object, count: object
+) -> None:
+    """A kept claim call is keyed on exact types: ``True`` or ``1000.0`` (equal to a kept
+    key) are still refused by the gate, every time, before any I/O."""
+    await jobs.claim(conn, queue, 1_000, count=1)  # keeps (queue, 1000, 1)
+    for _ in range(2):
+        with pytest.raises(echomq.InvalidArgument):
+            await jobs.claim(conn, queue, lease, count=count)  # type: ignore[arg-type]
+        with pytest.raises(echomq.InvalidArgument):
+            await jobs.claim_batch(conn, queue, lease, count=count)  # type: ignore[arg-type]

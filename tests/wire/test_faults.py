@@ -156,6 +156,33 @@ async def test_cancelled_before_the_call_sends_nothing(conn: echomq.Connection, 
     assert await conn.execute("GET", queue) is None
 
 
+async def test_callers_in_cancelled_scopes_send_nothing_among_a_burst(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """100 callers in one tick (the queue is written in chunks of 32 by the callers that
+    fill it, and by the writer task): the ones already cancelled raise and send nothing,
+    in whatever order the tick runs them; the others get their own replies."""
+    await conn.execute("PING")  # connected: the burst queues behind nothing
+    replies: dict[int, object] = {}
+
+    async def caller(i: int) -> None:
+        with trio.CancelScope() as scope:
+            if i % 3 == 0:
+                scope.cancel()
+            replies[i] = await conn.execute("INCR", f"{queue}:{i}")
+        if scope.cancelled_caught:
+            replies[i] = "cancelled"
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for i in range(100):
+                nursery.start_soon(caller, i)
+        counts = await conn.execute("MGET", *(f"{queue}:{i}" for i in range(100)))
+    for i in range(100):
+        assert replies[i] == ("cancelled" if i % 3 == 0 else 1)
+        assert counts[i] == (None if i % 3 == 0 else b"1")
+
+
 async def test_cancelled_after_written_runs_and_its_reply_is_dropped(
     own_server: RedisServer,
 ) -> None:

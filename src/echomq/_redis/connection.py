@@ -4,7 +4,9 @@ Rule 1 (auto-pipelining): callers never wait for each other's round trips. A cal
 its command (hiredis). When nothing is in flight it is written at once, by the caller
 (a plain non-blocking ``send``: one caller alone pays no task switch). Otherwise it is
 queued, and one writer task sends everything queued since its last write in a single
-write. One reader task parses replies (hiredis) and hands each to the caller whose
+write; but the caller that makes 32 queued commands writes them itself at once, so the
+server starts on them while the other callers of this tick still pack theirs.
+One reader task parses replies (hiredis) and hands each to the caller whose
 command was next in line. Replies come back in order.
 Rule 2 (no replay): when the socket drops, every command queued or in flight fails with
 :class:`~echomq.errors.ConnectionLost`. Nothing is re-sent: a script may have run.
@@ -61,6 +63,9 @@ TRANSPORT_ERRORS = (
 # a TLS peer that hung up mid-handshake: the server may be restarting (transient)
 _SSL_TRANSIENT = (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)
 _CHUNK = 1 << 16  # receive size: large reads cost an allocation each (see docs/wire.md)
+# queued commands a caller writes itself (the writer task would send them a tick later):
+# the server starts on them while this tick's other callers still pack theirs
+_FLUSH_AT = 32
 _SYNC_READS = 16  # consecutive reads without a checkpoint before the reader yields
 
 
@@ -191,6 +196,23 @@ class _Session:
             if sent < len(packed):  # the writer sends the rest before anything else
                 self.queued.append((packed[sent:], None))
                 self.wakeup.set()
+        elif sock is not None and not self.writing and len(self.queued) >= _FLUSH_AT - 1:
+            # A full batch waits: write it now, from this task, so that the server starts
+            # on it while the callers still to run this tick pack theirs (the overlap).
+            await trio.lowlevel.checkpoint_if_cancelled()
+            batch, self.queued = self.queued, []
+            batch.append((packed, waiter))
+            data = self._take(batch)
+            try:
+                sent = sock.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError as exc:
+                waiter.abandoned = True  # in line already: fail() must not wake this task
+                raise self.fail(exc) from exc
+            if sent < len(data):  # the writer sends the rest before anything else
+                self.queued.insert(0, (data[sent:], None))
+                self.wakeup.set()
         else:
             self.queued.append((packed, waiter))
             self.wakeup.set()
@@ -223,7 +245,6 @@ class _Session:
             trio.lowlevel.reschedule(waiter.task, result)
 
     async def write_loop(self) -> None:
-        inflight = self.inflight
         send = self._send_raw if self.sock is not None else self.stream.send_all
         while True:
             if not self.queued:
@@ -231,17 +252,23 @@ class _Session:
                 await self.wakeup.wait()
                 continue
             batch, self.queued = self.queued, []
-            chunks = []
-            for packed, waiter in batch:
-                if waiter is None:  # the rest of a direct write
-                    chunks.append(packed)
-                elif not waiter.abandoned:  # cancelled before it was written: never sent
-                    chunks.append(packed)
-                    waiter.enqueue_on(inflight)
-            if chunks:
+            data = self._take(batch)
+            if data:
                 self.writing = True
-                await send(b"".join(chunks))
+                await send(data)
                 self.writing = False
+
+    def _take(self, batch: list[tuple[bytes, _Waiter | None]]) -> bytes:
+        """The bytes of ``batch`` to write, its callers put in line for their replies."""
+        inflight = self.inflight
+        chunks = []
+        for packed, waiter in batch:
+            if waiter is None:  # the rest of a direct write
+                chunks.append(packed)
+            elif not waiter.abandoned:  # cancelled before it was written: never sent
+                chunks.append(packed)
+                waiter.enqueue_on(inflight)
+        return b"".join(chunks)
 
     async def _send_raw(self, data: bytes) -> None:
         sock = self.sock

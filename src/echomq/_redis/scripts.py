@@ -12,7 +12,9 @@ and the native twin loads the expanded source too. :data:`SCHEMA_VERSION` is rea
 :data:`REPEAT_FORMAT`, a repeat record's, from ``include/repeat.lua``).
 Rule 2: a :class:`ScriptCall` is plain data (script, keys, argv, and the function that
 reads the reply): the verbs build one without I/O, and the trio and sync drivers both run
-it through :func:`evaluate` / :func:`evaluate_sync`.
+it through :func:`evaluate` / :func:`evaluate_sync`. A call kept and made again and again
+(``claim``'s, per queue, lease and count) is packed once (:func:`packed_call`): on one
+server's trio wire its bytes are sent as they are.
 Rule 3: every script that publishes has a sharded twin (``Script.sharded``), built here
 from the same source with ``redis.call('PUBLISH'`` spelled ``redis.call('SPUBLISH'``, with
 its own sha. On a Redis Cluster (a connection whose ``sharded_pubsub`` is true) the twin
@@ -34,6 +36,7 @@ import attrs
 
 from .._jitter import Backoff
 from ..errors import EchoMQError, ServerError, Unavailable
+from .connection import Connection, pack
 from .replies import translate
 
 __all__ = [
@@ -51,6 +54,7 @@ __all__ = [
     "is_sharded",
     "retry_sync",
     "make_script",
+    "packed_call",
     "sharded_source",
     "sync_errors",
 ]
@@ -167,6 +171,9 @@ class ScriptCall(Generic[T]):
     keys: Sequence[str]
     argv: Sequence[str | bytes | int | float]
     read: Callable[[Any], T]
+    #: the ``EVALSHA`` of :meth:`evalsha_args` packed once (:func:`packed_call`): a call
+    #: made again and again with the same keys and argv packs nothing on the trio wire
+    packed: bytes | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
 
     def evalsha_args(self, sharded: bool = False) -> tuple[str | bytes | int | float, ...]:
         """``EVALSHA`` of the script (of its sharded twin when ``sharded``: a cluster)."""
@@ -184,6 +191,11 @@ def script_call(
     """The call description (:class:`ScriptCall`) of the script named ``name``: what to
     run, with which keys and argv, and how to read the reply. No I/O."""
     return ScriptCall(SCRIPTS[name], keys, argv, read)
+
+
+def packed_call(sc: ScriptCall[T]) -> ScriptCall[T]:
+    """``sc`` with its ``EVALSHA`` packed (for a call kept and made many times)."""
+    return attrs.evolve(sc, packed=pack(sc.evalsha_args()))
 
 
 class Executor(Protocol):
@@ -206,14 +218,17 @@ def is_sharded(conn: object) -> bool:
 
 async def evaluate(conn: Executor, sc: ScriptCall[T]) -> T:
     """Run ``sc`` on a trio connection; script refusals raise their typed errors."""
-    sharded = is_sharded(conn)
+    packed = sc.packed
     try:
         try:
-            reply = await conn.execute(*sc.evalsha_args(sharded))
+            if packed is not None and type(conn) is Connection:  # one server: not sharded
+                reply = await conn.execute_packed(packed)
+            else:
+                reply = await conn.execute(*sc.evalsha_args(is_sharded(conn)))
         except ServerError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-            reply = await conn.execute(*sc.eval_args(sharded))
+            reply = await conn.execute(*sc.eval_args(is_sharded(conn)))
     except ServerError as exc:
         raise _typed(exc) from None
     return sc.read(reply)

@@ -7,6 +7,7 @@ error. ``echomq.sync`` runs the same ``*_call`` builders on redis-py.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, NamedTuple
@@ -17,7 +18,7 @@ from .._model.job import Claimed, Enqueued, JobInfo, NewJob, Sweep
 from .._redis import validate as v
 from .._redis.keyspace import Keyspace, check_dedup_key, check_group, check_id, keyspace
 from .._redis.replies import EXTEND_RESULTS, Code, ExtendResult, check_status, text
-from .._redis.scripts import Executor, ScriptCall, evaluate, script_call
+from .._redis.scripts import Executor, ScriptCall, evaluate, packed_call, script_call
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -231,11 +232,11 @@ class ClaimBatch:
     next_due_ms: int | None
 
 
-def _read_claim(reply: Any) -> ClaimBatch:
+def _claimed(reply: Any) -> list[Claimed]:
+    """The jobs of a claim's reply: 5 fields per job (then, maybe, next_due_ms)."""
     if not isinstance(reply, list) or len(reply) % 5 > 1:
         raise ScriptError(f"claim: unexpected reply {reply!r}")
-    n = len(reply) - len(reply) % 5
-    claimed = [
+    return [
         Claimed(
             id=text(reply[i]),
             payload=reply[i + 1],
@@ -243,8 +244,13 @@ def _read_claim(reply: Any) -> ClaimBatch:
             failures=reply[i + 3],
             trace=reply[i + 4],
         )
-        for i in range(0, n, 5)
+        for i in range(0, len(reply) - 4, 5)
     ]
+
+
+def _read_claim(reply: Any) -> ClaimBatch:
+    claimed = _claimed(reply)
+    n = len(claimed) * 5
     due = reply[n] if n < len(reply) else -1
     return ClaimBatch(jobs=claimed, next_due_ms=due if due >= 0 else None)
 
@@ -264,7 +270,33 @@ def claim_batch_call(
 
 def claim_call(queue: str, lease_ms: int, count: int = 1) -> ScriptCall[list[Claimed]]:
     sc = claim_batch_call(queue, lease_ms, count)
-    return ScriptCall(sc.script, sc.keys, sc.argv, lambda reply: _read_claim(reply).jobs)
+    return ScriptCall(sc.script, sc.keys, sc.argv, _claimed)
+
+
+@functools.lru_cache(maxsize=256)
+def _kept_claim_call(queue: str, lease_ms: int, count: int) -> ScriptCall[list[Claimed]]:
+    """:func:`claim_call` gated and packed once per (queue, lease, count): a worker or a
+    loop claims with the same arguments again and again (a refused gate is not kept)."""
+    return packed_call(claim_call(queue, lease_ms, count))
+
+
+@functools.lru_cache(maxsize=256)
+def _kept_claim_batch_call(
+    queue: str, lease_ms: int, count: int, worker: str | None
+) -> ScriptCall[ClaimBatch]:
+    """:func:`claim_batch_call`, kept as :func:`_kept_claim_call` is."""
+    return packed_call(claim_batch_call(queue, lease_ms, count, worker))
+
+
+def _exact(queue: object, lease_ms: object, count: object, worker: object = None) -> bool:
+    """Whether the arguments are of the exact types a kept call is keyed on (``True`` is
+    not 1 to the gate, though equal to it as a cache key)."""
+    return (
+        type(queue) is str
+        and type(lease_ms) is int
+        and type(count) is int
+        and (worker is None or type(worker) is str)
+    )
 
 
 def complete_call(
@@ -514,6 +546,8 @@ async def claim(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) ->
     Raises:
         InvalidKey, InvalidArgument: before any I/O.
     """
+    if _exact(queue, lease_ms, count):
+        return await evaluate(conn, _kept_claim_call(queue, lease_ms, count))
     return await evaluate(conn, claim_call(queue, lease_ms, count))
 
 
@@ -523,6 +557,8 @@ async def claim_batch(
     """:func:`claim`, also answering how long until the earliest scheduled job is due
     when fewer than ``count`` jobs were ready (the worker's idle wait uses it: no extra
     round trip between an empty claim and the wake list)."""
+    if _exact(queue, lease_ms, count, worker):
+        return await evaluate(conn, _kept_claim_batch_call(queue, lease_ms, count, worker))
     return await evaluate(conn, claim_batch_call(queue, lease_ms, count, worker))
 
 
