@@ -21,7 +21,7 @@ import logging
 import math
 import os
 import weakref
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, overload
 
@@ -230,6 +230,12 @@ class Task:
             raise InvalidArgument("kwargs must be a mapping")
         payload = self.queue.codec.encode_call(self.name, args, kwargs)
         return chosen.new_job(payload, self.options, self.name, args=args, kwargs=kwargs)
+
+
+async def _enqueue_one(conn: Executor, queue: str, new: NewJob) -> jobs.Enqueued:
+    """One job in its own enqueue call (the asyncio side: no coalescing there)."""
+    (answer,) = await jobs.enqueue_batch(conn, queue, [new])
+    return answer
 
 
 @attrs.define(eq=False)
@@ -509,8 +515,11 @@ class Queue:
             RuntimeError: the queue is not open.
         """
         if self._conn is None:
-            raise RuntimeError(f"queue {self.name!r} is not open: use `async with queue.open():`")
+            raise self._not_open()
         return self._conn
+
+    def _not_open(self) -> RuntimeError:
+        return RuntimeError(f"queue {self.name!r} is not open: use `async with queue.open():`")
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[Queue]:
@@ -586,26 +595,20 @@ class Queue:
         return await self._enqueue_coalesced(new, task)
 
     async def _enqueue_coalesced(self, new: jobs.NewJob, task: str | None) -> TaskHandle:
-        coalescer = self._coalescer
-        if coalescer is None:
-            self.connection  # noqa: B018 - raises the "not open" error
-            assert coalescer is not None
-        try:
-            answer = await coalescer.enqueue(new)
-        except DuplicateJob:
-            assert new.job_id is not None
-            return TaskHandle(new.job_id, self, task, deduplicated=True)
-        return TaskHandle(answer.id, self, task, deduplicated=answer.deduplicated)
+        if self._coalescer is None:  # made with the connection, gone with it
+            raise self._not_open()
+        return await self._enqueue(self._coalescer.enqueue, new, task)
 
     async def aenqueue_new(self, new: jobs.NewJob, *, task: str | None = None) -> TaskHandle:
         """The asyncio :meth:`enqueue_new` (``echomq.asyncio``)."""
         conn = self.asyncio_client().connection
+        one = functools.partial(_enqueue_one, conn, self.name)
         if _tracing.ENABLED and _tracing.on():
             with _tracing.sending(self.name, task) as send:
-                handle = await self._enqueue(conn, _with_trace(new, send), task)
+                handle = await self._enqueue(one, _with_trace(new, send), task)
                 send.sent(handle.id, handle.deduplicated)
             return handle
-        return await self._enqueue(conn, new, task)
+        return await self._enqueue(one, new, task)
 
     def enqueue_new_sync(self, new: jobs.NewJob, *, task: str | None = None) -> TaskHandle:
         """Blocking :meth:`enqueue_new` through ``echomq.sync``; an existing ``job_id``
@@ -617,9 +620,15 @@ class Queue:
             return handle
         return self._enqueue_sync(new, task)
 
-    async def _enqueue(self, conn: Executor, new: jobs.NewJob, task: str | None) -> TaskHandle:
+    async def _enqueue(
+        self,
+        send: Callable[[jobs.NewJob], Awaitable[jobs.Enqueued]],
+        new: jobs.NewJob,
+        task: str | None,
+    ) -> TaskHandle:
+        """``new`` sent by ``send``, as a handle (an existing ``job_id``: that job's)."""
         try:
-            (answer,) = await jobs.enqueue_batch(conn, self.name, [new])
+            answer = await send(new)
         except DuplicateJob:
             assert new.job_id is not None
             return TaskHandle(new.job_id, self, task, deduplicated=True)

@@ -125,6 +125,13 @@ def enqueue_group(job: object) -> EnqueueGroup:
     return EnqueueGroup(job_id, payload, group)
 
 
+def _check_batch_size(n: int) -> None:
+    if not n:
+        raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
+    if n > v.MAX_ENQUEUE:
+        raise InvalidArgument(f"enqueue_many takes at most {v.MAX_ENQUEUE} jobs per call, not {n}")
+
+
 def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCall[list[Enqueued]]:
     """Enqueue jobs already gated by :func:`enqueue_group` in one script call (the one
     place of ``enqueue.lua``'s argv layout); answer one :class:`Enqueued` per job, in order
@@ -135,12 +142,7 @@ def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCal
             payloads add up past ``config.MAX_BATCH_BYTES`` (``validate.batch_bytes``).
     """
     ks = keyspace(queue)
-    if not groups:
-        raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
-    if len(groups) > v.MAX_ENQUEUE:
-        raise InvalidArgument(
-            f"enqueue_many takes at most {v.MAX_ENQUEUE} jobs per call, not {len(groups)}"
-        )
+    _check_batch_size(len(groups))
     ids = [group.id for group in groups]
     argv: list[Any] = [ks.base, len(groups)]
     total = 0
@@ -165,13 +167,10 @@ def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCal
 def enqueue_batch_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[Enqueued]]:
     """Enqueue ``jobs`` in one script call; answer one :class:`Enqueued` per job, in order
     (a job under a held dedup key answers the holder's id, ``deduplicated``)."""
-    keyspace(queue)
-    if isinstance(jobs, NewJob) or not jobs:
+    keyspace(queue)  # a bad queue name first, before any job is gated
+    if isinstance(jobs, NewJob):
         raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
-    if len(jobs) > v.MAX_ENQUEUE:
-        raise InvalidArgument(
-            f"enqueue_many takes at most {v.MAX_ENQUEUE} jobs per call, not {len(jobs)}"
-        )
+    _check_batch_size(len(jobs))
     return enqueue_groups_call(queue, [enqueue_group(job) for job in jobs])
 
 
