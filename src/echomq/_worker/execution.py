@@ -302,7 +302,7 @@ class JobRunner:
             lose=held.lose,
             children=results,
         )
-        settlement: Settlement | None = None
+        settlement: Settlement | bytes | None = None
         timeout, soft = task.options.timeout, task.options.soft_timeout
         start = trio.current_time()
         deadline = math.inf if timeout is None else start + timeout
@@ -330,12 +330,7 @@ class JobRunner:
                         raise
                     settlement = self._outcome(task, claimed, held, failure, exc, limit)
                 else:
-                    encoded = self._encode(claimed, value)
-                    settlement = (
-                        encoded
-                        if isinstance(encoded, Settlement)
-                        else Settlement(complete=True, result=encoded)
-                    )
+                    settlement = self._encode(claimed, value)
         finally:
             unbind(bound)
             held.ran = perf_counter() - started
