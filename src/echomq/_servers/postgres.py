@@ -29,6 +29,7 @@ from types import TracebackType
 import attrs
 
 from ..errors import EchoMQError
+from . import lifeline
 from .single import free_port
 
 __all__ = ["PostgresServer", "PostgresServerError", "find_postgres_bin"]
@@ -198,6 +199,7 @@ class PostgresServer:
                 cwd=self.dir,
                 start_new_session=True,  # its own process group: kill() reaches every backend
             )
+        lifeline.watch(self.process.pid, self.dir if self._owned_dir else None)
         try:
             self._wait_ready()
         except BaseException:
@@ -259,6 +261,7 @@ class PostgresServer:
             except ProcessLookupError:
                 pass
         process.wait(timeout=30)
+        lifeline.unwatch(process.pid)
         self._wait_gone(postmaster)
 
     def _wait_gone(self, pid: int | None) -> None:

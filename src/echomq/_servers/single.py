@@ -26,6 +26,7 @@ import attrs
 import trio
 
 from ..errors import EchoMQError
+from . import lifeline
 
 __all__ = [
     "RedisServer",
@@ -194,6 +195,7 @@ class RedisServer:
             stderr=subprocess.PIPE,
             start_new_session=True,  # Ctrl-C in a terminal reaches us, not the child
         )
+        lifeline.watch(self.process.pid, self.dir if self._owned_dir else None)
         try:
             self._wait_ready()
         except BaseException:
@@ -230,6 +232,7 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        lifeline.unwatch(self.process.pid)
         if self.process.stderr is not None:
             self.process.stderr.close()
         self.process = None
@@ -269,6 +272,7 @@ class RedisServer:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(sig)
             self.process.wait(timeout=10)
+            lifeline.unwatch(self.process.pid)
 
     def restart(self) -> None:
         """Start again on the same port and directory (killing it first if it runs).
