@@ -23,7 +23,7 @@
   A grouped job gives back its group's active slot (`leave_active`) and a recovered one
   goes back to its lane (`ready`; docs/lanes.md).
 ]]
-local active, pending, wake = KEYS[1], KEYS[2], KEYS[3]
+local active, pending = KEYS[1], KEYS[2]
 local base = ARGV[1]
 -- @include time
 -- @include score
@@ -33,55 +33,12 @@ local base = ARGV[1]
 -- @include ready
 -- @include leave_active
 -- @include finished
+-- @include stall_sweep
 local max_recoveries = tonumber(ARGV[3])
 local MAX_LIMIT = 100
 local limit = tonumber(ARGV[2])
 if not limit or limit < 1 or limit > MAX_LIMIT then
   return redis.error_reply('EMQARG reap limit must be 1..' .. MAX_LIMIT)
 end
-local now = now_ms()
-local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
-if #expired == 0 then return {{}, {}} end
-local run_id = server_run_id()
-
--- reads first: each row's epoch, stall count and priority; then who dies, and what
--- finishing them reads
-local rows, plan, dying = {}, {}, {}
-for i, id in ipairs(expired) do
-  local f = redis.call('HMGET', base .. 'job:' .. id, 'state', 'lease_epoch', 'stalled', 'priority',
-    'group')
-  rows[i] = f
-  if f[5] then lanes_touch(base, f[5]) end
-  if f[1] and f[2] == run_id and max_recoveries >= 0 then
-    local stalled = tonumber(f[3] or '0') + 1
-    plan[i] = {stalled = stalled, dies = stalled > max_recoveries}
-    if plan[i].dies then
-      dying[#dying + 1] = {id, 'dead'}
-      plan[i].n = #dying
-    end
-  end
-end
-local fin = #dying > 0 and finish_read(base, 'dead', now, dying)
-
-local recovered, died = {}, {}
-local channel = base .. 'events'
-for i, id in ipairs(expired) do
-  local f, p = rows[i], plan[i]
-  leave_active(base, active, id, f[5])
-  if f[1] then
-    local jk = base .. 'job:' .. id
-    if p then redis.call('HSET', jk, 'stalled', p.stalled) end
-    if p and p.dies then
-      redis.call('HSET', jk, 'state', 'dead', 'last_error', 'stalled', 'finished_at', now)
-      redis.call('PUBLISH', channel, '{"event":"dead","job":"' .. id .. '","error":"stalled"}')
-      finished(fin, p.n, {error = 'stalled'})
-      died[#died + 1] = id
-    else
-      redis.call('HSET', jk, 'state', 'pending')
-      ready(base, pending, id, f[5], band_score(f[4] or '0', 0))
-      redis.call('PUBLISH', channel, '{"event":"recovered","job":"' .. id .. '"}')
-      recovered[#recovered + 1] = id
-    end
-  end
-end
-return {recovered, died}
+-- max_recoveries -1: the contract's plain reap (nothing counted, nobody dies)
+return stall_sweep(base, active, pending, limit, max_recoveries >= 0, max_recoveries + 1)
