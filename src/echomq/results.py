@@ -12,6 +12,7 @@ This module is the public face; the implementation lives in ``echomq._verbs.resu
 from __future__ import annotations
 
 from ._model.completion import FinishState
-from ._verbs.results import GONE_CHECK, Outcome, ResultFeed, ResultStatistics
+from ._verbs.result_reads import Outcome
+from ._verbs.results import GONE_CHECK, ResultFeed, ResultStatistics
 
 __all__ = ["GONE_CHECK", "FinishState", "Outcome", "ResultFeed", "ResultStatistics"]

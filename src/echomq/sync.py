@@ -53,9 +53,7 @@ from ._verbs.lifecycle import (
     get_job_args,
     read_job,
 )
-from ._verbs.results import (
-    BLOCK,
-    GONE_CHECK,
+from ._verbs.result_reads import (
     Outcome,
     entry_job_id,
     entry_outcome,
@@ -65,6 +63,7 @@ from ._verbs.results import (
     row_outcome,
     xread_command,
 )
+from ._verbs.results import BLOCK, GONE_CHECK
 from .cancel import CancelOutcome
 from .config import DEFAULT_URL, ConnectionConfig, parse_url
 from .errors import InvalidArgument

@@ -19,29 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
-
-import attrs
 
 from .._jitter import Backoff
 from .._redis.aio import AsyncioClusterConnection, AsyncioConnection, asyncio_connection
 from .._redis.keyspace import keyspace
 from ..config import ConnectionConfig
 from ..errors import ConnectionLost, ServerError
-from .lifecycle import read_job
-from .results import (
-    BATCH,
-    BLOCK,
-    GONE_CHECK,
+from .result_reads import (
     Outcome,
-    entry_job_id,
-    entry_outcome,
     probe_commands,
     read_probe,
     read_stream_entries,
     row_outcome,
     xread_command,
 )
+from .result_waiters import Waiters
+from .results import BATCH, BLOCK, GONE_CHECK
 
 __all__ = ["AsyncioResultFeed"]
 
@@ -52,32 +45,6 @@ AnyConnection = AsyncioConnection | AsyncioClusterConnection
 
 def _now() -> float:
     return asyncio.get_running_loop().time()
-
-
-def _id_key(stream_id: str) -> tuple[int, int]:
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-@attrs.define(eq=False)
-class _Slot:
-    job_id: str
-    started: bool = False
-    after: str = "0-0"
-    since: float = attrs.field(factory=_now)
-    done: asyncio.Event = attrs.field(factory=asyncio.Event)
-    outcome: Outcome | None = None
-    error: BaseException | None = None
-
-    def deliver(self, outcome: Outcome | None) -> None:
-        if not self.done.is_set():
-            self.outcome = outcome
-            self.done.set()
-
-    def fail(self, error: BaseException) -> None:
-        if not self.done.is_set():
-            self.error = error
-            self.done.set()
 
 
 class AsyncioResultFeed:
@@ -100,9 +67,7 @@ class AsyncioResultFeed:
         self.batch = batch
         self.reads = 0
         self.redis_errors = 0
-        self._slots: dict[str, list[_Slot]] = {}
-        self._unstarted = 0
-        self._changed = asyncio.Event()
+        self._waiters = Waiters(self.queue, _now, asyncio.Event)
         self._reader: asyncio.Task[None] | None = None
         self._conn: AnyConnection | None = None
         self._closed = False
@@ -110,7 +75,7 @@ class AsyncioResultFeed:
     @property
     def waiting(self) -> int:
         """Waiters now."""
-        return sum(len(slots) for slots in self._slots.values())
+        return self._waiters.count
 
     async def wait(self, conn: AnyConnection, job_id: str) -> Outcome | None:
         """The job's outcome (None: no row); ``conn`` reads the row (rule 1).
@@ -120,9 +85,7 @@ class AsyncioResultFeed:
                 read (nothing waits then).
         """
         keyspace(self.queue).job(job_id)  # the id's gate, before any I/O
-        slot = _Slot(job_id)
-        self._slots.setdefault(job_id, []).append(slot)
-        self._unstarted += 1
+        waiter = self._waiters.add(job_id)
         try:
             replies = await conn.execute_pipeline(probe_commands(self.queue, job_id))
             probe = read_probe(job_id, replies)
@@ -131,32 +94,15 @@ class AsyncioResultFeed:
             outcome = row_outcome(probe.info)
             if outcome is not None:
                 return outcome
-            slot.started, slot.after = True, probe.after
-            self._unstarted -= 1
-            self._changed.set()
+            self._waiters.start(waiter, probe.after)
             if self._reader is None or self._reader.done():
                 self._reader = asyncio.get_running_loop().create_task(self._run())
-            await slot.done.wait()
-            if slot.error is not None:
-                raise slot.error
-            return slot.outcome
+            await waiter.done.wait()
+            if waiter.error is not None:
+                raise waiter.error
+            return waiter.outcome
         finally:
-            if not slot.started:
-                self._unstarted -= 1
-                self._changed.set()
-            slots = self._slots.get(job_id, [])
-            if slot in slots:
-                slots.remove(slot)
-            if not slots:
-                self._slots.pop(job_id, None)
-
-    def _ready(self) -> bool:
-        return bool(self._slots) and self._unstarted == 0
-
-    async def _idle(self) -> None:
-        while not self._ready() and not self._closed:
-            self._changed = asyncio.Event()
-            await self._changed.wait()
+            self._waiters.remove(waiter)
 
     async def _run(self) -> None:
         try:
@@ -165,27 +111,22 @@ class AsyncioResultFeed:
             raise
         except Exception as exc:  # a bug: every waiter learns it rather than hanging
             log.exception("results of %s: the reader stopped", self.queue)
-            for slots in self._slots.values():
-                for slot in slots:
-                    slot.fail(exc)
+            self._waiters.fail_all(exc)
 
     async def _read_loop(self) -> None:
         backoff = Backoff(0.05, 5.0)
         position: str | None = None
         recheck = False
         next_check = _now() + self.gone_check
+        waiters = self._waiters
         while True:
-            if not self._slots:
+            if not waiters.by_job:
                 position = None
-            await self._idle()
+            while not waiters.ready() and not self._closed:
+                await waiters.renew().wait()
             if self._closed:  # redis-py may swallow a cancel: the flag stops the loop too
                 return
-            starts = [s.after for slots in self._slots.values() for s in slots if s.started]
-            if starts:
-                earliest = min(starts, key=_id_key)
-                if position is None or _id_key(earliest) > _id_key(position):
-                    position = earliest
-            assert position is not None
+            position = waiters.position(position)
             if self._conn is None:
                 self._conn = asyncio_connection(self.url)
             conn = self._conn
@@ -206,7 +147,7 @@ class AsyncioResultFeed:
                 self.reads += 1
                 for stream_id, fields in read_stream_entries(reply):
                     position = stream_id
-                    self._dispatch(stream_id, fields)
+                    waiters.dispatch(stream_id, fields)
                 if _now() >= next_check:
                     await self._check_rows(conn, everyone=False)
                     next_check = _now() + self.gone_check
@@ -221,43 +162,21 @@ class AsyncioResultFeed:
                 log.warning("results of %s: %s; reading again in %.2f s", self.queue, exc, delay)
                 await asyncio.sleep(delay)
 
-    def _dispatch(self, stream_id: str, fields: list[bytes]) -> None:
-        raw = entry_job_id(fields)
-        slots = self._slots.get(raw.decode("utf-8", "replace")) if raw is not None else None
-        if not slots:
-            return
-        outcome = entry_outcome(self.queue, stream_id, fields)
-        if outcome is not None:
-            for slot in slots:
-                slot.deliver(outcome)
-
     async def _check_rows(self, conn: AnyConnection, *, everyone: bool) -> None:
         """Re-read the waited-on rows (all after a reconnect, else those waiting longer
         than ``gone_check``); a gone or finished row answers its waiters (rule 3)."""
-        now = _now()
-        ids = [
-            job_id
-            for job_id, slots in self._slots.items()
-            if any(s.started and (everyone or now - s.since >= self.gone_check) for s in slots)
-        ]
+        waiters = self._waiters
+        ids = waiters.due(everyone=everyone, gone_check=self.gone_check)
         if not ids:
             return
-        ks = keyspace(self.queue)
-        rows: list[Any] = await conn.execute_pipeline([("HGETALL", ks.job(i)) for i in ids])
-        for job_id, row in zip(ids, rows, strict=True):
-            if isinstance(row, ServerError):
-                continue
-            info = read_job(job_id, row)
-            outcome = None if info is None else row_outcome(info)
-            if info is not None and outcome is None:
-                continue  # still running (or live again)
-            for slot in self._slots.get(job_id, []):
-                slot.deliver(outcome)
+        look = waiters.settled(ids, await conn.execute_pipeline(waiters.state_commands(ids)))
+        if look:
+            waiters.answer_rows(look, await conn.execute_pipeline(waiters.row_commands(look)))
 
     async def aclose(self) -> None:
         """Stop the reader and close its connection."""
         self._closed = True
-        self._changed.set()
+        self._waiters.changed.set()
         reader, self._reader = self._reader, None
         if reader is not None and not reader.done():
             reader.cancel()
