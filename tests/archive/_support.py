@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 import echomq
+from _waits import until as _until
 from echomq._redis.keyspace import Keyspace
 from echomq.archive.store import open_store
 
@@ -62,15 +63,8 @@ async def xadd_jobs(
 
 
 async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0) -> None:
-    """Poll (bounded) until ``check()`` answers True."""
-    with trio.fail_after(within):
-        while True:
-            answer = check()
-            if not isinstance(answer, bool):
-                answer = await answer
-            if answer:
-                return
-            await trio.sleep(0.01)
+    """``_waits.until``, bound 10 s: these tests wait on worker processes and stores."""
+    await _until(check, within)
 
 
 def stored(store_url: str, queue: str) -> int:

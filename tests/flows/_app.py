@@ -9,6 +9,7 @@ from typing import Any
 import trio
 
 import echomq
+from _waits import until as _until
 from echomq import Job
 
 
@@ -63,12 +64,5 @@ async def running(q: echomq.Queue, **options: Any) -> AsyncIterator[echomq.Worke
 
 
 async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0) -> None:
-    """Poll (bounded) until ``check()`` answers True: for state with no event to wait on."""
-    with trio.fail_after(within):
-        while True:
-            answer = check()
-            if not isinstance(answer, bool):
-                answer = await answer
-            if answer:
-                return
-            await trio.sleep(0.01)
+    """``_waits.until`` with a longer default bound: flows run many jobs through a worker."""
+    await _until(check, within)

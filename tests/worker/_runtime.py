@@ -3,7 +3,7 @@ run a worker in a subprocess (``echomq worker``, through the fault kit)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 import echomq
+from _waits import until as until
 from echomq import jobs
 from echomq.testing import WorkerProcess, open_worker_process
 
@@ -26,18 +27,6 @@ async def serving(worker: echomq.Worker) -> AsyncIterator[echomq.Worker]:
             yield worker
         finally:
             worker.shutdown(grace=0)
-
-
-async def until(check: Callable[[], bool | Awaitable[bool]], within: float = 5.0) -> None:
-    """Poll (bounded) until ``check()`` answers True: for state with no event to wait on."""
-    with trio.fail_after(within):
-        while True:
-            answer = check()
-            if not isinstance(answer, bool):
-                answer = await answer
-            if answer:
-                return
-            await trio.sleep(0.01)
 
 
 async def wait_state(
