@@ -14,17 +14,15 @@ transient refusal (``Unavailable``: it did not run), sent again with backoff wit
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
 
-from .._jitter import Backoff
 from ..config import ConnectionConfig
-from ..errors import Unavailable
 from .redispy import make_client, redis_errors, wire_error
+from .scripts import retry_sync
 from .slots import command_slot
 
 __all__ = ["BlockingConnection", "run_sync"]
@@ -90,17 +88,7 @@ class BlockingConnection:
     def _retrying(self, call: Callable[[], T]) -> T:
         """``call()`` inside :func:`redis_errors`; a transient refusal (not run) sent again
         with backoff until ``connect_timeout`` has passed, then ``Unavailable`` (rule 3)."""
-        deadline = time.monotonic() + self.config.connect_timeout
-        backoff = Backoff(0.01, 0.5)
-        while True:
-            try:
-                with redis_errors():
-                    return call()
-            except Unavailable:
-                delay = backoff.next()
-                if time.monotonic() + delay >= deadline:
-                    raise
-                time.sleep(delay)
+        return retry_sync(call, self.config.connect_timeout, redis_errors)
 
     async def execute_pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Several commands in one write; every reply, error replies as values."""

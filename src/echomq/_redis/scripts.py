@@ -28,7 +28,7 @@ import hashlib
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from importlib import resources
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -269,16 +269,21 @@ def sync_errors() -> Iterator[None]:
         raise _typed(exc) from None
 
 
-def retry_sync(call: Callable[[], T], retry_for: float) -> T:
-    """``call()`` (redis-py, inside :func:`sync_errors`), sent again with backoff while it
-    raises ``Unavailable`` (not run: ``LOADING``, ``TRYAGAIN``, "non local key"...) and
-    ``retry_for`` seconds (``connect_timeout``) have not passed, as the trio wire does.
-    ``ConnectionLost`` is never retried (the command may have run)."""
+def retry_sync(
+    call: Callable[[], T],
+    retry_for: float,
+    errors: Callable[[], AbstractContextManager[None]] | None = None,
+) -> T:
+    """``call()`` (redis-py, inside ``errors()``: :func:`sync_errors` by default), sent
+    again with backoff while it raises ``Unavailable`` (not run: ``LOADING``, ``TRYAGAIN``,
+    "non local key"...) and ``retry_for`` seconds (``connect_timeout``) have not passed, as
+    the trio wire does. ``ConnectionLost`` is never retried (the command may have run)."""
     deadline = time.monotonic() + retry_for
     backoff = Backoff(0.01, 0.5)
+    translate = errors or sync_errors
     while True:
         try:
-            with sync_errors():
+            with translate():
                 return call()
         except Unavailable:
             delay = backoff.next()
