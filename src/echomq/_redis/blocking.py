@@ -21,8 +21,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from ..config import ConnectionConfig
-from .redispy import make_client, redis_errors, wire_error
-from .scripts import retry_sync
+from .redispy import make_client, redis_errors, retry_transient, wire_error
 from .slots import command_slot
 
 __all__ = ["BlockingConnection", "run_sync"]
@@ -88,7 +87,7 @@ class BlockingConnection:
     def _retrying(self, call: Callable[[], T]) -> T:
         """``call()`` inside :func:`redis_errors`; a transient refusal (not run) sent again
         with backoff until ``connect_timeout`` has passed, then ``Unavailable`` (rule 3)."""
-        return retry_sync(call, self.config.connect_timeout, redis_errors)
+        return retry_transient(call, self.config.connect_timeout)
 
     async def execute_pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Several commands in one write; every reply, error replies as values."""

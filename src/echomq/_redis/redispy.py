@@ -19,15 +19,17 @@ Rule 3: no command is replayed: every client made here has redis-py's retries of
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.retry import Retry
 
+from .._jitter import Backoff
 from ..config import ConnectionConfig
 from ..errors import (
     AuthenticationError,
@@ -41,11 +43,14 @@ from ..errors import (
 )
 from .server_errors import NON_LOCAL, server_error
 
+T = TypeVar("T")
+
 __all__ = [
     "client_options",
     "error_reply",
     "make_client",
     "redis_errors",
+    "retry_transient",
     "wire_error",
 ]
 
@@ -190,3 +195,25 @@ def make_client(config: ConnectionConfig) -> redis.Redis | RedisCluster:
         nodes = [ClusterNode(host, port) for host, port in config.cluster_nodes]  # type: ignore[no-untyped-call]
         return RedisCluster(startup_nodes=nodes, **options)
     return redis.Redis(host=config.host, port=config.port, db=config.db, **options)
+
+
+def retry_transient(
+    call: Callable[[], T],
+    retry_for: float,
+    errors: Callable[[], AbstractContextManager[None]] = redis_errors,
+) -> T:
+    """``call()`` inside ``errors()``, sent again with backoff while it raises
+    ``Unavailable`` (not run: ``LOADING``, ``TRYAGAIN``, "non local key"...) and
+    ``retry_for`` seconds (``connect_timeout``) have not passed, as the trio wire does.
+    ``ConnectionLost`` is never retried (the command may have run)."""
+    deadline = time.monotonic() + retry_for
+    backoff = Backoff(0.01, 0.5)
+    while True:
+        try:
+            with errors():
+                return call()
+        except Unavailable:
+            delay = backoff.next()
+            if time.monotonic() + delay >= deadline:
+                raise
+            time.sleep(delay)

@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from importlib import resources
 from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
-from .._jitter import Backoff
-from ..errors import EchoMQError, ServerError, Unavailable
+from ..errors import EchoMQError, ServerError
 from .connection import Connection, pack
 from .replies import translate
 
@@ -269,27 +267,12 @@ def sync_errors() -> Iterator[None]:
         raise _typed(exc) from None
 
 
-def retry_sync(
-    call: Callable[[], T],
-    retry_for: float,
-    errors: Callable[[], AbstractContextManager[None]] | None = None,
-) -> T:
-    """``call()`` (redis-py, inside ``errors()``: :func:`sync_errors` by default), sent
-    again with backoff while it raises ``Unavailable`` (not run: ``LOADING``, ``TRYAGAIN``,
-    "non local key"...) and ``retry_for`` seconds (``connect_timeout``) have not passed, as
-    the trio wire does. ``ConnectionLost`` is never retried (the command may have run)."""
-    deadline = time.monotonic() + retry_for
-    backoff = Backoff(0.01, 0.5)
-    translate = errors or sync_errors
-    while True:
-        try:
-            with translate():
-                return call()
-        except Unavailable:
-            delay = backoff.next()
-            if time.monotonic() + delay >= deadline:
-                raise
-            time.sleep(delay)
+def retry_sync(call: Callable[[], T], retry_for: float) -> T:
+    """``call()`` (redis-py, inside :func:`sync_errors`), sent again with backoff while it
+    raises ``Unavailable`` (``redispy.retry_transient``), as the trio wire does."""
+    from .redispy import retry_transient  # redis-py: not imported with echomq
+
+    return retry_transient(call, retry_for, sync_errors)
 
 
 def evaluate_sync(
