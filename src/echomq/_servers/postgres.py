@@ -24,13 +24,12 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 import attrs
 
 from ..errors import EchoMQError
 from . import lifeline
-from .single import free_port
+from .process import PortTaken, ServerProcess
 
 __all__ = ["PostgresServer", "PostgresServerError", "find_postgres_bin"]
 
@@ -44,10 +43,6 @@ _INSTALL_HINT = (
 
 class PostgresServerError(EchoMQError, RuntimeError):
     """PostgreSQL's binaries are missing, or the server did not start."""
-
-
-class _PortTaken(Exception):
-    """The chosen port was taken between choosing it and binding it."""
 
 
 def _version_key(path: Path) -> tuple[int, ...]:
@@ -78,7 +73,7 @@ def find_postgres_bin() -> Path:
 
 
 @attrs.define(eq=False)
-class PostgresServer:
+class PostgresServer(ServerProcess):
     """One private PostgreSQL server. ``start()``/``stop()``, or use it as a context manager.
 
     ``fsync=False`` (the default, for tests) skips the disk flushes; benchmarks pass
@@ -177,17 +172,8 @@ class PostgresServer:
             raise PostgresServerError("already started")
         find_postgres_bin()
         self._prepare_dir()
-        chosen = not self.port
-        for attempt in range(3):
-            if chosen:
-                self.port = free_port()
-            try:
-                self._spawn()
-                return self
-            except _PortTaken:
-                if not chosen or attempt == 2:
-                    raise PostgresServerError(f"port {self.port} is in use") from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        self._spawn_on_a_port(self._spawn, PostgresServerError)
+        return self
 
     def _spawn(self) -> None:
         with open(self.log_file, "ab") as log:
@@ -233,7 +219,7 @@ class PostgresServer:
             if self.process.poll() is not None:
                 tail = self._log_tail()
                 if "Address already in use" in tail.rsplit("starting PostgreSQL", 1)[-1]:
-                    raise _PortTaken
+                    raise PortTaken
                 raise PostgresServerError(f"postgres exited early: {tail}")
             if self._ready():
                 return
@@ -306,18 +292,4 @@ class PostgresServer:
     def stop(self) -> None:
         """Shut the server down and remove the directory this server made."""
         self.shutdown()
-        if self._owned_dir and self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-            self._owned_dir = False
-
-    def __enter__(self) -> PostgresServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._remove_owned_dir()

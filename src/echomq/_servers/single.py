@@ -20,13 +20,13 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from types import TracebackType
 
 import attrs
 import trio
 
 from ..errors import EchoMQError
 from . import lifeline
+from .process import PortTaken, ServerProcess, free_port
 
 __all__ = [
     "RedisServer",
@@ -40,10 +40,6 @@ __all__ = [
 
 class RedisServerError(EchoMQError, RuntimeError):
     """redis-server is missing, or did not start."""
-
-
-class _PortTaken(Exception):
-    """The chosen port was taken between choosing it and binding it."""
 
 
 def find_redis_server() -> str:
@@ -68,14 +64,6 @@ def find_redis_server() -> str:
             "set ECHOMQ_REDIS_SERVER to its path, or pass a redis:// URL."
         )
     return found
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _make_certs(directory: Path) -> dict[str, str]:
@@ -109,7 +97,7 @@ def _make_certs(directory: Path) -> dict[str, str]:
 
 
 @attrs.define(eq=False)
-class RedisServer:
+class RedisServer(ServerProcess):
     """One private redis-server. ``start()``/``stop()``, or use it as a context manager.
 
     Attributes after start: ``port``, ``url`` (``redis://`` or ``rediss://``), ``dir``, and
@@ -175,17 +163,8 @@ class RedisServer:
         if self.dir is None:
             self.dir = Path(tempfile.mkdtemp(prefix="echomq-redis-"))
             self._owned_dir = True
-        chosen = not self.port
-        for attempt in range(3):
-            if chosen:
-                self.port = free_port()  # a port taken meanwhile: choose again
-            try:
-                self._spawn()
-                return self
-            except _PortTaken:
-                if not chosen or attempt == 2:
-                    raise RedisServerError(f"port {self.port} is in use") from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        self._spawn_on_a_port(self._spawn, RedisServerError)
+        return self
 
     def _spawn(self) -> None:
         self.process = subprocess.Popen(
@@ -209,7 +188,7 @@ class RedisServer:
             if self.process.poll() is not None:
                 detail = self._early_exit_detail()
                 if "Address already in use" in detail:
-                    raise _PortTaken
+                    raise PortTaken
                 raise RedisServerError(f"redis-server exited early: {detail}")
             if self._ping():
                 return
@@ -287,21 +266,7 @@ class RedisServer:
     def stop(self) -> None:
         """Terminate the process and remove the directory this server made."""
         self._reap()
-        if self._owned_dir and self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-            self._owned_dir = False
-
-    def __enter__(self) -> RedisServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._remove_owned_dir()
 
 
 @asynccontextmanager
