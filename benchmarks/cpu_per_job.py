@@ -52,8 +52,10 @@ QUEUE = "bench"  # the adapters' queue name
 SAMPLE_S = 0.005
 
 
-def _cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _cpu(pid: int, thread: int | None = None) -> float:
+    """CPU seconds of process ``pid`` (all its threads), or of one of its threads."""
+    where = f"/proc/{pid}" if thread is None else f"/proc/{pid}/task/{thread}"
+    fields = Path(f"{where}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -92,10 +94,13 @@ def server_cpu(r: redis.Redis) -> float:
     return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
-def run_window(samples: list[tuple[float, int, float, float]], jobs: int) -> dict[str, float]:
-    """From (time, done, worker cpu, server cpu) samples: the rate and CPU per job from the
-    first sample that saw a completion to the first that saw all ``jobs`` (the window of
-    the peers benchmark's drain rate)."""
+Sample = tuple[float, int, float, float, float]  # time, done, worker, server, worker's main
+
+
+def run_window(samples: list[Sample], jobs: int) -> dict[str, float]:
+    """From (time, done, worker cpu, server cpu, worker's main thread cpu) samples: the rate
+    and CPU per job from the first sample that saw a completion to the first that saw all
+    ``jobs`` (the window of the peers benchmark's drain rate)."""
     first = next((s for s in samples if s[1] > 0), None)
     last = next((s for s in samples if s[1] >= jobs), None)
     if first is None or last is None or last[0] <= first[0] or last[1] <= first[1]:
@@ -105,6 +110,8 @@ def run_window(samples: list[tuple[float, int, float, float]], jobs: int) -> dic
         "drain_per_s_run": n / (last[0] - first[0]),
         "worker_us_per_job_run": (last[2] - first[2]) / n * 1e6,
         "redis_us_per_job_run": (last[3] - first[3]) / n * 1e6,
+        # the worker's main thread alone (Node's GC and libuv threads run beside it)
+        "worker_main_us_per_job_run": (last[4] - first[4]) / n * 1e6,
     }
 
 
@@ -116,13 +123,14 @@ class _Sampler(threading.Thread):
         self.r = redis.Redis.from_url(url)
         self.count = _done_counter(system)
         self.pids, self.jobs = pids, jobs
-        self.samples: list[tuple[float, int, float, float]] = []
+        self.samples: list[Sample] = []
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.is_set():
             t, c = time.perf_counter(), self.count(self.r)
-            self.samples.append((t, c, _cpu(self.pids[0]), _cpu(self.pids[1])))
+            w, s = _cpu(self.pids[0]), _cpu(self.pids[1])
+            self.samples.append((t, c, w, s, _cpu(self.pids[0], self.pids[0])))
             if c >= self.jobs:
                 return
             self.stop.wait(SAMPLE_S)

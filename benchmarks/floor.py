@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import time
 import uuid
@@ -253,43 +254,79 @@ def ceiling() -> dict[str, Any]:
     return trio.run(run)
 
 
-def arithmetic(drain: dict[str, dict[str, float]], floor: dict[str, dict[str, float]],
-               size: int) -> dict[str, float]:  # fmt: skip
-    """What a drain of ``size`` jobs at 2x BullMQ Node's measured rate leaves per job,
-    against echomq's measured CPU per job (medians; microseconds).
+def bound_us(worker: float, worker_main: float, redis_us: float) -> float:
+    """The least time per job a drain can take on 2 cores, from CPU per job: the worker's
+    main thread and redis-server each run on one core at most, and both processes
+    together (a worker's helper threads included) on two."""
+    return max(worker_main, redis_us, (worker + redis_us) / 2)
 
-    ``drain``: {system: median figures of cpu_per_job.one} for this size; ``floor``:
-    {variant: median figures of floor_one}."""
+
+def _split(figs: dict[str, float]) -> tuple[float, float, float]:
+    w = figs["worker_us_per_job_run"]
+    return w, figs.get("worker_main_us_per_job_run", w), figs["redis_us_per_job_run"]
+
+
+def arithmetic(
+    drain: dict[str, dict[str, float]], floor: dict[str, dict[str, float]], ratio: float
+) -> dict[str, float]:
+    """What a drain at 2x BullMQ Node leaves per job, against echomq's CPU per job
+    (microseconds), two ways: from the rates measured in this run (the machine's load
+    included), and from both systems' CPU per job (each as if alone on the 2 cores).
+
+    ``drain``: {system: median figures of cpu_per_job.one} for one size; ``floor``:
+    {variant: median figures of floor_one}; ``ratio``: the median over repetitions of
+    echomq's drain rate / BullMQ's."""
     bull, emq = drain["bullmq-node"], drain["echomq"]
     rate = bull["drain_per_s"]
-    need = 1e6 / (2 * rate)
-    w, rs = emq["worker_us_per_job_run"], emq["redis_us_per_job_run"]
+    bw, bw_main, br = _split(bull)
+    w, w_main, rs = _split(emq)
+    b_bound, e_bound = bound_us(bw, bw_main, br), bound_us(w, w_main, rs)
+    target = b_bound / 2
     lua = floor["floor_lua"]["redis_us_per_job"]
+    scripts = floor["scripts"]["redis_us_per_job"]
     return {
+        # the rates of this run
         "bullmq_drain_per_s": rate,
-        "target_drain_per_s": 2 * rate,
-        "target_wall_us_per_job": need,
         "echomq_drain_per_s": emq["drain_per_s"],
+        "ratio_per_rep_median": ratio,
+        "target_wall_us_per_job": 1e6 / (2 * rate),
+        # CPU per job (first completion to last) and the 2-core bound it sets
+        "bullmq_node_us_per_job": bw,
+        "bullmq_node_main_thread_us_per_job": bw_main,
+        "bullmq_redis_us_per_job": br,
+        "bullmq_bound_us_per_job": b_bound,
         "echomq_worker_us_per_job": w,
         "echomq_redis_us_per_job": rs,
-        # 2 cores, each process on at most one: the slower one sets the pace at best
-        "echomq_bound_us_per_job": max(w, rs),
-        "echomq_bound_per_s": 1e6 / max(w, rs),
+        "echomq_bound_us_per_job": e_bound,
+        "bound_ratio": b_bound / e_bound,
+        "target_cpu_us_per_job": target,
+        # the Redis floor (floor_one, ``--batch`` jobs per call, no worker)
+        "redis_scripts_us_per_job": scripts,
         "redis_floor_lua_us_per_job": lua,
-        "redis_scripts_us_per_job": floor["scripts"]["redis_us_per_job"],
-        "scripts_over_floor": floor["scripts"]["redis_us_per_job"] / lua,
-        "floor_lua_share_of_target": lua / need,
-        "worker_share_of_target": w / need,
-        # what each process would have to shed to pace a 2x drain (negative: room left)
-        "worker_cut_needed_us": w - need,
-        "redis_cut_needed_us": rs - need,
-        "bullmq_node_us_per_job": bull["worker_us_per_job_run"],
-        "bullmq_redis_us_per_job": bull["redis_us_per_job_run"],
+        "redis_floor_lua_sets_us_per_job": floor["floor_lua_sets"]["redis_us_per_job"],
+        "redis_plain_us_per_job": floor["plain"]["redis_us_per_job"],
+        "scripts_over_floor": scripts / lua,
+        "floor_lua_share_of_target": lua / target,
+        # what each process would have to shed for a 2x bound (negative: room left)
+        "worker_cut_needed_us": w_main - target,
+        "redis_cut_needed_us": rs - target,
+        "sum_cut_needed_us": (w + rs) - 2 * target,
     }
 
 
-def _numeric_medians(xs: list[dict[str, Any]]) -> dict[str, float]:
-    return cpu_per_job.median_of(xs)
+def summarize(
+    runs: dict[str, list[dict[str, Any]]], sizes: list[int]
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """The medians of every figure, and the arithmetic per drain size."""
+    median = {name: cpu_per_job.median_of(xs) for name, xs in runs.items()}
+    floor = {v: median[f"floor:{v}"] for v in VARIANTS}
+    sums = {}
+    for size in sizes:
+        pairs = zip(runs[f"drain{size}:echomq"], runs[f"drain{size}:bullmq-node"], strict=True)
+        ratio = statistics.median(e["drain_per_s"] / b["drain_per_s"] for e, b in pairs)
+        drain = {system: median[f"drain{size}:{system}"] for system in SYSTEMS}
+        sums[f"drain{size}"] = arithmetic(drain, floor, ratio)
+    return median, sums
 
 
 def main() -> None:
@@ -299,7 +336,16 @@ def main() -> None:
     p.add_argument("--floor-jobs", type=int, default=20_000)
     p.add_argument("--batch", type=int, default=50, help="jobs per claim / complete call")
     p.add_argument("--json", type=Path)
+    p.add_argument("--from", dest="source", type=Path, help="print a run's JSON again")
+    p.add_argument("--markdown", action="store_true", help="with --from: the README's tables")
     args = p.parse_args()
+    if args.source:
+        doc = json.loads(args.source.read_text())
+        if args.markdown:
+            print(markdown(doc))
+        else:
+            _print(*summarize(doc["runs"], doc["sizes"]))
+        return
     sizes = args.drain or [10_000, 100_000]
     runs: dict[str, list[dict[str, Any]]] = {"ceiling": []}
     for size in sizes:
@@ -329,16 +375,8 @@ def main() -> None:
                 print(f"rep {rep} floor {variant}: {cpu_per_job._line(got)}", flush=True)
         r.flushall()
     loads.append(os.getloadavg())
-    median = {name: _numeric_medians(xs) for name, xs in runs.items()}
-    floor = {v: median[f"floor:{v}"] for v in VARIANTS}
-    sums = {
-        f"drain{size}": arithmetic({s: median[f"drain{size}:{s}"] for s in SYSTEMS}, floor, size)
-        for size in sizes
-    }
-    for name, med in median.items():
-        print(f"median {name}: {cpu_per_job._line(med)}")
-    for name, a in sums.items():
-        print(f"arithmetic {name}: {cpu_per_job._line(a)}")
+    median, sums = summarize(runs, sizes)
+    _print(median, sums)
     if args.json:
         doc = {
             "what": "issue 18: can a drain reach 2x BullMQ Node here (benchmarks/floor.py)",
@@ -348,12 +386,87 @@ def main() -> None:
                 f" --batch {args.batch}" + "".join(f" --drain {n}" for n in sizes)
             ),
             "cpus": os.cpu_count(),
+            "sizes": sizes,
+            "floor_jobs": args.floor_jobs,
+            "batch": args.batch,
             "load_average": {"per_rep": loads[:-1], "end": loads[-1]},
             "median": median,
             "arithmetic": sums,
             "runs": runs,
         }
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The README's tables, from a run's JSON (``--from FILE --markdown``)."""
+    median, sums = summarize(doc["runs"], doc["sizes"])
+    out = [
+        "| drain | system | jobs/s | worker us/job (main thread) | redis-server us/job |"
+        " commands/job (scripts/job) | 2-core bound us/job (jobs/s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for size in doc["sizes"]:
+        for system in SYSTEMS:
+            m = median[f"drain{size}:{system}"]
+            w, w_main, rs = _split(m)
+            b = bound_us(w, w_main, rs)
+            calls = [r["calls_per_job"] for r in doc["runs"][f"drain{size}:{system}"]]
+            scripts = statistics.median(c.get("evalsha", 0) + c.get("eval", 0) for c in calls)
+            total = statistics.median(sum(c.values()) for c in calls)
+            out.append(
+                f"| {size:,} | {system} | {m['drain_per_s']:,.0f} | {w:.1f} ({w_main:.1f}) "
+                f"| {rs:.1f} | {total:.1f} ({scripts:.2f}) | {b:.1f} ({1e6 / b:,.0f}) |"
+            )
+    out += [
+        "",
+        "| claim + complete, Redis only | redis-server us/job | in commands (commandstats)"
+        " | in scripts (commandstats) |",
+        "|---|---|---|---|",
+    ]
+    for v in VARIANTS:
+        m = median[f"floor:{v}"]
+        out.append(
+            f"| {v} | {m['redis_us_per_job']:.1f} | {m['commands_us_per_job']:.1f} "
+            f"| {m['scripts_us_per_job']:.1f} |"
+        )
+    out += ["", "| us per job | " + " | ".join(f"drain {n:,}" for n in doc["sizes"]) + " |"]
+    out.append("|---|" + "---|" * len(doc["sizes"]))
+    rows = [
+        ("BullMQ Node jobs/s, echomq jobs/s (ratio, median of reps)", None),
+        ("2x target from this run's rates: 1 / (2 x BullMQ's rate)", "target_wall_us_per_job"),
+        ("BullMQ's 2-core bound (from its CPU per job)", "bullmq_bound_us_per_job"),
+        ("2x target from CPU: BullMQ's bound / 2", "target_cpu_us_per_job"),
+        ("echomq worker (main thread)", "echomq_worker_us_per_job"),
+        ("echomq redis-server (claim.lua + complete_many.lua, in the drain)",
+         "echomq_redis_us_per_job"),
+        ("echomq's 2-core bound", "echomq_bound_us_per_job"),
+        ("Redis floor: the per-job commands in a bare script", "redis_floor_lua_us_per_job"),
+        ("Redis floor with the per-call set moves", "redis_floor_lua_sets_us_per_job"),
+        ("worker cut needed for the CPU target", "worker_cut_needed_us"),
+        ("redis-server cut needed for the CPU target", "redis_cut_needed_us"),
+    ]  # fmt: skip
+    for label, key in rows:
+        cells = []
+        for n in doc["sizes"]:
+            a = sums[f"drain{n}"]
+            if key is None:
+                cells.append(
+                    f"{a['bullmq_drain_per_s']:,.0f}, {a['echomq_drain_per_s']:,.0f}"
+                    f" (x{a['ratio_per_rep_median']:.2f})"
+                )
+            else:
+                cells.append(f"{a[key]:.1f}")
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def _print(median: dict[str, dict[str, float]], sums: dict[str, dict[str, float]]) -> None:
+    for name, med in median.items():
+        print(f"median {name}: {cpu_per_job._line(med)}")
+    for name, a in sums.items():
+        print(f"arithmetic {name}:")
+        for k, v in a.items():
+            print(f"  {k:40} {v:12,.2f}")
 
 
 if __name__ == "__main__":
