@@ -207,7 +207,7 @@ def _line(got: dict[str, Any]) -> str:
 
 def median_of(xs: list[dict[str, Any]]) -> dict[str, float]:
     """The median of each numeric figure over the repetitions that have it."""
-    keys = [k for k, v in xs[0].items() if isinstance(v, float | int)]
+    keys = dict.fromkeys(k for x in xs for k, v in x.items() if isinstance(v, float | int))
     return {k: statistics.median(x[k] for x in xs if k in x) for k in keys}
 
 

@@ -336,11 +336,16 @@ def main() -> None:
     p.add_argument("--floor-jobs", type=int, default=20_000)
     p.add_argument("--batch", type=int, default=50, help="jobs per claim / complete call")
     p.add_argument("--json", type=Path)
-    p.add_argument("--from", dest="source", type=Path, help="print a run's JSON again")
+    p.add_argument(
+        "--from", dest="sources", type=Path, action="append",
+        help="print a run's JSON again (several: their repetitions together; --json: saved)",
+    )  # fmt: skip
     p.add_argument("--markdown", action="store_true", help="with --from: the README's tables")
     args = p.parse_args()
-    if args.source:
-        doc = json.loads(args.source.read_text())
+    if args.sources:
+        doc = merge([json.loads(f.read_text()) for f in args.sources])
+        if args.json:
+            args.json.write_text(json.dumps(doc, indent=1) + "\n")
         if args.markdown:
             print(markdown(doc))
         else:
@@ -395,6 +400,23 @@ def main() -> None:
             "runs": runs,
         }
         args.json.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Runs of the same sizes and settings as one: their repetitions in order, each run's
+    date, command and load kept; medians and arithmetic over all the repetitions."""
+    first = docs[0]
+    for d in docs[1:]:
+        for k in ("sizes", "floor_jobs", "batch"):
+            if d[k] != first[k]:
+                raise ValueError(f"runs differ in {k}: {first[k]} vs {d[k]}")
+    if len(docs) == 1:
+        return first
+    runs = {name: [r for d in docs for r in d["runs"][name]] for name in first["runs"]}
+    median, sums = summarize(runs, first["sizes"])
+    parts = [{k: d[k] for k in ("date", "command", "load_average")} for d in docs]
+    keep = {k: first[k] for k in ("what", "cpus", "sizes", "floor_jobs", "batch")}
+    return {**keep, "runs_merged": parts, "median": median, "arithmetic": sums, "runs": runs}
 
 
 def markdown(doc: dict[str, Any]) -> str:
