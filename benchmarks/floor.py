@@ -20,13 +20,16 @@ redis-server (persistence off; flushed between turns), then the arithmetic:
    queue cannot skip: ZREM pending, ZADD active, ZMSCORE and ZREM active, ZADD completed,
    HINCRBY the counter) and ``plain`` (floor_lua's commands pipelined without Lua: four
    round trips per batch).
-3. ``arithmetic``: the wall time per job a drain at 2x BullMQ's measured rate leaves
-   (1 / (2 x rate)), against echomq's floors: on 2 cores, with the worker and Redis each
-   on at most one core, a drain's time per job is at least max(worker CPU per job, Redis
-   CPU per job), and at least (their sum + the other processes' share) / 2.
+3. ``arithmetic``: what a drain at 2x BullMQ leaves per job, against echomq's figures,
+   two ways: from the run's rates (1 / (2 x BullMQ's rate), the machine's load included),
+   and from CPU per job: on 2 cores a drain's time per job is at least
+   :func:`bound_us` = max(worker's main thread, redis-server, (worker + redis-server) / 2),
+   so 2x BullMQ's bound leaves half of it to each of echomq's processes.
 
 Also recorded per repetition: redis-benchmark's ceiling (PING -P16 -c50, -P1 -c1) on a
-fresh server, and the load average.
+fresh server, and the load average. ``--from FILE [--from FILE2] [--markdown] [--json
+OUT]``: a run's figures (several runs' repetitions together) printed again, as the
+README's tables, or saved as one file.
 """
 
 from __future__ import annotations
