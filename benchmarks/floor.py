@@ -237,8 +237,8 @@ def floor_one(r: redis.Redis, url: str, variant: str, jobs: int, batch: int) -> 
     inside = sum(v for k, v in usec.items() if k not in ("evalsha", "eval"))
     return {
         "redis_us_per_job": (s1 - s0) / jobs * 1e6,
-        # Redis's own accounting (commandstats usec): the commands' time (those run by a
-        # script included), and the scripts' whole time (their commands included)
+        # Redis's own accounting (commandstats usec, wall clock): the commands' time (those
+        # run by a script included), and the scripts' whole time (their commands included)
         "commands_us_per_job": inside / jobs,
         "scripts_us_per_job": usec.get("evalsha", 0) / jobs,
         "wall_us_per_job": (t1 - t0) / jobs * 1e6,
