@@ -300,9 +300,11 @@ else
 end
 
 -- the rows of the picks (an id with no row leaves its set and is not claimed)
-local rows, taken, from_pending = {}, {}, {}
+local rows, keys, taken, from_pending = {}, {}, {}, {}
 for i, id in ipairs(picks) do
-  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'payload', 'failures', 'trace', 'attempts')
+  local row = base .. 'job:' .. id
+  keys[i] = row
+  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'attempts')
   taken[id] = true
 end
 for i = 1, flat_n do
@@ -358,36 +360,35 @@ for _, job in ipairs(promoted) do
   redis.call('PUBLISH', channel, '{"event":"promoted","job":"' .. job[1] .. '"}')
 end
 
-local out = {}
-local deadline = now + lease
-local leases = {}  -- one variadic ZADD for the batch (count <= 250: under unpack's limit)
+local out, n = {}, 0
+local at = int_arg(now)  -- number arguments as strings, made once (score.lua: int_arg)
+local deadline = int_arg(now + lease)
+local leases, m = {}, 0  -- one variadic ZADD for the batch (count <= 250: under unpack's limit)
 local started = {}  -- group -> jobs claimed
 for i, fields in ipairs(rows) do
   local id, group = picks[i], pgroup[i]
   if fields[1] then
-    local row = base .. 'job:' .. id
+    local row = keys[i]
     local token = tonumber(fields[4] or '0') + 1  -- the fencing token: attempts + 1
+    local attempt = int_arg(token)
     if worker ~= '' then
-      redis.call('HSET', row, 'attempts', token, 'state', 'active', 'lease_epoch', run_id,
-        'claimed_at', now, 'worker', worker)
+      redis.call('HSET', row, 'attempts', attempt, 'state', 'active', 'lease_epoch', run_id,
+        'claimed_at', at, 'worker', worker)
     else
-      redis.call('HSET', row, 'attempts', token, 'state', 'active', 'lease_epoch', run_id,
-        'claimed_at', now)
+      redis.call('HSET', row, 'attempts', attempt, 'state', 'active', 'lease_epoch', run_id,
+        'claimed_at', at)
       redis.call('HDEL', row, 'worker')
     end
-    leases[#leases + 1] = deadline
-    leases[#leases + 1] = id
+    leases[m + 1], leases[m + 2], m = deadline, id, m + 2
     redis.call('PUBLISH', channel,
-      '{"event":"active","job":"' .. id .. '","attempt":' .. token .. '}')
-    out[#out + 1] = id
-    out[#out + 1] = fields[1]
-    out[#out + 1] = token
-    out[#out + 1] = tonumber(fields[2] or '0')
-    out[#out + 1] = fields[3]
+      '{"event":"active","job":"' .. id .. '","attempt":' .. attempt .. '}')
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
+      id, fields[1], token, tonumber(fields[2] or '0'), fields[3]
+    n = n + 5
     if group then started[group] = (started[group] or 0) + 1 end
   end
 end
-if #leases > 0 then redis.call('ZADD', active, unpack(leases)) end
+if m > 0 then redis.call('ZADD', active, unpack(leases, 1, m)) end
 local counts = {}
 for name, n in pairs(started) do
   counts[#counts + 1] = name
