@@ -15,8 +15,9 @@ call at a time on one redis-py connection. For each phase, from ``INFO commandst
 time of the commands the script ran per job (the floor: the same commands sent by a
 script with no logic), ``lua_us`` = the difference (the interpreter: redis.call's own
 overhead, tables, strings), ``calls`` = commands per job by name; and ``cpu_us`` =
-redis-server's CPU per job from /proc (includes reading the request and writing the
-reply).
+redis-server's CPU per job (/proc schedstat; includes reading the request and writing the
+reply). On a shared machine ``cpu_us`` is the steadier figure: commandstats time is wall
+time, which grows when the server is descheduled mid-script.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ PAYLOAD = b'{"task":"noop","args":["' + b"x" * 58 + b'"],"kwargs":{}}'
 
 
 def _cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """Seconds the process's threads ran on a CPU (schedstat: ns, unlike /proc/pid/stat's
+    10 ms ticks, and not inflated when the process waits for a busy core)."""
+    tasks = Path(f"/proc/{pid}/task")
+    return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks.iterdir()) / 1e9
 
 
 def _stats(r: Any) -> dict[str, tuple[int, int]]:
@@ -46,27 +49,52 @@ def _stats(r: Any) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _phase(r: Any, pid: int, jobs: int, run: Any) -> dict[str, Any]:
-    r.config_resetstat()
-    c0 = _cpu(pid)
-    run()
-    c1 = _cpu(pid)
-    st = _stats(r)
-    st.pop("info", None)
-    script = st.pop("evalsha", (0, 0))
-    cmds = sum(us for _, us in st.values())
-    return {
-        "script_us": script[1] / jobs,
-        "commands_us": cmds / jobs,
-        "lua_us": (script[1] - cmds) / jobs,
-        "cpu_us": (c1 - c0) / jobs * 1e6,
-        "script_calls": script[0],
-        "calls": {k: round(n / jobs, 3) for k, (n, _) in sorted(st.items())},
-        "command_us": {k: round(us / jobs, 3) for k, (_, us) in sorted(st.items())},
-    }
+class _Meter:
+    """Per-phase totals of redis-server's CPU and of INFO commandstats, from deltas around
+    each script call (the server is idle between this client's calls)."""
+
+    def __init__(self, r: Any, pid: int) -> None:
+        self.r, self.pid = r, pid
+        self.last = _stats(r)
+        self.cpu: dict[str, float] = {}
+        self.jobs: dict[str, int] = {}
+        self.stats: dict[str, dict[str, list[int]]] = {}
+
+    def call(self, phase: str, jobs: int, run: Any) -> Any:
+        c0 = _cpu(self.pid)
+        out = run()
+        c1 = _cpu(self.pid)
+        now = _stats(self.r)
+        self.cpu[phase] = self.cpu.get(phase, 0.0) + c1 - c0
+        self.jobs[phase] = self.jobs.get(phase, 0) + jobs
+        acc = self.stats.setdefault(phase, {})
+        for name, (calls, us) in now.items():
+            if name == "info":
+                continue
+            c, u = self.last.get(name, (0, 0))
+            if calls > c:
+                tot = acc.setdefault(name, [0, 0])
+                tot[0] += calls - c
+                tot[1] += us - u
+        self.last = now
+        return out
+
+    def phase(self, phase: str) -> dict[str, Any]:
+        jobs, st = self.jobs[phase], dict(self.stats[phase])
+        script = st.pop("evalsha", [0, 0])
+        cmds = sum(us for _, us in st.values())
+        return {
+            "script_us": script[1] / jobs,
+            "commands_us": cmds / jobs,
+            "lua_us": (script[1] - cmds) / jobs,
+            "cpu_us": self.cpu[phase] / jobs * 1e6,
+            "script_calls": script[0],
+            "calls": {k: round(n / jobs, 3) for k, (n, _) in sorted(st.items())},
+            "command_us": {k: round(us / jobs, 3) for k, (_, us) in sorted(st.items())},
+        }
 
 
-def child(jobs: int, claim: int, complete: int) -> dict[str, Any]:
+def child(jobs: int, claim: int, complete: int, held_cap: int) -> dict[str, Any]:
     import redis
 
     from echomq._model.job import NewJob
@@ -75,49 +103,66 @@ def child(jobs: int, claim: int, complete: int) -> dict[str, Any]:
     from echomq.testing import RedisServer
 
     queue = "bench"
+    base = f"emq:{{{queue}}}:"
     with RedisServer() as server:
         assert server.process is not None
-        pid = server.process.pid
         r = redis.Redis.from_url(server.url)
         batch = [NewJob(payload=PAYLOAD, task="noop")] * 250
         for _ in range(jobs // 250):
             evaluate_sync(r, calls.enqueue_batch_call(queue, batch))
         n = jobs // 250 * 250
-        held: list[tuple[str, int]] = []
         claim_call = calls.claim_batch_call(queue, 600_000, claim, "bench-worker")
-
-        def claims() -> None:
-            while len(held) < n:
-                got = evaluate_sync(r, claim_call)
-                held.extend((j.id, j.token) for j in got.jobs)
-
-        def completes() -> None:
-            for i in range(0, n, complete):
-                done = [(jid, tok, b"null") for jid, tok in held[i : i + complete]]
-                evaluate_sync(r, calls.complete_many_call(queue, done))
-
-        out = {"claim": _phase(r, pid, n, claims), "complete_many": _phase(r, pid, n, completes)}
-        assert r.zcard(f"emq:{{{queue}}}:active") == 0
-        # the floor: the same per-job commands from a script with no other logic, on the
-        # same rows (now finished; the fields are rewritten as the scripts do)
-        base = f"emq:{{{queue}}}:"
         floor_claim = r.register_script(FLOOR_CLAIM)
         floor_complete = r.register_script(FLOOR_COMPLETE)
-        ids = [jid for jid, _ in held]
+        r.script_load(FLOOR_CLAIM)  # loaded before the meter starts
+        r.script_load(FLOOR_COMPLETE)
+        evaluate_sync(r, calls.complete_many_call(queue, [("none", 1, b"")]))
+        m = _Meter(r, server.process.pid)
 
+        def drain(claim_one: Any, complete_some: Any) -> list[str]:
+            # as a worker drains: claims while it holds fewer than held_cap jobs, then
+            # completes the oldest it holds (active stays small, as in a drain)
+            held: list[tuple[str, int]] = []
+            order: list[str] = []
+            claimed = 0
+            while claimed < n or held:
+                if claimed < n and len(held) < held_cap:
+                    got = claim_one()
+                    held += got
+                    order += [jid for jid, _ in got]
+                    claimed += len(got)
+                else:
+                    done, held = held[:complete], held[complete:]
+                    complete_some(done)
+            return order
+
+        def claim_one() -> list[tuple[str, int]]:
+            got = m.call("claim", claim, lambda: evaluate_sync(r, claim_call))
+            return [(j.id, j.token) for j in got.jobs]
+
+        def complete_some(done: list[tuple[str, int]]) -> None:
+            sc = calls.complete_many_call(queue, [(jid, tok, b"null") for jid, tok in done])
+            m.call("complete_many", len(done), lambda: evaluate_sync(r, sc))
+
+        ids = drain(claim_one, complete_some)
+        assert r.zcard(base + "active") == 0
+        # the floors, on the same rows (now finished; the fields are rewritten as the
+        # scripts do), put back in pending in the same order
         r.zadd(base + "pending", {jid: k for k, jid in enumerate(ids)})
 
-        def fclaims() -> None:
-            for _ in range(0, n, claim):
-                floor_claim(keys=[base + "active"], args=[base, claim])
+        def fclaim_one() -> list[tuple[str, int]]:
+            got = m.call(
+                "floor_claim", claim, lambda: floor_claim([base + "active"], [base, claim])
+            )
+            return [(got[i].decode(), 1) for i in range(0, len(got), 5)]
 
-        def fcompletes() -> None:
-            for i in range(0, n, complete):
-                floor_complete(keys=[base + "active"], args=[base, *ids[i : i + complete]])
+        def fcomplete_some(done: list[tuple[str, int]]) -> None:
+            args = [base, *(jid for jid, _ in done)]
+            m.call("floor_complete", len(done), lambda: floor_complete([base + "active"], args))
 
-        out["floor_claim"] = _phase(r, pid, n, fclaims)
-        out["floor_complete"] = _phase(r, pid, n, fcompletes)
-        return out
+        drain(fclaim_one, fcomplete_some)
+        assert r.zcard(base + "active") == 0
+        return {p: m.phase(p) for p in ("claim", "complete_many", "floor_claim", "floor_complete")}
 
 
 # The floors: each script's per-job commands (and its per-call commands whose arguments
@@ -180,6 +225,7 @@ def main() -> None:
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--claim", type=int, default=50, help="claim count per call")
     p.add_argument("--complete", type=int, default=100, help="jobs per complete_many call")
+    p.add_argument("--held", type=int, default=100, help="jobs held at most (a worker's slots)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--base", help="another echomq src tree, measured in turns with this one")
     p.add_argument("--base-name", default="base")
@@ -187,7 +233,7 @@ def main() -> None:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(args.jobs, args.claim, args.complete)))
+        print(json.dumps(child(args.jobs, args.claim, args.complete, args.held)))
         return
     here = str(Path(__file__).resolve().parents[1] / "src")
     trees = {"this": here}
@@ -199,7 +245,7 @@ def main() -> None:
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, str(Path(here).parent)]))
             cmd = [sys.executable, "-m", "benchmarks.lua_cost", "--child"]
             cmd += ["--jobs", str(args.jobs), "--claim", str(args.claim)]
-            cmd += ["--complete", str(args.complete)]
+            cmd += ["--complete", str(args.complete), "--held", str(args.held)]
             got = json.loads(subprocess.run(cmd, env=env, check=True, capture_output=True).stdout)
             runs[name].append(got)
             for phase, v in got.items():
@@ -226,6 +272,7 @@ def main() -> None:
             "jobs": args.jobs,
             "claim_count": args.claim,
             "complete_batch": args.complete,
+            "held": args.held,
             "reps": args.reps,
             "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "load_average": os.getloadavg(),

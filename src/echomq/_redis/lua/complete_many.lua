@@ -35,43 +35,47 @@ local n = tonumber(ARGV[2])
 if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * 3 then
   return redis.error_reply('EMQARG complete_many takes 1..' .. MAX_JOBS .. ' jobs of 3 arguments')
 end
-local seen = {}
+local ids, seen = {}, {}
 for i = 0, n - 1 do
   local id = ARGV[3 + i * 3]
   if seen[id] then return redis.error_reply('EMQARG complete_many: job ' .. id .. ' repeats') end
   seen[id] = true
+  ids[i + 1] = id
 end
 
 -- checks, in order per job: row, token, (idempotent repeat), membership; reads only
 -- (membership of every id read at once: one ZMSCORE, not one ZSCORE per job)
-local ids = {}
-for i = 0, n - 1 do ids[i + 1] = ARGV[3 + i * 3] end
 local held = redis.call('ZMSCORE', active, unpack(ids))
 local codes, jobs = {}, {}  -- jobs: finish_read's entries, and each one's result
-local wanted = finish_fields('completed')  -- finish_read's fields, read in the same HMGET
+-- the row's state and group, then finish_read's fields (attempts, the token, among them)
+local wanted = finish_fields('completed')
 table.insert(wanted, 1, 'group')
 table.insert(wanted, 1, 'state')
-table.insert(wanted, 1, 'attempts')
+local at = nil  -- where attempts is
+for k, name in ipairs(wanted) do
+  if name == 'attempts' and not at then at = k end
+end
 local grouped = false
 for i = 0, n - 1 do
   local j = 3 + i * 3
   local id, token = ARGV[j], ARGV[j + 1]
   local fields = redis.call('HMGET', base .. 'job:' .. id, unpack(wanted))
+  local attempts = fields[at]
   local code = 1
-  if not fields[1] then code = -1
-  elseif fields[1] ~= token then code = -2
-  elseif fields[2] == 'completed' then code = 2
+  if not attempts then code = -1
+  elseif attempts ~= token then code = -2
+  elseif fields[1] == 'completed' then code = 2
   elseif not held[i + 1] then code = -3
   end
   codes[i + 1] = code
   if code == 1 then
     local result = ARGV[j + 2]
     local state = string.sub(result, 1, 10) == 'cancelled:' and 'cancelled' or 'completed'
-    if fields[3] then
-      lanes_touch(base, fields[3])
+    if fields[2] then
+      lanes_touch(base, fields[2])
       grouped = true
     end
-    jobs[#jobs + 1] = {id, state, fields, 3, result}
+    jobs[#jobs + 1] = {id, state, fields, 2, result}
   end
 end
 if #jobs == 0 then return codes end
@@ -83,7 +87,7 @@ local plain = ids  -- the jobs that leave active in one ZREM: all of them, when 
 if grouped or #jobs < n then  -- complete and none is grouped (a grouped one gives back its slot)
   plain = {}
   for _, job in ipairs(jobs) do
-    local group = job[3][3]
+    local group = job[3][2]
     if group then leave_active(base, active, job[1], group) else plain[#plain + 1] = job[1] end
   end
 end
