@@ -115,7 +115,8 @@ local function finish_read(base, kept, now, jobs)
     'max_completed', 'max_dead'}
   local s = redis.call('HMGET', base .. 'meta', unpack(names))
   local fin = {base = base, kept = kept, now = now, now_arg = int_arg(now), jobs = {},
-    drop = {}, migrate = {}, capped = {}, cleaned = false, parents = {}, keep_args = {}}
+    stream = base .. 'completions', drop = {}, migrate = {}, capped = {}, cleaned = false,
+    parents = {}, keep_args = {}}
   for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or FINISH_DEFAULTS[name] end
   fin.keep = fin[kept == 'dead' and 'keep_dead' or 'keep_result']  -- the queue's (a row's own first)
   local minute = math.floor(now / 60000)
@@ -248,7 +249,7 @@ local function finished(fin, i, detail)
       end
     end
   end
-  local stream = base .. 'completions'
+  local stream = fin.stream
   if job.parent_queue then
     flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, value, job.gen)
   elseif job.parent then
