@@ -24,7 +24,9 @@
 -- the stream's count guard and the index entries of the call's jobs are written once per
 -- call (the first finished() does: every job given to finish_read is finished in the same
 -- call). One EXISTS reads every job's logs key (a job's logs get its TTL only when some job
--- of the call has logs: PEXPIRE on a missing key is a no-op); one XADD per job.
+-- of the call has logs: PEXPIRE on a missing key is a no-op); one XADD per job (the first
+-- with MINID ~, the stream's time retention: once per call, as the counters; the call's
+-- other entries are as new). Numbers go to redis.call as strings made once (int_arg).
 -- Flows (docs/flows.md): a job with a `parent` field tells its parent, in the same call:
 -- its outcome goes into the parent's results hash (`c`|`d`|`x`|`r` + result | error |
 -- reason | nothing), the parent's `open` counter drops by one (and `failed` grows for a
