@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 import echomq
-from echomq import jobs
+from _waits import _at, clock_past
+from echomq import admin, jobs
 from echomq._redis.keyspace import Keyspace
 from echomq._redis.scripts import is_sharded
 from echomq._verbs.lifecycle import complete_many_call
@@ -175,3 +176,53 @@ def test_the_reply_reader_maps_each_code_and_refuses_anything_else() -> None:
     for bad in ([1, 1, 1, 7], [1, 1, 1, b"1"], [1, 1, 1, [1]], [1, 1, 1, None], [1, 1], "OK"):
         with pytest.raises(ScriptError, match="unexpected reply"):
             call.read(bad)
+
+
+async def test_entries_keep_the_contracts_field_order(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """docs/results.md's fields in its order, `id` first, whichever script writes them: a
+    batch's entries (every field known) and a cancelled waiting job's (no task, never
+    claimed: those fields left out, the rest in order)."""
+    ids = await jobs.enqueue_many(
+        conn, queue, [jobs.NewJob(payload=b"x", task="t.one"), jobs.NewJob(payload=b"x")]
+    )
+    held = {c.id: c for c in await jobs.claim(conn, queue, 60_000, count=2)}
+    waiting = await jobs.enqueue(conn, queue, b"x")
+    await jobs.complete_many(conn, queue, [(ids[0], held[ids[0]].token, b"r")])
+    await jobs.complete_many(conn, queue, [(ids[1], held[ids[1]].token, b"cancelled:no")])
+    await echomq.cancel.request(conn, queue, waiting, "gone")
+    raw = await conn.execute("XRANGE", ks.completions, "-", "+")
+    names = [[k.decode() for k in fields[::2]] for _, fields in raw]
+    times = ["created_at", "claimed_at", "finished_at"]
+    assert names == [
+        ["id", "state", "attempts", "task", "result", "failures", *times],
+        ["id", "state", "attempts", "reason", "failures", *times],
+        ["id", "state", "attempts", "reason", "failures", "created_at", "finished_at"],
+    ]
+    assert [fields[1].decode() for _, fields in raw] == [*ids, waiting]
+
+
+async def test_a_batch_trims_the_stream_by_time_once(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """completions_keep (MINID ~) applies to a batch as to one complete: the entries older
+    than it go, whole nodes of 10 (the call's first entry trims; its own entries stay)."""
+    before = (await _at(conn, ks.meta, "CONFIG", "GET", "stream-node-max-entries"))[1]
+    await _at(conn, ks.meta, "CONFIG", "SET", "stream-node-max-entries", 10)
+    try:
+        ids = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"") for _ in range(30)])
+        held = {c.id: c for c in await jobs.claim(conn, queue, 60_000, count=30)}
+        old, new = ids[:25], ids[25:]
+        for job_id in old:
+            await jobs.complete_many(conn, queue, [(job_id, held[job_id].token, b"")])
+        last = (await conn.execute("XREVRANGE", ks.completions, "+", "-", "COUNT", 1))[0][0]
+        await clock_past(conn, int(last.split(b"-")[0]) + 5, ks.meta)
+        await admin.set_retention(conn, queue, completions_keep=0.001)
+        answers = await jobs.complete_many(conn, queue, [(j, held[j].token, b"") for j in new])
+    finally:
+        await _at(conn, ks.meta, "CONFIG", "SET", "stream-node-max-entries", before)
+    assert set(answers.values()) == {OK}
+    kept = set(await _stream(conn, ks))
+    assert set(new) <= kept and len(kept) <= 10
+    assert (await admin.stats(conn, queue)).capped.completions == 0

@@ -105,18 +105,26 @@ if #due > 0 then
     end
   end
 end
+-- cands: the ungrouped candidates' ids in claim order; head_n of them read from pending
 local flat_promoted = #candidates
-local head = redis.call('ZRANGE', pending, 0, want - 1, 'WITHSCORES')
-for i = 1, #head, 2 do candidates[#candidates + 1] = {head[i], tonumber(head[i + 1]), false} end
-if flat_promoted > 0 then  -- ZPOPMIN's order: score, then id
-  table.sort(candidates, function(a, b)
+local cands, head_n
+if flat_promoted == 0 then  -- (the usual case: pending's order is the claim order)
+  cands = redis.call('ZRANGE', pending, 0, want - 1)
+  head_n = #cands
+else
+  local head = redis.call('ZRANGE', pending, 0, want - 1, 'WITHSCORES')
+  head_n = #head / 2
+  for i = 1, #head, 2 do candidates[#candidates + 1] = {head[i], tonumber(head[i + 1]), false} end
+  table.sort(candidates, function(a, b)  -- ZPOPMIN's order: score, then id
     if a[2] ~= b[2] then return a[2] < b[2] end
     return a[1] < b[1]
   end)
+  cands = {}
+  for i, c in ipairs(candidates) do cands[i] = c[1] end
 end
 
--- the picks, in claim order: ids, and each one's group (false: ungrouped); flat_n of
--- them are the first ungrouped candidates
+-- the picks, in claim order: ids, and each one's group (nil: ungrouped); flat_n of them
+-- are the first ungrouped candidates
 local picks, pgroup, flat_n = {}, {}, 0
 local ring = base .. 'gring'
 local limited = base .. 'glimited'
@@ -130,14 +138,11 @@ local reopened = {}  -- groups whose rate window reopened (out of glimited)
 local ring_back, more = 0, false  -- the ring's last turn; members left unread
 
 if not lanes then
-  flat_n = math.min(want, #candidates)
-  for i = 1, flat_n do
-    picks[i] = candidates[i][1]
-    pgroup[i] = false
-  end
+  flat_n = math.min(want, #cands)
+  picks = flat_n == #cands and cands or {unpack(cands, 1, flat_n)}
 else
   -- the ungrouped jobs this call may take (flat_more: pending may hold more than it read)
-  local flat_total, flat_more = #candidates, #head >= 2 * want
+  local flat_total, flat_more = #cands, head_n >= want
   local flat_taken = 0
   local turns = math.min(want, MAX_TURNS)
   -- the turn order: the ring's head (turns + 1 members read: `more` when the last exists);
@@ -264,8 +269,7 @@ else
       g.taken = g.taken + 1
       if g.name == '' then
         flat_taken = flat_taken + 1
-        picks[#picks + 1] = candidates[flat_taken][1]
-        pgroup[#picks] = false
+        picks[#picks + 1] = cands[flat_taken]
       else
         picks[#picks + 1] = g.lane[g.taken]
         pgroup[#picks] = g.name
@@ -300,13 +304,21 @@ else
 end
 
 -- the rows of the picks (an id with no row leaves its set and is not claimed)
-local rows, taken, from_pending = {}, {}, {}
+local rows, keys, taken, from_pending = {}, {}, {}, {}
 for i, id in ipairs(picks) do
-  rows[i] = redis.call('HMGET', base .. 'job:' .. id, 'payload', 'failures', 'trace', 'attempts')
-  taken[id] = true
+  local row = base .. 'job:' .. id
+  keys[i] = row
+  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'attempts')
 end
-for i = 1, flat_n do
-  if not candidates[i][3] then from_pending[#from_pending + 1] = candidates[i][1] end
+if #promoted > 0 then
+  for _, id in ipairs(picks) do taken[id] = true end
+end
+if flat_promoted == 0 then
+  from_pending = flat_n == #cands and cands or {unpack(cands, 1, flat_n)}
+else
+  for i = 1, flat_n do
+    if not candidates[i][3] then from_pending[#from_pending + 1] = candidates[i][1] end
+  end
 end
 local run_id = #rows > 0 and server_run_id() or nil
 
@@ -358,36 +370,35 @@ for _, job in ipairs(promoted) do
   redis.call('PUBLISH', channel, '{"event":"promoted","job":"' .. job[1] .. '"}')
 end
 
-local out = {}
-local deadline = now + lease
-local leases = {}  -- one variadic ZADD for the batch (count <= 250: under unpack's limit)
+local out, n = {}, 0
+local at = int_arg(now)  -- number arguments as strings, made once (score.lua: int_arg)
+local deadline = int_arg(now + lease)
+local leases, m = {}, 0  -- one variadic ZADD for the batch (count <= 250: under unpack's limit)
 local started = {}  -- group -> jobs claimed
 for i, fields in ipairs(rows) do
   local id, group = picks[i], pgroup[i]
   if fields[1] then
-    local row = base .. 'job:' .. id
+    local row = keys[i]
     local token = tonumber(fields[4] or '0') + 1  -- the fencing token: attempts + 1
+    local attempt = int_arg(token)
     if worker ~= '' then
-      redis.call('HSET', row, 'attempts', token, 'state', 'active', 'lease_epoch', run_id,
-        'claimed_at', now, 'worker', worker)
+      redis.call('HSET', row, 'attempts', attempt, 'state', 'active', 'lease_epoch', run_id,
+        'claimed_at', at, 'worker', worker)
     else
-      redis.call('HSET', row, 'attempts', token, 'state', 'active', 'lease_epoch', run_id,
-        'claimed_at', now)
+      redis.call('HSET', row, 'attempts', attempt, 'state', 'active', 'lease_epoch', run_id,
+        'claimed_at', at)
       redis.call('HDEL', row, 'worker')
     end
-    leases[#leases + 1] = deadline
-    leases[#leases + 1] = id
+    leases[m + 1], leases[m + 2], m = deadline, id, m + 2
     redis.call('PUBLISH', channel,
-      '{"event":"active","job":"' .. id .. '","attempt":' .. token .. '}')
-    out[#out + 1] = id
-    out[#out + 1] = fields[1]
-    out[#out + 1] = token
-    out[#out + 1] = tonumber(fields[2] or '0')
-    out[#out + 1] = fields[3]
+      '{"event":"active","job":"' .. id .. '","attempt":' .. attempt .. '}')
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
+      id, fields[1], token, tonumber(fields[2] or '0'), fields[3]
+    n = n + 5
     if group then started[group] = (started[group] or 0) + 1 end
   end
 end
-if #leases > 0 then redis.call('ZADD', active, unpack(leases)) end
+if m > 0 then redis.call('ZADD', active, unpack(leases, 1, m)) end
 local counts = {}
 for name, n in pairs(started) do
   counts[#counts + 1] = name

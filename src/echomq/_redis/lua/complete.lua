@@ -41,7 +41,7 @@ local cancelled = string.sub(result, 1, 10) == 'cancelled:'
 local fin = finish_read(base, 'completed', now, {{id, cancelled and 'cancelled' or 'completed'}})
 
 leave_active(base, active, id, group)
-redis.call('HSET', row, 'state', 'completed', 'result', result, 'finished_at', now)
+redis.call('HSET', row, 'state', 'completed', 'result', result, 'finished_at', fin.now_arg)
 redis.call('PUBLISH', base .. 'events', '{"event":"completed","job":"' .. id .. '"}')
 if cancelled then
   finished(fin, 1, {reason = string.sub(result, 11)})

@@ -35,60 +35,73 @@ local n = tonumber(ARGV[2])
 if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * 3 then
   return redis.error_reply('EMQARG complete_many takes 1..' .. MAX_JOBS .. ' jobs of 3 arguments')
 end
-local seen = {}
+local ids, seen = {}, {}
 for i = 0, n - 1 do
   local id = ARGV[3 + i * 3]
   if seen[id] then return redis.error_reply('EMQARG complete_many: job ' .. id .. ' repeats') end
   seen[id] = true
+  ids[i + 1] = id
 end
 
 -- checks, in order per job: row, token, (idempotent repeat), membership; reads only
 -- (membership of every id read at once: one ZMSCORE, not one ZSCORE per job)
-local ids = {}
-for i = 0, n - 1 do ids[i + 1] = ARGV[3 + i * 3] end
 local held = redis.call('ZMSCORE', active, unpack(ids))
-local codes, done, jobs = {}, {}, {}
-local wanted = finish_fields('completed')  -- finish_read's fields, read in the same HMGET
+local codes, jobs = {}, {}  -- jobs: finish_read's entries, and each one's result
+-- the row's state and group, then finish_read's fields (attempts, the token, among them)
+local wanted = finish_fields('completed')
 table.insert(wanted, 1, 'group')
 table.insert(wanted, 1, 'state')
-table.insert(wanted, 1, 'attempts')
+local at = nil  -- where attempts is
+for k, name in ipairs(wanted) do
+  if name == 'attempts' and not at then at = k end
+end
+local grouped = false
 for i = 0, n - 1 do
   local j = 3 + i * 3
   local id, token = ARGV[j], ARGV[j + 1]
   local fields = redis.call('HMGET', base .. 'job:' .. id, unpack(wanted))
+  local attempts = fields[at]
   local code = 1
-  if not fields[1] then code = -1
-  elseif fields[1] ~= token then code = -2
-  elseif fields[2] == 'completed' then code = 2
+  if not attempts then code = -1
+  elseif attempts ~= token then code = -2
+  elseif fields[1] == 'completed' then code = 2
   elseif not held[i + 1] then code = -3
   end
   codes[i + 1] = code
   if code == 1 then
     local result = ARGV[j + 2]
-    local cancelled = string.sub(result, 1, 10) == 'cancelled:'
-    done[#done + 1] = {id = id, result = result, cancelled = cancelled, group = fields[3]}
-    if fields[3] then lanes_touch(base, fields[3]) end
-    jobs[#jobs + 1] = {id, cancelled and 'cancelled' or 'completed', fields, 3}
+    local state = string.sub(result, 1, 10) == 'cancelled:' and 'cancelled' or 'completed'
+    if fields[2] then
+      lanes_touch(base, fields[2])
+      grouped = true
+    end
+    jobs[#jobs + 1] = {id, state, fields, 2, result}
   end
 end
-if #done == 0 then return codes end
+if #jobs == 0 then return codes end
 
 local now = now_ms()
 local fin = finish_read(base, 'completed', now, jobs)
 
-local plain = {}  -- ungrouped jobs leave active in one ZREM
-for _, job in ipairs(done) do
-  if job.group then leave_active(base, active, job.id, job.group) else plain[#plain + 1] = job.id end
+local plain = ids  -- the jobs that leave active in one ZREM: all of them, when all
+if grouped or #jobs < n then  -- complete and none is grouped (a grouped one gives back its slot)
+  plain = {}
+  for _, job in ipairs(jobs) do
+    local group = job[3][2]
+    if group then leave_active(base, active, job[1], group) else plain[#plain + 1] = job[1] end
+  end
 end
 if #plain > 0 then redis.call('ZREM', active, unpack(plain)) end
-for k, job in ipairs(done) do
-  redis.call('HSET', base .. 'job:' .. job.id, 'state', 'completed', 'result', job.result,
-    'finished_at', now)
-  redis.call('PUBLISH', base .. 'events', '{"event":"completed","job":"' .. job.id .. '"}')
-  if job.cancelled then
-    finished(fin, k, {reason = string.sub(job.result, 11)})
+local channel = base .. 'events'
+for k, job in ipairs(jobs) do
+  local id, result = job[1], job[5]
+  redis.call('HSET', fin.jobs[k].row, 'state', 'completed', 'result', result,
+    'finished_at', fin.now_arg)
+  redis.call('PUBLISH', channel, '{"event":"completed","job":"' .. id .. '"}')
+  if job[2] == 'cancelled' then
+    finished(fin, k, {reason = string.sub(result, 11)})
   else
-    finished(fin, k, {result = job.result})
+    finished(fin, k, {result = result})
   end
 end
 return codes

@@ -24,7 +24,9 @@
 -- the stream's count guard and the index entries of the call's jobs are written once per
 -- call (the first finished() does: every job given to finish_read is finished in the same
 -- call). One EXISTS reads every job's logs key (a job's logs get its TTL only when some job
--- of the call has logs: PEXPIRE on a missing key is a no-op); one XADD per job.
+-- of the call has logs: PEXPIRE on a missing key is a no-op); one XADD per job (the first
+-- with MINID ~, the stream's time retention: once per call, as the counters; the call's
+-- other entries are as new). Numbers go to redis.call as strings made once (int_arg).
 -- Flows (docs/flows.md): a job with a `parent` field tells its parent, in the same call:
 -- its outcome goes into the parent's results hash (`c`|`d`|`x`|`r` + result | error |
 -- reason | nothing), the parent's `open` counter drops by one (and `failed` grows for a
@@ -114,9 +116,11 @@ local function finish_read(base, kept, now, jobs)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
     'max_completed', 'max_dead'}
   local s = redis.call('HMGET', base .. 'meta', unpack(names))
-  local fin = {base = base, kept = kept, now = now, jobs = {}, drop = {}, migrate = {},
-    capped = {}, cleaned = false, parents = {}}
+  local fin = {base = base, kept = kept, now = now, now_arg = int_arg(now), jobs = {},
+    stream = base .. 'completions', drop = {}, migrate = {}, capped = {}, cleaned = false,
+    parents = {}, keep_args = {}}
   for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or FINISH_DEFAULTS[name] end
+  fin.keep = fin[kept == 'dead' and 'keep_dead' or 'keep_result']  -- the queue's (a row's own first)
   local minute = math.floor(now / 60000)
   local derived, seen = {base .. 'completions', base .. 'metrics:capped'}, {}
   fin.counts = {}  -- state -> jobs of this call: one HINCRBY per counter per call
@@ -231,34 +235,37 @@ local function finished(fin, i, detail)
     return
   end
   local job, base, now = fin.jobs[i], fin.base, fin.now
-  local entry = {'id', job.id, 'state', job.state, 'attempts', job.attempts}
-  if job.task then
-    entry[#entry + 1] = 'task'
-    entry[#entry + 1] = job.task
-  end
   local what = FINISH_DETAIL[job.state]
-  entry[#entry + 1] = what
-  entry[#entry + 1] = detail[what] or ''
-  local optional = {'failures', detail.failures or job.failures, 'created_at', job.created_at,
-    'claimed_at', job.claimed_at}
-  for k = 1, #optional, 2 do
-    if optional[k + 1] then
-      entry[#entry + 1] = optional[k]
-      entry[#entry + 1] = optional[k + 1]
+  local value = detail[what]
+  -- the entry (docs/results.md), in this order; a field whose value is unknown is left out
+  local entry = {'id', job.id, 'state', job.state, 'attempts', job.attempts, 'task', job.task,
+    what, value or '', 'failures', detail.failures or job.failures, 'created_at',
+    job.created_at, 'claimed_at', job.claimed_at, 'finished_at', fin.now_arg}
+  local n = 18
+  if not (job.task and entry[12] and job.created_at and job.claimed_at) then
+    n = 0
+    for k = 1, 17, 2 do
+      if entry[k + 1] then  -- (an absent field reads false)
+        entry[n + 1], entry[n + 2] = entry[k], entry[k + 1]
+        n = n + 2
+      end
     end
   end
-  entry[#entry + 1] = 'finished_at'
-  entry[#entry + 1] = now
-  local stream = base .. 'completions'
+  local stream = fin.stream
   if job.parent_queue then
-    flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, detail[what], job.gen)
+    flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, value, job.gen)
   elseif job.parent then
-    flow_notify(base, job.p, job.id, job.state, detail[what])
+    flow_notify(base, job.p, job.id, job.state, value)
   end
-  redis.call('XADD', stream, 'MINID', '~', now - fin.completions_keep, '*', unpack(entry))
+  if fin.cleaned then
+    redis.call('XADD', stream, '*', unpack(entry, 1, n))
+  else  -- the stream's time retention, once per call (the call's entries are all newer)
+    redis.call('XADD', stream, 'MINID', '~', int_arg(now - fin.completions_keep), '*',
+      unpack(entry, 1, n))
+  end
   if job.dedup then redis.call('DEL', job.dedup) end
   if fin.kept then
-    local keep = job.keep or fin[fin.kept == 'dead' and 'keep_dead' or 'keep_result']
+    local keep = job.keep or fin.keep
     if keep <= 0 then
       redis.call('DEL', job.row, job.logs)
       redis.call('ZREM', fin.index, job.id)
@@ -266,6 +273,12 @@ local function finished(fin, i, detail)
         redis.call('DEL', job.row .. ':children', job.row .. ':results', job.row .. ':remote')
       end
     else
+      local arg = fin.keep_args[keep]
+      if not arg then
+        arg = {int_arg(keep), int_arg(now + keep)}  -- the TTL, and the index score
+        fin.keep_args[keep] = arg
+      end
+      keep = arg[1]
       redis.call('PEXPIRE', job.row, keep)
       if fin.has_logs then redis.call('PEXPIRE', job.logs, keep) end
       if job.kids then  -- a flow parent's children and their results end with its row
@@ -277,20 +290,24 @@ local function finished(fin, i, detail)
   end
   if not fin.cleaned then  -- once per call: the index, the counters, the stream's guard,
     if fin.kept then      -- the cleanup; the index gets every kept job of the call
-      local default = fin[fin.kept == 'dead' and 'keep_dead' or 'keep_result']
-      local add = {}
+      local add, n = {}, 0
       for _, j in ipairs(fin.jobs) do
-        local keep = j.keep or default
+        local keep = j.keep or fin.keep
         if keep > 0 then
-          add[#add + 1] = now + keep
-          add[#add + 1] = j.id
+          local arg = fin.keep_args[keep]
+          if not arg then
+            arg = {int_arg(keep), int_arg(now + keep)}
+            fin.keep_args[keep] = arg
+          end
+          add[n + 1], add[n + 2] = arg[2], j.id
+          n = n + 2
         end
-        if #add == 512 then  -- ZADD per 256 members (docs/lua.md, rule 4)
-          redis.call('ZADD', fin.index, unpack(add))
-          add = {}
+        if n == 512 then  -- ZADD per 256 members (docs/lua.md, rule 4)
+          redis.call('ZADD', fin.index, unpack(add, 1, n))
+          n = 0
         end
       end
-      if #add > 0 then redis.call('ZADD', fin.index, unpack(add)) end
+      if n > 0 then redis.call('ZADD', fin.index, unpack(add, 1, n)) end
     end
     for state, n in pairs(fin.counts) do
       redis.call('HINCRBY', base .. FINISH_TOTALS[state], 'count', n)

@@ -1,5 +1,8 @@
 -- server_run_id(): the run_id of this server process (INFO server): a lease stamped with
 -- another one is from before a restart (or another node), recovered without counting.
+-- (A plain find, then the word there: a pattern scan of the whole section costs ~2 us.)
 local function server_run_id()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+  local info = redis.call('INFO', 'server')
+  local at = string.find(info, 'run_id:', 1, true)
+  return at and string.match(info, '^%w+', at + 7)
 end
