@@ -113,6 +113,7 @@ class Consumer:
                 await trio.lowlevel.cancel_shielded_checkpoint()
                 self._take(batch)
                 idle_for = self._idle_time(batch) if len(batch.jobs) < want else None
+                await trio.lowlevel.checkpoint_if_cancelled()  # the claims are shielded
         finally:
             self._stopped.set()
 
