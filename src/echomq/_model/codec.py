@@ -14,7 +14,7 @@ valid JSON from another producer may nest deeper than a Python process can follo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -52,7 +52,8 @@ class Codec(Protocol):
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
-_SCAN = json.JSONDecoder().scan_once  # the C scanner json.loads ends in
+# the C scanner json.loads ends in (not in typeshed's JSONDecoder)
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def _loads(data: bytes) -> Any:
