@@ -20,6 +20,7 @@ from echomq._model.backoff import MAX_DELAY
 from echomq._model.codec import JsonCodec
 from echomq._redis.scripts import is_sharded
 from echomq._verbs.rows import MAX_LOG_LINE
+from echomq._worker import settling
 from echomq._worker.execution import MAX_ERROR_TEXT
 from echomq.app import Task
 from echomq.errors import InvalidArgument, JobFailed, ScriptError, ServerError
@@ -428,15 +429,14 @@ async def test_cancel_request_still_cancels_a_task_with_its_own_nursery(
 def refuse_batches_with(monkeypatch: pytest.MonkeyPatch, result: bytes, error: str) -> None:
     """complete_many (the worker's batches) refuses any batch holding ``result``: the worker
     then settles each job of it alone, through ``jobs.complete`` and its fallback."""
-    real = jobs.complete_many
+    real = settling.complete_held
 
-    async def complete_many(conn: Any, name: str, done: Any, **kw: Any) -> Any:
-        done = list(done)
-        if any(r == result for _, _, r in done):
+    async def complete_many(conn: Any, name: str, ids: Any, tokens: Any, results: Any) -> Any:
+        if any(r == result for r in results):
             raise ServerError(error)
-        return await real(conn, name, done, **kw)
+        return await real(conn, name, ids, tokens, results)
 
-    monkeypatch.setattr(jobs, "complete_many", complete_many)
+    monkeypatch.setattr(settling, "complete_held", complete_many)
 
 
 async def test_a_refused_complete_fails_the_job_dead_with_the_reason(

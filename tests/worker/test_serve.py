@@ -54,6 +54,28 @@ async def test_job_context_writes_progress_and_logs(redis_url: str, queue: str) 
     assert logs == ["working on x"]
 
 
+async def test_current_job_in_a_task_that_does_not_take_it(redis_url: str, queue: str) -> None:
+    """current_job() inside an async task without a Job parameter (its Job is made when
+    first asked for): the job's own values, and the same Job at every call."""
+    q = echomq.Queue(queue, url=redis_url)
+    seen: list[tuple[str, str, int, int, bool, bool]] = []
+
+    @q.task(max_attempts=2)
+    async def plain(n: int) -> int:
+        job = echomq.current_job()
+        await trio.lowlevel.checkpoint()
+        seen.append(
+            (job.id, job.task, job.attempt, job.token, echomq.current_job() is job, job.cancelled)
+        )
+        return n
+
+    with trio.fail_after(5):
+        async with q.open(), serving(echomq.Worker(q)):
+            handles = [await plain.delay(i) for i in range(3)]
+            assert [await h.result(timeout=5) for h in handles] == [0, 1, 2]
+    assert sorted(seen) == sorted((h.id, plain.name, 1, 1, True, False) for h in handles)
+
+
 async def test_plain_function_runs_in_a_thread_with_current_job(redis_url: str, queue: str) -> None:
     """A sync task runs off the Trio thread, and current_job() works inside it."""
     q = echomq.Queue(queue, url=redis_url)

@@ -12,6 +12,7 @@ import trio.testing
 
 import echomq
 from echomq import jobs
+from echomq._worker import settling
 from echomq.errors import ConnectionLost
 
 from ._runtime import serving, until, wait_state
@@ -20,16 +21,16 @@ Calls = list[list[str]]
 
 
 def record_batches(monkeypatch: pytest.MonkeyPatch) -> Calls:
-    """Note the ids of every complete_many call the worker makes (then make it)."""
+    """Note the ids of every complete_many call the worker makes (then make it: its
+    ids, tokens and results)."""
     calls: Calls = []
-    real = jobs.complete_many
+    real = settling.complete_held
 
-    async def complete_many(conn: Any, name: str, done: Any) -> Any:
-        done = list(done)
-        calls.append([job_id for job_id, _, _ in done])
-        return await real(conn, name, done)
+    async def complete_many(conn: Any, name: str, *done: Any) -> Any:
+        calls.append(list(done[0]))
+        return await real(conn, name, *done)
 
-    monkeypatch.setattr(jobs, "complete_many", complete_many)
+    monkeypatch.setattr(settling, "complete_held", complete_many)
     return calls
 
 
@@ -77,16 +78,16 @@ async def test_a_completion_counts_only_once_redis_has_it(
 ) -> None:
     """While the batch's call is in flight the job still holds its slot and its lease,
     and is not counted; the answer frees it."""
-    real = jobs.complete_many
+    real = settling.complete_held
     answer = trio.Event()
     in_flight = trio.Event()
 
-    async def complete_many(conn: Any, name: str, done: Any) -> Any:
+    async def complete_many(conn: Any, name: str, *done: Any) -> Any:
         in_flight.set()
         await answer.wait()
-        return await real(conn, name, done)
+        return await real(conn, name, *done)
 
-    monkeypatch.setattr(jobs, "complete_many", complete_many)
+    monkeypatch.setattr(settling, "complete_held", complete_many)
     q = echomq.Queue(queue, url=redis_url)
 
     @q.task()
@@ -112,17 +113,17 @@ async def test_a_batch_whose_reply_was_lost_is_sent_again_and_settles_once(
 ) -> None:
     """ConnectionLost after the call ran: the batch is sent again with the same tokens,
     answered ok (already completed), counted once, one completions entry per job."""
-    real = jobs.complete_many
+    real = settling.complete_held
     attempts: list[int] = []
 
-    async def complete_many(conn: Any, name: str, done: Any) -> Any:
-        answers = await real(conn, name, done)
+    async def complete_many(conn: Any, name: str, *done: Any) -> Any:
+        answers = await real(conn, name, *done)
         attempts.append(len(answers))
         if len(attempts) == 1:
             raise ConnectionLost("the reply was lost")
         return answers
 
-    monkeypatch.setattr(jobs, "complete_many", complete_many)
+    monkeypatch.setattr(settling, "complete_held", complete_many)
     q = echomq.Queue(queue, url=redis_url)
 
     @q.task()
@@ -147,16 +148,16 @@ async def test_a_stop_while_a_batch_is_in_flight_waits_for_its_answer(
 ) -> None:
     """A shutdown does not hand back a job whose completion is in flight: the shielded
     call finishes, the job is completed, nothing is released."""
-    real = jobs.complete_many
+    real = settling.complete_held
     answer = trio.Event()
     in_flight = trio.Event()
 
-    async def complete_many(conn: Any, name: str, done: Any) -> Any:
+    async def complete_many(conn: Any, name: str, *done: Any) -> Any:
         in_flight.set()
         await answer.wait()
-        return await real(conn, name, done)
+        return await real(conn, name, *done)
 
-    monkeypatch.setattr(jobs, "complete_many", complete_many)
+    monkeypatch.setattr(settling, "complete_held", complete_many)
     q = echomq.Queue(queue, url=redis_url)
 
     @q.task()

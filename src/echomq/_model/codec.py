@@ -14,7 +14,7 @@ valid JSON from another producer may nest deeper than a Python process can follo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -52,6 +52,26 @@ class Codec(Protocol):
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
+# the C scanner json.loads ends in (not in typeshed's JSONDecoder)
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _loads(data: bytes) -> Any:
+    """``json.loads(data)``, the same value or error, without its per-call steps for the
+    common case (UTF-8 with no surrounding whitespace): the scanner alone (about a
+    third of the time). Anything else goes through ``json.loads`` itself."""
+    if type(data) is not bytes:
+        return json.loads(data)
+    try:
+        text = data.decode()
+        value, end = _SCAN(text, 0)
+    except (UnicodeDecodeError, StopIteration):
+        return json.loads(data)
+    if end != len(text):
+        return json.loads(data)
+    return value
+
+
 class JsonCodec:
     """The default codec: compact JSON, UTF-8; non-JSON values are refused, never pickled."""
 
@@ -70,7 +90,7 @@ class JsonCodec:
 
     def decode_call(self, payload: bytes) -> Call:
         try:
-            data = json.loads(payload)
+            data = _loads(payload)
             task = data["task"]
             args = data.get("args", [])
             kwargs = data.get("kwargs", {})
@@ -89,7 +109,7 @@ class JsonCodec:
 
     def decode_result(self, data: bytes) -> Any:
         try:
-            return json.loads(data)
+            return _loads(data)
         except RecursionError:
             raise SerializationError(f"result is not JSON: {_DEEP}") from None
         except ValueError as exc:

@@ -326,29 +326,57 @@ def complete_many_call(
         raise InvalidArgument(
             f"complete_many takes 1..{v.MAX_BATCH} jobs per call, not {len(done)}"
         )
-    ks = keyspace(queue)
     ids: list[str] = []
-    argv: list[Any] = [ks.base, len(done)]
-    total = 0
+    tokens: list[int] = []
+    results: list[bytes] = []
     for triple in done:
         if not isinstance(triple, tuple | list) or len(triple) != 3:
             raise InvalidArgument(f"done must hold (job_id, token, result) triples, not {triple!r}")
-        job_id = check_id(triple[0])
-        result = v.payload_bytes(triple[2], "result")
-        argv += [job_id, v.token_str(triple[1]), result]
-        ids.append(job_id)
-        total += len(result)
+        ids.append(check_id(triple[0]))
+        results.append(v.payload_bytes(triple[2], "result"))
+        v.token_str(triple[1])
+        tokens.append(triple[1])
     if len(set(ids)) != len(ids):
         raise InvalidArgument("complete_many: a job is given twice")
-    v.batch_bytes(total)
-    read_codes = _read_codes(ids, "complete_many")
+    held = complete_held_call(queue, ids, tokens, results)
 
     def read(reply: Any) -> dict[str, ExtendResult]:
-        if isinstance(reply, list):  # 2 (already completed with this token) reads as ok
-            reply = [Code.OK if code == Code.ALREADY else code for code in reply]
-        return read_codes(reply)
+        return dict(zip(ids, held.read(reply), strict=True))
+
+    return ScriptCall(held.script, held.keys, held.argv, read)
+
+
+def complete_held_call(
+    queue: str, ids: Sequence[str], tokens: Sequence[int], results: Sequence[bytes]
+) -> ScriptCall[list[ExtendResult]]:
+    """The ``complete_many`` call (:func:`complete_many_call` gates its arguments, then
+    builds it here) for a worker's own jobs: 1..``MAX_BATCH`` distinct ids and the tokens
+    a claim answered (not gated again; each result is, and the batch's size). Answers one
+    :class:`ExtendResult` per job, in their order."""
+    if not 1 <= len(ids) <= v.MAX_BATCH or len(tokens) != len(ids) or len(results) != len(ids):
+        raise InvalidArgument(f"complete_many takes 1..{v.MAX_BATCH} jobs per call")
+    ks = keyspace(queue)
+    argv: list[Any] = [ks.base, len(ids)]
+    total = 0
+    for job_id, token, result in zip(ids, tokens, results, strict=True):
+        result = v.payload_bytes(result, "result")
+        argv += [job_id, str(token), result]
+        total += len(result)
+    v.batch_bytes(total)
+    n = len(ids)
+
+    def read(reply: Any) -> list[ExtendResult]:
+        if not isinstance(reply, list) or len(reply) != n:
+            raise ScriptError(f"complete_many: unexpected reply {reply!r}")
+        try:  # 2 (already completed with this token) reads as ok
+            return [_COMPLETE_ANSWERS[code] for code in reply]
+        except (KeyError, TypeError):
+            raise ScriptError(f"complete_many: unexpected reply {reply!r}") from None
 
     return script_call("complete_many", [ks.active], argv, read)
+
+
+_COMPLETE_ANSWERS = {**EXTEND_RESULTS, Code.ALREADY: ExtendResult.OK}  # complete_many's read
 
 
 def fail_call(
@@ -594,6 +622,18 @@ async def complete_many(
         InvalidKey, InvalidArgument, SerializationError, PayloadTooLarge: before any I/O.
     """
     return await evaluate(conn, complete_many_call(queue, done))
+
+
+async def complete_held(
+    conn: Executor,
+    queue: str,
+    ids: Sequence[str],
+    tokens: Sequence[int],
+    results: Sequence[bytes],
+) -> list[ExtendResult]:
+    """:func:`complete_many` for a worker's own jobs (:func:`complete_held_call`): one
+    answer per job, in their order."""
+    return await evaluate(conn, complete_held_call(queue, ids, tokens, results))
 
 
 async def fail(

@@ -7,6 +7,10 @@ Rule 1b: one claim asks for at most half the slots (rounded up; ``cohort``), so 
 one half runs while the other half's completions and the next claim are on the server:
 the worker and Redis work side by side instead of taking turns (one claim for every slot
 made the worker wait for Redis twice per batch, and Redis for the worker).
+Rule 1c: the jobs a claim brings start one scheduler tick after its reply: a batch of
+completions answered in the same read (Redis writes the replies of one turn of its event
+loop together) frees its slots first, so the next claim is sent before these jobs run, and
+the server works on it while they do.
 Rule 2: when a claim answers fewer jobs than asked, the queue is (for now) empty or
 paused: the next claim waits behind a BLPOP on the wake list (``wait_then_claim``: both
 go out in one write, on a connection of its own), so it runs on the server the moment a
@@ -104,9 +108,12 @@ class Consumer:
                     idle_for = None
                     continue
                 backoff.reset()
+                # rule 1c: the batches of completions answered with this claim free their
+                # slots first, so that the next claim goes out before these jobs run
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 self._take(batch)
                 idle_for = self._idle_time(batch) if len(batch.jobs) < want else None
-                await trio.lowlevel.checkpoint()
+                await trio.lowlevel.checkpoint_if_cancelled()  # the claims are shielded
         finally:
             self._stopped.set()
 

@@ -7,6 +7,9 @@ Rule 2: a ``Job`` reaches Redis only through the verbs (``progress``, ``log``,
 ``checkpoint``); it never settles the job: the worker does.
 Rule 3: a lost lease seen by ``checkpoint()`` goes to the cancellation bridge (``lose``),
 as if the lease keeper had seen it.
+Rule 4: a task that does not take the ``Job`` may never ask for it: the worker then binds
+a :class:`Deferred` (``bind_deferred``), and ``current_job()`` makes the ``Job`` at its first
+call (once: later calls answer the same one).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -24,11 +27,19 @@ from .._model.cancel import CancelToken
 from .._redis.scripts import Executor
 from ..errors import TRANSIENT, JobGone, NotActive, StaleToken
 
-__all__ = ["Job", "bind", "current_job", "unbind"]
+__all__ = ["Deferred", "Job", "bind", "current_job", "unbind"]
 
 log = logging.getLogger("echomq")
 
-_current: contextvars.ContextVar[Job] = contextvars.ContextVar("echomq_current_job")
+_current: contextvars.ContextVar[Job | Deferred] = contextvars.ContextVar("echomq_current_job")
+
+
+class Deferred(Protocol):
+    """What makes a job's :class:`Job` when first asked for (rule 4)."""
+
+    def job(self) -> Job:
+        """The job's ``Job`` (the same one at every call)."""
+        ...
 
 
 def current_job() -> Job:
@@ -38,9 +49,10 @@ def current_job() -> Job:
         RuntimeError: called outside a job.
     """
     try:
-        return _current.get()
+        job = _current.get()
     except LookupError:
         raise RuntimeError("current_job() was called outside a running job") from None
+    return job if isinstance(job, Job) else job.job()
 
 
 @attrs.define(eq=False)
@@ -105,13 +117,17 @@ class Job:
         await trio.lowlevel.checkpoint()
 
 
-def bind(job: Job) -> contextvars.Token[Job]:
-    """Make ``job`` what ``current_job()`` answers; :func:`unbind` with the token after.
+Bound = contextvars.Token["Job | Deferred"]
+
+
+def bind(job: Job | Deferred) -> Bound:
+    """Make ``job`` (or the one a :class:`Deferred` makes: rule 4) what ``current_job()``
+    answers; :func:`unbind` with the token after.
 
     (A plain pair rather than a context manager: the worker binds one per job.)
     """
     return _current.set(job)
 
 
-def unbind(token: contextvars.Token[Job]) -> None:
+def unbind(token: Bound) -> None:
     _current.reset(token)

@@ -342,22 +342,17 @@ class JobRunner:
         self, task: TaskSpec, claimed: Claimed, held: Held, call: Call
     ) -> Settlement | bytes | None:
         """:meth:`_execute` for the common case: an async task with no time limits, not a
-        flow parent. The same steps (rule 1: its own scope; rule 3), fewer objects."""
-        job = Job(
-            id=claimed.id,
-            task=task.name,
-            queue=self.queue.name,
-            attempt=claimed.failures + 1,
-            token=claimed.token,
-            cancel_token=held.cancel_token,
-            conn=self.conn,
-            lease_ms=held.lease_ms,
-            lose=held.lose,
-        )
-        args = (job, *call.args) if task.wants_job else call.args
+        flow parent. The same steps (rule 1: its own scope; rule 3), fewer objects: the
+        ``Job`` of a task that does not take it is made only if ``current_job()`` asks."""
+        if task.wants_job:
+            job = self._job(task, claimed, held)
+            args = (job, *call.args)
+            bound = bind(job)
+        else:
+            args = call.args
+            bound = bind(_Deferred(self, task, claimed, held))
         ended: Settlement | bytes | None = None
         started = perf_counter()
-        bound = bind(job)
         try:
             with held.scope:
                 try:
@@ -375,6 +370,20 @@ class JobRunner:
         if ended is None:  # the scope caught a cancellation (ours, or the worker's)
             return _cancelled(held)
         return ended
+
+    def _job(self, task: TaskSpec, claimed: Claimed, held: Held) -> Job:
+        """The ``Job`` context of a plain run (no flow inputs)."""
+        return Job(
+            id=claimed.id,
+            task=task.name,
+            queue=self.queue.name,
+            attempt=claimed.failures + 1,
+            token=claimed.token,
+            cancel_token=held.cancel_token,
+            conn=self.conn,
+            lease_ms=held.lease_ms,
+            lose=held.lose,
+        )
 
     def _encode(self, claimed: Claimed, value: Any) -> bytes | Settlement:
         """The job's result as stored, or (a value the codec refuses) its dead-letter."""
@@ -591,6 +600,26 @@ class JobRunner:
         else:
             self.counters.retried += 1
             self.tally.record(held.task, "retried", held.ran)
+
+
+class _Deferred:
+    """The ``Job`` of a plain run whose task does not take it: made at the first
+    ``current_job()`` (``context.py`` rule 4), the same one after."""
+
+    __slots__ = ("_claimed", "_held", "_made", "_runner", "_task")
+
+    def __init__(self, runner: JobRunner, task: TaskSpec, claimed: Claimed, held: Held) -> None:
+        self._runner = runner
+        self._task = task
+        self._claimed = claimed
+        self._held = held
+        self._made: Job | None = None
+
+    def job(self) -> Job:
+        made = self._made
+        if made is None:
+            made = self._made = self._runner._job(self._task, self._claimed, self._held)
+        return made
 
 
 def _cancelled(held: Held) -> Settlement | None:

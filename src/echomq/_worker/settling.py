@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
-from .. import jobs
 from .._jitter import Backoff
 from .._redis import validate as v
 from .._redis.replies import ExtendResult
 from .._redis.scripts import Executor
+from .._verbs.lifecycle import complete_held
 from ..config import MAX_BATCH_BYTES
 from ..errors import TRANSIENT, EchoMQError, JobGone, NotActive, ScriptError, StaleToken
 from .cancellation import Held
@@ -41,7 +41,7 @@ log = logging.getLogger("echomq.worker")
 
 Item = tuple[Held, bytes, bool]  # the held job, its result, whether it was cancelled
 CHUNK = v.MAX_BATCH  # jobs per complete_many call (the verb's cap)
-_REFUSALS: dict[ExtendResult | None, type[EchoMQError]] = {
+_REFUSALS: dict[ExtendResult, type[EchoMQError]] = {
     ExtendResult.STALE: StaleToken,
     ExtendResult.NOT_ACTIVE: NotActive,
     ExtendResult.GONE: JobGone,
@@ -123,8 +123,13 @@ class Completions:
         while True:
             try:
                 self.batches += 1
-                done = [(held.id, held.token, result) for held, result, _ in chunk]
-                answers = await jobs.complete_many(self.conn, self.queue, done)
+                answers = await complete_held(
+                    self.conn,
+                    self.queue,
+                    [held.id for held, _, _ in chunk],
+                    [held.token for held, _, _ in chunk],
+                    [result for _, result, _ in chunk],
+                )
                 break
             except TRANSIENT as exc:
                 log.warning("settling %d job(s) failed (%s); retrying", len(chunk), exc)
@@ -137,8 +142,7 @@ class Completions:
                     for item in chunk:
                         nursery.start_soon(self._alone, item, settled)
                 return
-        for held, _, cancelled in chunk:
-            answer = answers.get(held.id)
+        for (held, _, cancelled), answer in zip(chunk, answers, strict=True):
             if answer is ExtendResult.OK:
                 self.recorded(held, cancelled)
             else:
