@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from echomq._model import codec
 from echomq._model.codec import JSON
 from echomq.errors import SerializationError
 
@@ -37,3 +38,38 @@ def test_non_json_values_are_refused() -> None:
             JSON.encode_result(bad)
     with pytest.raises(SerializationError, match="arguments cannot be encoded"):
         JSON.encode_call("t", (math.inf,), {})
+
+
+_SAME_AS_LOADS = [
+    b'{"task":"t","args":[1,"x"],"kwargs":{}}',
+    b'"plain"',
+    b"123",
+    b" [1, 2] ",  # whitespace around: json.loads' path
+    b"[1] x",  # data after the value
+    b"\xef\xbb\xbf[1]",  # a UTF-8 byte order mark
+    '{"a":"\u00e9\u4e2d"}'.encode(),
+    '{"a":1}'.encode("utf-16"),  # UTF-16 JSON, which json.loads detects
+    '{"a":1}'.encode("utf-32-le"),
+    b'"\\ud800"',  # a lone surrogate escape
+    b"\xff\xfe\xfd",  # not text
+    b"NaN",
+    b"[" * 100 + b"]" * 100,
+    b"",
+    b'{"a":',
+]
+
+
+@pytest.mark.parametrize("data", _SAME_AS_LOADS)
+def test_fast_decoding_answers_as_json_loads(data: bytes) -> None:
+    """The scanner-only path gives json.loads' value, or its error type, for any bytes."""
+    try:
+        expected: Any = json.loads(data)
+    except Exception as exc:  # the type is what is compared
+        with pytest.raises(type(exc)):
+            codec._loads(data)
+        return
+    value = codec._loads(data)
+    if isinstance(expected, float) and math.isnan(expected):
+        assert math.isnan(value)
+    else:
+        assert value == expected and type(value) is type(expected)

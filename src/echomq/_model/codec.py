@@ -65,8 +65,8 @@ def _loads(data: bytes) -> Any:
     try:
         text = data.decode()
         value, end = _SCAN(text, 0)
-    except (UnicodeDecodeError, StopIteration):
-        return json.loads(data)
+    except (ValueError, StopIteration):  # not UTF-8 (UTF-16/32 JSON too), or not JSON:
+        return json.loads(data)  # json.loads' own value or error
     if end != len(text):
         return json.loads(data)
     return value
