@@ -135,3 +135,21 @@ async def test_queue_and_group_rates_both_hold(conn: echomq.Connection, queue: s
     assert sorted(groups_of(claimed)) == ["None", "a", "b"]
     assert await jobs.claim(conn, queue, 10_000, count=10) == []
     await check_lanes(conn, queue)
+
+
+async def test_a_window_counter_expires_at_its_last_ms(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """The queue's and a group's counters end with their window: set to expire at its last
+    ms, so a claim in the very ms the window ends (a waiting consumer wakes then) finds the
+    next window empty, not the old count."""
+    await admin.set_rate_limit(conn, queue, 5, 60)
+    await admin.set_rate_limit(conn, queue, 2, 7, group="a")
+    await put(conn, queue, "a", 3)
+    await put(conn, queue, None, 1)
+    assert len(await jobs.claim(conn, queue, 10_000, count=10)) == 3
+    for key, period in ((ks.rate, 60_000), (ks.group_rate("a"), 7_000)):
+        expires = int(await conn.execute("PEXPIRETIME", key))
+        assert (expires + 1) % period == 0, (key, expires)
+    assert int(await conn.execute("GET", ks.rate)) == 3
+    assert int(await conn.execute("GET", ks.group_rate("a"))) == 2

@@ -80,6 +80,17 @@ local function window(key, max, period)
   if fresh then ttl = (math.floor(now / period) + 1) * period - now end
   return {key, used, max, ttl, fresh}
 end
+-- a window's starts: a fresh window's key is set to expire at its last ms (Redis expires a
+-- key once its clock is past the expiry), so from the window's end on it reads as gone: a
+-- claim in the very ms a window ends (when a waiting consumer wakes) sees the next one
+-- empty, never the old count (a group would sit out a whole extra window)
+local function count_starts(win, n)
+  if win[5] then
+    redis.call('SET', win[1], n, 'PXAT', int_arg(now + win[4] - 1))
+  else
+    redis.call('INCRBY', win[1], n)
+  end
+end
 
 -- the queue's rate window
 local qwin = nil
@@ -411,14 +422,12 @@ end
 if #counts > 0 then redis.call('HSET', base .. 'gstate', unpack(counts)) end
 for _, g in ipairs(touched) do
   if g.win and g.taken > 0 then
-    redis.call('INCRBY', g.win[1], g.taken)
-    if g.win[5] then redis.call('PEXPIRE', g.win[1], g.win[4]) end
+    count_starts(g.win, g.taken)
   end
   if g.name ~= '' and g.why == 'empty' and not started[g.name] then lane_forget(base, g.name) end
 end
 if qwin and #picks > 0 then
-  redis.call('INCRBY', qwin[1], #picks)
-  if qwin[5] then redis.call('PEXPIRE', qwin[1], qwin[4]) end
+  count_starts(qwin, #picks)
 end
 
 -- promoted grouped jobs wait in their lanes (claimed by the next call: a wake token)
