@@ -104,3 +104,44 @@ async def test_empty_payload_round_trips(conn: echomq.Connection, queue: str) ->
 async def test_get_job_of_missing_row_is_none(conn: echomq.Connection, queue: str) -> None:
     """No row: get_job answers None."""
     assert await jobs.get_job(conn, queue, "nobody") is None
+
+
+async def test_the_row_is_stored_as_text_numbers(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """Every number on a new row is its decimal text (the script passes text, not Lua
+    numbers): counters, priority, created_at and run_at = created_at + delay."""
+    (job_id,) = await jobs.enqueue_many(
+        conn,
+        queue,
+        [jobs.NewJob(payload=b"p", priority=-7, max_attempts=3, delay_ms=1_234, task="t")],
+    )
+    raw = await conn.execute("HGETALL", ks.job(job_id))
+    row = dict(zip(raw[::2], raw[1::2], strict=True))
+    assert [row[f] for f in (b"attempts", b"failures", b"stalled")] == [b"0"] * 3
+    assert (row[b"priority"], row[b"max_attempts"], row[b"task"]) == (b"-7", b"3", b"t")
+    assert row[b"created_at"].isdigit() and row[b"run_at"].isdigit()
+    assert int(row[b"run_at"]) == int(row[b"created_at"]) + 1_234
+    assert await conn.execute("ZSCORE", ks.schedule, job_id) == row[b"run_at"]
+
+
+async def test_a_held_dedup_key_answers_before_an_existing_id_refuses(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """An existing id under a held dedup key answers the holder (its id is not checked);
+    an existing id elsewhere in the call refuses the whole call, with nothing written."""
+    holder = await jobs.enqueue_many(
+        conn, queue, [jobs.NewJob(payload=b"h", job_id="taken", dedup="k", dedup_ms=60_000)]
+    )
+    fresh = [jobs.NewJob(payload=b"x") for _ in range(3)]
+    answers = await jobs.enqueue_batch(
+        conn, queue, [*fresh, jobs.NewJob(payload=b"y", job_id="taken", dedup="k", dedup_ms=1)]
+    )
+    assert [a.deduplicated for a in answers] == [False, False, False, True]
+    assert answers[3].id == holder[0]
+    before = await snapshot(conn, ks)
+    with pytest.raises(DuplicateJob, match="taken"):
+        await jobs.enqueue_many(
+            conn, queue, [jobs.NewJob(payload=b"z"), jobs.NewJob(payload=b"y", job_id="taken")]
+        )
+    assert await snapshot(conn, ks) == before

@@ -74,7 +74,11 @@ if fire then
 end
 
 -- checks first: dedup keys, then ids (none may exist, or repeat); then the lanes' keys
--- are read (rule 1)
+-- are read (rule 1). One EXISTS over every row first: when none exists (the common
+-- case), no job needs its own (the answer per job would be 0 each time)
+local rows = {}
+for i = 0, n - 1 do rows[i] = base .. 'job:' .. ARGV[3 + i * GROUP] end
+local some_exist = redis.call('EXISTS', unpack(rows, 0, n - 1)) > 0
 local seen, taken, holders, ready_n, written, groups = {}, {}, {}, 0, 0, {}
 for i = 0, n - 1 do
   local j = 3 + i * GROUP
@@ -83,7 +87,7 @@ for i = 0, n - 1 do
   if dedup ~= '' then holder = taken[dedup] or redis.call('GET', base .. 'dedup:' .. dedup) end
   if holder then
     holders[i] = holder
-  elseif seen[id] or redis.call('EXISTS', base .. 'job:' .. id) == 1 then
+  elseif seen[id] or (some_exist and redis.call('EXISTS', rows[i]) == 1) then
     if not fire then return redis.error_reply('EMQDUP job exists: ' .. id) end
     holders[i] = id  -- the run's job exists: this slot fired already
   else
@@ -100,6 +104,9 @@ for i = 0, n - 1 do
 end
 
 local now = now_ms()
+-- the numbers of a row go to redis.call as text: Redis 7.0 turns a Lua number into an
+-- argument with %.17g, which costs more than most of the HSET
+local now_s = string.format('%d', now)
 mark_queue(meta)
 local channel = base .. 'events'
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
@@ -108,64 +115,54 @@ if ready_n > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready_n) - ready_n 
 local flat, grouped = {}, {}  -- the ready jobs, placed by one ready_batch
 local soonest = nil  -- the shortest delay of the call, for the workers' channel
 for i = 0, n - 1 do
-  local j = 3 + i * GROUP
-  local id, payload = ARGV[j], ARGV[j + 1]
-  local delay, priority, max_attempts = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), ARGV[j + 4]
-  local group, limit = ARGV[j + 10], tonumber(ARGV[j + 11])
-  local row = base .. 'job:' .. id
-  local extra = {}  -- task, keep_result, keep_dead, dedup, repeat, group, trace: if given
-  for k, name in ipairs(OPTIONAL) do
-    if ARGV[j + 4 + k] ~= '' then
-      extra[#extra + 1] = name
-      extra[#extra + 1] = ARGV[j + 4 + k]
+  -- a dedup hit (or a repeat slot that fired already): nothing to write
+  if not holders[i] then
+    local j = 3 + i * GROUP
+    local id, delay, priority = ARGV[j], tonumber(ARGV[j + 2]), ARGV[j + 3]
+    local dedup, group = ARGV[j + 8], ARGV[j + 10]
+    -- the optional fields, if given: task, keep_result, keep_dead, dedup, repeat, trace, group
+    local extra, e = {}, 0
+    for k = j + 5, j + 7 do
+      if ARGV[k] ~= '' then
+        extra[e + 1], extra[e + 2], e = OPTIONAL[k - j - 4], ARGV[k], e + 2
+      end
     end
-  end
-  local dedup = ARGV[j + 8]
-  if dedup ~= '' then
-    extra[#extra + 1] = 'dedup'
-    extra[#extra + 1] = dedup
-  end
-  if fire then
-    extra[#extra + 1] = 'repeat'
-    extra[#extra + 1] = rkey
-  end
-  if ARGV[j + 12] ~= '' then
-    extra[#extra + 1] = 'trace'
-    extra[#extra + 1] = ARGV[j + 12]
-  end
-  if group ~= '' then
-    extra[#extra + 1] = 'group'
-    extra[#extra + 1] = group
-  else
-    group = false
-  end
-  if holders[i] then
-    -- a dedup hit (or a repeat slot that fired already): nothing to write
-  elseif delay > 0 then
-    redis.call('HSET', row, 'state', 'scheduled', 'payload', payload, 'attempts', 0,
-      'failures', 0, 'stalled', 0, 'priority', priority, 'max_attempts', max_attempts,
-      'created_at', now, 'run_at', now + delay, unpack(extra))
-    redis.call('ZADD', schedule, now + delay, id)
-    redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}')
-    if not soonest or delay < soonest then soonest = delay end
-  else
-    seq = seq + 1
-    redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'attempts', 0,
-      'failures', 0, 'stalled', 0, 'priority', priority, 'max_attempts', max_attempts,
-      'created_at', now, unpack(extra))
-    if group then
-      grouped[#grouped + 1] = {id, group, band_score(priority, seq)}
+    if dedup ~= '' then extra[e + 1], extra[e + 2], e = 'dedup', dedup, e + 2 end
+    if fire then extra[e + 1], extra[e + 2], e = 'repeat', rkey, e + 2 end
+    if ARGV[j + 12] ~= '' then extra[e + 1], extra[e + 2], e = 'trace', ARGV[j + 12], e + 2 end
+    if group ~= '' then
+      extra[e + 1], extra[e + 2] = 'group', group
     else
-      flat[#flat + 1] = band_score(priority, seq)
-      flat[#flat + 1] = id
+      group = false
     end
-    redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
-  end
-  if group and limit > 0 and not holders[i] then
-    redis.call('HSETNX', base .. 'gstate', group .. ':limit', limit)
-  end
-  if dedup ~= '' and not holders[i] then
-    redis.call('SET', base .. 'dedup:' .. dedup, id, 'PX', ARGV[j + 9])
+    if delay > 0 then
+      local run_at = string.format('%d', now + delay)
+      redis.call('HSET', rows[i], 'state', 'scheduled', 'payload', ARGV[j + 1], 'attempts', '0',
+        'failures', '0', 'stalled', '0', 'priority', priority, 'max_attempts', ARGV[j + 4],
+        'created_at', now_s, 'run_at', run_at, unpack(extra))
+      redis.call('ZADD', schedule, run_at, id)
+      redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}')
+      if not soonest or delay < soonest then soonest = delay end
+    else
+      seq = seq + 1
+      redis.call('HSET', rows[i], 'state', 'pending', 'payload', ARGV[j + 1], 'attempts', '0',
+        'failures', '0', 'stalled', '0', 'priority', priority, 'max_attempts', ARGV[j + 4],
+        'created_at', now_s, unpack(extra))
+      if group then
+        grouped[#grouped + 1] = {id, group, band_score(priority, seq)}
+      else
+        flat[#flat + 1] = band_score(priority, seq)
+        flat[#flat + 1] = id
+      end
+      redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
+    end
+    local limit = tonumber(ARGV[j + 11])
+    if group and limit > 0 then
+      redis.call('HSETNX', base .. 'gstate', group .. ':limit', limit)
+    end
+    if dedup ~= '' then
+      redis.call('SET', base .. 'dedup:' .. dedup, id, 'PX', ARGV[j + 9])
+    end
   end
 end
 ready_batch(base, pending, flat, grouped)
