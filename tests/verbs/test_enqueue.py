@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 
 import echomq
@@ -145,3 +148,32 @@ async def test_a_held_dedup_key_answers_before_an_existing_id_refuses(
             conn, queue, [jobs.NewJob(payload=b"z"), jobs.NewJob(payload=b"y", job_id="taken")]
         )
     assert await snapshot(conn, ks) == before
+
+
+def test_new_ids_are_distinct_across_threads_and_a_fork() -> None:
+    """new_id hands out pooled random ids: each once across threads; a forked child does
+    not repeat the parent's pool."""
+    jobs.new_id()  # the pool holds ids now
+    found: list[list[str]] = []
+
+    def take() -> None:
+        found.append([jobs.new_id() for _ in range(5_000)])
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [i for part in found for i in part]
+    assert len(set(ids)) == len(ids) == 20_000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its first id, then out
+        os.write(write, jobs.new_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert len(child) == 32 and child != jobs.new_id()
