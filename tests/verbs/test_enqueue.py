@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 
 import pytest
 
@@ -168,7 +169,9 @@ def test_new_ids_are_distinct_across_threads_and_a_fork() -> None:
     assert len(set(ids)) == len(ids) == 20_000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
     read, write = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():  # 3.12 warns of a fork with threads alive
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # the child: its first id, then out
         os.write(write, jobs.new_id().encode())
         os._exit(0)
