@@ -6,12 +6,15 @@ import os
 import threading
 import warnings
 
+import attrs
 import pytest
 
 import echomq
 from echomq import jobs
 from echomq._redis.keyspace import Keyspace
-from echomq.errors import DuplicateJob
+from echomq._redis.scripts import ScriptCall, evaluate
+from echomq._verbs import lifecycle as life
+from echomq.errors import DuplicateJob, InvalidArgument
 
 from ._support import server_now_ms, snapshot
 
@@ -180,3 +183,52 @@ def test_new_ids_are_distinct_across_threads_and_a_fork() -> None:
     child = os.read(read, 64).decode()
     os.close(read)
     assert len(child) == 32 and child != jobs.new_id()
+
+
+async def test_jobs_with_different_options_in_one_call_keep_their_own(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A call's jobs share option sets only when equal: each row gets its own job's
+    options, whatever the order they come in."""
+    kinds = [
+        jobs.NewJob(payload=b"a", task="one"),
+        jobs.NewJob(payload=b"b", task="two", priority=5, max_attempts=3),
+        jobs.NewJob(payload=b"c", task="one", delay_ms=60_000),
+        jobs.NewJob(payload=b"d", keep_result_ms=10, keep_dead_ms=20),
+        jobs.NewJob(payload=b"e", group="g", group_concurrency=2),
+    ]
+    batch = [kinds[i % len(kinds)] for i in (0, 1, 0, 2, 3, 1, 4, 0, 4)]
+    batch = [attrs.evolve(job, job_id=f"j{i}") for i, job in enumerate(batch)]
+    sc = life.enqueue_call(queue, batch)
+    assert sc.argv[2] == len(kinds)  # five distinct sets for nine jobs
+    assert await evaluate(conn, sc) == [job.job_id for job in batch]
+    for job in batch:
+        info = await jobs.get_job(conn, queue, str(job.job_id))
+        assert info is not None and info.payload == job.payload
+        assert (info.priority, info.max_attempts, info.group) == (
+            job.priority,
+            job.max_attempts,
+            job.group,
+        )
+        raw = await conn.execute("HGETALL", ks.job(str(job.job_id)))
+        row = dict(zip(raw[::2], raw[1::2], strict=True))
+        assert row.get(b"task") == (job.task.encode() if job.task else None)
+        assert row.get(b"keep_result") == (b"10" if job.keep_result_ms else None)
+        assert row.get(b"keep_dead") == (b"20" if job.keep_dead_ms else None)
+        assert info.state is (
+            echomq.JobState.SCHEDULED if job.delay_ms else echomq.JobState.PENDING
+        )
+    assert await conn.execute("HGET", ks.base + "gstate", "g:limit") == b"2"
+
+
+async def test_option_sets_that_do_not_add_up_are_refused(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """The script refuses a set count of 0 or above n (EMQARG), writing nothing."""
+    sc = life.enqueue_call(queue, [jobs.NewJob(payload=b"x"), jobs.NewJob(payload=b"y")])
+    before = await snapshot(conn, ks)
+    for m in (0, 3):
+        bad = ScriptCall(sc.script, sc.keys, [*sc.argv[:2], m, *sc.argv[3:]], sc.read)
+        with pytest.raises(InvalidArgument):
+            await evaluate(conn, bad)
+    assert await snapshot(conn, ks) == before
