@@ -242,8 +242,8 @@ def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
     argv, ids = _enqueue_argv(ks.base, groups)
 
     def read(reply: Any) -> list[str]:
-        if reply == len(ids):  # every job written: the ids as sent
-            return ids
+        if reply == len(ids):  # every job written: the ids as sent (a copy: the caller's)
+            return ids[:]
         if not isinstance(reply, list) or len(reply) != len(ids):
             raise ScriptError(f"enqueue: unexpected reply {reply!r}")
         return [
