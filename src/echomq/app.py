@@ -137,8 +137,11 @@ class Task:
         return Signature(self, args, kwargs)
 
     async def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
-        """Enqueue with these arguments and the task's options (Celery's spelling)."""
-        return await self.apply(args, kwargs)
+        """Enqueue with these arguments and the task's options (Celery's spelling).
+
+        :meth:`apply` with no options, written out (one coroutine less per job)."""
+        new = self.new_job(args, kwargs)
+        return await self.queue.enqueue_new(new, task=self.name)
 
     async def apply(
         self,
@@ -589,15 +592,17 @@ class Queue:
         """
         if _tracing.ENABLED and _tracing.on():
             with _tracing.sending(self.name, task) as send:
-                handle = await self._enqueue_coalesced(_with_trace(new, send), task)
+                traced = _with_trace(new, send)
+                handle = await self._enqueue(self._open_coalescer().enqueue, traced, task)
                 send.sent(handle.id, handle.deduplicated)
             return handle
-        return await self._enqueue_coalesced(new, task)
+        return await self._enqueue(self._open_coalescer().enqueue, new, task)
 
-    async def _enqueue_coalesced(self, new: jobs.NewJob, task: str | None) -> TaskHandle:
-        if self._coalescer is None:  # made with the connection, gone with it
+    def _open_coalescer(self) -> EnqueueCoalescer:
+        """The trio side's coalescer (made with the connection, gone with it)."""
+        if self._coalescer is None:
             raise self._not_open()
-        return await self._enqueue(self._coalescer.enqueue, new, task)
+        return self._coalescer
 
     async def aenqueue_new(self, new: jobs.NewJob, *, task: str | None = None) -> TaskHandle:
         """The asyncio :meth:`enqueue_new` (``echomq.asyncio``)."""

@@ -3,6 +3,7 @@ encoder, the None shortcut), and non-JSON values refused with SerializationError
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 from typing import Any
@@ -73,3 +74,32 @@ def test_fast_decoding_answers_as_json_loads(data: bytes) -> None:
         assert math.isnan(value)
     else:
         assert value == expected and type(value) is type(expected)
+
+
+CALLS: list[tuple[str, Any, Any]] = [
+    ("noop", ("x" * 100,), {}),
+    ("t", [1, 2.5, None, True, "é☃\u2028", {"a": [1]}], {"k": 1, "z": "ü"}),
+    ('t"ä\\', (), {1: 2, "x": (3,)}),
+    ("t", range(3), collections.OrderedDict(b=1, a=2)),
+]
+
+
+@pytest.mark.parametrize(("task", "args", "kwargs"), CALLS)
+def test_a_call_is_the_bytes_of_its_dict(task: str, args: Any, kwargs: Any) -> None:
+    """encode_call writes the JSON around the encoded arguments: the same bytes as the
+    dict {"task", "args", "kwargs"} encoded whole, for any sequence and mapping."""
+    expected = json.dumps(
+        {"task": task, "args": list(args), "kwargs": dict(kwargs)},
+        separators=(",", ":"),
+        allow_nan=False,
+    ).encode()
+    assert JSON.encode_call(task, args, kwargs) == expected
+
+
+def test_a_circular_argument_is_refused_with_its_own_error() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(SerializationError, match="Circular reference detected"):
+        JSON.encode_call("t", (loop,), {})
+    with pytest.raises(SerializationError, match="Circular reference detected"):
+        JSON.encode_call("t", (), {"k": loop})

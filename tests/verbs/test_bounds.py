@@ -40,7 +40,7 @@ async def test_enqueue_script_refuses_more_jobs_than_its_cap(
     assert len(ids) == v.MAX_ENQUEUE
     sc = life.enqueue_call(queue, [jobs.NewJob(payload=b"x")] * v.MAX_ENQUEUE)
     argv = list(sc.argv)
-    over = [argv[0], v.MAX_ENQUEUE + 1, *argv[2:], "one-more", b"x", 0, 0, 1]
+    over = [argv[0], v.MAX_ENQUEUE + 1, *argv[2:], "one-more", b"x", "1"]
     await refused(conn, ks, tampered(sc, over))
     await refused(conn, ks, tampered(sc, [argv[0], v.MAX_ENQUEUE - 1, *argv[2:]]))
 

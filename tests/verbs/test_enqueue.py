@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import warnings
+
+import attrs
 import pytest
 
 import echomq
 from echomq import jobs
 from echomq._redis.keyspace import Keyspace
-from echomq.errors import DuplicateJob
+from echomq._redis.scripts import ScriptCall, evaluate
+from echomq._verbs import lifecycle as life
+from echomq.errors import DuplicateJob, InvalidArgument
 
 from ._support import server_now_ms, snapshot
 
@@ -104,3 +111,124 @@ async def test_empty_payload_round_trips(conn: echomq.Connection, queue: str) ->
 async def test_get_job_of_missing_row_is_none(conn: echomq.Connection, queue: str) -> None:
     """No row: get_job answers None."""
     assert await jobs.get_job(conn, queue, "nobody") is None
+
+
+async def test_the_row_is_stored_as_text_numbers(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """Every number on a new row is its decimal text (the script passes text, not Lua
+    numbers): counters, priority, created_at and run_at = created_at + delay."""
+    (job_id,) = await jobs.enqueue_many(
+        conn,
+        queue,
+        [jobs.NewJob(payload=b"p", priority=-7, max_attempts=3, delay_ms=1_234, task="t")],
+    )
+    raw = await conn.execute("HGETALL", ks.job(job_id))
+    row = dict(zip(raw[::2], raw[1::2], strict=True))
+    assert [row[f] for f in (b"attempts", b"failures", b"stalled")] == [b"0"] * 3
+    assert (row[b"priority"], row[b"max_attempts"], row[b"task"]) == (b"-7", b"3", b"t")
+    assert row[b"created_at"].isdigit() and row[b"run_at"].isdigit()
+    assert int(row[b"run_at"]) == int(row[b"created_at"]) + 1_234
+    assert await conn.execute("ZSCORE", ks.schedule, job_id) == row[b"run_at"]
+
+
+async def test_a_held_dedup_key_answers_before_an_existing_id_refuses(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """An existing id under a held dedup key answers the holder (its id is not checked);
+    an existing id elsewhere in the call refuses the whole call, with nothing written."""
+    holder = await jobs.enqueue_many(
+        conn, queue, [jobs.NewJob(payload=b"h", job_id="taken", dedup="k", dedup_ms=60_000)]
+    )
+    fresh = [jobs.NewJob(payload=b"x") for _ in range(3)]
+    answers = await jobs.enqueue_batch(
+        conn, queue, [*fresh, jobs.NewJob(payload=b"y", job_id="taken", dedup="k", dedup_ms=1)]
+    )
+    assert [a.deduplicated for a in answers] == [False, False, False, True]
+    assert answers[3].id == holder[0]
+    before = await snapshot(conn, ks)
+    with pytest.raises(DuplicateJob, match="taken"):
+        await jobs.enqueue_many(
+            conn, queue, [jobs.NewJob(payload=b"z"), jobs.NewJob(payload=b"y", job_id="taken")]
+        )
+    assert await snapshot(conn, ks) == before
+
+
+def test_new_ids_are_distinct_across_threads_and_a_fork() -> None:
+    """new_id hands out pooled random ids: each once across threads; a forked child does
+    not repeat the parent's pool."""
+    jobs.new_id()  # the pool holds ids now
+    found: list[list[str]] = []
+
+    def take() -> None:
+        found.append([jobs.new_id() for _ in range(5_000)])
+
+    threads = [threading.Thread(target=take) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ids = [i for part in found for i in part]
+    assert len(set(ids)) == len(ids) == 20_000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    read, write = os.pipe()
+    with warnings.catch_warnings():  # 3.12 warns of a fork with threads alive
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: its first id, then out
+        os.write(write, jobs.new_id().encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    assert len(child) == 32 and child != jobs.new_id()
+
+
+async def test_jobs_with_different_options_in_one_call_keep_their_own(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A call's jobs share option sets only when equal: each row gets its own job's
+    options, whatever the order they come in."""
+    kinds = [
+        jobs.NewJob(payload=b"a", task="one"),
+        jobs.NewJob(payload=b"b", task="two", priority=5, max_attempts=3),
+        jobs.NewJob(payload=b"c", task="one", delay_ms=60_000),
+        jobs.NewJob(payload=b"d", keep_result_ms=10, keep_dead_ms=20),
+        jobs.NewJob(payload=b"e", group="g", group_concurrency=2),
+    ]
+    batch = [kinds[i % len(kinds)] for i in (0, 1, 0, 2, 3, 1, 4, 0, 4)]
+    batch = [attrs.evolve(job, job_id=f"j{i}") for i, job in enumerate(batch)]
+    sc = life.enqueue_call(queue, batch)
+    assert sc.argv[2] == len(kinds)  # five distinct sets for nine jobs
+    assert await evaluate(conn, sc) == [job.job_id for job in batch]
+    for job in batch:
+        info = await jobs.get_job(conn, queue, str(job.job_id))
+        assert info is not None and info.payload == job.payload
+        assert (info.priority, info.max_attempts, info.group) == (
+            job.priority,
+            job.max_attempts,
+            job.group,
+        )
+        raw = await conn.execute("HGETALL", ks.job(str(job.job_id)))
+        row = dict(zip(raw[::2], raw[1::2], strict=True))
+        assert row.get(b"task") == (job.task.encode() if job.task else None)
+        assert row.get(b"keep_result") == (b"10" if job.keep_result_ms else None)
+        assert row.get(b"keep_dead") == (b"20" if job.keep_dead_ms else None)
+        assert info.state is (
+            echomq.JobState.SCHEDULED if job.delay_ms else echomq.JobState.PENDING
+        )
+    assert await conn.execute("HGET", ks.base + "gstate", "g:limit") == b"2"
+
+
+async def test_option_sets_that_do_not_add_up_are_refused(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """The script refuses a set count of 0 or above n (EMQARG), writing nothing."""
+    sc = life.enqueue_call(queue, [jobs.NewJob(payload=b"x"), jobs.NewJob(payload=b"y")])
+    before = await snapshot(conn, ks)
+    for m in (0, 3):
+        bad = ScriptCall(sc.script, sc.keys, [*sc.argv[:2], m, *sc.argv[3:]], sc.read)
+        with pytest.raises(InvalidArgument):
+            await evaluate(conn, bad)
+    assert await snapshot(conn, ks) == before

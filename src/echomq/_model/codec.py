@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from json import encoder as json_encoder
 from typing import Any, Protocol
 
 import attrs
@@ -50,6 +51,38 @@ class Codec(Protocol):
 # json.dumps(value, separators=..., allow_nan=False) builds this encoder on every call
 # (non-default arguments): built once, the same output for a third of the time.
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# ... and _ENCODER.encode builds its C encoder on every call: this one is made once, with
+# _ENCODER's options but without circular-reference markers (a markers dict shared by
+# threads would see the other threads' values): a circular value recurses until
+# RecursionError and is then encoded by _ENCODER, for its own error. None where the C
+# accelerator is missing (_ENCODER does everything there).
+_MAKE_ENCODER: Any = getattr(json_encoder, "c_make_encoder", None)  # (untyped in typeshed)
+_C_ENCODE: Any = (
+    _MAKE_ENCODER(
+        None,
+        _ENCODER.default,
+        json_encoder.encode_basestring_ascii,
+        None,
+        ":",
+        ",",
+        False,
+        False,
+        False,
+    )
+    if _MAKE_ENCODER is not None
+    else None
+)
+_QUOTE = json_encoder.encode_basestring_ascii
+
+
+def _json(value: Any) -> str:
+    """``value`` as _ENCODER encodes it (the C encoder made once when there is one)."""
+    if _C_ENCODE is None:
+        return _ENCODER.encode(value)
+    try:
+        return "".join(_C_ENCODE(value, 0))
+    except RecursionError:
+        return _ENCODER.encode(value)  # a circular value: its own error (or deep: this one)
 
 
 # the C scanner json.loads ends in (not in typeshed's JSONDecoder)
@@ -77,16 +110,26 @@ class JsonCodec:
 
     def _dumps(self, value: Any, what: str) -> bytes:
         try:
-            return _ENCODER.encode(value).encode()
+            return _json(value).encode()
         except RecursionError:
             raise SerializationError(f"{what} cannot be encoded as JSON: {_DEEP}") from None
         except (TypeError, ValueError) as exc:
             raise SerializationError(f"{what} cannot be encoded as JSON: {exc}") from None
 
     def encode_call(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
+        """``{"task": task, "args": [...], "kwargs": {...}}`` as compact JSON, written
+        around the encoded arguments (the same bytes as the dict's encoding)."""
         if not isinstance(task, str) or not task:
             raise SerializationError("task name must be a non-empty str")
-        return self._dumps({"task": task, "args": list(args), "kwargs": dict(kwargs)}, "arguments")
+        if type(args) is not list and type(args) is not tuple:
+            args = list(args)
+        if not kwargs:
+            tail = b',"kwargs":{}}'
+        else:
+            kw = kwargs if type(kwargs) is dict else dict(kwargs)
+            tail = b',"kwargs":' + self._dumps(kw, "arguments") + b"}"
+        head = '{"task":' + _QUOTE(task) + ',"args":'
+        return head.encode() + self._dumps(args, "arguments") + tail
 
     def decode_call(self, payload: bytes) -> Call:
         try:

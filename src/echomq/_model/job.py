@@ -11,7 +11,9 @@ from .states import CANCELLED_PREFIX, JobState
 __all__ = ["Claimed", "Enqueued", "JobInfo", "NewJob", "Sweep"]
 
 
-@attrs.frozen(kw_only=True)
+# no slots: a frozen class with a __dict__ gets an __init__ that fills the dict directly,
+# a third quicker than 13 slot writes through object.__setattr__ (one per job of a bulk)
+@attrs.frozen(kw_only=True, slots=False)
 class NewJob:
     """One job for ``jobs.enqueue_many``: its payload and the enqueue's options as the
     verbs take them (integer milliseconds; the options are gated when the call is built).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, NamedTuple
 
@@ -60,42 +61,70 @@ MAX_TASK_NAME = 1024  # bytes of a task name stored on the row
 
 
 def new_id() -> str:
-    """A fresh job id: 32 hex characters (128 random bits, as a uuid4 carries 122).
+    """A fresh job id: 32 hex characters (128 random bits from ``os.urandom``, as a uuid4
+    carries 122).
 
-    ``os.urandom(16).hex()`` costs a seventh of ``uuid.uuid4().hex`` and bulk enqueues
-    make one per job.
+    Bulk enqueues make one per job, so the bits are drawn ``_ID_DRAW`` ids at a time (one
+    ``getrandom`` call instead of one each) into a pool that ``popleft`` hands out: each
+    id once, whatever the threads; a forked child empties its copy (it would hand out the
+    parent's next ids).
     """
-    return os.urandom(16).hex()
+    while True:
+        try:
+            return _IDS.popleft()
+        except IndexError:  # (other threads may take the new ones first: draw again)
+            data = os.urandom(16 * _ID_DRAW).hex()
+            _IDS.extend([data[i : i + 32] for i in range(0, len(data), 32)])
+
+
+_ID_DRAW = 64
+_IDS: deque[str] = deque()
+os.register_at_fork(after_in_child=_IDS.clear)
 
 
 # -- builders (no I/O) ---------------------------------------------------------------------
 
 
 class EnqueueGroup(NamedTuple):
-    """One gated job of an enqueue call: its id, its payload bytes, its argv group."""
+    """One gated job of an enqueue call: its id, its payload bytes, and its option set (the
+    11 values ``enqueue.lua`` reads per set: jobs of a call with equal sets share one)."""
 
     id: str
     payload: bytes
-    argv: list[Any]
+    options: tuple[Any, ...]
+
+
+# task names already checked (a producer enqueues a few tasks again and again)
+_TASK_NAMES: set[str] = set()
+_TASK_NAMES_MAX = 1024
 
 
 def _task_name(name: object) -> str:
+    if type(name) is str and name in _TASK_NAMES:
+        return name
     if not isinstance(name, str) or not name or len(name.encode()) > MAX_TASK_NAME:
         raise InvalidArgument(
             f"a task name must be a non-empty str of at most {MAX_TASK_NAME} bytes, "
             f"not {name!r:.80}"
         )
+    if type(name) is str:
+        if len(_TASK_NAMES) >= _TASK_NAMES_MAX:
+            _TASK_NAMES.clear()
+        _TASK_NAMES.add(name)
     return name
 
 
 def enqueue_group(job: object) -> EnqueueGroup:
-    """One job's argv group for ``enqueue.lua`` (13 values), gated before any I/O: its id,
-    its payload (for the batch's byte cap) and the group (:func:`enqueue_groups_call`).
+    """One job of an ``enqueue.lua`` call, gated before any I/O: its id, its payload (for
+    the batch's byte cap) and its option set (:func:`enqueue_groups_call`).
+
+    The common values (an exact int in range) pass an inline check; anything else goes
+    through the ``validate`` gate, which answers it or raises its error (in field order).
 
     Raises:
         InvalidArgument, InvalidKey, SerializationError, PayloadTooLarge: a bad field.
     """
-    if not isinstance(job, NewJob):
+    if type(job) is not NewJob and not isinstance(job, NewJob):
         raise InvalidArgument(f"enqueue_many takes NewJob values, not {type(job).__name__}")
     job_id = check_id(job.job_id) if job.job_id is not None else new_id()
     payload = v.payload_bytes(job.payload)
@@ -103,26 +132,28 @@ def enqueue_group(job: object) -> EnqueueGroup:
     if job.dedup is not None:
         dedup = check_dedup_key(job.dedup)
         dedup_ms = v.positive_int("dedup_ms", job.dedup_ms, v.MAX_MS)
-    group: list[Any] = [
-        job_id,
-        payload,
-        v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
-        v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
-        v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
+    delay, priority, attempts = job.delay_ms, job.priority, job.max_attempts
+    if not (type(delay) is int and 0 <= delay <= v.MAX_MS):
+        delay = v.non_negative_int("delay_ms", delay, v.MAX_MS)
+    if not (type(priority) is int and -v.MAX_PRIORITY <= priority <= v.MAX_PRIORITY):
+        priority = v.int_in("priority", priority, -v.MAX_PRIORITY, v.MAX_PRIORITY)
+    if not (type(attempts) is int and 0 < attempts <= v.MAX_ATTEMPTS):
+        attempts = v.positive_int("max_attempts", attempts, v.MAX_ATTEMPTS)
+    keep_result, keep_dead = job.keep_result_ms, job.keep_dead_ms
+    options = (
+        delay,
+        priority,
+        attempts,
         "" if job.task is None else _task_name(job.task),
-        ""
-        if job.keep_result_ms is None
-        else v.non_negative_int("keep_result_ms", job.keep_result_ms, v.MAX_MS),
-        ""
-        if job.keep_dead_ms is None
-        else v.non_negative_int("keep_dead_ms", job.keep_dead_ms, v.MAX_MS),
+        "" if keep_result is None else v.non_negative_int("keep_result_ms", keep_result, v.MAX_MS),
+        "" if keep_dead is None else v.non_negative_int("keep_dead_ms", keep_dead, v.MAX_MS),
         dedup,
         dedup_ms,
         "" if job.group is None else check_group(job.group),
-        _group_concurrency(job),
+        0 if job.group_concurrency is None else _group_concurrency(job),
         v.text_arg("trace", job.trace) if job.trace else "",
-    ]
-    return EnqueueGroup(job_id, payload, group)
+    )
+    return EnqueueGroup(job_id, payload, options)
 
 
 def _check_batch_size(n: int) -> None:
@@ -132,24 +163,50 @@ def _check_batch_size(n: int) -> None:
         raise InvalidArgument(f"enqueue_many takes at most {v.MAX_ENQUEUE} jobs per call, not {n}")
 
 
-def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCall[list[Enqueued]]:
-    """Enqueue jobs already gated by :func:`enqueue_group` in one script call (the one
-    place of ``enqueue.lua``'s argv layout); answer one :class:`Enqueued` per job, in order
-    (a job under a held dedup key answers the holder's id, ``deduplicated``).
+def _enqueue_argv(base: str, groups: Sequence[EnqueueGroup]) -> tuple[list[Any], list[str]]:
+    """``enqueue.lua``'s argv for ``groups`` (the one place of its layout: the base, n, m,
+    the m distinct option sets, then id, payload and set number per job) and the ids.
 
     Raises:
         InvalidArgument: no group, or more than ``MAX_ENQUEUE``; PayloadTooLarge: the
             payloads add up past ``config.MAX_BATCH_BYTES`` (``validate.batch_bytes``).
     """
-    ks = keyspace(queue)
     _check_batch_size(len(groups))
-    ids = [group.id for group in groups]
-    argv: list[Any] = [ks.base, len(groups)]
+    ids: list[str] = []
+    sets: dict[tuple[Any, ...], str] = {}
+    per_job: list[Any] = []
     total = 0
-    for group in groups:
-        total += len(group.payload)
-        argv += group.argv
+    last: tuple[Any, ...] | None = None
+    number = ""
+    for job_id, payload, options in groups:
+        ids.append(job_id)
+        total += len(payload)
+        if options != last:  # a bulk's jobs mostly share one option set
+            last = options
+            number = sets.get(options) or sets.setdefault(options, str(len(sets) + 1))
+        per_job += (job_id, payload, number)
     v.batch_bytes(total)
+    argv: list[Any] = [base, len(groups), len(sets)]
+    for options in sets:
+        argv += options
+    argv += per_job
+    return argv, ids
+
+
+def _enqueue_keys(ks: Keyspace) -> list[str]:
+    return [ks.pending, ks.schedule, ks.meta, ks.wake]
+
+
+def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCall[list[Enqueued]]:
+    """Enqueue jobs already gated by :func:`enqueue_group` in one script call; answer one
+    :class:`Enqueued` per job, in order (a job under a held dedup key answers the holder's
+    id, ``deduplicated``).
+
+    Raises:
+        as :func:`_enqueue_argv`.
+    """
+    ks = keyspace(queue)
+    argv, ids = _enqueue_argv(ks.base, groups)
 
     def read(reply: Any) -> list[Enqueued]:
         if reply == len(ids):
@@ -161,27 +218,40 @@ def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCal
             for job_id, answer in zip(ids, reply, strict=True)
         ]
 
-    return script_call("enqueue", [ks.pending, ks.schedule, ks.meta, ks.wake], argv, read)
+    return script_call("enqueue", _enqueue_keys(ks), argv, read)
+
+
+def _gated(queue: str, jobs: Sequence[NewJob]) -> list[EnqueueGroup]:
+    keyspace(queue)  # a bad queue name first, before any job is gated
+    if isinstance(jobs, NewJob):
+        raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
+    _check_batch_size(len(jobs))
+    return [enqueue_group(job) for job in jobs]
 
 
 def enqueue_batch_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[Enqueued]]:
     """Enqueue ``jobs`` in one script call; answer one :class:`Enqueued` per job, in order
     (a job under a held dedup key answers the holder's id, ``deduplicated``)."""
-    keyspace(queue)  # a bad queue name first, before any job is gated
-    if isinstance(jobs, NewJob):
-        raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
-    _check_batch_size(len(jobs))
-    return enqueue_groups_call(queue, [enqueue_group(job) for job in jobs])
+    return enqueue_groups_call(queue, _gated(queue, jobs))
 
 
 def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
     """:func:`enqueue_batch_call` answering the ids (a deduplicated job: the holder's)."""
-    batch = enqueue_batch_call(queue, jobs)
+    groups = _gated(queue, jobs)
+    ks = keyspace(queue)
+    argv, ids = _enqueue_argv(ks.base, groups)
 
     def read(reply: Any) -> list[str]:
-        return [answer.id for answer in batch.read(reply)]
+        if reply == len(ids):  # every job written: the ids as sent (a copy: the caller's)
+            return ids[:]
+        if not isinstance(reply, list) or len(reply) != len(ids):
+            raise ScriptError(f"enqueue: unexpected reply {reply!r}")
+        return [
+            job_id if answer == 1 else text(answer)
+            for job_id, answer in zip(ids, reply, strict=True)
+        ]
 
-    return ScriptCall(batch.script, batch.keys, batch.argv, read)
+    return script_call("enqueue", _enqueue_keys(ks), argv, read)
 
 
 def _group_concurrency(job: NewJob) -> int:

@@ -8,12 +8,14 @@
         4 wake      LIST  wake tokens for idle consumers
         5 repeat    ZSET  the repeat registry: key -> next slot ms (a repeat run only)
         6 record    HASH  the repeatable's record, emq:{q}:repeat:<key> (a repeat run only)
-  ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..250)
-        then n groups of 13, from 3 on: id, payload, delay_ms, priority, max_attempts,
-          task, keep_result ms, keep_dead ms (those three '' = none: the row has no such
-          field), dedup key ('' = none), dedup window ms, group ('' = none),
-          group_concurrency (0 = none: the group's limit, set if it has none), trace (the
-          enqueue span's context, issue 17; '' = none: the row has no such field)
+  ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..250)   3 number of option sets
+          m (1..n)
+        then m option sets of 11, from 4 on: delay_ms, priority, max_attempts, task,
+          keep_result ms, keep_dead ms (those three '' = none: the row has no such field),
+          dedup key ('' = none), dedup window ms, group ('' = none), group_concurrency
+          (0 = none: the group's limit, set if it has none), trace (the enqueue span's
+          context, issue 17; '' = none: the row has no such field)
+        then n jobs of 3: id, payload, its option set (1..m)
         then, for a repeat run only (n = 1), 5 more: repeat key, the record's next slot ms
           as read (compare-and-set), the new next slot ms, this run's slot ms, the due
           slots coalesced into this run
@@ -24,7 +26,8 @@
            the one read, the record is gone or paused, or the queue is paused: nothing
            written)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
-           EMQARG        n is not 1..250 or does not match the argument count
+           EMQARG        n is not 1..250, m not 1..n, or they do not match the argument
+                         count
            EMQFORMAT     the repeat record has another layout version (nothing written)
   Events   enqueued | scheduled (per job written); on the workers' channel (emq:{q}:control)
            one scheduled {delay_ms} per call with delayed jobs written: the soonest delay
@@ -37,15 +40,16 @@
   is one job however many schedulers race; the compare-and-set on `next` is what makes
   them fire it once. It marks the queue (mark_queue: meta's schema_version), so a queue
   whose only jobs are delayed is found by discovery too.
+  Jobs of a call share their options (one set for a bulk of one task's jobs): each set is
+  read once, and a job is sent as its id, its payload and its set's number.
   A grouped job (docs/lanes.md) gets the row field `group` and waits in its group's lane
   when ready (the `ready` helper); a delayed one waits in the schedule set like any other.
 ]]
 local MAX_JOBS = 250
-local GROUP = 13  -- arguments per job
-local OPTIONAL = {'task', 'keep_result', 'keep_dead'}
+local SET, JOB = 11, 3  -- arguments per option set, per job
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
-local n = tonumber(ARGV[2])
+local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
 -- @include time
 -- @include score
 -- @include wake
@@ -53,46 +57,81 @@ local n = tonumber(ARGV[2])
 -- @include repeat
 -- @include lanes
 -- @include ready
-local tail = n and #ARGV - 2 - n * GROUP
-if not n or n < 1 or n > MAX_JOBS or (tail ~= 0 and not (tail == 5 and n == 1)) then
-  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS .. ' jobs of 13 arguments')
+local tail = n and m and #ARGV - 3 - m * SET - n * JOB
+if not n or n < 1 or n > MAX_JOBS or not m or m < 1 or m > n
+    or (tail ~= 0 and not (tail == 5 and n == 1)) then
+  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS
+    .. ' jobs of 3 arguments and 1..n option sets of 11')
+end
+local first = 4 + m * SET  -- the first job's id
+local last = first + n * JOB  -- the repeat tail, when there is one
+
+-- the option sets, read once: the row's optional fields in this order when given (task,
+-- keep_result, keep_dead, dedup, repeat, trace, group), the delay, the group
+local fire = tail == 5
+local rkey = ARGV[last]
+local sets = {}
+for k = 1, m do
+  local o = 4 + (k - 1) * SET
+  local extra, e = {}, 0
+  local function add(name, value)
+    if value ~= '' then extra[e + 1], extra[e + 2], e = name, value, e + 2 end
+  end
+  add('task', ARGV[o + 3])
+  add('keep_result', ARGV[o + 4])
+  add('keep_dead', ARGV[o + 5])
+  add('dedup', ARGV[o + 6])
+  if fire then add('repeat', rkey) end
+  add('trace', ARGV[o + 10])
+  add('group', ARGV[o + 8])
+  sets[k] = {
+    delay = tonumber(ARGV[o]), priority = ARGV[o + 1], max_attempts = ARGV[o + 2],
+    dedup = ARGV[o + 6], dedup_ms = ARGV[o + 7], group = ARGV[o + 8] ~= '' and ARGV[o + 8],
+    limit = tonumber(ARGV[o + 9]), extra = extra,
+  }
 end
 
 -- a repeat run: the record must still be due at the slot the scheduler read
-local fire = tail == 5
-local rkey = ARGV[3 + GROUP]
 if fire then
   local rec = redis.call('HMGET', KEYS[6], 'v', 'next', 'paused')
   if rec[1] and tonumber(rec[1]) ~= REPEAT_FORMAT then
     return redis.error_reply('EMQFORMAT repeat record ' .. rkey .. ' has layout version '
       .. rec[1] .. ', not ' .. REPEAT_FORMAT)
   end
-  if not rec[1] or rec[3] or tonumber(rec[2]) ~= tonumber(ARGV[4 + GROUP])
+  if not rec[1] or rec[3] or tonumber(rec[2]) ~= tonumber(ARGV[last + 1])
       or redis.call('HEXISTS', meta, 'paused') == 1 then
     return 0
   end
 end
 
 -- checks first: dedup keys, then ids (none may exist, or repeat); then the lanes' keys
--- are read (rule 1)
+-- are read (rule 1). One EXISTS over every row first: when none exists (the common
+-- case), no job needs its own (the answer per job would be 0 each time)
+local rows, jobset = {}, {}
+for i = 0, n - 1 do
+  local j = first + i * JOB
+  rows[i] = base .. 'job:' .. ARGV[j]
+  jobset[i] = sets[tonumber(ARGV[j + 2])]
+end
+local some_exist = redis.call('EXISTS', unpack(rows, 0, n - 1)) > 0
 local seen, taken, holders, ready_n, written, groups = {}, {}, {}, 0, 0, {}
 for i = 0, n - 1 do
-  local j = 3 + i * GROUP
-  local id, dedup = ARGV[j], ARGV[j + 8]
+  local id, set = ARGV[first + i * JOB], jobset[i]
+  local dedup = set.dedup
   local holder = false
   if dedup ~= '' then holder = taken[dedup] or redis.call('GET', base .. 'dedup:' .. dedup) end
   if holder then
     holders[i] = holder
-  elseif seen[id] or redis.call('EXISTS', base .. 'job:' .. id) == 1 then
+  elseif seen[id] or (some_exist and redis.call('EXISTS', rows[i]) == 1) then
     if not fire then return redis.error_reply('EMQDUP job exists: ' .. id) end
     holders[i] = id  -- the run's job exists: this slot fired already
   else
     seen[id] = true
     if dedup ~= '' then taken[dedup] = id end
     written = written + 1
-    if tonumber(ARGV[j + 2]) == 0 then ready_n = ready_n + 1 end
-    local group = ARGV[j + 10]
-    if group ~= '' and not groups[group] then
+    if set.delay == 0 then ready_n = ready_n + 1 end
+    local group = set.group
+    if group and not groups[group] then
       groups[group] = true
       lanes_touch(base, group)
     end
@@ -100,6 +139,9 @@ for i = 0, n - 1 do
 end
 
 local now = now_ms()
+-- the numbers of a row go to redis.call as text: Redis 7.0 turns a Lua number into an
+-- argument with %.17g, which costs more than most of the HSET
+local now_s = string.format('%d', now)
 mark_queue(meta)
 local channel = base .. 'events'
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
@@ -108,64 +150,38 @@ if ready_n > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready_n) - ready_n 
 local flat, grouped = {}, {}  -- the ready jobs, placed by one ready_batch
 local soonest = nil  -- the shortest delay of the call, for the workers' channel
 for i = 0, n - 1 do
-  local j = 3 + i * GROUP
-  local id, payload = ARGV[j], ARGV[j + 1]
-  local delay, priority, max_attempts = tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3]), ARGV[j + 4]
-  local group, limit = ARGV[j + 10], tonumber(ARGV[j + 11])
-  local row = base .. 'job:' .. id
-  local extra = {}  -- task, keep_result, keep_dead, dedup, repeat, group, trace: if given
-  for k, name in ipairs(OPTIONAL) do
-    if ARGV[j + 4 + k] ~= '' then
-      extra[#extra + 1] = name
-      extra[#extra + 1] = ARGV[j + 4 + k]
-    end
-  end
-  local dedup = ARGV[j + 8]
-  if dedup ~= '' then
-    extra[#extra + 1] = 'dedup'
-    extra[#extra + 1] = dedup
-  end
-  if fire then
-    extra[#extra + 1] = 'repeat'
-    extra[#extra + 1] = rkey
-  end
-  if ARGV[j + 12] ~= '' then
-    extra[#extra + 1] = 'trace'
-    extra[#extra + 1] = ARGV[j + 12]
-  end
-  if group ~= '' then
-    extra[#extra + 1] = 'group'
-    extra[#extra + 1] = group
-  else
-    group = false
-  end
-  if holders[i] then
-    -- a dedup hit (or a repeat slot that fired already): nothing to write
-  elseif delay > 0 then
-    redis.call('HSET', row, 'state', 'scheduled', 'payload', payload, 'attempts', 0,
-      'failures', 0, 'stalled', 0, 'priority', priority, 'max_attempts', max_attempts,
-      'created_at', now, 'run_at', now + delay, unpack(extra))
-    redis.call('ZADD', schedule, now + delay, id)
-    redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}')
-    if not soonest or delay < soonest then soonest = delay end
-  else
-    seq = seq + 1
-    redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'attempts', 0,
-      'failures', 0, 'stalled', 0, 'priority', priority, 'max_attempts', max_attempts,
-      'created_at', now, unpack(extra))
-    if group then
-      grouped[#grouped + 1] = {id, group, band_score(priority, seq)}
+  -- a dedup hit (or a repeat slot that fired already): nothing to write
+  if not holders[i] then
+    local j = first + i * JOB
+    local id, set = ARGV[j], jobset[i]
+    local delay, group = set.delay, set.group
+    if delay > 0 then
+      local run_at = string.format('%d', now + delay)
+      redis.call('HSET', rows[i], 'state', 'scheduled', 'payload', ARGV[j + 1], 'attempts', '0',
+        'failures', '0', 'stalled', '0', 'priority', set.priority, 'max_attempts',
+        set.max_attempts, 'created_at', now_s, 'run_at', run_at, unpack(set.extra))
+      redis.call('ZADD', schedule, run_at, id)
+      redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}')
+      if not soonest or delay < soonest then soonest = delay end
     else
-      flat[#flat + 1] = band_score(priority, seq)
-      flat[#flat + 1] = id
+      seq = seq + 1
+      redis.call('HSET', rows[i], 'state', 'pending', 'payload', ARGV[j + 1], 'attempts', '0',
+        'failures', '0', 'stalled', '0', 'priority', set.priority, 'max_attempts',
+        set.max_attempts, 'created_at', now_s, unpack(set.extra))
+      if group then
+        grouped[#grouped + 1] = {id, group, band_score(set.priority, seq)}
+      else
+        flat[#flat + 1] = band_score(set.priority, seq)
+        flat[#flat + 1] = id
+      end
+      redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
     end
-    redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
-  end
-  if group and limit > 0 and not holders[i] then
-    redis.call('HSETNX', base .. 'gstate', group .. ':limit', limit)
-  end
-  if dedup ~= '' and not holders[i] then
-    redis.call('SET', base .. 'dedup:' .. dedup, id, 'PX', ARGV[j + 9])
+    if group and set.limit > 0 then
+      redis.call('HSETNX', base .. 'gstate', group .. ':limit', set.limit)
+    end
+    if set.dedup ~= '' then
+      redis.call('SET', base .. 'dedup:' .. set.dedup, id, 'PX', set.dedup_ms)
+    end
   end
 end
 ready_batch(base, pending, flat, grouped)
@@ -174,12 +190,12 @@ if soonest then
 end
 
 if fire then
-  local next_slot = ARGV[5 + GROUP]
-  redis.call('HSET', KEYS[6], 'next', next_slot, 'last_slot', ARGV[6 + GROUP],
-    'last_job', ARGV[3], 'fired_at', now)
+  local next_slot = ARGV[last + 2]
+  redis.call('HSET', KEYS[6], 'next', next_slot, 'last_slot', ARGV[last + 3],
+    'last_job', ARGV[first], 'fired_at', now)
   if written > 0 then redis.call('HINCRBY', KEYS[6], 'runs', 1) end
-  if tonumber(ARGV[7 + GROUP]) > 0 then
-    redis.call('HINCRBY', KEYS[6], 'coalesced', ARGV[7 + GROUP])
+  if tonumber(ARGV[last + 4]) > 0 then
+    redis.call('HINCRBY', KEYS[6], 'coalesced', ARGV[last + 4])
   end
   redis.call('ZADD', KEYS[5], next_slot, rkey)
   if written > 0 then return 1 end
