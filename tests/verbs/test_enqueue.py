@@ -224,11 +224,19 @@ async def test_jobs_with_different_options_in_one_call_keep_their_own(
 async def test_option_sets_that_do_not_add_up_are_refused(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
-    """The script refuses a set count of 0 or above n (EMQARG), writing nothing."""
+    """The script refuses a set count of 0 or above n, and a job naming no set (EMQARG),
+    writing nothing."""
     sc = life.enqueue_call(queue, [jobs.NewJob(payload=b"x"), jobs.NewJob(payload=b"y")])
     before = await snapshot(conn, ks)
     for m in (0, 3):
         bad = ScriptCall(sc.script, sc.keys, [*sc.argv[:2], m, *sc.argv[3:]], sc.read)
         with pytest.raises(InvalidArgument):
             await evaluate(conn, bad)
+    # a job naming a set that is not there (0, or past m): refused, nothing written
+    m = int(sc.argv[2])
+    for number in ("0", str(m + 1), "x"):
+        argv = list(sc.argv)
+        argv[-1] = number  # the last job's option set
+        with pytest.raises(InvalidArgument, match="names no option set"):
+            await evaluate(conn, ScriptCall(sc.script, sc.keys, argv, sc.read))
     assert await snapshot(conn, ks) == before

@@ -26,8 +26,8 @@
            the one read, the record is gone or paused, or the queue is paused: nothing
            written)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
-           EMQARG        n is not 1..250, m not 1..n, or they do not match the argument
-                         count
+           EMQARG        n is not 1..250, m not 1..n, they do not match the argument
+                         count, or a job names no option set
            EMQFORMAT     the repeat record has another layout version (nothing written)
   Events   enqueued | scheduled (per job written); on the workers' channel (emq:{q}:control)
            one scheduled {delay_ms} per call with delayed jobs written: the soonest delay
@@ -112,6 +112,9 @@ for i = 0, n - 1 do
   local j = first + i * JOB
   rows[i] = base .. 'job:' .. ARGV[j]
   jobset[i] = sets[tonumber(ARGV[j + 2])]
+  if not jobset[i] then
+    return redis.error_reply('EMQARG enqueue: job ' .. ARGV[j] .. ' names no option set 1..' .. m)
+  end
 end
 local some_exist = redis.call('EXISTS', unpack(rows, 0, n - 1)) > 0
 local seen, taken, holders, ready_n, written, groups = {}, {}, {}, 0, 0, {}
