@@ -290,18 +290,7 @@ class JobRunner:
                 args = (results[0] if results else None, *args)
             elif feed is Feed.ALL:
                 args = (list(results), *args)
-        job = Job(
-            id=claimed.id,
-            task=task.name,
-            queue=queue.name,
-            attempt=claimed.failures + 1,
-            token=claimed.token,
-            cancel_token=held.cancel_token,
-            conn=self.conn,
-            lease_ms=held.lease_ms,
-            lose=held.lose,
-            children=results,
-        )
+        job = self._job(task, claimed, held, results)
         settlement: Settlement | bytes | None = None
         timeout, soft = task.options.timeout, task.options.soft_timeout
         start = trio.current_time()
@@ -371,8 +360,10 @@ class JobRunner:
             return _cancelled(held)
         return ended
 
-    def _job(self, task: TaskSpec, claimed: Claimed, held: Held) -> Job:
-        """The ``Job`` context of a plain run (no flow inputs)."""
+    def _job(
+        self, task: TaskSpec, claimed: Claimed, held: Held, children: list[Any] | None = None
+    ) -> Job:
+        """The ``Job`` context of a run (``children``: a flow parent's inputs)."""
         return Job(
             id=claimed.id,
             task=task.name,
@@ -383,6 +374,7 @@ class JobRunner:
             conn=self.conn,
             lease_ms=held.lease_ms,
             lose=held.lose,
+            children=children,
         )
 
     def _encode(self, claimed: Claimed, value: Any) -> bytes | Settlement:
