@@ -72,6 +72,20 @@ def caller(results: dict[str, Any], key: str, call: Callable[[], Any]) -> Callab
     return run
 
 
+async def first_in_flight(
+    coalescer: EnqueueCoalescer,
+    gate: Gate,
+    nursery: trio.Nursery,
+    task: Callable[..., Any],
+    *args: Any,
+) -> None:
+    """Hold the gate and start ``task``: once its call is in flight (held), the callers
+    that follow queue behind it."""
+    gate.hold()
+    nursery.start_soon(task, *args)
+    await until(lambda: coalescer.in_flight == 1)
+
+
 async def written(conn: echomq.Connection, queue: str, job_id: str) -> bool:
     return await jobs.get_job(conn, queue, job_id) is not None
 
@@ -142,9 +156,9 @@ async def test_a_bad_job_fails_its_caller_alone(
     results: dict[str, Any] = {}
     with trio.fail_after(10):
         async with gated(q) as (coalescer, gate), trio.open_nursery() as nursery:
-            gate.hold()
-            nursery.start_soon(caller(results, "first", lambda: add.delay(0, 0)))
-            await until(lambda: coalescer.in_flight == 1)
+            await first_in_flight(
+                coalescer, gate, nursery, caller(results, "first", lambda: add.delay(0, 0))
+            )
             nursery.start_soon(caller(results, "good1", lambda: add.delay(1, 1)))
             nursery.start_soon(caller(results, "range", lambda: add.apply((1, 1), priority=10**9)))
             nursery.start_soon(caller(results, "key", lambda: add.apply((1, 1), job_id="bad id")))
@@ -203,9 +217,9 @@ async def test_a_dedup_key_shared_in_a_batch_answers_the_first(
     results: dict[str, Any] = {}
     with trio.fail_after(10):
         async with gated(q) as (coalescer, gate), trio.open_nursery() as nursery:
-            gate.hold()
-            nursery.start_soon(caller(results, "first", lambda: add.delay(0, 0)))
-            await until(lambda: coalescer.in_flight == 1)
+            await first_in_flight(
+                coalescer, gate, nursery, caller(results, "first", lambda: add.delay(0, 0))
+            )
             for n, name in enumerate(("one", "two"), 1):
                 nursery.start_soon(
                     caller(results, name, lambda: add.apply((1, 1), dedup="k", dedup_for=WINDOW))
@@ -226,9 +240,9 @@ async def test_a_cancelled_queued_caller_is_never_sent(
     results: dict[str, Any] = {}
     with trio.fail_after(10):
         async with gated(q) as (coalescer, gate), trio.open_nursery() as nursery:
-            gate.hold()
-            nursery.start_soon(caller(results, "first", lambda: add.delay(0, 0)))
-            await until(lambda: coalescer.in_flight == 1)
+            await first_in_flight(
+                coalescer, gate, nursery, caller(results, "first", lambda: add.delay(0, 0))
+            )
             nursery.start_soon(caller(results, "kept", lambda: add.delay(1, 1)))
             await until(lambda: coalescer.queued == 1)
             scope = trio.CancelScope()
@@ -314,9 +328,7 @@ async def test_batches_keep_the_call_caps_and_each_job_its_trace(
 
     with trio.fail_after(20):
         async with gated(q) as (coalescer, gate), trio.open_nursery() as nursery:
-            gate.hold()
-            nursery.start_soon(one, 0)
-            await until(lambda: coalescer.in_flight == 1)
+            await first_in_flight(coalescer, gate, nursery, one, 0)
             for i in range(1, 300):
                 nursery.start_soon(one, i)
             await until(lambda: coalescer.queued == 299)
@@ -339,9 +351,7 @@ async def test_batches_keep_the_byte_cap(
 
     with trio.fail_after(10):
         async with gated(q) as (coalescer, gate), trio.open_nursery() as nursery:
-            gate.hold()
-            nursery.start_soon(one)
-            await until(lambda: coalescer.in_flight == 1)
+            await first_in_flight(coalescer, gate, nursery, one)
             for _ in range(7):
                 nursery.start_soon(one)
             await until(lambda: coalescer.queued == 7)
@@ -361,9 +371,9 @@ async def test_callers_still_queued_when_the_queue_closes_fail(
     with trio.fail_after(10):
         async with trio.open_nursery() as outer:
             async with gated(q) as (coalescer, gate):
-                gate.hold()
-                outer.start_soon(caller(results, "lone", lambda: add.delay(0, 0)))
-                await until(lambda: coalescer.in_flight == 1)
+                await first_in_flight(
+                    coalescer, gate, outer, caller(results, "lone", lambda: add.delay(0, 0))
+                )
                 outer.start_soon(caller(results, "late", lambda: add.apply((1, 1), job_id="late")))
                 await until(lambda: coalescer.queued == 1)
             gate.release()
