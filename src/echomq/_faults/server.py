@@ -13,8 +13,9 @@ fault                    ``RedisServer()``                   ``RedisServer(appen
 ``freeze_redis`` block   answers nothing for the block (SIGSTOP), then carries on: no loss
 =======================  ==================================  ==============================
 
-A crash is SIGKILL: Redis writes its append-only file before it replies, so a process
-crash loses no acknowledged write (an operating-system crash is another matter). The
+A crash is SIGKILL: a ``RedisServer(appendonly=True)`` writes its append-only file before
+it replies (``appendfsync no``: never postponed), so a process crash loses no acknowledged
+write (an operating-system crash is another matter). The
 server comes back on the same port and directory; with ``tls=True`` the same CA signs it.
 """
 

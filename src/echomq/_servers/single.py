@@ -1,8 +1,12 @@
 """A private ``redis-server`` child process on a free loopback port, for tests and demos.
 
 Persistence is off by default (``--save '' --appendonly no``); ``appendonly=True`` turns
-AOF on; ``tls=True`` makes a self-signed CA and server certificate (with ``openssl``) and
-serves TLS only. Use it from Trio (``async with open_redis_server()`` or
+AOF on with ``--appendfsync no``: Redis then writes the file at every turn of its loop,
+before it replies (with ``everysec`` it postpones that write while a background fsync is
+running, up to 2 s, and still replies: a crash of the process could lose acknowledged
+writes), and leaves flushing to the kernel, which a process crash does not undo.
+``tls=True`` makes a self-signed CA and server certificate (with ``openssl``) and serves
+TLS only. Use it from Trio (``async with open_redis_server()`` or
 ``await nursery.start(serve_redis_server)``) or from blocking code (``RedisServer`` as a
 context manager, which pytest fixtures use). No test depends on a system-wide Redis.
 ``echomq.testing`` re-exports everything public here.
@@ -131,6 +135,7 @@ class RedisServer(ServerProcess):
             "--dir", str(self.dir),
             "--save", "",
             "--appendonly", "yes" if self.appendonly else "no",
+            "--appendfsync", "no",  # written before each reply, never postponed (above)
             "--protected-mode", "no",
             "--daemonize", "no",
             "--loglevel", "warning",
