@@ -4,8 +4,9 @@
 -- the index's bounded cleanup. Two calls, because a script reads every key it touches
 -- before its first write (docs/lua.md, rule 1):
 --   local fin = finish_read(base, kept, now, {{id, state}, ...})  -- with the reads
--- (or {id, state, fields, offset}: the row's finish_fields(kept), already read by the
--- caller's own HMGET of the row, as fields[offset + 1 ..]: one HMGET per job, not two)
+-- (or {id, state, fields, offset, _, row}: the row's finish_fields(kept), already read by
+-- the caller's own HMGET of the row, as fields[offset + 1 ..]: one HMGET per job, not two;
+-- and the row's key, when the caller has made it)
 --   ... the script's own writes (the rows' state, finished_at) ...
 --   finished(fin, i, detail)   -- job i; detail: result | error | reason, failures
 -- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead),
@@ -133,7 +134,7 @@ local function finish_read(base, kept, now, jobs)
   local fields = nil
   for i, job in ipairs(jobs) do
     local id, state = job[1], job[2]
-    local row = base .. 'job:' .. id
+    local row = job[6] or base .. 'job:' .. id
     -- job[3], job[4]: the row's finish_fields(kept) already read, from index job[4] + 1
     local f, o = job[3], job[4] or 0
     if not f then
