@@ -278,7 +278,9 @@ def _expected_after_enqueue() -> dict[str, Any]:
             b"stalled": b"0", b"priority": b"2", b"max_attempts": b"3", b"created_at": True,
         },
         "emq:{Q}:pending": [b"a", str(-2 * 2**40 + 1).encode()],
-        "emq:{Q}:meta": {b"seq": b"1", b"schema_version": str(SCHEMA_VERSION).encode()},
+        "emq:{Q}:meta": {
+            b"seq": b"1", b"schema_version": str(SCHEMA_VERSION).encode(), b"logs": b"0",
+        },
         "emq:{Q}:wake": [b"1"],
     }  # fmt: skip
 

@@ -238,6 +238,51 @@ async def test_logs_are_capped_by_default_and_end_with_their_job(
     assert 0 < await conn.execute("PTTL", ks.logs(done)) <= 50_000
 
 
+async def test_the_logs_flag_spares_a_queue_without_logs_its_logs_reads(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A new queue's meta says `logs` 0 (its finishes read no logs key); its first log
+    line makes it 1, and from then on a finished job's logs take its TTL. A queue from
+    before the flag (no field) is read as 1: its logs still end with their job."""
+    await run(conn, queue, jobs.NewJob(payload=b""))
+    assert await conn.execute("HGET", ks.meta, "logs") == b"0"
+    gone = await run(conn, queue, jobs.NewJob(payload=b"", keep_result_ms=0))
+    assert await conn.execute("EXISTS", ks.job(gone)) == 0
+    (job_id,) = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"")])
+    await jobs.add_log(conn, queue, job_id, "line")
+    assert await conn.execute("HGET", ks.meta, "logs") == b"1"
+    held = await claim_one(conn, queue)
+    await jobs.complete(conn, queue, job_id, held.token, b"")
+    assert 0 < await conn.execute("PTTL", ks.logs(job_id)) <= DAY_MS
+    # a queue whose meta predates the flag, with a log list written before it
+    await conn.execute("HDEL", ks.meta, "logs")
+    (old,) = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"")])
+    await conn.execute("RPUSH", ks.logs(old), "line")
+    held = await claim_one(conn, queue)
+    await jobs.complete(conn, queue, old, held.token, b"")
+    assert 0 < await conn.execute("PTTL", ks.logs(old)) <= DAY_MS
+    assert await conn.execute("HGET", ks.meta, "logs") is None
+    (dropped,) = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"", keep_result_ms=0)])
+    await conn.execute("RPUSH", ks.logs(dropped), "line")
+    held = await claim_one(conn, queue)
+    await jobs.complete(conn, queue, dropped, held.token, b"")
+    assert await conn.execute("EXISTS", ks.job(dropped), ks.logs(dropped)) == 0
+
+
+async def test_a_queue_first_written_by_its_settings_has_no_logs_flag(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """The flag is set only on a meta hash that held nothing else when it was marked (a new
+    queue; set_retention marks it first): one that set_rate_limit wrote first keeps reading
+    every finished job's logs key."""
+    await admin.set_retention(conn, queue, keep_result=60)
+    assert await conn.execute("HGET", ks.meta, "logs") == b"0"
+    other = Keyspace(queue + "-limited")
+    await admin.set_rate_limit(conn, other.queue, 1000)
+    await run(conn, other.queue, jobs.NewJob(payload=b""))
+    assert await conn.execute("HGET", other.meta, "logs") is None
+
+
 @pytest.fixture
 async def small_nodes(conn: echomq.Connection, ks: Keyspace) -> Any:
     """Stream nodes of 10 entries, so approximate trimming acts on a short stream."""

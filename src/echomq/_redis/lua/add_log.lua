@@ -3,7 +3,8 @@
   max_log_lines, else 1,000: a memory guard); the list ends with its row.
   KEYS  1 row    HASH  the job
         2 logs   LIST  the job's log lines, append order
-        3 meta   HASH  the queue's settings: max_log_lines
+        3 meta   HASH  the queue's settings: max_log_lines; `logs` (0 -> 1: a job of the
+                       queue has a log list)
   ARGV  1 line   2 keep (0 = the queue's max_log_lines)
   Returns  the number of lines kept | -1 no row (nothing written)
   Events   (none)
@@ -18,8 +19,12 @@ local line, keep = ARGV[1], tonumber(ARGV[2])
 local DEFAULT_LOG_LINES = 1000
 local ttl = redis.call('PTTL', row)
 if ttl == -2 then return -1 end
-if keep <= 0 then keep = tonumber(redis.call('HGET', meta, 'max_log_lines')) or DEFAULT_LOG_LINES end
+local settings = redis.call('HMGET', meta, 'max_log_lines', 'logs')
+if keep <= 0 then keep = tonumber(settings[1]) or DEFAULT_LOG_LINES end
 local fresh = redis.call('EXISTS', logs) == 0
+-- the queue's `logs` flag: 0 = no job of it has a log list (its finishing scripts then skip
+-- the logs keys); from the first line on, 1
+if settings[2] == '0' then redis.call('HSET', meta, 'logs', '1') end
 local n = redis.call('RPUSH', logs, line)
 if n > keep then
   redis.call('LTRIM', logs, -keep, -1)

@@ -59,7 +59,8 @@ local grouped = false
 for i = 0, n - 1 do
   local j = 3 + i * 3
   local id, token = ARGV[j], ARGV[j + 1]
-  local fields = redis.call('HMGET', base .. 'job:' .. id, unpack(wanted))
+  local row = base .. 'job:' .. id
+  local fields = redis.call('HMGET', row, unpack(wanted))
   local attempts = fields[at]
   local code = 1
   if not attempts then code = -1
@@ -70,12 +71,15 @@ for i = 0, n - 1 do
   codes[i + 1] = code
   if code == 1 then
     local result = ARGV[j + 2]
-    local state = string.sub(result, 1, 10) == 'cancelled:' and 'cancelled' or 'completed'
+    local state = 'completed'  -- (a first byte other than 'c' makes no substring)
+    if string.byte(result, 1) == 99 and string.sub(result, 1, 10) == 'cancelled:' then
+      state = 'cancelled'
+    end
     if fields[2] then
       lanes_touch(base, fields[2])
       grouped = true
     end
-    jobs[#jobs + 1] = {id, state, fields, 2, result}
+    jobs[#jobs + 1] = {id, state, fields, 2, result, row}
   end
 end
 if #jobs == 0 then return codes end

@@ -4,8 +4,9 @@
 -- the index's bounded cleanup. Two calls, because a script reads every key it touches
 -- before its first write (docs/lua.md, rule 1):
 --   local fin = finish_read(base, kept, now, {{id, state}, ...})  -- with the reads
--- (or {id, state, fields, offset}: the row's finish_fields(kept), already read by the
--- caller's own HMGET of the row, as fields[offset + 1 ..]: one HMGET per job, not two)
+-- (or {id, state, fields, offset, _, row}: the row's finish_fields(kept), already read by
+-- the caller's own HMGET of the row, as fields[offset + 1 ..]: one HMGET per job, not two;
+-- and the row's key, when the caller has made it)
 --   ... the script's own writes (the rows' state, finished_at) ...
 --   finished(fin, i, detail)   -- job i; detail: result | error | reason, failures
 -- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead),
@@ -24,7 +25,10 @@
 -- the stream's count guard and the index entries of the call's jobs are written once per
 -- call (the first finished() does: every job given to finish_read is finished in the same
 -- call). One EXISTS reads every job's logs key (a job's logs get its TTL only when some job
--- of the call has logs: PEXPIRE on a missing key is a no-op); one XADD per job (the first
+-- of the call has logs: PEXPIRE on a missing key is a no-op), unless the queue's meta says
+-- `logs` 0 (no job of it has a log list, include/schema.lua): then no logs key is read or
+-- touched (at 100,000 retained rows the EXISTS of absent keys cost ~0.7 us a job); one XADD
+-- per job (the first
 -- with MINID ~, the stream's time retention: once per call, as the counters; the call's
 -- other entries are as new). Numbers go to redis.call as strings made once (int_arg).
 -- Flows (docs/flows.md): a job with a `parent` field tells its parent, in the same call:
@@ -115,7 +119,9 @@ end
 local function finish_read(base, kept, now, jobs)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
     'max_completed', 'max_dead'}
-  local s = redis.call('HMGET', base .. 'meta', unpack(names))
+  local s = redis.call('HMGET', base .. 'meta', 'keep_result', 'keep_dead', 'completions_keep',
+    'completions_max', 'max_completed', 'max_dead', 'logs')
+  local no_logs = s[7] == '0'  -- no job of the queue has a log list (include/schema.lua)
   local fin = {base = base, kept = kept, now = now, now_arg = int_arg(now), jobs = {},
     stream = base .. 'completions', drop = {}, migrate = {}, capped = {}, cleaned = false,
     parents = {}, keep_args = {}}
@@ -128,14 +134,14 @@ local function finish_read(base, kept, now, jobs)
   local fields = nil
   for i, job in ipairs(jobs) do
     local id, state = job[1], job[2]
-    local row = base .. 'job:' .. id
+    local row = job[6] or base .. 'job:' .. id
     -- job[3], job[4]: the row's finish_fields(kept) already read, from index job[4] + 1
     local f, o = job[3], job[4] or 0
     if not f then
       fields = fields or finish_fields(kept)
       f, o = redis.call('HMGET', row, unpack(fields)), 0
     end
-    logs[i] = row .. ':logs'
+    if not no_logs then logs[i] = row .. ':logs' end
     fin.jobs[i] = {id = id, state = state, row = row, logs = logs[i], task = f[o + 1],
       attempts = f[o + 2] or '0', failures = f[o + 3], created_at = f[o + 4],
       claimed_at = f[o + 5], keep = tonumber(f[o + 6]), parent = f[o + 7], kids = f[o + 8],
@@ -267,7 +273,7 @@ local function finished(fin, i, detail)
   if fin.kept then
     local keep = job.keep or fin.keep
     if keep <= 0 then
-      redis.call('DEL', job.row, job.logs)
+      if job.logs then redis.call('DEL', job.row, job.logs) else redis.call('DEL', job.row) end
       redis.call('ZREM', fin.index, job.id)
       if job.kids then
         redis.call('DEL', job.row .. ':children', job.row .. ':results', job.row .. ':remote')
