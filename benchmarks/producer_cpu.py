@@ -78,13 +78,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=20000)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--modes", default="serial,concurrent")
-    p.add_argument("--base", type=Path, help="a second echomq src tree, measured in turns")
-    p.add_argument("--base-name", default="base")
+    p.add_argument(
+        "--base", type=Path, action="append", default=[],
+        help="another echomq src tree, measured in turns (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--base-name", action="append", default=[], help="a name per --base")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     trees = {"this": HERE_SRC}
-    if args.base is not None:
-        trees[args.base_name] = args.base.resolve()
+    for i, base in enumerate(args.base):
+        name = args.base_name[i] if i < len(args.base_name) else f"base{i + 1}"
+        trees[name] = base.resolve()
     results: dict[str, dict[str, list[dict[str, float]]]] = {
         mode: {name: [] for name in trees} for mode in args.modes.split(",")
     }
@@ -92,8 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         r = redis.Redis.from_url(server.url)
         for rep in range(args.reps):
             order = list(trees.items())
-            if rep % 2:
-                order.reverse()
+            order = order[rep % len(order) :] + order[: rep % len(order)]  # each goes first
             for mode in results:
                 for name, src in order:
                     r.flushall()

@@ -39,8 +39,8 @@ class _Caller:
     """One queued job and its parked caller (woken with its answer by :meth:`settle`).
 
     No ``trio.Event`` per caller: the caller parks with ``wait_task_rescheduled`` and is
-    rescheduled with its outcome, so a queued call allocates this object and a bound
-    method, and holds no reference cycle (it dies by refcount, not by the collector).
+    rescheduled with its outcome, so a queued call allocates this object alone (it is its
+    own ``abort_func``) and no reference cycle (it dies by refcount, not by the collector).
     """
 
     __slots__ = ("gone", "group", "task")
@@ -51,7 +51,8 @@ class _Caller:
         # answered, or cancelled (not sent yet: skipped; sent: its answer is dropped)
         self.gone = False
 
-    def abort(self, _: object) -> trio.lowlevel.Abort:
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        """The caller was cancelled while parked (its ``abort_func``: no bound method)."""
         self.gone = True
         return trio.lowlevel.Abort.SUCCEEDED
 
@@ -105,7 +106,7 @@ class EnqueueCoalescer:
         caller = _Caller(group)
         self._queued.append(caller)
         # cancelled: ``gone`` (not sent yet: never will be; sent: nobody reads the answer)
-        answer: Enqueued = await trio.lowlevel.wait_task_rescheduled(caller.abort)
+        answer: Enqueued = await trio.lowlevel.wait_task_rescheduled(caller)
         return answer
 
     async def _call(self, groups: list[EnqueueGroup]) -> list[Enqueued]:
