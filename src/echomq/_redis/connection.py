@@ -259,8 +259,10 @@ class _Session:
                 self.parser.feed(self.buf, 0, size)
                 self.deliver()
         except TRANSPORT_ERRORS as exc:
-            waiter.abandoned = True
-            raise self.fail(exc) from exc
+            broken = self.fail(exc)  # (its waiter, if still in line, is not rescheduled)
+            if waiter.reply is _PENDING:
+                raise broken from exc
+            # its reply came before the failure (e.g. a stray reply after it): answered
         except BaseException:  # cancelled: its reply is dropped when it comes
             waiter.abandoned = True
             raise
