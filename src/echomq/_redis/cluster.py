@@ -132,7 +132,12 @@ class ClusterConnection(Connection):
             owner = layout.owners[slot]
             node = self._nodes.get(owner) if owner is not None else None
             session = node._session if node is not None else None
-            if owner is not None and session is not None and session.broken is None:
+            if (
+                owner is not None
+                and session is not None
+                and session.broken is None
+                and not session.idle_closed()
+            ):
                 try:
                     reply = await session.request(pack_command(args))
                 except ConnectionLost:
@@ -327,7 +332,7 @@ class ClusterConnection(Connection):
         """Write ``packed`` to one node; ``_NotSent`` when it cannot be reached."""
         node = self.node(address)
         session = node._session
-        if session is None or session.broken is not None:
+        if session is None or session.broken is not None or session.idle_closed():
             try:
                 session = await node._connect()
             except ConnectionLost as exc:

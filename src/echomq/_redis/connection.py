@@ -132,17 +132,24 @@ def _detach(stream: trio.abc.Stream) -> socket.socket | None:
     return None
 
 
+_PENDING: Any = object()  # a direct reader's reply not read yet
+
+
 class _Waiter:
     """One caller waiting for ``expect`` replies (more than one: a pipeline, see
-    :meth:`Connection.execute_pipeline`, whose replies gather in ``replies``)."""
+    :meth:`Connection.execute_pipeline`, whose replies gather in ``replies``).
 
-    __slots__ = ("abandoned", "expect", "replies", "task")
+    ``task`` None: the caller reads the socket itself (:meth:`_Session.read_own`), so it
+    is not parked: its reply is left in ``reply`` instead of rescheduling it."""
+
+    __slots__ = ("abandoned", "expect", "replies", "reply", "task")
 
     def __init__(self, expect: int = 1) -> None:
-        self.task = trio.lowlevel.current_task()
+        self.task: trio.lowlevel.Task | None = trio.lowlevel.current_task()
         self.abandoned = False
         self.expect = expect
         self.replies: list[Any] | None = [] if expect > 1 else None
+        self.reply: Any = _PENDING
 
     def enqueue_on(self, inflight: deque[_Waiter]) -> None:
         """Take ``expect`` places in line: one per reply."""
@@ -160,10 +167,13 @@ class _Session:
         self.sock = _detach(stream)  # None: TLS, everything goes through ``stream``
         self.label = label
         self.parser = new_parser()
+        self.buf = bytearray(_CHUNK)  # receive buffer (of the reader, or of a direct reader)
         self.queued: list[tuple[bytes, _Waiter | None]] = []
         self.inflight: deque[_Waiter] = deque()
         self.writing = False
         self.alone = True  # the last batch of replies woke one caller: serial use
+        self.direct = False  # a caller reads its own reply from the socket (read_own)
+        self.reader: trio.lowlevel.Task | None = None  # the reader task, while parked
         self.wakeup = trio.Event()
         self.broken: ConnectionLost | None = None
         self.scope = trio.CancelScope()
@@ -196,6 +206,7 @@ class _Session:
             if sent < len(packed):  # the writer sends the rest before anything else
                 self.queued.append((packed[sent:], None))
                 self.wakeup.set()
+            return await self.read_own(waiter)
         elif sock is not None and not self.writing and len(self.queued) >= _FLUSH_AT - 1:
             # A full batch waits: write it now, from this task, so that the server starts
             # on it while the callers still to run this tick pack theirs (the overlap).
@@ -223,6 +234,78 @@ class _Session:
 
         return await trio.lowlevel.wait_task_rescheduled(abort)
 
+    async def read_own(self, waiter: _Waiter) -> Any:
+        """Read the socket in this task until ``waiter`` (just sent, first in line) has
+        its reply: no hop through the reader task for a lone caller. Replies of callers
+        in line behind it that come meanwhile go to them; the reader task takes over
+        when this ends (answered, cancelled or failed) with callers still in line.
+
+        Cancelled while waiting: the command was sent, so its reply is dropped when it
+        comes (rule 3), and the reply order holds: the waiter keeps its place in line.
+        """
+        sock = self.sock
+        assert sock is not None
+        waiter.task = None  # not parked: deliver() leaves the reply on the waiter
+        self.direct = True
+        try:
+            while waiter.reply is _PENDING:
+                await trio.lowlevel.wait_readable(sock)
+                try:
+                    size = sock.recv_into(self.buf)
+                except BlockingIOError:
+                    continue
+                if not size:
+                    raise trio.BrokenResourceError("server closed the connection")
+                self.parser.feed(self.buf, 0, size)
+                self.deliver()
+        except TRANSPORT_ERRORS as exc:
+            broken = self.fail(exc)  # (its waiter, if still in line, is not rescheduled)
+            if waiter.reply is _PENDING:
+                raise broken from exc
+            # its reply came before the failure (e.g. a stray reply after it): answered
+        except BaseException:  # cancelled: its reply is dropped when it comes
+            waiter.abandoned = True
+            raise
+        finally:
+            self.direct = False
+            if self.inflight:
+                self.wake_reader()
+        return waiter.reply
+
+    def idle_closed(self) -> bool:
+        """Whether the server closed this socket while nothing was in flight (then the
+        session is failed, and the caller opens another). Nobody watches an idle plain
+        socket (the reader task parks, so a lone caller can read its own reply), so a
+        call that finds it idle looks first: one non-blocking peek."""
+        sock = self.sock
+        if sock is None or self.inflight or self.queued or self.writing:
+            return False
+        try:
+            data = sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return False
+        except OSError as exc:
+            self.fail(exc)
+            return True
+        self.fail(trio.BrokenResourceError(f"unexpected reply {data!r}" if data else "closed"))
+        return True
+
+    def wake_reader(self) -> None:
+        """Callers are in line and nobody reads: the parked reader task takes over."""
+        task = self.reader
+        if task is not None and not self.direct:
+            self.reader = None
+            trio.lowlevel.reschedule(task)
+
+    async def _park_reader(self) -> None:
+        self.reader = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self.reader = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
     def fail(self, exc: BaseException | None) -> ConnectionLost:
         """Break the session: every caller queued or in flight gets ConnectionLost."""
         broken = self.broken
@@ -235,6 +318,10 @@ class _Session:
         self.queued.clear()
         while self.inflight:
             self._wake(self.inflight.popleft(), outcome.Error(broken))
+        if self.direct and self.sock is not None:
+            # a caller waits on the socket itself (read_own): it wakes with
+            # ClosedResourceError and raises ``broken``
+            trio.lowlevel.notify_closing(self.sock)
         self.scope.cancel()
         return broken
 
@@ -242,7 +329,8 @@ class _Session:
     def _wake(waiter: _Waiter, result: outcome.Outcome[Any]) -> None:
         if not waiter.abandoned:
             waiter.abandoned = True
-            trio.lowlevel.reschedule(waiter.task, result)
+            if waiter.task is not None:  # (None: a direct reader, woken by notify_closing)
+                trio.lowlevel.reschedule(waiter.task, result)
 
     async def write_loop(self) -> None:
         send = self._send_raw if self.sock is not None else self.stream.send_all
@@ -268,6 +356,8 @@ class _Session:
             elif not waiter.abandoned:  # cancelled before it was written: never sent
                 chunks.append(packed)
                 waiter.enqueue_on(inflight)
+        if inflight and self.reader is not None:
+            self.wake_reader()
         return b"".join(chunks)
 
     async def _send_raw(self, data: bytes) -> None:
@@ -283,7 +373,7 @@ class _Session:
     async def read_loop(self) -> None:
         parser, inflight = self.parser, self.inflight
         sock = self.sock
-        buf = bytearray(_CHUNK)
+        buf = self.buf
         streak = 0
         while True:
             if sock is None:
@@ -291,6 +381,12 @@ class _Session:
                 size = len(data)
                 parser.feed(data)
             else:
+                if not inflight or self.direct:
+                    # nothing to read, or a caller reads its own reply: parked until
+                    # callers are in line (an idle socket is looked at by idle_closed)
+                    streak = 0
+                    await self._park_reader()
+                    continue
                 try:
                     size = sock.recv_into(buf)
                 except BlockingIOError:
@@ -304,24 +400,33 @@ class _Session:
                     await trio.lowlevel.cancel_shielded_checkpoint()
             if not size:
                 raise trio.BrokenResourceError("server closed the connection")
-            woken = 0
-            while (reply := parser.gets()) is not False:
-                try:
-                    waiter = inflight.popleft()
-                except IndexError:
-                    raise trio.BrokenResourceError(f"unexpected reply {reply!r}") from None
-                if not waiter.abandoned:
-                    gathered = waiter.replies
-                    if gathered is not None:  # a pipeline: wake its caller at the last reply
-                        gathered.append(reply)
-                        if len(gathered) < waiter.expect:
-                            continue
-                        reply = gathered
-                    waiter.abandoned = True
-                    trio.lowlevel.reschedule(waiter.task, outcome.Value(reply))
+            self.deliver()
+
+    def deliver(self) -> None:
+        """Hand each complete reply in the parser to the caller next in line."""
+        parser, inflight = self.parser, self.inflight
+        woken = 0
+        while (reply := parser.gets()) is not False:
+            try:
+                waiter = inflight.popleft()
+            except IndexError:
+                raise trio.BrokenResourceError(f"unexpected reply {reply!r}") from None
+            if not waiter.abandoned:
+                gathered = waiter.replies
+                if gathered is not None:  # a pipeline: wake its caller at the last reply
+                    gathered.append(reply)
+                    if len(gathered) < waiter.expect:
+                        continue
+                    reply = gathered
+                waiter.abandoned = True
+                task = waiter.task
+                if task is None:  # a direct reader (read_own): running, not parked
+                    waiter.reply = reply
+                else:
+                    trio.lowlevel.reschedule(task, outcome.Value(reply))
                     woken += 1
-            if woken:
-                self.alone = woken == 1
+        if woken:
+            self.alone = woken == 1
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -401,7 +506,7 @@ class Connection:
             return []
         packed = b"".join(pack_command(tuple(command)) for command in commands)
         session = self._session
-        if session is None or session.broken is not None:
+        if session is None or session.broken is not None or session.idle_closed():
             session = await self._connect()
         if len(commands) == 1:
             replies = [await session.request(packed)]
@@ -412,7 +517,7 @@ class Connection:
     async def execute_packed(self, packed: bytes) -> Any:
         """Like :meth:`execute`, for a command already packed with :func:`pack`."""
         session = self._session
-        if session is None or session.broken is not None:
+        if session is None or session.broken is not None or session.idle_closed():
             session = await self._connect()
         reply = await session.request(packed)
         if isinstance(reply, ReplyError):
@@ -430,7 +535,7 @@ class Connection:
                 break
             await trio.sleep(delay)
             session = self._session
-            if session is None or session.broken is not None:
+            if session is None or session.broken is not None or session.idle_closed():
                 session = await self._connect()
             reply = await session.request(packed)
             if not isinstance(reply, ReplyError):

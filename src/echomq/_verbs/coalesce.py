@@ -23,6 +23,7 @@ import copy
 from collections import deque
 
 import trio
+from outcome import Error, Outcome, Value
 
 from .. import config
 from .._model.job import Enqueued, NewJob
@@ -35,20 +36,31 @@ __all__ = ["EnqueueCoalescer"]
 
 
 class _Caller:
-    """One queued job and its caller's answer."""
+    """One queued job and its parked caller (woken with its answer by :meth:`settle`).
 
-    __slots__ = ("answer", "done", "error", "gone", "group")
+    No ``trio.Event`` per caller: the caller parks with ``wait_task_rescheduled`` and is
+    rescheduled with its outcome, so a queued call allocates this object alone (it is its
+    own ``abort_func``) and no reference cycle (it dies by refcount, not by the collector).
+    """
+
+    __slots__ = ("gone", "group", "task")
 
     def __init__(self, group: EnqueueGroup) -> None:
         self.group = group
-        self.done = trio.Event()
-        self.gone = False  # the caller was cancelled: skip it (not sent yet) or forget it
-        self.answer: Enqueued | None = None
-        self.error: BaseException | None = None
+        self.task = trio.lowlevel.current_task()
+        # answered, or cancelled (not sent yet: skipped; sent: its answer is dropped)
+        self.gone = False
 
-    def settle(self, answer: Enqueued | None, error: BaseException | None = None) -> None:
-        self.answer, self.error = answer, error
-        self.done.set()
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        """The caller was cancelled while parked (its ``abort_func``: no bound method)."""
+        self.gone = True
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    def settle(self, answer: Outcome[Enqueued]) -> None:
+        """Wake the caller with ``answer`` (once; not a caller cancelled meanwhile)."""
+        if not self.gone:
+            self.gone = True
+            trio.lowlevel.reschedule(self.task, answer)
 
 
 class EnqueueCoalescer:
@@ -93,15 +105,9 @@ class EnqueueCoalescer:
                 self._next()
         caller = _Caller(group)
         self._queued.append(caller)
-        try:
-            await caller.done.wait()
-        except BaseException:
-            caller.gone = True  # not sent yet: never will be; sent: nobody reads the answer
-            raise
-        if caller.error is not None:
-            raise caller.error
-        assert caller.answer is not None
-        return caller.answer
+        # cancelled: ``gone`` (not sent yet: never will be; sent: nobody reads the answer)
+        answer: Enqueued = await trio.lowlevel.wait_task_rescheduled(caller)
+        return answer
 
     async def _call(self, groups: list[EnqueueGroup]) -> list[Enqueued]:
         self.calls += 1
@@ -157,7 +163,7 @@ class EnqueueCoalescer:
             answers = await self._call([caller.group for caller in batch])
         except DuplicateJob as exc:
             if len(batch) == 1:
-                batch[0].settle(None, exc)
+                batch[0].settle(Error(exc))
             else:
                 await self._one_by_one(batch)  # the refused call wrote nothing
             return
@@ -165,7 +171,7 @@ class EnqueueCoalescer:
             _fail(batch, exc)
             return
         for caller, answer in zip(batch, answers, strict=True):
-            caller.settle(answer)
+            caller.settle(Value(answer))
 
     async def _one_by_one(self, batch: list[_Caller]) -> None:
         """A batch refused by ``EMQDUP``, sent again one job per call (its callers' own
@@ -177,16 +183,16 @@ class EnqueueCoalescer:
             try:
                 (answer,) = await self._call([caller.group])
             except Exception as exc:
-                caller.settle(None, exc)
+                caller.settle(Error(exc))
             else:
-                caller.settle(answer)
+                caller.settle(Value(answer))
 
 
 def _fail(callers: list[_Caller] | deque[_Caller], error: BaseException) -> None:
     """Each caller gets ``error`` (a copy of its own when it can be made)."""
     for caller in callers:
-        if not caller.done.is_set():
-            caller.settle(None, _copy(error) if len(callers) > 1 else error)
+        if not caller.gone:
+            caller.settle(Error(_copy(error) if len(callers) > 1 else error))
 
 
 def _copy(error: BaseException) -> BaseException:

@@ -193,8 +193,18 @@ def _enqueue_argv(base: str, groups: Sequence[EnqueueGroup]) -> tuple[list[Any],
     return argv, ids
 
 
-def _enqueue_keys(ks: Keyspace) -> list[str]:
-    return [ks.pending, ks.schedule, ks.meta, ks.wake]
+def _enqueue_keys(ks: Keyspace) -> tuple[str, ...]:
+    """``enqueue.lua``'s keys (made once per queue: a producer enqueues one job per call)."""
+    keys = _ENQUEUE_KEYS.get(ks.queue)
+    if keys is None:
+        if len(_ENQUEUE_KEYS) >= _ENQUEUE_KEYS_MAX:
+            _ENQUEUE_KEYS.clear()
+        keys = _ENQUEUE_KEYS[ks.queue] = (ks.pending, ks.schedule, ks.meta, ks.wake)
+    return keys
+
+
+_ENQUEUE_KEYS: dict[str, tuple[str, ...]] = {}
+_ENQUEUE_KEYS_MAX = 1024
 
 
 def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCall[list[Enqueued]]:
