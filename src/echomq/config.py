@@ -430,6 +430,15 @@ class WorkerConfig:
         ),
     )
 
+    prefetch: int | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(_int_option(0, 100_000)),
+        metadata=_meta(
+            "claimed jobs held beyond concurrency, waiting for a slot, while jobs finish "
+            "fast (0: never; default: half the concurrency)",
+            int,
+        ),
+    )
     metrics_port: int | None = attrs.field(
         default=None,
         validator=attrs.validators.optional(_int_option(0, 65535)),

@@ -59,6 +59,7 @@ class Held:
     task: str | None = None  # the task's name, once the payload is decoded (the tally's)
     fence_at: float | None = None  # rule 4: when the cancel's grace runs out (trio time)
     ran: float | None = None  # the handler's run time, seconds (None: it did not run)
+    waiting: bool = False  # prefetched: claimed, waiting for a slot (consumer.py rule 5)
 
     def cancel(self, reason: str | None) -> None:
         self.cancel_token.cancel(reason)

@@ -1,8 +1,9 @@
 """The claim loop: batch claims sized to the free slots; idle waits on the wake list.
 
-Rule 1: at most ``concurrency`` jobs are held at once. The loop claims as many jobs as
-there are free slots in one script call, and hands each to a slot task (``slots.py``: a
-long-lived task of the jobs nursery, not a task per job).
+Rule 1: at most ``concurrency`` jobs run (or settle) at once, and at most ``prefetch``
+more wait for a slot (rule 5). The loop claims as many jobs as there is room for in one
+script call, and hands each to a slot task (``slots.py``: a long-lived task of the jobs
+nursery, not a task per job).
 Rule 1b: one claim asks for at most half the slots (rounded up; ``cohort``), so that
 one half runs while the other half's completions and the next claim are on the server:
 the worker and Redis work side by side instead of taking turns (one claim for every slot
@@ -11,6 +12,22 @@ Rule 1c: the jobs a claim brings start one scheduler tick after its reply: a bat
 completions answered in the same read (Redis writes the replies of one turn of its event
 loop together) frees its slots first, so the next claim is sent before these jobs run, and
 the server works on it while they do.
+Rule 1d: busy claims go out on the wake connection too (the claim loop is its only user,
+one call at a time), so each is written the moment it is made, by the claim loop itself,
+and answered alone: on the command connection it waited for the writer task (behind the
+jobs of the tick) and came back only with the batch of completions read with it.
+Rule 5 (prefetch): while the slots turn over fast (the last ``cohort`` of them freed
+within ``PREFETCH_TURNOVER``, and recently), the loop claims up to ``prefetch`` jobs more
+than there are free slots, up to ``concurrency`` (at most 250) in one claim (bigger
+claims: fewer script calls and writes per job; rule 1b's halves are for a worker that
+does not prefetch): they wait, claimed, in ``_ready`` and each takes the next slot
+that frees, so the worker always has a batch to run while Redis settles the last one and
+claims the next (Celery's prefetch). A waiting job is held like a running one (in the
+``InFlight`` map: the lease keeper renews it, a cancel request or a lost lease reaches
+it; a job that lost its lease while waiting is never run). Stopping hands the waiting
+jobs back at once (``give_back``; the worker releases them, fenced, before the grace
+starts); a crash leaves them to recovery with the running ones. Slow jobs never prefetch:
+a prefetched job would wait behind them while another worker idles.
 Rule 2: when a claim answers fewer jobs than asked, the queue is (for now) empty or
 paused: the next claim waits behind a BLPOP on the wake list (``wait_then_claim``: both
 go out in one write, on a connection of its own), so it runs on the server the moment a
@@ -28,18 +45,20 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import deque
 
 import attrs
 import trio
 
 from .. import jobs
 from .._jitter import Backoff
+from .._model.job import Claimed
 from .._redis import validate as v
 from .._redis.protocol import RedisConnection
 from .._verbs.wake import nudge, wait_then_claim
 from ..errors import TRANSIENT, ConnectionLost
 from ..jobs import ClaimBatch
-from .cancellation import InFlight
+from .cancellation import Held, InFlight
 from .execution import JobRunner
 from .slots import Slots
 
@@ -50,6 +69,9 @@ log = logging.getLogger("echomq.worker")
 CLAIM_TIMEOUT = 10.0  # a claim with no reply by then is treated as a lost connection
 IDLE_CAP = 1.0  # the longest an idle consumer blocks before claiming again
 _MIN_IDLE = 0.05  # a due-but-unclaimable job (a paused queue) must not make us spin
+# rule 5: prefetch only while a cohort of slots frees within this many seconds (so a
+# prefetched job waits about that long at most for its slot)
+PREFETCH_TURNOVER = 0.05
 
 
 @attrs.define(eq=False)
@@ -64,8 +86,15 @@ class Consumer:
     claim_lease_ms: int
     id: str = attrs.field(factory=lambda: uuid.uuid4().hex[:16])
     worker: str | None = None  # written on each claimed row (the holder: explain)
+    prefetch: int = 0  # rule 5: the most claimed jobs waiting for a slot (0: none)
     _free: int = attrs.field(init=False)
+    _ready: deque[tuple[Claimed, Held]] = attrs.field(factory=deque, init=False)  # rule 5
+    _turned: int = attrs.field(default=0, init=False)  # slots freed since _turn_start
+    _turn_start: float = attrs.field(default=0.0, init=False)
+    _fast_until: float = attrs.field(default=0.0, init=False)  # rule 5: prefetch until then
+    _slot_for_ready: trio.Event = attrs.field(factory=trio.Event, init=False)
     _cohort: int = attrs.field(init=False)  # rule 1b: the most one claim asks for
+    _batch: int = attrs.field(init=False)  # rule 5: the same, while prefetching
     slots: Slots = attrs.field(init=False)
     _freed: trio.Event = attrs.field(factory=trio.Event, init=False)
     claims: int = 0
@@ -77,25 +106,81 @@ class Consumer:
     def __attrs_post_init__(self) -> None:
         self._free = self.concurrency
         self._cohort = min(v.MAX_COUNT, max(1, (self.concurrency + 1) // 2))
+        self._batch = min(v.MAX_COUNT, self.concurrency)
         self.slots = Slots(self.jobs_nursery, self.runner.run)
 
+    @property
+    def prefetched(self) -> int:
+        """Claimed jobs waiting for a slot (rule 5)."""
+        return len(self._ready)
+
     def slot_freed(self) -> None:
-        """A job finished (settled or handed back): one more slot is free."""
+        """A job finished (settled or handed back): one more slot is free; a prefetched
+        job takes it at once (rule 5)."""
+        self._turned += 1
+        if self._turned >= self._cohort:  # rule 5: how fast the slots turn over
+            now = trio.current_time()
+            fast = now - self._turn_start <= PREFETCH_TURNOVER
+            self._fast_until = now + PREFETCH_TURNOVER if fast else 0.0
+            self._turn_start = now
+            self._turned = 0
         self._free += 1
+        if self._ready:
+            self._slot_for_ready.set()
         self._freed.set()
 
+    def _room(self) -> tuple[int, int]:
+        """How many jobs the next claim may ask for, and the most one claim asks for: the
+        free slots not promised to a prefetched job, at most a cohort (rule 1b); while the
+        slots turn over fast (rule 5), the prefetch too, and up to every slot at once."""
+        room = self._free - len(self._ready)
+        if self.prefetch and trio.current_time() < self._fast_until:
+            return room + self.prefetch, self._batch
+        return room, self._cohort
+
+    async def _start_prefetched(self) -> None:
+        """Rule 5: start prefetched jobs in freed slots. A task of its own (not the
+        finished job's): a slot task started here begins in this task's context, not in
+        the context of the job whose completion freed the slot, and by the time it runs the
+        slot tasks of the finished batch are parked, ready to be reused."""
+        while True:
+            while self._ready and self._free > 0:
+                self._free -= 1
+                job, held = self._ready.popleft()
+                held.waiting = False
+                self.slots.start(job, held)
+            self._slot_for_ready = trio.Event()
+            await self._slot_for_ready.wait()
+
+    def give_back(self) -> None:
+        """Move the prefetched jobs (never started) to the runner's hand-back list and out
+        of the held map (rule 5): stopping, or the worker failed."""
+        while self._ready:
+            _, held = self._ready.popleft()
+            self.inflight.remove(held)
+            self.runner.to_release.append((held.id, held.token))
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._start_prefetched)
+            task_status.started()
+            try:
+                await self._claim_loop()
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _claim_loop(self) -> None:
+        self._turn_start = trio.current_time()
         backoff = Backoff(0.02, 2.0)
         idle_for: float | None = None  # set: the last claim was under-filled
         try:
             while not self._stopping:
-                while self._free <= 0 and not self._stopping:
+                while (room := self._room())[0] <= 0 and not self._stopping:
                     self._freed = trio.Event()
                     await self._freed.wait()  # a finished job, or stop()
                 if self._stopping:
                     break
-                want = min(self._free, self._cohort)
+                want = min(*room)
                 try:
                     if idle_for is None:
                         batch = await self._claim(want)
@@ -124,10 +209,16 @@ class Consumer:
             if self._stopping:  # claimed as we stop: straight back to pending
                 self.runner.to_release.append((job.id, job.token))
                 continue
-            self._free -= 1
             held = self.inflight.add(job.id, job.token, self.claim_lease_ms)
             self.runner.counters.claimed += 1
-            self.slots.start(job, held)
+            if self._free > 0 and not self._ready:
+                self._free -= 1
+                self.slots.start(job, held)
+            else:  # rule 5: prefetched, it takes the next slot that frees
+                held.waiting = True
+                self._ready.append((job, held))
+                if self._free > 0:
+                    self._slot_for_ready.set()
 
     @staticmethod
     def _idle_time(batch: ClaimBatch) -> float:
@@ -141,8 +232,8 @@ class Consumer:
         # for the reply instead (bounded), and the jobs it brings are run or handed back.
         with trio.CancelScope(shield=True):
             with trio.move_on_after(CLAIM_TIMEOUT):
-                return await jobs.claim_batch(
-                    self.conn, self.queue, self.claim_lease_ms, count=want, worker=self.worker
+                return await jobs.claim_batch(  # rule 1d: on the wake connection
+                    self.wake_conn, self.queue, self.claim_lease_ms, count=want, worker=self.worker
                 )
         raise ConnectionLost(f"claim on {self.queue!r}: no reply in {CLAIM_TIMEOUT} s")
 
@@ -177,6 +268,7 @@ class Consumer:
         """
         self._stopping = True
         self._freed.set()
+        self.give_back()  # rule 5: the worker releases them before the grace starts
         if self._idle_until is not None:
             try:
                 await nudge(self.conn, self.queue, self.id)

@@ -177,7 +177,11 @@ class JobRunner:
         """Execute, settle, and free the slot; hand the job back if it was not settled."""
         settled: bool | None = False  # None: the batch of completions finishes it
         try:
-            if _tracing.ENABLED and _tracing.on():  # docs/observability.md
+            if held.stop is not None and held.stop is not Stop.CANCEL:
+                # lost, fenced or shut down before it started (a prefetched job waits
+                # for its slot: consumer.py rule 5): never run
+                settlement: Settlement | bytes | None = None
+            elif _tracing.ENABLED and _tracing.on():  # docs/observability.md
                 settlement = await self._execute_traced(claimed, held)
             else:
                 settlement = await self._execute(claimed, held)

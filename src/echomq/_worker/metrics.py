@@ -144,8 +144,14 @@ class WorkerCollector(Collector):
         up.add_metric([name], 0 if s.stopping else 1)
         held = GaugeMetricFamily("echomq_worker_held_jobs", "Jobs held now", labels=["queue"])
         held.add_metric([name], s.held)
+        prefetched = GaugeMetricFamily(
+            "echomq_worker_prefetched_jobs",
+            "Held jobs claimed ahead, waiting for a slot (counted in held_jobs too)",
+            labels=["queue"],
+        )
+        prefetched.add_metric([name], s.prefetched)
         slots = GaugeMetricFamily(
-            "echomq_worker_concurrency", "Jobs held at most at once", labels=["queue"]
+            "echomq_worker_concurrency", "Jobs run at most at once", labels=["queue"]
         )
         slots.add_metric([name], s.concurrency)
         keeper = worker._keeper
@@ -174,7 +180,7 @@ class WorkerCollector(Collector):
             labels=["queue"],
         )
         restarts.add_metric([name], s.helper_restarts)
-        yield from (up, held, slots, renewals, lost, stalls, sweeps, restarts)
+        yield from (up, held, prefetched, slots, renewals, lost, stalls, sweeps, restarts)
         runner = worker._runner
         yield from task_families(name, runner.tally if runner is not None else Tally())
         stats = [self.stats] if self.stats_ok and self.stats is not None else []

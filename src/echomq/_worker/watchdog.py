@@ -28,6 +28,7 @@ renewals); the heartbeat goes on.
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import logging
 import math
 import os
@@ -187,6 +188,22 @@ class Watchdog:
             )
         return ()
 
+    def _running(self) -> tuple[str, ...]:
+        """The ids of the jobs running now (not the prefetched ones waiting for a slot),
+        at most ``MAX_RUNNING_LISTED``."""
+        for _ in range(3):
+            try:
+                found = list(self.inflight.jobs.values())
+            except RuntimeError:  # the map changed under us: read it again
+                continue
+            running = (
+                h.id
+                for h in found
+                if h.stop not in (Stop.LOST, Stop.FENCED) and not h.settling and not h.waiting
+            )
+            return tuple(itertools.islice(running, workers.MAX_RUNNING_LISTED))
+        return ()
+
     def _stop(self) -> None:
         token, scope = self._token, self._scope
         if token is not None and scope is not None:
@@ -335,7 +352,7 @@ class Watchdog:
             lease_ms=self.claim_lease_ms,
             beat_ms=round(self.beat * 1000),
             held=len(snapshot),
-            running=tuple(held[0] for held in snapshot[: workers.MAX_RUNNING_LISTED]),
+            running=self._running(),
             counters=self.counters(),
             blocked_task=self.blocked_task if blocked_ms is not None else None,
             blocked_job=self.blocked_job if blocked_ms is not None else None,

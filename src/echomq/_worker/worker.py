@@ -4,7 +4,7 @@ Layout::
 
     serve
     ├── queue.open()              the command connection (shared) + the event feed
-    ├── wake connection           BLPOP only
+    ├── wake connection           the claims (BLPOP and the claim behind it when idle)
     ├── jobs nursery              one task per held job (execution.py), outlives helpers
     └── helpers nursery           each supervised: crash -> logged -> restarted with backoff
         ├── claim loop            consumer.py
@@ -21,10 +21,11 @@ Start: until Redis answers, ``serve`` waits with backoff (startup.py), one log l
 attempt; a stop asked meanwhile ends it cleanly. Then the queue's data layout must be this
 echomq's (``admin.ensure_schema``: marked if absent, ``SchemaMismatch`` if another).
 
-Shutdown (``shutdown()``, or SIGINT/SIGTERM through ``run_worker``): stop claiming; wait
-up to ``grace`` seconds for held jobs (the lease keeper keeps renewing them); cancel the
-rest and hand them back to pending at once with one fenced ``release``; then stop the
-helpers. A second ``shutdown(grace=0)`` cuts the wait short.
+Shutdown (``shutdown()``, or SIGINT/SIGTERM through ``run_worker``): stop claiming; hand
+the prefetched jobs (claimed, not started: consumer.py rule 5) back to pending at once
+with one fenced ``release``; wait up to ``grace`` seconds for held jobs (the lease keeper
+keeps renewing them); cancel the rest and hand them back to pending at once with one
+fenced ``release``; then stop the helpers. A second ``shutdown(grace=0)`` cuts the wait short.
 
 A worker that fails (an error leaves ``serve``) is a crash: its held jobs are not handed
 back uncounted, their leases are cut so that recovery collects them as stalls at once.
@@ -89,6 +90,7 @@ class WorkerStatistics:
     claims: int  # claim calls made
     idle_waits: int  # waits on the wake list (the queue was empty or paused)
     stopping: bool
+    prefetched: int = 0  # claimed jobs waiting for a slot (counted in held too)
     repeats_fired: int = 0  # repeatable runs this worker's scheduler enqueued
     repeats_raced: int = 0  # due runs another worker's scheduler enqueued first
     abandoned: int = 0  # thread tasks left running after a hard stop (outcome unused)
@@ -197,6 +199,7 @@ class Worker:
             claims=self._consumer.claims if self._consumer else 0,
             idle_waits=self._consumer.idle_waits if self._consumer else 0,
             stopping=self.stopping,
+            prefetched=self._consumer.prefetched if self._consumer else 0,
             repeats_fired=self._repeater.fired if self._repeater else 0,
             repeats_raced=self._repeater.raced if self._repeater else 0,
             abandoned=c.abandoned if c else 0,
@@ -299,6 +302,7 @@ class Worker:
             config=self.config,
         )
         crashed = False
+        consumer: Consumer | None = None
         try:
             async with trio.open_nursery() as jobs_nursery:
                 consumer = Consumer(
@@ -311,6 +315,7 @@ class Worker:
                     concurrency=self.config.concurrency,
                     claim_lease_ms=claim_lease_ms,
                     worker=self.id,
+                    prefetch=self._prefetch(),
                 )
                 runner.on_done = consumer.slot_freed
                 self._consumer = consumer
@@ -356,6 +361,7 @@ class Worker:
                     task_status.started()
                     await self._stop.wait()
                     await consumer.stop()
+                    await self._release(conn, runner)  # the prefetched jobs, at once
                     claiming.cancel()
                     await self._drain()
                     consumer.slots.close()
@@ -364,11 +370,18 @@ class Worker:
             crashed = is_crash(exc)
             raise
         finally:
+            if consumer is not None:
+                consumer.give_back()  # prefetched jobs: with the others, as below
             if crashed:
                 await self._abandon(conn, runner)
             else:
                 await self._release(conn, runner)
             await runner.processes.aclose()
+
+    def _prefetch(self) -> int:
+        """The prefetch bound (``WorkerConfig.prefetch``; default: half the concurrency)."""
+        prefetch = self.config.prefetch
+        return (self.config.concurrency + 1) // 2 if prefetch is None else prefetch
 
     async def _serve_metrics(self, nursery: trio.Nursery) -> None:
         """``/metrics`` (``metrics_port``; docs/observability.md): a port that cannot be
