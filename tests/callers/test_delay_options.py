@@ -134,3 +134,41 @@ async def test_concurrent_delays_after_the_first_answer_each_their_id(
     assert len({h.id for h in handles}) == 20
     for h in handles:
         assert await jobs.get_job(conn, queue, h.id) is not None
+
+
+async def test_callers_that_come_together_go_as_one_call(
+    conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    """Once a lone call had callers queued behind it (crowded), the next lone caller lets
+    the ready tasks run first: a nursery of 20 delay() calls is one script call, and a
+    caller alone afterwards is sent alone (and the coalescer is no longer crowded)."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(name="add")
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    handles: list[echomq.TaskHandle] = []
+
+    async def one(i: int) -> None:
+        handles.append(await add.delay(i, i))
+
+    with trio.fail_after(10):
+        async with gated(q) as (coalescer, gate):
+            await add.delay(0, 0)
+            assert not coalescer.crowded
+            async with trio.open_nursery() as nursery:
+                for i in range(20):
+                    nursery.start_soon(one, i)
+            assert coalescer.crowded and gate.sizes == [1, 1, 19]
+            async with trio.open_nursery() as nursery:
+                for i in range(20, 40):
+                    nursery.start_soon(one, i)
+            assert gate.sizes == [1, 1, 19, 20]
+            await add.delay(1, 1)  # alone: sent alone, after one checkpoint
+            assert gate.sizes[-1] == 1 and not coalescer.crowded
+            await add.delay(2, 2)
+            assert gate.sizes[-2:] == [1, 1]
+    assert len({h.id for h in handles}) == 40
+    for h in handles:
+        assert await jobs.get_job(conn, queue, h.id) is not None

@@ -86,6 +86,7 @@ class EnqueueCoalescer:
         self._busy = False  # an enqueue call of this coalescer is in flight
         self.calls = 0  # script calls sent (a lone job or a batch; each re-send counts)
         self.in_flight = 0  # jobs of the call in flight
+        self.crowded = False  # callers queued behind the last lone call (see send_alone)
 
     @property
     def queued(self) -> int:
@@ -132,7 +133,27 @@ class EnqueueCoalescer:
 
     async def send_alone(self, group: EnqueueGroup) -> Answer:
         """Send the job :meth:`join` answered None for, in this task; then send what
-        queued meanwhile (in the nursery), or go idle."""
+        queued meanwhile (in the nursery), or go idle.
+
+        When the last lone call had callers queued behind it (``crowded``: callers come
+        together, e.g. a nursery of producers started at once), the tasks ready to run
+        run first, once (a cancel-shielded checkpoint: nothing is sent yet, and this
+        caller cannot be cancelled there); if callers queued meanwhile, this job goes
+        first in their batch, sent from the nursery like any batch (this caller parks as a
+        queued one): one call instead of a lone one and then the rest. A lone producer
+        (nothing queued behind its calls) never waits."""
+        if self.crowded:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            if self._queued:
+                caller = _Caller(group)
+                try:
+                    self._nursery.start_soon(self._drain)
+                except RuntimeError:  # the queue's nursery is closed: this job goes alone
+                    pass
+                else:
+                    self._queued.appendleft(caller)
+                    answer: Answer = await trio.lowlevel.wait_task_rescheduled(caller)
+                    return answer
         self.calls += 1
         self.in_flight = 1
         try:
@@ -151,6 +172,7 @@ class EnqueueCoalescer:
 
     def _next(self) -> None:
         """The call in flight answered: send what queued meanwhile, or go idle."""
+        self.crowded = bool(self._queued)
         if not self._queued:
             self._busy = False
             return
