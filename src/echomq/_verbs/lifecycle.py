@@ -228,20 +228,15 @@ def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCal
     Raises:
         as :func:`_enqueue_argv`.
     """
-    ks = keyspace(queue)
-    argv, ids = _enqueue_argv(ks.base, groups)
+    sent = enqueue_sent_call(queue, groups)
 
     def read(reply: Any) -> list[Enqueued]:
-        if reply == len(ids):
-            return [Enqueued(id=job_id) for job_id in ids]
-        if not isinstance(reply, list) or len(reply) != len(ids):
-            raise ScriptError(f"enqueue: unexpected reply {reply!r}")
         return [
-            Enqueued(id=job_id) if answer == 1 else Enqueued(id=text(answer), deduplicated=True)
-            for job_id, answer in zip(ids, reply, strict=True)
+            Enqueued(id=group.id) if answer is None else answer
+            for group, answer in zip(groups, sent.read(reply), strict=True)
         ]
 
-    return script_call("enqueue", _enqueue_keys(ks), argv, read)
+    return ScriptCall(sent.script, sent.keys, sent.argv, read)
 
 
 def enqueue_sent_call(
