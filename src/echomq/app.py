@@ -47,6 +47,7 @@ from ._redis.keyspace import check_id, check_queue, check_repeat_key
 from ._redis.scripts import Executor
 from ._trio import open_service_nursery
 from ._verbs.coalesce import EnqueueCoalescer
+from ._verbs.lifecycle import default_group, enqueue_group
 from ._worker.context import Job, current_job
 from .cancel import CancelOutcome
 from .cancel import request as cancel_request
@@ -120,6 +121,11 @@ class Task:
     options: TaskOptions
     wants_job: bool = attrs.field(init=False)
     is_async: bool = attrs.field(init=False)
+    # delay()'s option set (``enqueue_group(job).options``) for these options and name,
+    # kept by its first untraced call (rule 2: checked once, as the first job's)
+    _delay_options: tuple[TaskOptions, str, tuple[Any, ...]] | None = attrs.field(
+        default=None, init=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         self.wants_job = _wants_job(self.fn)
@@ -139,14 +145,46 @@ class Task:
     async def delay(self, *args: Any, **kwargs: Any) -> TaskHandle:
         """Enqueue with these arguments and the task's options (Celery's spelling).
 
-        :meth:`apply` with no options, written out (two coroutines less per job: the
-        untraced call goes to the queue's coalescer from here)."""
+        :meth:`apply` with no options, written out: the untraced call goes to the queue's
+        coalescer from here, and after the first one with the task's option set as
+        ``enqueue.lua`` reads it, gated once (:meth:`_delay_first`): no ``NewJob`` and no
+        options checked again per call, only the arguments encoded and a fresh id."""
+        queue = self.queue
+        coalescer = queue._coalescer
+        known = self._delay_options
+        if (
+            known is None
+            or known[0] is not self.options
+            or known[1] is not self.name
+            or coalescer is None
+            or (_tracing.ENABLED and _tracing.on())
+        ):
+            return await self._delay_first(args, kwargs)
+        group = default_group(queue.codec.encode_call(self.name, args, kwargs), known[2])
+        caller = coalescer.join(group)
+        if caller is None:
+            answer = await coalescer.send_alone(group)
+        else:
+            answer = await trio.lowlevel.wait_task_rescheduled(caller)
+        if answer is None:  # written with the id it was sent with
+            return TaskHandle(group.id, queue, self.name)
+        return TaskHandle(answer.id, queue, self.name, answer.deduplicated)
+
+    async def _delay_first(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> TaskHandle:
+        """:meth:`delay` the long way (every check, in the order :meth:`apply` makes them):
+        the first call, a traced one, a closed queue, or a group callable (called per job).
+        An untraced call on an open queue keeps its option set for the next ones."""
         new = self.new_job(args, kwargs)
         queue = self.queue
         coalescer = queue._coalescer
         if coalescer is None or (_tracing.ENABLED and _tracing.on()):
             return await queue.enqueue_new(new, task=self.name)
-        answer = await coalescer.enqueue(new)  # no job_id here: never DuplicateJob
+        group = enqueue_group(new)
+        if not callable(self.options.group):  # the same set for every delay() of the task
+            self._delay_options = (self.options, self.name, group.options)
+        answer = await coalescer.enqueue_gated(group)  # no job_id here: never DuplicateJob
+        if answer is None:
+            return TaskHandle(group.id, queue, self.name)
         return TaskHandle(answer.id, queue, self.name, answer.deduplicated)
 
     async def apply(

@@ -103,3 +103,22 @@ def test_a_circular_argument_is_refused_with_its_own_error() -> None:
         JSON.encode_call("t", (loop,), {})
     with pytest.raises(SerializationError, match="Circular reference detected"):
         JSON.encode_call("t", (), {"k": loop})
+
+
+def test_a_task_names_head_is_made_once_and_checked_first() -> None:
+    """The '{"task":...,"args":' head is kept per name (the same bytes the second time, a
+    non-ASCII name escaped); a bad name is refused before the arguments are encoded, and
+    a str subclass is encoded but not kept."""
+
+    class Name(str):
+        pass
+
+    for _ in range(2):
+        data = JSON.encode_call("t\u00e9", (1,), {})
+        assert data == b'{"task":"t\\u00e9","args":[1],"kwargs":{}}'
+    assert "t\u00e9" in codec._HEADS
+    assert JSON.encode_call(Name("sub"), (), {}) == b'{"task":"sub","args":[],"kwargs":{}}'
+    assert "sub" not in codec._HEADS
+    for bad in ("", 1, None):
+        with pytest.raises(SerializationError, match="task name"):
+            JSON.encode_call(bad, (object(),), {})  # type: ignore[arg-type]

@@ -73,6 +73,9 @@ _C_ENCODE: Any = (
     else None
 )
 _QUOTE = json_encoder.encode_basestring_ascii
+# encode_call's '{"task":<name>,"args":' per task name (a producer has a few tasks)
+_HEADS: dict[str, str] = {}
+_HEADS_MAX = 1024
 
 
 def _json(value: Any) -> str:
@@ -109,8 +112,12 @@ class JsonCodec:
     """The default codec: compact JSON, UTF-8; non-JSON values are refused, never pickled."""
 
     def _dumps(self, value: Any, what: str) -> bytes:
+        return self._text(value, what).encode()
+
+    def _text(self, value: Any, what: str) -> str:
+        """``value`` as compact ASCII JSON text (SerializationError when it is not JSON)."""
         try:
-            return _json(value).encode()
+            return _json(value)
         except RecursionError:
             raise SerializationError(f"{what} cannot be encoded as JSON: {_DEEP}") from None
         except (TypeError, ValueError) as exc:
@@ -118,18 +125,24 @@ class JsonCodec:
 
     def encode_call(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
         """``{"task": task, "args": [...], "kwargs": {...}}`` as compact JSON, written
-        around the encoded arguments (the same bytes as the dict's encoding)."""
-        if not isinstance(task, str) or not task:
-            raise SerializationError("task name must be a non-empty str")
+        around the encoded arguments (the same bytes as the dict's encoding: the text is
+        ASCII, so it is encoded once, whole); the head is made once per task name."""
+        head = _HEADS.get(task) if type(task) is str else None
+        if head is None:
+            if not isinstance(task, str) or not task:
+                raise SerializationError("task name must be a non-empty str")
+            head = '{"task":' + _QUOTE(task) + ',"args":'
+            if type(task) is str:
+                if len(_HEADS) >= _HEADS_MAX:
+                    _HEADS.clear()
+                _HEADS[task] = head
         if type(args) is not list and type(args) is not tuple:
             args = list(args)
         if not kwargs:
-            tail = b',"kwargs":{}}'
-        else:
-            kw = kwargs if type(kwargs) is dict else dict(kwargs)
-            tail = b',"kwargs":' + self._dumps(kw, "arguments") + b"}"
-        head = '{"task":' + _QUOTE(task) + ',"args":'
-        return head.encode() + self._dumps(args, "arguments") + tail
+            return (head + self._text(args, "arguments") + ',"kwargs":{}}').encode()
+        kw = kwargs if type(kwargs) is dict else dict(kwargs)
+        tail = ',"kwargs":' + self._text(kw, "arguments") + "}"  # (checked first, as before)
+        return (head + self._text(args, "arguments") + tail).encode()
 
     def decode_call(self, payload: bytes) -> Call:
         try:

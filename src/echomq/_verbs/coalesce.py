@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from typing import TypeAlias
 
 import trio
 from outcome import Error, Outcome, Value
@@ -30,9 +31,15 @@ from .._model.job import Enqueued, NewJob
 from .._redis import validate as v
 from .._redis.scripts import Executor, evaluate
 from ..errors import ConnectionLost, DuplicateJob
-from .lifecycle import EnqueueGroup, enqueue_group, enqueue_groups_call
+from .lifecycle import EnqueueGroup, enqueue_group, enqueue_sent_call
 
-__all__ = ["EnqueueCoalescer"]
+__all__ = ["Answer", "EnqueueCoalescer"]
+
+#: a job's answer inside the coalescer: None when it was written with the id it was sent
+#: with (no value made per job), else an :class:`Enqueued` (deduplicated: the holder's id)
+Answer: TypeAlias = Enqueued | None
+
+_current_task = trio.lowlevel.current_task
 
 
 class _Caller:
@@ -47,7 +54,7 @@ class _Caller:
 
     def __init__(self, group: EnqueueGroup) -> None:
         self.group = group
-        self.task = trio.lowlevel.current_task()
+        self.task = _current_task()
         # answered, or cancelled (not sent yet: skipped; sent: its answer is dropped)
         self.gone = False
 
@@ -56,7 +63,7 @@ class _Caller:
         self.gone = True
         return trio.lowlevel.Abort.SUCCEEDED
 
-    def settle(self, answer: Outcome[Enqueued]) -> None:
+    def settle(self, answer: Outcome[Answer]) -> None:
         """Wake the caller with ``answer`` (once; not a caller cancelled meanwhile)."""
         if not self.gone:
             self.gone = True
@@ -79,6 +86,7 @@ class EnqueueCoalescer:
         self._busy = False  # an enqueue call of this coalescer is in flight
         self.calls = 0  # script calls sent (a lone job or a batch; each re-send counts)
         self.in_flight = 0  # jobs of the call in flight
+        self.crowded = False  # callers queued behind the last lone call (see send_alone)
 
     @property
     def queued(self) -> int:
@@ -94,31 +102,77 @@ class EnqueueCoalescer:
             ConnectionLost, Unavailable, ScriptError...: as a lone call would.
         """
         group = enqueue_group(job)
-        if not self._busy:  # nothing in flight: sent at once, in this task
-            self._busy = True
-            self.calls += 1
-            self.in_flight = 1
-            try:
-                return (await evaluate(self.conn, enqueue_groups_call(self.queue, [group])))[0]
-            finally:
-                self.in_flight = 0
-                self._next()
-        caller = _Caller(group)
-        self._queued.append(caller)
-        # cancelled: ``gone`` (not sent yet: never will be; sent: nobody reads the answer)
-        answer: Enqueued = await trio.lowlevel.wait_task_rescheduled(caller)
+        answer = await self.enqueue_gated(group)
+        return Enqueued(id=group.id) if answer is None else answer
+
+    async def enqueue_gated(self, group: EnqueueGroup) -> Answer:
+        """:meth:`enqueue` of a job gated already (:func:`enqueue_group`), answering its
+        :data:`Answer`."""
+        caller = self.join(group)
+        if caller is None:
+            return await self.send_alone(group)
+        answer: Answer = await trio.lowlevel.wait_task_rescheduled(caller)
         return answer
 
-    async def _call(self, groups: list[EnqueueGroup]) -> list[Enqueued]:
+    def join(self, group: EnqueueGroup) -> _Caller | None:
+        """Queue a gated job behind the call in flight, or answer None when nothing is in
+        flight: the caller then sends it itself, ``await send_alone(group)``, with no
+        checkpoint between (the coalescer is busy from here until that call answers).
+
+        A queued caller parks with ``await trio.lowlevel.wait_task_rescheduled(caller)``
+        and is woken with its :data:`Answer` or its error. Cancelled while parked: ``gone``
+        (not sent yet: never will be; sent: nobody reads the answer). :meth:`enqueue_gated` is
+        the two steps written out (``Task.delay`` takes them itself: one coroutine less).
+        """
+        if not self._busy:
+            self._busy = True
+            return None
+        caller = _Caller(group)
+        self._queued.append(caller)
+        return caller
+
+    async def send_alone(self, group: EnqueueGroup) -> Answer:
+        """Send the job :meth:`join` answered None for, in this task; then send what
+        queued meanwhile (in the nursery), or go idle.
+
+        When the last lone call had callers queued behind it (``crowded``: callers come
+        together, e.g. a nursery of producers started at once), the tasks ready to run
+        run first, once (a cancel-shielded checkpoint: nothing is sent yet, and this
+        caller cannot be cancelled there); if callers queued meanwhile, this job goes
+        first in their batch, sent from the nursery like any batch (this caller parks as a
+        queued one): one call instead of a lone one and then the rest. A lone producer
+        (nothing queued behind its calls) never waits."""
+        if self.crowded:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            if self._queued:
+                caller = _Caller(group)
+                try:
+                    self._nursery.start_soon(self._drain)
+                except RuntimeError:  # the queue's nursery is closed: this job goes alone
+                    pass
+                else:
+                    self._queued.appendleft(caller)
+                    answer: Answer = await trio.lowlevel.wait_task_rescheduled(caller)
+                    return answer
+        self.calls += 1
+        self.in_flight = 1
+        try:
+            return (await evaluate(self.conn, enqueue_sent_call(self.queue, [group])))[0]
+        finally:
+            self.in_flight = 0
+            self._next()
+
+    async def _call(self, groups: list[EnqueueGroup]) -> list[Answer]:
         self.calls += 1
         self.in_flight = len(groups)
         try:
-            return await evaluate(self.conn, enqueue_groups_call(self.queue, groups))
+            return await evaluate(self.conn, enqueue_sent_call(self.queue, groups))
         finally:
             self.in_flight = 0
 
     def _next(self) -> None:
         """The call in flight answered: send what queued meanwhile, or go idle."""
+        self.crowded = bool(self._queued)
         if not self._queued:
             self._busy = False
             return

@@ -41,6 +41,8 @@ __all__ = [
     "enqueue_batch",
     "enqueue_group",
     "enqueue_groups_call",
+    "enqueue_sent_call",
+    "default_group",
     "enqueue_many",
     "extend_lock",
     "extend_locks",
@@ -156,6 +158,17 @@ def enqueue_group(job: object) -> EnqueueGroup:
     return EnqueueGroup(job_id, payload, options)
 
 
+def default_group(payload: object, options: tuple[Any, ...]) -> EnqueueGroup:
+    """One job of an ``enqueue.lua`` call whose option set was gated already (a task's
+    defaults, :func:`enqueue_group` of its first job: ``Task.delay``): a fresh id and
+    ``payload``, gated as :func:`enqueue_group` gates it.
+
+    Raises:
+        SerializationError, PayloadTooLarge: not bytes or str, or too large.
+    """
+    return EnqueueGroup(new_id(), v.payload_bytes(payload), options)
+
+
 def _check_batch_size(n: int) -> None:
     if not n:
         raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
@@ -215,17 +228,39 @@ def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCal
     Raises:
         as :func:`_enqueue_argv`.
     """
-    ks = keyspace(queue)
-    argv, ids = _enqueue_argv(ks.base, groups)
+    sent = enqueue_sent_call(queue, groups)
 
     def read(reply: Any) -> list[Enqueued]:
-        if reply == len(ids):
-            return [Enqueued(id=job_id) for job_id in ids]
-        if not isinstance(reply, list) or len(reply) != len(ids):
+        return [
+            Enqueued(id=group.id) if answer is None else answer
+            for group, answer in zip(groups, sent.read(reply), strict=True)
+        ]
+
+    return ScriptCall(sent.script, sent.keys, sent.argv, read)
+
+
+def enqueue_sent_call(
+    queue: str, groups: Sequence[EnqueueGroup]
+) -> ScriptCall[list[Enqueued | None]]:
+    """:func:`enqueue_groups_call` answering None for a job written with the id it was
+    sent with (``groups[i].id``: no value made per job) and an :class:`Enqueued` for a
+    deduplicated one (the holder's id).
+
+    Raises:
+        as :func:`_enqueue_argv`.
+    """
+    ks = keyspace(queue)
+    argv, ids = _enqueue_argv(ks.base, groups)
+    n = len(ids)
+
+    def read(reply: Any) -> list[Enqueued | None]:
+        if reply == n:
+            return [None] * n
+        if not isinstance(reply, list) or len(reply) != n:
             raise ScriptError(f"enqueue: unexpected reply {reply!r}")
         return [
-            Enqueued(id=job_id) if answer == 1 else Enqueued(id=text(answer), deduplicated=True)
-            for job_id, answer in zip(ids, reply, strict=True)
+            None if answer == 1 else Enqueued(id=text(answer), deduplicated=True)
+            for answer in reply
         ]
 
     return script_call("enqueue", _enqueue_keys(ks), argv, read)

@@ -88,6 +88,7 @@ for k = 1, m do
     delay = tonumber(ARGV[o]), priority = ARGV[o + 1], max_attempts = ARGV[o + 2],
     dedup = ARGV[o + 6], dedup_ms = ARGV[o + 7], group = ARGV[o + 8] ~= '' and ARGV[o + 8],
     limit = tonumber(ARGV[o + 9]), extra = extra,
+    score0 = -tonumber(ARGV[o + 1]) * BAND,  -- band_score(priority, 0): + seq per job
   }
 end
 
@@ -150,7 +151,7 @@ local channel = base .. 'events'
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
 local seq = 0
 if ready_n > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready_n) - ready_n end
-local flat, grouped = {}, {}  -- the ready jobs, placed by one ready_batch
+local flat, grouped, nflat = {}, {}, 0  -- the ready jobs, placed by one ready_batch
 local soonest = nil  -- the shortest delay of the call, for the workers' channel
 for i = 0, n - 1 do
   -- a dedup hit (or a repeat slot that fired already): nothing to write
@@ -174,8 +175,8 @@ for i = 0, n - 1 do
       if group then
         grouped[#grouped + 1] = {id, group, band_score(set.priority, seq)}
       else
-        flat[#flat + 1] = band_score(set.priority, seq)
-        flat[#flat + 1] = id
+        nflat = nflat + 2
+        flat[nflat - 1], flat[nflat] = set.score0 + seq, id
       end
       redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
     end
