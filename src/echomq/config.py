@@ -435,7 +435,7 @@ class WorkerConfig:
         validator=attrs.validators.optional(_int_option(0, 100_000)),
         metadata=_meta(
             "claimed jobs held beyond concurrency, waiting for a slot, while jobs finish "
-            "fast (0: never; default: the concurrency)",
+            "fast (0: never; default: half the concurrency)",
             int,
         ),
     )

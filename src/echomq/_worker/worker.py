@@ -379,11 +379,9 @@ class Worker:
             await runner.processes.aclose()
 
     def _prefetch(self) -> int:
-        """The prefetch bound (``WorkerConfig.prefetch``; default: the concurrency, so that
-        a claim made while every slot is busy asks for a full batch: half as many claim and
-        ``complete_many`` calls per job as half the concurrency made)."""
+        """The prefetch bound (``WorkerConfig.prefetch``; default: half the concurrency)."""
         prefetch = self.config.prefetch
-        return self.config.concurrency if prefetch is None else prefetch
+        return (self.config.concurrency + 1) // 2 if prefetch is None else prefetch
 
     async def _serve_metrics(self, nursery: trio.Nursery) -> None:
         """``/metrics`` (``metrics_port``; docs/observability.md): a port that cannot be
