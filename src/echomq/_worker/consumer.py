@@ -205,20 +205,24 @@ class Consumer:
     def _take(self, batch: ClaimBatch) -> None:
         """Start each claimed job (no checkpoint here: nothing claimed is dropped)."""
         self.claims += 1
+        add, lease = self.inflight.add, self.claim_lease_ms
+        start, ready = self.slots.start, self._ready
+        taken = 0
         for job in batch.jobs:
             if self._stopping:  # claimed as we stop: straight back to pending
                 self.runner.to_release.append((job.id, job.token))
                 continue
-            held = self.inflight.add(job.id, job.token, self.claim_lease_ms)
-            self.runner.counters.claimed += 1
-            if self._free > 0 and not self._ready:
+            held = add(job.id, job.token, lease)
+            taken += 1
+            if self._free > 0 and not ready:
                 self._free -= 1
-                self.slots.start(job, held)
+                start(job, held)
             else:  # rule 5: prefetched, it takes the next slot that frees
                 held.waiting = True
-                self._ready.append((job, held))
+                ready.append((job, held))
                 if self._free > 0:
                     self._slot_for_ready.set()
+        self.runner.counters.claimed += taken
 
     @staticmethod
     def _idle_time(batch: ClaimBatch) -> float:

@@ -15,7 +15,6 @@ slot task takes the cancellation; a busy one ends with its job's ``Cancelled``).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import attrs
 import outcome
@@ -58,21 +57,18 @@ class Slots:
     async def _slot(self, job: Claimed, held: Held) -> None:
         task = trio.lowlevel.current_task()
         base = task.context.copy()  # rule 2: each job starts from this one
-        item: tuple[Claimed, Held] | None = (job, held)
-        while item is not None:
-            task.name = "job " + item[0].id  # as a task per job was named (the watchdog's)
-            await self.run(*item)
-            if self._closed:
-                return
-            task.context = base.copy()  # taken at the next resumption: the next job's
-            item = await self._park(task)
+        idle, run, wait = self._idle, self.run, trio.lowlevel.wait_task_rescheduled
 
-    async def _park(self, task: trio.lowlevel.Task) -> Any:
-        idle = self._idle
-        idle.append(task)
-
-        def abort(_: object) -> trio.lowlevel.Abort:
+        def abort(_: object) -> trio.lowlevel.Abort:  # a cancelled park (made once per task)
             idle.remove(task)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+        item: tuple[Claimed, Held] | None = (job, held)
+        while item is not None:
+            task.name = "job " + item[0].id  # as a task per job was named (the watchdog's)
+            await run(*item)
+            if self._closed:
+                return
+            task.context = base.copy()  # taken at the next resumption: the next job's
+            idle.append(task)  # parked until start() (or close()) reschedules it
+            item = await wait(abort)
