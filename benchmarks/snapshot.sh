@@ -11,7 +11,8 @@ if [[ $# -gt 0 && "$1" != "--" ]]; then rev="$1"; shift; fi
 [[ $# -gt 0 && "$1" == "--" ]] && shift
 sha="$(git -C "$repo" rev-parse --short "$rev")"
 snap="/tmp/echomq-bench-$sha"
-if [[ ! -d "$snap" ]]; then
+# (a folder without benchmarks/ is the peers harness's echomq@REV export, src/ only: complete it)
+if [[ ! -d "$snap/benchmarks" ]]; then
   mkdir -p "$snap"
   git -C "$repo" archive "$sha" | tar -x -C "$snap"
   echo "$sha" > "$snap/COMMIT"

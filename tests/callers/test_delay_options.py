@@ -4,6 +4,7 @@ those of the long way (``apply`` with no options)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -13,6 +14,7 @@ import trio
 import echomq
 from echomq import config, jobs
 from echomq._redis.keyspace import Keyspace
+from echomq.app import Task
 from echomq.errors import PayloadTooLarge, SerializationError
 
 from .test_coalesce import gated
@@ -104,12 +106,10 @@ async def test_a_group_callable_is_called_per_delay(
     assert groups == [b"t0", b"t1", b"t2"]
 
 
-async def test_concurrent_delays_after_the_first_answer_each_their_id(
-    conn: echomq.Connection, redis_url: str, queue: str
-) -> None:
-    """Callers queued behind a call in flight (the kept set, parked in delay() itself) get
-    their own ids, each row written."""
-    q = echomq.Queue(queue, url=redis_url)
+def _adder(
+    q: echomq.Queue,
+) -> tuple[Task, list[echomq.TaskHandle], Callable[[int], Awaitable[None]]]:
+    """A task ``add`` on ``q``, the handles its ``one(i)`` calls (``add.delay(i, i)``) got."""
 
     @q.task(name="add")
     async def add(a: int, b: int) -> int:
@@ -119,6 +119,17 @@ async def test_concurrent_delays_after_the_first_answer_each_their_id(
 
     async def one(i: int) -> None:
         handles.append(await add.delay(i, i))
+
+    return add, handles, one
+
+
+async def test_concurrent_delays_after_the_first_answer_each_their_id(
+    conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    """Callers queued behind a call in flight (the kept set, parked in delay() itself) get
+    their own ids, each row written."""
+    q = echomq.Queue(queue, url=redis_url)
+    add, handles, one = _adder(q)
 
     with trio.fail_after(10):
         async with gated(q) as (coalescer, gate):
@@ -143,15 +154,7 @@ async def test_callers_that_come_together_go_as_one_call(
     the ready tasks run first: a nursery of 20 delay() calls is one script call, and a
     caller alone afterwards is sent alone (and the coalescer is no longer crowded)."""
     q = echomq.Queue(queue, url=redis_url)
-
-    @q.task(name="add")
-    async def add(a: int, b: int) -> int:
-        return a + b
-
-    handles: list[echomq.TaskHandle] = []
-
-    async def one(i: int) -> None:
-        handles.append(await add.delay(i, i))
+    add, handles, one = _adder(q)
 
     with trio.fail_after(10):
         async with gated(q) as (coalescer, gate):
