@@ -6,13 +6,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import trio
 
 import echomq
-from echomq import jobs
+from echomq import jobs, stalled
 from echomq._worker import consumer
+from echomq._worker.settling import Completions
 
 from ._runtime import serving, until, wait_state
 
@@ -110,3 +112,61 @@ async def test_a_prefetched_job_that_lost_its_lease_never_runs(redis_url: str, q
             await until(lambda: worker.statistics().lost == 1 and worker.statistics().held == 0)
             assert await waiting[1].result(timeout=5) in (3, 4)
     assert waiting[0].id not in ran
+
+
+async def test_a_crash_hands_prefetched_jobs_back_uncounted(
+    redis_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that fails (a bug in its batched completions) leaves its running jobs to
+    recovery, counted as stalls; its prefetched jobs never started, so they are back in
+    pending, uncounted."""
+    q = echomq.Queue(queue, url=redis_url)
+    gate = trio.Event()
+    ran: list[str] = []
+
+    @q.task(name="hold", lease=0.3)
+    async def hold(n: int) -> int:
+        ran.append(echomq.current_job().id)
+        if n:
+            await gate.wait()
+        return n
+
+    async def buggy_record(self: Completions, batch: Any, settled: Any) -> None:
+        raise RuntimeError("a bug in the worker")
+
+    worker = echomq.Worker(q, concurrency=2, prefetch=2, recovery_interval=60)
+    crashes: list[BaseException] = []
+
+    async def serve() -> None:
+        try:
+            await worker.serve()
+        except BaseException as exc:  # the crash, as an exception group
+            crashes.append(exc)
+
+    with trio.fail_after(20):
+        async with q.open():
+            conn = q.connection
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve)
+                warm = await hold.delay(0)
+                assert await warm.result(timeout=5) == 0
+                handles = [await hold.delay(n) for n in range(1, 5)]
+                await until(lambda: worker.statistics().prefetched == 2)
+                monkeypatch.setattr(Completions, "_record", buggy_record)
+                gate.set()  # the running two complete; recording their batch fails
+            assert len(crashes) == 1 and isinstance(crashes[0], BaseExceptionGroup)
+            assert crashes[0].subgroup(RuntimeError) is not None
+            waiting = [h for h in handles if h.id not in ran]
+            running = [h for h in handles if h.id in ran]
+            assert len(waiting) == 2 and len(running) == 2
+            for handle in waiting:
+                info = await handle.info()
+                assert info is not None and info.state == "pending" and info.stalled == 0
+            dead: list[str] = []
+
+            async def swept() -> bool:
+                dead.extend((await stalled.check(conn, queue, max_stalled=1)).dead)
+                return len(dead) == 2
+
+            await until(swept, within=2)  # the running ones' leases were cut to 1 ms
+    assert sorted(dead) == sorted(h.id for h in running)

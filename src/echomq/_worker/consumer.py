@@ -26,7 +26,8 @@ claims the next (Celery's prefetch). A waiting job is held like a running one (i
 ``InFlight`` map: the lease keeper renews it, a cancel request or a lost lease reaches
 it; a job that lost its lease while waiting is never run). Stopping hands the waiting
 jobs back at once (``give_back``; the worker releases them, fenced, before the grace
-starts); a crash leaves them to recovery with the running ones. Slow jobs never prefetch:
+starts); a worker that fails starts none once its jobs nursery is cancelled, and hands
+them back uncounted (they never ran: not what failed it). Slow jobs never prefetch:
 a prefetched job would wait behind them while another worker idles.
 Rule 2: when a claim answers fewer jobs than asked, the queue is (for now) empty or
 paused: the next claim waits behind a BLPOP on the wake list (``wait_then_claim``: both
@@ -143,8 +144,9 @@ class Consumer:
         finished job's): a slot task started here begins in this task's context, not in
         the context of the job whose completion freed the slot, and by the time it runs the
         slot tasks of the finished batch are parked, ready to be reused."""
+        failing = self.jobs_nursery.cancel_scope  # cancelled: a job task failed (a crash)
         while True:
-            while self._ready and self._free > 0:
+            while self._ready and self._free > 0 and not failing.cancel_called:
                 self._free -= 1
                 job, held = self._ready.popleft()
                 held.waiting = False

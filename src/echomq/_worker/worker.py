@@ -27,8 +27,9 @@ with one fenced ``release``; wait up to ``grace`` seconds for held jobs (the lea
 keeps renewing them); cancel the rest and hand them back to pending at once with one
 fenced ``release``; then stop the helpers. A second ``shutdown(grace=0)`` cuts the wait short.
 
-A worker that fails (an error leaves ``serve``) is a crash: its held jobs are not handed
-back uncounted, their leases are cut so that recovery collects them as stalls at once.
+A worker that fails (an error leaves ``serve``) is a crash: its started jobs are not handed
+back uncounted, their leases are cut so that recovery collects them as stalls at once; its
+prefetched jobs never started (not what failed it) and are handed back uncounted.
 """
 
 from __future__ import annotations
@@ -370,7 +371,17 @@ class Worker:
             crashed = is_crash(exc)
             raise
         finally:
-            if consumer is not None:
+            if crashed and consumer is not None:
+                # prefetched jobs never started, so they are not what took the worker
+                # down: handed back uncounted, the others left to recovery (counted)
+                started, runner.to_release = runner.to_release, []
+                consumer.give_back()
+                try:
+                    await self._release(conn, runner)
+                except Exception as exc:  # failing already: their leases lapse instead
+                    log.error("worker failed: could not hand back its prefetched jobs (%s)", exc)
+                runner.to_release = started
+            elif consumer is not None:
                 consumer.give_back()  # prefetched jobs: with the others, as below
             if crashed:
                 await self._abandon(conn, runner)
