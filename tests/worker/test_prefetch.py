@@ -15,6 +15,7 @@ import echomq
 from echomq import jobs, stalled
 from echomq._worker import consumer
 from echomq._worker.settling import Completions
+from echomq.app import Task
 
 from ._runtime import serving, until, wait_state
 
@@ -25,13 +26,8 @@ def _always_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(consumer, "PREFETCH_TURNOVER", 3600.0)
 
 
-@asynccontextmanager
-async def prefetching(
-    q: echomq.Queue, gate: trio.Event, **options: float
-) -> AsyncIterator[tuple[echomq.Worker, list[echomq.TaskHandle], list[str]]]:
-    """A worker (concurrency 2, prefetch 2) with 2 jobs running on ``gate`` and 2 jobs
-    prefetched behind them (after one warm-up job made the slots turn over)."""
-    ran: list[str] = []
+def _hold(q: echomq.Queue, gate: trio.Event, ran: list[str]) -> Task:
+    """A task ``hold(n)`` on ``q``: notes its job's id in ``ran``; n > 0 waits for ``gate``."""
 
     @q.task(name="hold", lease=0.3)
     async def hold(n: int) -> int:
@@ -40,13 +36,30 @@ async def prefetching(
             await gate.wait()
         return n
 
+    return hold
+
+
+async def _two_running_two_waiting(worker: echomq.Worker, hold: Task) -> list[echomq.TaskHandle]:
+    """One warm-up job (the slots turn over), then 4 jobs: 2 run, 2 wait prefetched."""
+    warm = await hold.delay(0)
+    assert await warm.result(timeout=5) == 0
+    handles = [await hold.delay(n) for n in range(1, 5)]
+    await until(lambda: worker.statistics().prefetched == 2)
+    return handles
+
+
+@asynccontextmanager
+async def prefetching(
+    q: echomq.Queue, gate: trio.Event, **options: Any
+) -> AsyncIterator[tuple[echomq.Worker, list[echomq.TaskHandle], list[str]]]:
+    """A worker (concurrency 2, prefetch 2) with 2 jobs running on ``gate`` and 2 jobs
+    prefetched behind them (after one warm-up job made the slots turn over)."""
+    ran: list[str] = []
+    hold = _hold(q, gate, ran)
     async with q.open():
         worker = echomq.Worker(q, concurrency=2, prefetch=2, **options)
         async with serving(worker):
-            warm = await hold.delay(0)
-            assert await warm.result(timeout=5) == 0
-            handles = [await hold.delay(n) for n in range(1, 5)]
-            await until(lambda: worker.statistics().prefetched == 2)
+            handles = await _two_running_two_waiting(worker, hold)
             yield worker, handles, ran
 
 
@@ -123,13 +136,7 @@ async def test_a_crash_hands_prefetched_jobs_back_uncounted(
     q = echomq.Queue(queue, url=redis_url)
     gate = trio.Event()
     ran: list[str] = []
-
-    @q.task(name="hold", lease=0.3)
-    async def hold(n: int) -> int:
-        ran.append(echomq.current_job().id)
-        if n:
-            await gate.wait()
-        return n
+    hold = _hold(q, gate, ran)
 
     async def buggy_record(self: Completions, batch: Any, settled: Any) -> None:
         raise RuntimeError("a bug in the worker")
@@ -148,10 +155,7 @@ async def test_a_crash_hands_prefetched_jobs_back_uncounted(
             conn = q.connection
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(serve)
-                warm = await hold.delay(0)
-                assert await warm.result(timeout=5) == 0
-                handles = [await hold.delay(n) for n in range(1, 5)]
-                await until(lambda: worker.statistics().prefetched == 2)
+                handles = await _two_running_two_waiting(worker, hold)
                 monkeypatch.setattr(Completions, "_record", buggy_record)
                 gate.set()  # the running two complete; recording their batch fails
             assert len(crashes) == 1 and isinstance(crashes[0], BaseExceptionGroup)
