@@ -130,6 +130,15 @@ class InFlight:
             if not self.jobs:
                 self._idle.set()
 
+    def remove_many(self, helds: list[Held]) -> None:
+        """:meth:`remove` each of ``helds``."""
+        jobs = self.jobs
+        for held in helds:
+            if jobs.get(held.id) is held:
+                del jobs[held.id]
+        if not jobs:
+            self._idle.set()
+
     async def wait_idle(self) -> None:
         """Return once no job is held."""
         await self._idle.wait()

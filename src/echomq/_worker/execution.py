@@ -46,7 +46,6 @@ from .. import _tracing, jobs
 from .._jitter import Backoff
 from .._model.backoff import NoDelay, backoff_ms, default_backoff, delay_ms
 from .._model.cancel import cancelled_result
-from .._model.codec import Call
 from .._model.flow import Feed, Policy, split_payload, value_or_failure
 from .._model.job import Claimed
 from .._model.text import clip, error_text, safe_str
@@ -66,7 +65,7 @@ from .cancellation import Held, InFlight, Stop
 from .context import Job, bind, unbind
 from .processes import ProcessPool
 from .protocols import QueueSpec, TaskSpec
-from .settling import Completions
+from .settling import Completions, Item
 from .tally import Tally
 from .timelimits import ThreadCall, soft_limited
 
@@ -151,7 +150,7 @@ class JobRunner:
     queue: QueueSpec
     conn: Executor  # an echomq.Connection (tests may wrap it)
     inflight: InFlight
-    on_done: Callable[[], None]
+    on_done: Callable[[int], None]  # that many slots are free again
     settle_timeout: float = 10.0
     counters: Counters = attrs.field(factory=Counters)
     to_release: list[tuple[str, int]] = attrs.field(factory=list)
@@ -167,9 +166,9 @@ class JobRunner:
             conn=self.conn,
             queue=self.queue.name,
             settle_timeout=self.settle_timeout,
-            recorded=self._recorded,
+            recorded=self._recorded_batch,
             lost=self._lost,
-            finish=self._finish,
+            finish=self._finish_batch,
             settle_alone=self._settle_completion,
         )
 
@@ -197,7 +196,9 @@ class JobRunner:
                 held.settling = True
                 if isinstance(settlement, bytes):  # completed: its encoded result (fast path)
                     settled = None
-                    await self.completions.add(held, settlement, False)
+                    completions = self.completions
+                    if not completions.join(held, settlement, False):  # (no coroutine)
+                        await completions.add(held, settlement, False)
                     return
                 if settlement.complete and settlement.traceback is None:
                     # batched with the completions of this tick; the batch finishes it
@@ -219,7 +220,16 @@ class JobRunner:
         if not settled and held.stop not in (Stop.LOST, Stop.FENCED):
             # a shutdown past grace (or the worker cancelled from outside): hand back
             self.to_release.append((held.id, held.token))
-        self.on_done()
+        self.on_done(1)
+
+    def _finish_batch(self, batch: list[Item], settled: set[Held]) -> None:
+        """:meth:`_finish` for each job of a batch of completions, its slots freed at once."""
+        helds = [held for held, _, _ in batch]
+        self.inflight.remove_many(helds)
+        for held in helds:
+            if held not in settled and held.stop not in (Stop.LOST, Stop.FENCED):
+                self.to_release.append((held.id, held.token))  # as in _finish
+        self.on_done(len(helds))
 
     def _recorded(self, held: Held, cancelled: bool) -> None:
         if cancelled:
@@ -228,6 +238,16 @@ class JobRunner:
         else:
             self.counters.completed += 1
             self.tally.record(held.task, "completed", held.ran)
+
+    def _recorded_batch(self, items: list[Item]) -> None:
+        """:meth:`_recorded` for each of ``items`` (the completions the server took)."""
+        done = [held for held, _, cancelled in items if not cancelled]
+        if len(done) < len(items):
+            for held, _, cancelled in items:
+                if cancelled:
+                    self._recorded(held, True)
+        self.counters.completed += len(done)
+        self.tally.record_many(done, "completed")
 
     def _lost(self, held: Held) -> None:
         self.counters.lost += 1
@@ -282,7 +302,36 @@ class JobRunner:
         held.lease_ms = known[1]
         held.task = task.name
         if known[2] and not is_parent:
-            return await self._execute_plain(task, claimed, held, call)
+            # the common case: an async task with no time limits, not a flow parent. The
+            # same steps as below (rule 1: its own scope; rule 3), inline (no coroutine of
+            # its own), fewer objects: the ``Job`` of a task that does not take it is made
+            # only if ``current_job()`` asks
+            if task.wants_job:
+                job = self._job(task, claimed, held)
+                args = (job, *call.args)
+                bound = bind(job)
+            else:
+                args = call.args
+                bound = bind(_Deferred(self, task, claimed, held))
+            ended: Settlement | bytes | None = None
+            started = perf_counter()
+            try:
+                with held.scope:
+                    try:
+                        value = await task.fn(*args, **call.kwargs)
+                    except BaseException as exc:  # rule 3: only trio's Cancelled passes
+                        failure = _failure_of(exc)
+                        if failure is None:
+                            raise
+                        ended = self._outcome(task, claimed, held, failure, exc, None)
+                    else:
+                        ended = self._encode(claimed, value)
+            finally:
+                unbind(bound)
+                held.ran = perf_counter() - started
+            if ended is None:  # the scope caught a cancellation (ours, or the worker's)
+                return _cancelled(held)
+            return ended
         args = call.args
         results: list[Any] | None = None
         if is_parent:  # a flow parent: its children's outcomes, its policy (docs/flows.md)
@@ -330,39 +379,6 @@ class JobRunner:
         if settlement is None:  # the scope caught a cancellation (ours, or the worker's)
             return _cancelled(held)
         return settlement
-
-    async def _execute_plain(
-        self, task: TaskSpec, claimed: Claimed, held: Held, call: Call
-    ) -> Settlement | bytes | None:
-        """:meth:`_execute` for the common case: an async task with no time limits, not a
-        flow parent. The same steps (rule 1: its own scope; rule 3), fewer objects: the
-        ``Job`` of a task that does not take it is made only if ``current_job()`` asks."""
-        if task.wants_job:
-            job = self._job(task, claimed, held)
-            args = (job, *call.args)
-            bound = bind(job)
-        else:
-            args = call.args
-            bound = bind(_Deferred(self, task, claimed, held))
-        ended: Settlement | bytes | None = None
-        started = perf_counter()
-        try:
-            with held.scope:
-                try:
-                    value = await task.fn(*args, **call.kwargs)
-                except BaseException as exc:  # rule 3: only trio's Cancelled passes
-                    failure = _failure_of(exc)
-                    if failure is None:
-                        raise
-                    ended = self._outcome(task, claimed, held, failure, exc, None)
-                else:
-                    ended = self._encode(claimed, value)
-        finally:
-            unbind(bound)
-            held.ran = perf_counter() - started
-        if ended is None:  # the scope caught a cancellation (ours, or the worker's)
-            return _cancelled(held)
-        return ended
 
     def _job(
         self, task: TaskSpec, claimed: Claimed, held: Held, children: list[Any] | None = None
