@@ -46,6 +46,7 @@ from .. import _tracing, jobs
 from .._jitter import Backoff
 from .._model.backoff import NoDelay, backoff_ms, default_backoff, delay_ms
 from .._model.cancel import cancelled_result
+from .._model.codec import Call
 from .._model.flow import Feed, Policy, split_payload, value_or_failure
 from .._model.job import Claimed
 from .._model.text import clip, error_text, safe_str
@@ -74,6 +75,8 @@ __all__ = ["MAX_ERROR_TEXT", "Counters", "JobRunner", "Settlement"]
 log = logging.getLogger("echomq.worker")
 
 _LOST = (StaleToken, NotActive, JobGone)
+# a decoded job: its task, its call, whether it is a flow parent, whether it runs plain
+Plan = tuple[TaskSpec, Call, bool, bool]
 
 MAX_ERROR_TEXT = 8 * 1024  # bytes of a job's last_error (and of its events' error field)
 _REASON_ROOM = 1024  # bytes of an error text kept for "(not retried: ...)"
@@ -183,7 +186,42 @@ class JobRunner:
             elif _tracing.ENABLED and _tracing.on():  # docs/observability.md
                 settlement = await self._execute_traced(claimed, held)
             else:
-                settlement = await self._execute(claimed, held)
+                plan = self._plan(claimed, held)
+                if isinstance(plan, Settlement):  # it ends before it runs
+                    settlement = plan
+                elif plan[3]:
+                    # the common case: an async task with no time limits, not a flow
+                    # parent. The same steps as _execute (rule 1: its own scope; rule 3),
+                    # inline (no coroutine of its own), fewer objects: the ``Job`` of a
+                    # task that does not take it is made only if ``current_job()`` asks
+                    task, call = plan[0], plan[1]
+                    if task.wants_job:
+                        job = self._job(task, claimed, held)
+                        args = (job, *call.args)
+                        bound = bind(job)
+                    else:
+                        args = call.args
+                        bound = bind(_Deferred(self, task, claimed, held))
+                    settlement = None
+                    started = perf_counter()
+                    try:
+                        with held.scope:
+                            try:
+                                value = await task.fn(*args, **call.kwargs)
+                            except BaseException as exc:  # rule 3: only Cancelled passes
+                                failure = _failure_of(exc)
+                                if failure is None:
+                                    raise
+                                settlement = self._outcome(task, claimed, held, failure, exc, None)
+                            else:
+                                settlement = self._encode(claimed, value)
+                    finally:
+                        unbind(bound)
+                        held.ran = perf_counter() - started
+                    if settlement is None:  # its scope caught a cancellation
+                        settlement = _cancelled(held)
+                else:
+                    settlement = await self._execute(claimed, held, plan)
             if held.stop is Stop.FENCED:
                 self.counters.cancelled += 1
                 self.tally.record(held.task, "cancelled", held.ran)
@@ -277,9 +315,10 @@ class JobRunner:
                 span.outcome(task, "dead" if s.dead else "retried", s.error)
             return s
 
-    async def _execute(self, claimed: Claimed, held: Held) -> Settlement | bytes | None:
-        """Run the job; answer how it ends: a :class:`Settlement`, or the encoded result of
-        a completion (bytes), or None (not settled here: lost, fenced, handed back)."""
+    def _plan(self, claimed: Claimed, held: Held) -> Plan | Settlement:
+        """The decoded payload and its task: ``(task, call, is a flow parent, plain)``
+        (plain: an async task with no time limits, not a flow parent); or the settlement
+        of a job that ends before it runs (a payload that cannot be decoded, no such task)."""
         queue = self.queue
         is_parent, payload = split_payload(claimed.payload)
         try:
@@ -301,37 +340,20 @@ class JobRunner:
             known = self._known[call.task] = (task, opts.lease_ms, plain)
         held.lease_ms = known[1]
         held.task = task.name
-        if known[2] and not is_parent:
-            # the common case: an async task with no time limits, not a flow parent. The
-            # same steps as below (rule 1: its own scope; rule 3), inline (no coroutine of
-            # its own), fewer objects: the ``Job`` of a task that does not take it is made
-            # only if ``current_job()`` asks
-            if task.wants_job:
-                job = self._job(task, claimed, held)
-                args = (job, *call.args)
-                bound = bind(job)
-            else:
-                args = call.args
-                bound = bind(_Deferred(self, task, claimed, held))
-            ended: Settlement | bytes | None = None
-            started = perf_counter()
-            try:
-                with held.scope:
-                    try:
-                        value = await task.fn(*args, **call.kwargs)
-                    except BaseException as exc:  # rule 3: only trio's Cancelled passes
-                        failure = _failure_of(exc)
-                        if failure is None:
-                            raise
-                        ended = self._outcome(task, claimed, held, failure, exc, None)
-                    else:
-                        ended = self._encode(claimed, value)
-            finally:
-                unbind(bound)
-                held.ran = perf_counter() - started
-            if ended is None:  # the scope caught a cancellation (ours, or the worker's)
-                return _cancelled(held)
-            return ended
+        return task, call, is_parent, known[2] and not is_parent
+
+    async def _execute(
+        self, claimed: Claimed, held: Held, plan: Plan | None = None
+    ) -> Settlement | bytes | None:
+        """Run the job; answer how it ends: a :class:`Settlement`, or the encoded result of
+        a completion (bytes), or None (not settled here: lost, fenced, handed back).
+        (:meth:`run` runs a plain task's job itself, the same way, with fewer objects.)"""
+        if plan is None:
+            found = self._plan(claimed, held)
+            if not isinstance(found, tuple):
+                return found
+            plan = found
+        task, call, is_parent, _ = plan
         args = call.args
         results: list[Any] | None = None
         if is_parent:  # a flow parent: its children's outcomes, its policy (docs/flows.md)
