@@ -9,7 +9,7 @@ import trio
 
 import echomq
 from echomq import cancel, jobs
-from echomq._worker.cancellation import InFlight, Stop
+from echomq._worker.cancellation import Held, InFlight, Stop
 from echomq.errors import JobCancelled, JobGone, NotCancellable
 from worker._runtime import serving, until, wait_state
 
@@ -178,3 +178,14 @@ async def test_cancel_refuses_finished_and_missing_jobs(redis_url: str, queue: s
             with pytest.raises(JobGone):
                 await cancel.request(q.connection, queue, "no-such-job")
             assert await jobs.get_job(q.connection, queue, "no-such-job") is None
+
+
+def test_a_held_jobs_cancel_token_is_made_once_when_first_asked_for() -> None:
+    """The token is made lazily (most jobs never read it); a cancel before anyone asked
+    still lands on the one token every later reader sees."""
+    held = Held("j", 1, 1000)
+    assert held.cancel_token is held.cancel_token and not held.cancel_token.cancelled
+    early = Held("k", 1, 1000)
+    early.cancel("asked")
+    assert early.stop is Stop.CANCEL and early.scope.cancel_called
+    assert early.cancel_token.cancelled and early.cancel_token.reason == "asked"

@@ -14,7 +14,10 @@ from echomq._model import codec
 from echomq._model.codec import JSON
 from echomq.errors import SerializationError
 
-VALUES: list[Any] = [None, 0, -1.5, 'é\n"', [1, [2, {}]], {"a": None, "b": [True, False]}, ""]
+VALUES: list[Any] = [
+    None, 0, -1.5, 'é\n"', [1, [2, {}]], {"a": None, "b": [True, False]}, "", "ok",
+    "\ud800 lone", "中\x00\t\\/",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("value", VALUES)

@@ -50,7 +50,7 @@ class Held:
     token: int
     lease_ms: int
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    cancel_token: CancelToken = attrs.field(factory=CancelToken)
+    _cancel_token: CancelToken | None = attrs.field(default=None, init=False)
     stop: Stop | None = None
     settling: bool = False  # the outcome is being recorded: the keeper leaves it alone
     # a sync task's thread runs under a shield that only a lost lease, a shutdown past
@@ -60,6 +60,14 @@ class Held:
     fence_at: float | None = None  # rule 4: when the cancel's grace runs out (trio time)
     ran: float | None = None  # the handler's run time, seconds (None: it did not run)
     waiting: bool = False  # prefetched: claimed, waiting for a slot (consumer.py rule 5)
+
+    @property
+    def cancel_token(self) -> CancelToken:
+        """The job's :class:`CancelToken` (made when first asked for: most jobs never are)."""
+        token = self._cancel_token
+        if token is None:
+            token = self._cancel_token = CancelToken()
+        return token
 
     def cancel(self, reason: str | None) -> None:
         self.cancel_token.cancel(reason)
@@ -118,7 +126,7 @@ class InFlight:
         self.jobs[job_id] = held
         if self._idle.is_set():
             self._idle = trio.Event()
-        early = self._early.pop(job_id, None)
+        early = self._early.pop(job_id, None) if self._early else None
         if early is not None and trio.current_time() - early[0] < _EARLY_CANCEL_TTL:
             at, reason, grace, fenced = early
             self._apply(held, reason, None if grace is None else at + grace, fenced)
@@ -129,6 +137,15 @@ class InFlight:
             del self.jobs[held.id]
             if not self.jobs:
                 self._idle.set()
+
+    def remove_many(self, helds: list[Held]) -> None:
+        """:meth:`remove` each of ``helds``."""
+        jobs = self.jobs
+        for held in helds:
+            if jobs.get(held.id) is held:
+                del jobs[held.id]
+        if not jobs:
+            self._idle.set()
 
     async def wait_idle(self) -> None:
         """Return once no job is held."""

@@ -115,17 +115,17 @@ class Consumer:
         """Claimed jobs waiting for a slot (rule 5)."""
         return len(self._ready)
 
-    def slot_freed(self) -> None:
-        """A job finished (settled or handed back): one more slot is free; a prefetched
-        job takes it at once (rule 5)."""
-        self._turned += 1
+    def slot_freed(self, n: int = 1) -> None:
+        """``n`` jobs finished (settled or handed back): that many more slots are free; a
+        prefetched job takes one at once (rule 5)."""
+        self._turned += n
         if self._turned >= self._cohort:  # rule 5: how fast the slots turn over
             now = trio.current_time()
             fast = now - self._turn_start <= PREFETCH_TURNOVER
             self._fast_until = now + PREFETCH_TURNOVER if fast else 0.0
             self._turn_start = now
             self._turned = 0
-        self._free += 1
+        self._free += n
         if self._ready:
             self._slot_for_ready.set()
         self._freed.set()

@@ -66,7 +66,7 @@ from .cancellation import Held, InFlight, Stop
 from .context import Job, bind, unbind
 from .processes import ProcessPool
 from .protocols import QueueSpec, TaskSpec
-from .settling import Completions
+from .settling import Completions, Item
 from .tally import Tally
 from .timelimits import ThreadCall, soft_limited
 
@@ -75,6 +75,8 @@ __all__ = ["MAX_ERROR_TEXT", "Counters", "JobRunner", "Settlement"]
 log = logging.getLogger("echomq.worker")
 
 _LOST = (StaleToken, NotActive, JobGone)
+# a decoded job: its task, its call, whether it is a flow parent, whether it runs plain
+Plan = tuple[TaskSpec, Call, bool, bool]
 
 MAX_ERROR_TEXT = 8 * 1024  # bytes of a job's last_error (and of its events' error field)
 _REASON_ROOM = 1024  # bytes of an error text kept for "(not retried: ...)"
@@ -151,7 +153,7 @@ class JobRunner:
     queue: QueueSpec
     conn: Executor  # an echomq.Connection (tests may wrap it)
     inflight: InFlight
-    on_done: Callable[[], None]
+    on_done: Callable[[int], None]  # that many slots are free again
     settle_timeout: float = 10.0
     counters: Counters = attrs.field(factory=Counters)
     to_release: list[tuple[str, int]] = attrs.field(factory=list)
@@ -167,9 +169,9 @@ class JobRunner:
             conn=self.conn,
             queue=self.queue.name,
             settle_timeout=self.settle_timeout,
-            recorded=self._recorded,
+            recorded=self._recorded_batch,
             lost=self._lost,
-            finish=self._finish,
+            finish=self._finish_batch,
             settle_alone=self._settle_completion,
         )
 
@@ -184,7 +186,42 @@ class JobRunner:
             elif _tracing.ENABLED and _tracing.on():  # docs/observability.md
                 settlement = await self._execute_traced(claimed, held)
             else:
-                settlement = await self._execute(claimed, held)
+                plan = self._plan(claimed, held)
+                if isinstance(plan, Settlement):  # it ends before it runs
+                    settlement = plan
+                elif plan[3]:
+                    # the common case: an async task with no time limits, not a flow
+                    # parent. The same steps as _execute (rule 1: its own scope; rule 3),
+                    # inline (no coroutine of its own), fewer objects: the ``Job`` of a
+                    # task that does not take it is made only if ``current_job()`` asks
+                    task, call = plan[0], plan[1]
+                    if task.wants_job:
+                        job = self._job(task, claimed, held)
+                        args = (job, *call.args)
+                        bound = bind(job)
+                    else:
+                        args = call.args
+                        bound = bind(_Deferred(self, task, claimed, held))
+                    settlement = None
+                    started = perf_counter()
+                    try:
+                        with held.scope:
+                            try:
+                                value = await task.fn(*args, **call.kwargs)
+                            except BaseException as exc:  # rule 3: only Cancelled passes
+                                failure = _failure_of(exc)
+                                if failure is None:
+                                    raise
+                                settlement = self._outcome(task, claimed, held, failure, exc, None)
+                            else:
+                                settlement = self._encode(claimed, value)
+                    finally:
+                        unbind(bound)
+                        held.ran = perf_counter() - started
+                    if settlement is None:  # its scope caught a cancellation
+                        settlement = _cancelled(held)
+                else:
+                    settlement = await self._execute(claimed, held, plan)
             if held.stop is Stop.FENCED:
                 self.counters.cancelled += 1
                 self.tally.record(held.task, "cancelled", held.ran)
@@ -197,7 +234,9 @@ class JobRunner:
                 held.settling = True
                 if isinstance(settlement, bytes):  # completed: its encoded result (fast path)
                     settled = None
-                    await self.completions.add(held, settlement, False)
+                    completions = self.completions
+                    if not completions.join(held, settlement, False):  # (no coroutine)
+                        await completions.add(held, settlement, False)
                     return
                 if settlement.complete and settlement.traceback is None:
                     # batched with the completions of this tick; the batch finishes it
@@ -219,7 +258,16 @@ class JobRunner:
         if not settled and held.stop not in (Stop.LOST, Stop.FENCED):
             # a shutdown past grace (or the worker cancelled from outside): hand back
             self.to_release.append((held.id, held.token))
-        self.on_done()
+        self.on_done(1)
+
+    def _finish_batch(self, batch: list[Item], settled: set[Held]) -> None:
+        """:meth:`_finish` for each job of a batch of completions, its slots freed at once."""
+        helds = [held for held, _, _ in batch]
+        self.inflight.remove_many(helds)
+        for held in helds:
+            if held not in settled and held.stop not in (Stop.LOST, Stop.FENCED):
+                self.to_release.append((held.id, held.token))  # as in _finish
+        self.on_done(len(helds))
 
     def _recorded(self, held: Held, cancelled: bool) -> None:
         if cancelled:
@@ -228,6 +276,16 @@ class JobRunner:
         else:
             self.counters.completed += 1
             self.tally.record(held.task, "completed", held.ran)
+
+    def _recorded_batch(self, items: list[Item]) -> None:
+        """:meth:`_recorded` for each of ``items`` (the completions the server took)."""
+        done = [held for held, _, cancelled in items if not cancelled]
+        if len(done) < len(items):
+            for held, _, cancelled in items:
+                if cancelled:
+                    self._recorded(held, True)
+        self.counters.completed += len(done)
+        self.tally.record_many(done, "completed")
 
     def _lost(self, held: Held) -> None:
         self.counters.lost += 1
@@ -257,9 +315,10 @@ class JobRunner:
                 span.outcome(task, "dead" if s.dead else "retried", s.error)
             return s
 
-    async def _execute(self, claimed: Claimed, held: Held) -> Settlement | bytes | None:
-        """Run the job; answer how it ends: a :class:`Settlement`, or the encoded result of
-        a completion (bytes), or None (not settled here: lost, fenced, handed back)."""
+    def _plan(self, claimed: Claimed, held: Held) -> Plan | Settlement:
+        """The decoded payload and its task: ``(task, call, is a flow parent, plain)``
+        (plain: an async task with no time limits, not a flow parent); or the settlement
+        of a job that ends before it runs (a payload that cannot be decoded, no such task)."""
         queue = self.queue
         is_parent, payload = split_payload(claimed.payload)
         try:
@@ -281,8 +340,20 @@ class JobRunner:
             known = self._known[call.task] = (task, opts.lease_ms, plain)
         held.lease_ms = known[1]
         held.task = task.name
-        if known[2] and not is_parent:
-            return await self._execute_plain(task, claimed, held, call)
+        return task, call, is_parent, known[2] and not is_parent
+
+    async def _execute(
+        self, claimed: Claimed, held: Held, plan: Plan | None = None
+    ) -> Settlement | bytes | None:
+        """Run the job; answer how it ends: a :class:`Settlement`, or the encoded result of
+        a completion (bytes), or None (not settled here: lost, fenced, handed back).
+        (:meth:`run` runs a plain task's job itself, the same way, with fewer objects.)"""
+        if plan is None:
+            found = self._plan(claimed, held)
+            if not isinstance(found, tuple):
+                return found
+            plan = found
+        task, call, is_parent, _ = plan
         args = call.args
         results: list[Any] | None = None
         if is_parent:  # a flow parent: its children's outcomes, its policy (docs/flows.md)
@@ -330,39 +401,6 @@ class JobRunner:
         if settlement is None:  # the scope caught a cancellation (ours, or the worker's)
             return _cancelled(held)
         return settlement
-
-    async def _execute_plain(
-        self, task: TaskSpec, claimed: Claimed, held: Held, call: Call
-    ) -> Settlement | bytes | None:
-        """:meth:`_execute` for the common case: an async task with no time limits, not a
-        flow parent. The same steps (rule 1: its own scope; rule 3), fewer objects: the
-        ``Job`` of a task that does not take it is made only if ``current_job()`` asks."""
-        if task.wants_job:
-            job = self._job(task, claimed, held)
-            args = (job, *call.args)
-            bound = bind(job)
-        else:
-            args = call.args
-            bound = bind(_Deferred(self, task, claimed, held))
-        ended: Settlement | bytes | None = None
-        started = perf_counter()
-        try:
-            with held.scope:
-                try:
-                    value = await task.fn(*args, **call.kwargs)
-                except BaseException as exc:  # rule 3: only trio's Cancelled passes
-                    failure = _failure_of(exc)
-                    if failure is None:
-                        raise
-                    ended = self._outcome(task, claimed, held, failure, exc, None)
-                else:
-                    ended = self._encode(claimed, value)
-        finally:
-            unbind(bound)
-            held.ran = perf_counter() - started
-        if ended is None:  # the scope caught a cancellation (ours, or the worker's)
-            return _cancelled(held)
-        return ended
 
     def _job(
         self, task: TaskSpec, claimed: Claimed, held: Held, children: list[Any] | None = None

@@ -35,7 +35,7 @@ from ..config import MAX_BATCH_BYTES
 from ..errors import TRANSIENT, EchoMQError, JobGone, NotActive, ScriptError, StaleToken
 from .cancellation import Held
 
-__all__ = ["Completions"]
+__all__ = ["Completions", "Item"]
 
 log = logging.getLogger("echomq.worker")
 
@@ -72,16 +72,27 @@ class Completions:
     conn: Executor
     queue: str
     settle_timeout: float
-    # counts one recorded completion (cancelled or not); lost ones go to ``lost``
-    recorded: Callable[[Held, bool], None]
+    # counts the completions the server recorded (cancelled or not), one call per script
+    # call; lost ones go to ``lost``
+    recorded: Callable[[list[Item]], None]
     lost: Callable[[Held], None]
-    # a job whose outcome the server has (or that recovery owns now): leaves the held map
-    # and frees its slot; the flag says whether it was settled (False: hand it back)
-    finish: Callable[[Held, bool], None]
+    # a batch whose outcomes the server has (or that recovery owns now): its jobs leave the
+    # held map and free their slots; those not in the set were not settled (hand them back)
+    finish: Callable[[list[Item], set[Held]], None]
     # the single-job path, with its fallback (execution.JobRunner._settle)
     settle_alone: Callable[[Held, bytes, bool], Awaitable[bool]]
     batches: int = 0  # complete_many calls made
     _collecting: list[Item] | None = attrs.field(default=None, init=False)
+
+    def join(self, held: Held, result: bytes, cancelled: bool) -> bool:
+        """Join the batch of this tick if one is collecting (True: its leader finishes
+        ``held``); False: there is none, :meth:`add` starts one. (A plain call: most jobs
+        of a tick join, and need no coroutine for it.)"""
+        batch = self._collecting
+        if batch is None:
+            return False
+        batch.append((held, result, cancelled))
+        return True
 
     async def add(self, held: Held, result: bytes, cancelled: bool) -> None:
         """Record ``held``'s completion; the batch's leader returns once it is recorded,
@@ -100,9 +111,8 @@ class Completions:
             finally:
                 self._collecting = None
             await self._record(batch, settled)
-        finally:
-            for held, _, _ in batch:  # (not settled: handed back, or left to recovery)
-                self.finish(held, held in settled)
+        finally:  # (not settled: handed back, or left to recovery)
+            self.finish(batch, settled)
 
     async def _record(self, batch: list[Item], settled: set[Held]) -> None:
         with trio.CancelScope(shield=True):
@@ -142,16 +152,23 @@ class Completions:
                     for item in chunk:
                         nursery.start_soon(self._alone, item, settled)
                 return
-        for (held, _, cancelled), answer in zip(chunk, answers, strict=True):
-            if answer is ExtendResult.OK:
-                self.recorded(held, cancelled)
-            else:
+        if len(answers) != len(chunk):
+            raise ValueError(f"complete_many answered {len(answers)} of {len(chunk)} jobs")
+        recorded = chunk
+        if answers.count(ExtendResult.OK) < len(chunk):  # some were taken over
+            recorded = []
+            for item, answer in zip(chunk, answers, strict=True):
+                if answer is ExtendResult.OK:
+                    recorded.append(item)
+                    continue
+                held = item[0]
                 self.lost(held)
                 refusal = _REFUSALS.get(answer, ScriptError)(f"complete {held.id}: {answer}")
                 log.warning(
                     "job %s: settling refused (%r); a newer holder owns it", held.id, refusal
                 )
-            settled.add(held)
+        self.recorded(recorded)
+        settled.update([held for held, _, _ in chunk])
 
     async def _alone(self, item: Item, settled: set[Held]) -> None:
         held, result, cancelled = item

@@ -12,8 +12,10 @@ is the handler's (decode to result), not the settling.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
+from typing import Protocol
 
-__all__ = ["BUCKETS", "OUTCOMES", "Tally", "TaskTally"]
+__all__ = ["BUCKETS", "OUTCOMES", "Run", "Tally", "TaskTally"]
 
 #: upper bounds (seconds) of the run-time histogram's buckets; the last bucket is +Inf
 BUCKETS: tuple[float, ...] = (
@@ -21,6 +23,16 @@ BUCKETS: tuple[float, ...] = (
     60.0, 300.0,
 )  # fmt: skip
 OUTCOMES = ("completed", "cancelled", "retried", "dead", "lost")
+
+
+class Run(Protocol):
+    """One finished attempt as :meth:`Tally.record_many` reads it (a held job)."""
+
+    @property
+    def task(self) -> str | None: ...
+
+    @property
+    def ran(self) -> float | None: ...
 
 
 class TaskTally:
@@ -60,3 +72,27 @@ class Tally:
         if seconds is not None:
             tally.buckets[bisect_left(BUCKETS, seconds)] += 1
             tally.seconds += seconds
+
+    def record_many(self, runs: Iterable[Run], outcome: str) -> None:
+        """:meth:`record` each of ``runs`` (its ``task`` and ``ran``), all with ``outcome``
+        (a batch of completions: the task looked up once per run of the same name)."""
+        tasks = self.tasks
+        name: str | None = None
+        tally: TaskTally | None = None
+        count = 0
+        for run in runs:
+            task = run.task or ""
+            if task != name or tally is None:
+                if tally is not None:
+                    tally.outcomes[outcome] += count
+                name, count = task, 0
+                tally = tasks.get(task)
+                if tally is None:
+                    tally = tasks[task] = TaskTally()
+            count += 1
+            seconds = run.ran
+            if seconds is not None:
+                tally.buckets[bisect_left(BUCKETS, seconds)] += 1
+                tally.seconds += seconds
+        if tally is not None:
+            tally.outcomes[outcome] += count

@@ -281,7 +281,7 @@ class Worker:
             queue=self.queue,
             conn=conn,
             inflight=self.inflight,
-            on_done=lambda: None,
+            on_done=lambda n: None,
             settle_timeout=self.config.settle_timeout,
         )
         self._runner = runner
