@@ -142,11 +142,18 @@ local function finish_read(base, kept, now, jobs)
       f, o = redis.call('HMGET', row, unpack(fields)), 0
     end
     if not no_logs then logs[i] = row .. ':logs' end
-    fin.jobs[i] = {id = id, state = state, row = row, logs = logs[i], task = f[o + 1],
-      attempts = f[o + 2] or '0', failures = f[o + 3], created_at = f[o + 4],
-      claimed_at = f[o + 5], keep = tonumber(f[o + 6]), parent = f[o + 7], kids = f[o + 8],
-      parent_queue = f[o + 9]}
-    f = fin.jobs[i]
+    -- the fields every job has, then the rare ones only when present (a record of 8
+    -- slots, not 16; an absent field reads nil here, as false did)
+    local rec = {id = id, state = state, row = row, task = f[o + 1],
+      attempts = f[o + 2] or '0', created_at = f[o + 4], claimed_at = f[o + 5]}
+    if logs[i] then rec.logs = logs[i] end
+    if f[o + 3] then rec.failures = f[o + 3] end
+    if f[o + 6] then rec.keep = tonumber(f[o + 6]) end
+    if f[o + 7] then rec.parent = f[o + 7] end
+    if f[o + 8] then rec.kids = f[o + 8] end
+    if f[o + 9] then rec.parent_queue = f[o + 9] end
+    fin.jobs[i] = rec
+    f = rec
     if not kept then f.dedup = held_dedup(base, row, id) end
     if f.kids then redis.call('EXISTS', row .. ':children', row .. ':results', row .. ':remote') end
     if f.parent_queue then  -- a flow child of a parent on another queue: the outbox
