@@ -97,15 +97,14 @@ if grouped or #jobs < n then  -- complete and none is grouped (a grouped one giv
 end
 if #plain > 0 then redis.call('ZREM', active, unpack(plain)) end
 local channel = base .. 'events'
+local detail = {}  -- finished's detail, one table rewritten job by job
 for k, job in ipairs(jobs) do
   local id, result = job[1], job[5]
-  redis.call('HSET', fin.jobs[k].row, 'state', 'completed', 'result', result,
+  redis.call('HSET', job[6], 'state', 'completed', 'result', result,
     'finished_at', fin.now_arg)
   redis.call('PUBLISH', channel, '{"event":"completed","job":"' .. id .. '"}')
-  if job[2] == 'cancelled' then
-    finished(fin, k, {reason = string.sub(result, 11)})
-  else
-    finished(fin, k, {result = result})
-  end
+  detail.result = result
+  detail.reason = job[2] == 'cancelled' and string.sub(result, 11) or nil
+  finished(fin, k, detail)
 end
 return codes

@@ -124,7 +124,7 @@ local function finish_read(base, kept, now, jobs)
   local no_logs = s[7] == '0'  -- no job of the queue has a log list (include/schema.lua)
   local fin = {base = base, kept = kept, now = now, now_arg = int_arg(now), jobs = {},
     stream = base .. 'completions', drop = {}, migrate = {}, capped = {}, cleaned = false,
-    parents = {}, keep_args = {}}
+    parents = {}, keep_args = {}, entry = {}}
   for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or FINISH_DEFAULTS[name] end
   fin.keep = fin[kept == 'dead' and 'keep_dead' or 'keep_result']  -- the queue's (a row's own first)
   local minute = math.floor(now / 60000)
@@ -142,11 +142,18 @@ local function finish_read(base, kept, now, jobs)
       f, o = redis.call('HMGET', row, unpack(fields)), 0
     end
     if not no_logs then logs[i] = row .. ':logs' end
-    fin.jobs[i] = {id = id, state = state, row = row, logs = logs[i], task = f[o + 1],
-      attempts = f[o + 2] or '0', failures = f[o + 3], created_at = f[o + 4],
-      claimed_at = f[o + 5], keep = tonumber(f[o + 6]), parent = f[o + 7], kids = f[o + 8],
-      parent_queue = f[o + 9]}
-    f = fin.jobs[i]
+    -- the fields every job has, then the rare ones only when present (a record of 8
+    -- slots, not 16; an absent field reads nil here, as false did)
+    local rec = {id = id, state = state, row = row, task = f[o + 1],
+      attempts = f[o + 2] or '0', created_at = f[o + 4], claimed_at = f[o + 5]}
+    if logs[i] then rec.logs = logs[i] end
+    if f[o + 3] then rec.failures = f[o + 3] end
+    if f[o + 6] then rec.keep = tonumber(f[o + 6]) end
+    if f[o + 7] then rec.parent = f[o + 7] end
+    if f[o + 8] then rec.kids = f[o + 8] end
+    if f[o + 9] then rec.parent_queue = f[o + 9] end
+    fin.jobs[i] = rec
+    f = rec
     if not kept then f.dedup = held_dedup(base, row, id) end
     if f.kids then redis.call('EXISTS', row .. ':children', row .. ':results', row .. ':remote') end
     if f.parent_queue then  -- a flow child of a parent on another queue: the outbox
@@ -168,13 +175,19 @@ local function finish_read(base, kept, now, jobs)
   -- the index: entries whose retention ended, then the count guard (each bounded)
   local index = base .. kept
   fin.index = index
-  local mine = {}
-  for _, job in ipairs(fin.jobs) do mine[job.id] = true end
+  local mine = nil  -- the call's own ids, made only when the cleanup has entries to check
+  local function mine_has(id)
+    if not mine then
+      mine = {}
+      for _, job in ipairs(fin.jobs) do mine[job.id] = true end
+    end
+    return mine[id]
+  end
   local expired = redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, FINISH_TRIM)
   for _, old in ipairs(expired) do
     local row = base .. 'job:' .. old
-    if not mine[old] then fin.drop[#fin.drop + 1] = old end
-    if not mine[old] and redis.call('PTTL', row) == -1 then  -- a row with no TTL (written by echomq 0.1)
+    if not mine_has(old) then fin.drop[#fin.drop + 1] = old end
+    if not mine_has(old) and redis.call('PTTL', row) == -1 then  -- a row with no TTL (written by echomq 0.1)
       local f = redis.call('HMGET', row, 'state', 'finished_at')
       if f[1] == kept then
         local keep = fin[kept == 'dead' and 'keep_dead' or 'keep_result']
@@ -188,7 +201,7 @@ local function finish_read(base, kept, now, jobs)
   if excess > 0 then
     local n = math.min(excess, FINISH_TRIM)
     for _, old in ipairs(redis.call('ZRANGE', index, #expired, #expired + n - 1)) do
-      if not mine[old] then
+      if not mine_has(old) then
         local row = base .. 'job:' .. old
         redis.call('EXISTS', row .. ':logs')
         fin.capped[#fin.capped + 1] = {old, row, redis.call('HGET', row, 'state') == kept}
@@ -244,19 +257,21 @@ local function finished(fin, i, detail)
   local what = FINISH_DETAIL[job.state]
   local value = detail[what]
   -- the entry (docs/results.md), in this order; a field whose value is unknown is left out
-  local entry = {'id', job.id, 'state', job.state, 'attempts', job.attempts, 'task', job.task,
-    what, value or '', 'failures', detail.failures or job.failures, 'created_at',
-    job.created_at, 'claimed_at', job.claimed_at, 'finished_at', fin.now_arg}
-  local n = 18
-  if not (job.task and entry[12] and job.created_at and job.claimed_at) then
-    n = 0
-    for k = 1, 17, 2 do
-      if entry[k + 1] then  -- (an absent field reads false)
-        entry[n + 1], entry[n + 2] = entry[k], entry[k + 1]
-        n = n + 2
-      end
-    end
-  end
+  -- (an absent field reads false); one table per call, rewritten job by job: entry[1..n]
+  local entry = fin.entry
+  entry[1], entry[2], entry[3], entry[4], entry[5], entry[6] =
+    'id', job.id, 'state', job.state, 'attempts', job.attempts
+  local n = 6
+  local v = job.task
+  if v then entry[7], entry[8], n = 'task', v, 8 end
+  entry[n + 1], entry[n + 2], n = what, value or '', n + 2
+  v = detail.failures or job.failures
+  if v then entry[n + 1], entry[n + 2], n = 'failures', v, n + 2 end
+  v = job.created_at
+  if v then entry[n + 1], entry[n + 2], n = 'created_at', v, n + 2 end
+  v = job.claimed_at
+  if v then entry[n + 1], entry[n + 2], n = 'claimed_at', v, n + 2 end
+  entry[n + 1], entry[n + 2], n = 'finished_at', fin.now_arg, n + 2
   local stream = fin.stream
   if job.parent_queue then
     flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, value, job.gen)
