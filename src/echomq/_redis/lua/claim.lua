@@ -399,7 +399,7 @@ for i, fields in ipairs(rows) do
   if fields[1] then
     local row = keys[i]
     local token = tonumber(fields[4] or '0') + 1  -- the fencing token: attempts + 1
-    local attempt = int_arg(token)
+    local attempt = token == 1 and '1' or int_arg(token)  -- (a first claim: no format)
     if worker ~= '' then
       redis.call('HSET', row, 'attempts', attempt, 'state', 'active', 'lease_epoch', run_id,
         'claimed_at', at, 'worker', worker)
