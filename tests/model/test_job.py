@@ -6,7 +6,7 @@ import pytest
 
 from echomq._model.job import Claimed, JobInfo, Sweep
 from echomq._model.states import JobState
-from echomq._verbs.lifecycle import read_job
+from echomq._verbs.lifecycle import _read_claim, read_job
 from echomq.errors import ScriptError
 
 
@@ -68,3 +68,24 @@ def test_values_are_frozen() -> None:
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         claimed.token = 2  # type: ignore[misc]
     assert Sweep(recovered=["a"], dead=[]) == Sweep(recovered=["a"], dead=[])
+
+
+def test_a_claim_reply_reads_as_claimed_values() -> None:
+    """A claim's reply becomes the same values Claimed(...) makes (built without its
+    __init__): equal, hashable, frozen; the trailing next_due_ms is not a job."""
+    import attrs
+
+    reply = [b"a", b"p", 1, 0, None, "b", b"q", 3, 2, b"t", 25]
+    batch = _read_claim(reply)
+    assert batch.jobs == [
+        Claimed(id="a", payload=b"p", token=1),
+        Claimed(id="b", payload=b"q", token=3, failures=2, trace=b"t"),
+    ]
+    assert batch.next_due_ms == 25
+    assert len({hash(j) for j in batch.jobs}) == 2
+    assert repr(batch.jobs[0]) == repr(Claimed(id="a", payload=b"p", token=1))
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        batch.jobs[0].token = 2  # type: ignore[misc]
+    assert _read_claim([b"a", b"p", 1, 0, None]).next_due_ms is None
+    with pytest.raises(ScriptError):
+        _read_claim([b"a", b"p", 1])

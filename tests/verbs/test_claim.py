@@ -144,3 +144,25 @@ async def test_pending_id_without_row_is_dropped_not_claimed(
     assert [c.id for c in claimed] == [real]
     assert await conn.execute("EXISTS", ks.job("ghost")) == 0
     assert await conn.execute("ZSCORE", ks.active, "ghost") is None
+
+
+async def test_active_is_kept_in_the_skiplist_encoding(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A claim that creates active, or adds to one Redis holds as a listpack (a queue from
+    before, or any small set), leaves it a skiplist (O(log n) per member, not a scan of
+    the set) holding exactly the leases: the member that converts it is gone."""
+    ids = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"x") for _ in range(3)])
+    [first] = await jobs.claim(conn, queue, 30_000)
+    assert await conn.execute("OBJECT", "ENCODING", ks.active) == b"skiplist"
+    assert await conn.execute("ZRANGE", ks.active, 0, -1) == [first.id.encode()]
+    # a listpack active with a lease in it (as a queue from before holds it)
+    lease = await conn.execute("ZSCORE", ks.active, first.id)
+    await conn.execute("DEL", ks.active)
+    await conn.execute("ZADD", ks.active, lease, first.id)
+    assert await conn.execute("OBJECT", "ENCODING", ks.active) == b"listpack"
+    rest = await jobs.claim(conn, queue, 30_000, count=2)
+    assert [c.id for c in rest] == ids[1:]
+    assert await conn.execute("OBJECT", "ENCODING", ks.active) == b"skiplist"
+    assert sorted(await conn.execute("ZRANGE", ks.active, 0, -1)) == sorted(i.encode() for i in ids)
+    assert await conn.execute("ZSCORE", ks.active, first.id) == lease

@@ -52,6 +52,7 @@ local MAX_COUNT = 250
 local MAX_PROMOTE = 100
 local MAX_REOPEN = 100
 local MAX_TURNS = 100  -- ring members read per call: the distinct groups one claim serves
+local SKIPLIST_MARK = 'emq:skiplist:' .. string.rep('-', 67)  -- 80 bytes: not an id
 -- @include time
 -- @include score
 -- @include wake
@@ -332,6 +333,13 @@ else
   end
 end
 local run_id = #rows > 0 and server_run_id() or nil
+-- active's encoding: a zset born small is a listpack, where every ZADD member and every
+-- completion's ZMSCORE / ZREM scans the whole set (~1.7 us a member at 100 leases, vs
+-- ~0.25 in a skiplist); a member longer than zset-max-listpack-value (64) turns it into
+-- a skiplist, which Redis keeps until the set empties. So a claim adding to a listpack
+-- (or creating active) adds SKIPLIST_MARK first and removes it in the same call: no
+-- other client ever sees it (it is not an id: ids have no ':').
+local listpack = #rows > 0 and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
 
 -- writes
 if #due > 0 then
@@ -391,7 +399,7 @@ for i, fields in ipairs(rows) do
   if fields[1] then
     local row = keys[i]
     local token = tonumber(fields[4] or '0') + 1  -- the fencing token: attempts + 1
-    local attempt = int_arg(token)
+    local attempt = token == 1 and '1' or int_arg(token)  -- (a first claim: no format)
     if worker ~= '' then
       redis.call('HSET', row, 'attempts', attempt, 'state', 'active', 'lease_epoch', run_id,
         'claimed_at', at, 'worker', worker)
@@ -409,7 +417,14 @@ for i, fields in ipairs(rows) do
     if group then started[group] = (started[group] or 0) + 1 end
   end
 end
-if m > 0 then redis.call('ZADD', active, unpack(leases, 1, m)) end
+if m > 0 then
+  if listpack then
+    redis.call('ZADD', active, 0, SKIPLIST_MARK, unpack(leases, 1, m))
+    redis.call('ZREM', active, SKIPLIST_MARK)
+  else
+    redis.call('ZADD', active, unpack(leases, 1, m))
+  end
+end
 local counts = {}
 for name, n in pairs(started) do
   counts[#counts + 1] = name
