@@ -109,6 +109,7 @@ class Consumer:
         self._cohort = min(v.MAX_COUNT, max(1, (self.concurrency + 1) // 2))
         self._batch = min(v.MAX_COUNT, self.concurrency)
         self.slots = Slots(self.jobs_nursery, self.runner.run)
+        self.runner.completions.spawn = self.slots.spawn  # settling.py rule 1b
 
     @property
     def prefetched(self) -> int:
