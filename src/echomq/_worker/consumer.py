@@ -155,11 +155,15 @@ class Consumer:
             self._slot_for_ready = trio.Event()
             await self._slot_for_ready.wait()
 
-    def give_back(self) -> None:
+    def give_back(self, *, unstarted: bool = False) -> None:
         """Move the prefetched jobs (never started) to the runner's hand-back list and out
-        of the held map (rule 5): stopping, or the worker failed."""
-        while self._ready:
-            _, held = self._ready.popleft()
+        of the held map (rule 5): stopping, or the worker failed. ``unstarted``: the jobs
+        nursery is gone: the jobs given a slot that no slot task started go back too."""
+        gone = [held for _, held in self._ready]
+        self._ready.clear()
+        if unstarted:
+            gone += [held for _, held in self.slots.unstarted()]
+        for held in gone:
             self.inflight.remove(held)
             self.runner.to_release.append((held.id, held.token))
 

@@ -69,6 +69,13 @@ class Slots:
         if not self._on_duty:
             self._wake()
 
+    def unstarted(self) -> list[tuple[Claimed, Held]]:
+        """Take the queued jobs no slot task will start: the jobs nursery is gone (a
+        worker that failed, or was cancelled from outside)."""
+        queued = list(self._queue)
+        self._queue.clear()
+        return queued
+
     def spawn(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
         """Start ``fn(arg)`` in the jobs nursery, in a copy of the slots' base context
         (not the context of the job that asked)."""
@@ -86,7 +93,7 @@ class Slots:
     def _off_duty(self) -> None:
         """The running job waits: another slot task takes the queue (rule 1)."""
         self._on_duty -= 1
-        if self._queue and not self._on_duty and not self._closed:
+        if self._queue and not self._on_duty:  # (even closing: a queued job still runs)
             self._wake()
 
     def close(self) -> None:
