@@ -142,9 +142,9 @@ class Consumer:
 
     async def _start_prefetched(self) -> None:
         """Rule 5: start prefetched jobs in freed slots. A task of its own (not the
-        finished job's): a slot task started here begins in this task's context, not in
-        the context of the job whose completion freed the slot, and by the time it runs the
-        slot tasks of the finished batch are parked, ready to be reused."""
+        finished batch's): it runs in the tick the claim loop wakes for the same freed
+        slots, and the slot task it wakes in the next, so the next claim goes out before
+        these jobs run (as rule 1c)."""
         failing = self.jobs_nursery.cancel_scope  # cancelled: a job task failed (a crash)
         while True:
             while self._ready and self._free > 0 and not failing.cancel_called:
