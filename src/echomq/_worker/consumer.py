@@ -109,6 +109,7 @@ class Consumer:
         self._cohort = min(v.MAX_COUNT, max(1, (self.concurrency + 1) // 2))
         self._batch = min(v.MAX_COUNT, self.concurrency)
         self.slots = Slots(self.jobs_nursery, self.runner.run)
+        self.runner.completions.spawn = self.slots.spawn  # settling.py rule 1b
 
     @property
     def prefetched(self) -> int:
@@ -141,9 +142,9 @@ class Consumer:
 
     async def _start_prefetched(self) -> None:
         """Rule 5: start prefetched jobs in freed slots. A task of its own (not the
-        finished job's): a slot task started here begins in this task's context, not in
-        the context of the job whose completion freed the slot, and by the time it runs the
-        slot tasks of the finished batch are parked, ready to be reused."""
+        finished batch's): it runs in the tick the claim loop wakes for the same freed
+        slots, and the slot task it wakes in the next, so the next claim goes out before
+        these jobs run (as rule 1c)."""
         failing = self.jobs_nursery.cancel_scope  # cancelled: a job task failed (a crash)
         while True:
             while self._ready and self._free > 0 and not failing.cancel_called:
@@ -154,11 +155,15 @@ class Consumer:
             self._slot_for_ready = trio.Event()
             await self._slot_for_ready.wait()
 
-    def give_back(self) -> None:
+    def give_back(self, *, unstarted: bool = False) -> None:
         """Move the prefetched jobs (never started) to the runner's hand-back list and out
-        of the held map (rule 5): stopping, or the worker failed."""
-        while self._ready:
-            _, held = self._ready.popleft()
+        of the held map (rule 5): stopping, or the worker failed. ``unstarted``: the jobs
+        nursery is gone: the jobs given a slot that no slot task started go back too."""
+        gone = [held for _, held in self._ready]
+        self._ready.clear()
+        if unstarted:
+            gone += [held for _, held in self.slots.unstarted()]
+        for held in gone:
             self.inflight.remove(held)
             self.runner.to_release.append((held.id, held.token))
 

@@ -6,6 +6,10 @@ same tick joins its batch, then records the batch with one ``complete_many`` scr
 per ``MAX_BATCH`` (100) jobs (and per ``MAX_BATCH_BYTES`` of results), each job fenced by
 its own token, one answer per job. Jobs that finish while a batch is in flight start the
 next one: several batches may be in flight at once.
+Rule 1b (the worker's way): with ``spawn`` set, the batch is recorded by a task of its
+own, started by its first job, instead: no job waits for its batch, so a slot task runs
+the next job at once (``slots.py`` rule 1); that task runs one tick later, as the leader
+resumed after its checkpoint.
 Rule 2 (nothing acknowledged before Redis has it): a job counts as completed, leaves the
 held map and frees its slot only once the server answered for it. A job answered
 stale / not active / gone was taken over: counted lost, logged, never retried.
@@ -81,6 +85,8 @@ class Completions:
     finish: Callable[[list[Item], set[Held]], None]
     # the single-job path, with its fallback (execution.JobRunner._settle)
     settle_alone: Callable[[Held, bytes, bool], Awaitable[bool]]
+    # rule 1b: starts a batch's own task (``Slots.spawn``); None: the first job leads
+    spawn: Callable[[Callable[[list[Item]], Awaitable[None]], list[Item]], None] | None = None
     batches: int = 0  # complete_many calls made
     _collecting: list[Item] | None = attrs.field(default=None, init=False)
 
@@ -90,16 +96,29 @@ class Completions:
         of a tick join, and need no coroutine for it.)"""
         batch = self._collecting
         if batch is None:
-            return False
+            if self.spawn is None:
+                return False
+            batch = self._collecting = []
+            self.spawn(self._lead, batch)  # rule 1b
         batch.append((held, result, cancelled))
         return True
+
+    async def _lead(self, batch: list[Item]) -> None:
+        """Rule 1b: a batch's own task, started by its first job, so that job (and its
+        slot task) need not wait for it. It runs one scheduler tick later: every job
+        finishing in the tick its first job did has joined."""
+        if self._collecting is batch:
+            self._collecting = None
+        settled: set[Held] = set()
+        try:
+            await self._record(batch, settled)  # (shielded: no cancellation lands here)
+        finally:  # (not settled: handed back, or left to recovery)
+            self.finish(batch, settled)
 
     async def add(self, held: Held, result: bytes, cancelled: bool) -> None:
         """Record ``held``'s completion; the batch's leader returns once it is recorded,
         a job that joined a batch returns at once (the leader finishes it)."""
-        batch = self._collecting
-        if batch is not None:
-            batch.append((held, result, cancelled))
+        if self.join(held, result, cancelled):
             return
         batch = self._collecting = [(held, result, cancelled)]
         settled: set[Held] = set()

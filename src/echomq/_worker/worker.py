@@ -375,14 +375,14 @@ class Worker:
                 # prefetched jobs never started, so they are not what took the worker
                 # down: handed back uncounted, the others left to recovery (counted)
                 started, runner.to_release = runner.to_release, []
-                consumer.give_back()
+                consumer.give_back(unstarted=True)
                 try:
                     await self._release(conn, runner)
                 except Exception as exc:  # failing already: their leases lapse instead
                     log.error("worker failed: could not hand back its prefetched jobs (%s)", exc)
                 runner.to_release = started
             elif consumer is not None:
-                consumer.give_back()  # prefetched jobs: with the others, as below
+                consumer.give_back(unstarted=True)  # prefetched jobs: with the others
             if crashed:
                 await self._abandon(conn, runner)
             else:
