@@ -74,9 +74,11 @@ async def test_a_worker_keeps_a_record_while_it_serves_and_removes_it_when_it_st
 async def test_a_blocked_worker_is_alive_and_keeps_its_job_a_dead_one_is_gone(
     redis_url: str, queue: str, tmp_path: Path
 ) -> None:
-    """A handler blocks its worker's loop for 2 s on a 0.3 s lease, another worker standing
+    """A handler blocks its worker's loop for 5 s on a 0.3 s lease, another worker standing
     by: the job runs once; meanwhile explain, the record and `echomq workers` say the
-    holder is alive but blocked in that task, and its log has the stack. Killed, it is gone."""
+    holder is alive but blocked in that task, and its log has the stack. Killed, it is gone.
+    The rescuer starts once the holder runs the job (started together, either could claim
+    it), while the holder is blocked."""
     runs = tmp_path / "runs"
     options = {"lease": LEASE, "target": "_stop_tasks:queue", "recovery_interval": 0.1}
     q = echomq.Queue(queue, url=redis_url)
@@ -86,10 +88,11 @@ async def test_a_blocked_worker_is_alive_and_keeps_its_job_a_dead_one_is_gone(
             async with worker_process(
                 redis_url, queue, tmp_path / "holder.log", "--block-threshold", "0.2", **options
             ) as holder:
+                payload = json.dumps({"task": "block-marked", "args": [str(runs), 5.0]})
+                handle = q.handle(await jobs.enqueue(conn, queue, payload))
+                row = await wait_running(handle)
                 async with worker_process(redis_url, queue, tmp_path / "rescuer.log", **options):
-                    payload = json.dumps({"task": "block-marked", "args": [str(runs), 2.0]})
-                    handle = q.handle(await jobs.enqueue(conn, queue, payload))
-                    row = await wait_running(handle)
+                    standing_by = await handle.info()  # the rescuer serves; the holder blocks
                     await holder.wait_for_log("event loop blocked")
 
                     async def beat_says_blocked() -> bool:
@@ -130,6 +133,7 @@ async def test_a_blocked_worker_is_alive_and_keeps_its_job_a_dead_one_is_gone(
     assert blocked.blocked_job == handle.id
     listed = {w["id"]: w for w in json.loads(cli.stdout)}
     assert listed[holder_id]["status"].startswith("blocked ")
+    assert standing_by is not None and standing_by.state == "active"
     assert runs.read_text().count("\n") == 1  # it ran once
     assert any("time.sleep(seconds)" in line for line in holder.lines)  # the stack
     assert f"worker {holder_id} is gone (no heartbeat for " in dead_summary, dead_summary
