@@ -33,9 +33,9 @@ async def test_the_stops_cancel_the_lane_scope_only_while_the_handler_runs_in_it
         assert before.scope.cancel_called and not shared.cancel_called
 
         held = Held("b", 1, 1000)
-        held.running = shared
+        held.running = lane
         held.lose()
-        assert shared.cancel_called and not held.scope.cancel_called
+        assert shared.cancel_called and lane.cancelled and not held.scope.cancel_called
         assert held.stop is Stop.LOST
         held.running = None
         held.shut_down()  # its handler is out: the lane is no longer its scope

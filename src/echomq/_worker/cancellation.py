@@ -56,16 +56,24 @@ class Lane:
     """A slot task's shared cancel scope (rule 5): entered by the slot task, left by it or,
     once cancelled, by the runner of the job it was cancelled for."""
 
-    __slots__ = ("scope",)
+    __slots__ = ("cancelled", "scope")
 
     def __init__(self) -> None:
         self.scope: trio.CancelScope | None = None
+        self.cancelled = False  # the scope was cancelled (only :meth:`cancel` does that)
 
     def enter(self) -> trio.CancelScope:
         """Enter a fresh scope (the current task's innermost from now on)."""
         scope = self.scope = trio.CancelScope()
+        self.cancelled = False
         scope.__enter__()
         return scope
+
+    def cancel(self) -> None:
+        """Cancel the scope (its deadline is never set: this is the one way it is)."""
+        if self.scope is not None:
+            self.cancelled = True
+            self.scope.cancel()
 
     def leave(self, exc: BaseException | None = None) -> bool:
         """Leave the scope, as a ``with`` block would with ``exc`` propagating; True when
@@ -86,9 +94,9 @@ class Held:
     token: int
     lease_ms: int
     _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
-    # rule 5: the slot task that carries it, and its lane's scope while the handler runs in it
+    # rule 5: the slot task that carries it; that lane while the handler runs in its scope
     lane: Lane | None = attrs.field(default=None, init=False)
-    running: trio.CancelScope | None = attrs.field(default=None, init=False)
+    running: Lane | None = attrs.field(default=None, init=False)
     _cancel_token: CancelToken | None = attrs.field(default=None, init=False)
     stop: Stop | None = None
     settling: bool = False  # the outcome is being recorded: the keeper leaves it alone

@@ -207,14 +207,14 @@ class JobRunner:
                     started = perf_counter()
                     lane = held.lane
                     try:
-                        if lane is not None and (scope := lane.scope) is not None and held.stop is None:
+                        if lane is not None and lane.scope is not None and held.stop is None:
                             # rule 1: its slot task's lane scope (entered by the slot task:
                             # the innermost) is its scope while it runs; the stops cancel it
                             # only while ``held.running`` is set. Found cancelled once the
                             # handler is out (a Cancelled it caught, or a cancel after its
                             # last checkpoint), it is left here, before any checkpoint: the
                             # cancellation reaches neither the settling nor the next job
-                            held.running = scope
+                            held.running = lane
                             try:
                                 value = await task.fn(*args, **call.kwargs)
                             except BaseException as exc:  # rule 3: only Cancelled passes
@@ -224,14 +224,14 @@ class JobRunner:
                                     if not lane.leave(exc):  # not its own cancellation
                                         raise
                                 else:
-                                    if scope.cancel_called:
+                                    if lane.cancelled:
                                         lane.leave()
                                     settlement = self._outcome(
                                         task, claimed, held, failure, exc, None
                                     )
                             else:
                                 held.running = None
-                                if scope.cancel_called:
+                                if lane.cancelled:
                                     lane.leave()
                                 settlement = self._encode(claimed, value)
                         else:  # stopped before it started (or no lane): its own scope
