@@ -15,6 +15,16 @@ escalator (``escalation.py``) fences it in Redis then, unless it stopped first. 
 found stale after a cancel request is that fence (done by another worker's heartbeat).
 Stopping hard means: the job's scope and its hard scope are cancelled, so a thread task
 is abandoned (it runs on; its outcome is never used) and a process task's child killed.
+Rule 5: the job's scope. A plain job (``execution.py``) runs in its slot task's
+:class:`Lane` scope, one ``trio.CancelScope`` entered once for the jobs that slot task runs
+back to back (entering and leaving a scope per job is most of a job's cost in trio):
+while its handler runs, that scope is the job's and no other job's (``Held.running``).
+So the stops above cancel ``running`` while it is set; before the job starts they cancel
+its own scope (``Held.scope``, made when first asked for), the one it then runs in, as a
+job that is not plain always does; after its handler returned, its own scope too (which
+nothing runs in any more: no effect, as for a scope left). A lane scope that was cancelled
+is never reused: the runner leaves it the moment the handler returns or raises (before
+any checkpoint), and the slot task enters a fresh one for its next job.
 """
 
 from __future__ import annotations
@@ -27,7 +37,7 @@ import trio
 
 from .._model.cancel import CancelToken
 
-__all__ = ["Held", "InFlight", "Stop"]
+__all__ = ["Held", "InFlight", "Lane", "Stop"]
 
 _EARLY_CANCELS = 1024  # cancel requests kept for jobs not (yet) registered here
 _EARLY_CANCEL_TTL = 30.0
@@ -42,6 +52,40 @@ class Stop(enum.Enum):
     FENCED = "fenced"  # a cancel's grace ran out: settled cancelled by the fence; never settle
 
 
+class Lane:
+    """A slot task's shared cancel scope (rule 5): entered by the slot task, left by it or,
+    once cancelled, by the runner of the job it was cancelled for."""
+
+    __slots__ = ("cancelled", "scope")
+
+    def __init__(self) -> None:
+        self.scope: trio.CancelScope | None = None
+        self.cancelled = False  # the scope was cancelled (only :meth:`cancel` does that)
+
+    def enter(self) -> trio.CancelScope:
+        """Enter a fresh scope (the current task's innermost from now on)."""
+        scope = self.scope = trio.CancelScope()
+        self.cancelled = False
+        scope.__enter__()
+        return scope
+
+    def cancel(self) -> None:
+        """Cancel the scope (its deadline is never set: this is the one way it is)."""
+        if self.scope is not None:
+            self.cancelled = True
+            self.scope.cancel()
+
+    def leave(self, exc: BaseException | None = None) -> bool:
+        """Leave the scope, as a ``with`` block would with ``exc`` propagating; True when
+        the scope caught it (a ``Cancelled`` of its own)."""
+        scope = self.scope
+        assert scope is not None
+        self.scope = None
+        if exc is None:
+            return scope.__exit__(None, None, None)
+        return scope.__exit__(type(exc), exc, exc.__traceback__)
+
+
 @attrs.define(eq=False)
 class Held:
     """One job this worker holds."""
@@ -49,7 +93,10 @@ class Held:
     id: str
     token: int
     lease_ms: int
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
+    # rule 5: the slot task that carries it; that lane while the handler runs in its scope
+    lane: Lane | None = attrs.field(default=None, init=False)
+    running: Lane | None = attrs.field(default=None, init=False)
     _cancel_token: CancelToken | None = attrs.field(default=None, init=False)
     stop: Stop | None = None
     settling: bool = False  # the outcome is being recorded: the keeper leaves it alone
@@ -60,6 +107,15 @@ class Held:
     fence_at: float | None = None  # rule 4: when the cancel's grace runs out (trio time)
     ran: float | None = None  # the handler's run time, seconds (None: it did not run)
     waiting: bool = False  # prefetched: claimed, waiting for a slot (consumer.py rule 5)
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        """The job's own scope (rule 5; made when first asked for: a plain job runs in its
+        slot task's lane scope instead, unless it was stopped before it started)."""
+        scope = self._scope
+        if scope is None:
+            scope = self._scope = trio.CancelScope()
+        return scope
 
     @property
     def cancel_token(self) -> CancelToken:
@@ -73,7 +129,7 @@ class Held:
         self.cancel_token.cancel(reason)
         if self.stop is None:
             self.stop = Stop.CANCEL
-        self.scope.cancel()
+        self._cancel_scope()
 
     def lose(self) -> None:
         """The lease is gone: stop it hard; the outcome will not be settled. After a cancel
@@ -83,7 +139,7 @@ class Held:
             return
         self.stop = Stop.LOST
         self._cancel_hard()
-        self.scope.cancel()
+        self._cancel_scope()
 
     def fence(self) -> None:
         """The attempt is fenced (settled cancelled in Redis): stop it hard, never settle."""
@@ -91,13 +147,18 @@ class Held:
         self.stop = Stop.FENCED
         self.fence_at = None
         self._cancel_hard()
-        self.scope.cancel()
+        self._cancel_scope()
 
     def shut_down(self) -> None:
         if self.stop not in (Stop.LOST, Stop.FENCED):
             self.stop = Stop.SHUTDOWN
         self._cancel_hard()
-        self.scope.cancel()
+        self._cancel_scope()
+
+    def _cancel_scope(self) -> None:
+        """Rule 5: the scope its handler runs in now, or its own."""
+        running = self.running
+        (running if running is not None else self.scope).cancel()
 
     def _cancel_hard(self) -> None:
         if self.hard_scope is not None:

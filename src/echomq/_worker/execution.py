@@ -1,6 +1,7 @@
 """Run one claimed job in its own ``trio.CancelScope`` and settle its outcome.
 
-Rule 1: one job, one scope. Only :mod:`.cancellation` cancels it, for a remote reason:
+Rule 1: one job, one scope (a plain job's is its slot task's lane scope while its handler
+runs: ``cancellation.py`` rule 5). Only :mod:`.cancellation` cancels it, for a remote reason:
 a cancel request (the job completes with ``cancelled:<reason>``, never retried), a lost
 lease (the outcome is never settled: a newer holder owns the job), a fence (a cancel's
 grace ran out: Redis settled it cancelled; never settled here), a shutdown past grace
@@ -191,7 +192,7 @@ class JobRunner:
                     settlement = plan
                 elif plan[3]:
                     # the common case: an async task with no time limits, not a flow
-                    # parent. The same steps as _execute (rule 1: its own scope; rule 3),
+                    # parent. The same steps as _execute (rule 1: its scope; rule 3),
                     # inline (no coroutine of its own), fewer objects: the ``Job`` of a
                     # task that does not take it is made only if ``current_job()`` asks
                     task, call = plan[0], plan[1]
@@ -204,17 +205,48 @@ class JobRunner:
                         bound = bind(_Deferred(self, task, claimed, held))
                     settlement = None
                     started = perf_counter()
+                    lane = held.lane
                     try:
-                        with held.scope:
+                        if lane is not None and lane.scope is not None and held.stop is None:
+                            # rule 1: its slot task's lane scope (entered by the slot task:
+                            # the innermost) is its scope while it runs; the stops cancel it
+                            # only while ``held.running`` is set. Found cancelled once the
+                            # handler is out (a Cancelled it caught, or a cancel after its
+                            # last checkpoint), it is left here, before any checkpoint: the
+                            # cancellation reaches neither the settling nor the next job
+                            held.running = lane
                             try:
                                 value = await task.fn(*args, **call.kwargs)
                             except BaseException as exc:  # rule 3: only Cancelled passes
+                                held.running = None
                                 failure = _failure_of(exc)
                                 if failure is None:
-                                    raise
-                                settlement = self._outcome(task, claimed, held, failure, exc, None)
+                                    if not lane.leave(exc):  # not its own cancellation
+                                        raise
+                                else:
+                                    if lane.cancelled:
+                                        lane.leave()
+                                    settlement = self._outcome(
+                                        task, claimed, held, failure, exc, None
+                                    )
                             else:
+                                held.running = None
+                                if lane.cancelled:
+                                    lane.leave()
                                 settlement = self._encode(claimed, value)
+                        else:  # stopped before it started (or no lane): its own scope
+                            with held.scope:
+                                try:
+                                    value = await task.fn(*args, **call.kwargs)
+                                except BaseException as exc:  # rule 3: only Cancelled passes
+                                    failure = _failure_of(exc)
+                                    if failure is None:
+                                        raise
+                                    settlement = self._outcome(
+                                        task, claimed, held, failure, exc, None
+                                    )
+                                else:
+                                    settlement = self._encode(claimed, value)
                     finally:
                         unbind(bound)
                         held.ran = perf_counter() - started

@@ -9,7 +9,7 @@ empty, then parks: a batch of jobs that never wait costs one wakeup, not one per
 (its first trio checkpoint) its slot task goes off duty, and another is woken for the
 rest of the queue, so no queued job waits behind a running one. There are at most as
 many slot tasks as jobs running at once (``concurrency``). The job still runs in its
-own ``trio.CancelScope`` (``execution.py``, rule 1): a slot task only carries it.
+own ``trio.CancelScope`` (``execution.py``, rule 1): a slot task only carries it (rule 4).
 Fairness: the jobs a slot task runs in one go are the queued ones, at most the free
 slots (``concurrency``): the same jobs that, one task each, ran in one scheduler tick.
 The slot task is named ``job <id>`` while it runs that job (the watchdog reads it).
@@ -19,6 +19,10 @@ of the same slot task, nor by the tasks this module starts.
 Rule 3: :meth:`Slots.close` ends the idle slot tasks, and each busy one once its job is
 done, so the jobs nursery can exit; a cancelled jobs nursery ends them too (a parked
 slot task takes the cancellation; a busy one ends with its job's ``Cancelled``).
+Rule 4: a slot task holds one cancel scope, its :class:`Lane` (``cancellation.py`` rule 5),
+entered before its first job and left when it ends: a plain job runs its handler in it (the
+job's scope while it runs), so a run of jobs enters one scope, not one per job. A job
+cancelled in it leaves it (the runner does, at once); the next job gets a fresh one.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import outcome
 import trio
 
 from .._model.job import Claimed
-from .cancellation import Held
+from .cancellation import Held, Lane
 
 __all__ = ["Slots"]
 
@@ -112,12 +116,16 @@ class Slots:
             idle.remove(task)
             return trio.lowlevel.Abort.SUCCEEDED
 
+        lane = Lane()  # rule 4
         on_duty = True
         try:
             while True:
                 while queue:
                     job, held = queue.popleft()
                     task.name = "job " + job.id  # as a task per job was named (the watchdog's)
+                    if lane.scope is None:  # rule 4: the first job, or one cancelled in it
+                        lane.enter()
+                    held.lane = lane
                     await _in_context(base.copy(), run(job, held), self)
                 on_duty = False
                 self._on_duty -= 1
@@ -127,9 +135,14 @@ class Slots:
                 if not await wait(abort):
                     return
                 on_duty = True  # (start() counted it when it woke it)
+        except BaseException as exc:  # (its lane scope, not cancelled, never catches it)
+            if lane.scope is None or not lane.leave(exc):
+                raise
         finally:
             if on_duty:  # ended by its job's Cancelled (the nursery's queue dies with it)
                 self._on_duty -= 1
+            if lane.scope is not None:  # ended: closed
+                lane.leave()
 
 
 @types.coroutine
