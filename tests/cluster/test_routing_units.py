@@ -159,7 +159,12 @@ def test_every_publishing_script_has_a_sharded_twin() -> None:
         if script.sharded is not None:
             twin = script.sharded.source
             assert twin.count("SPUBLISH") == script.source.count("PUBLISH")
-            assert twin.replace("SPUBLISH", "PUBLISH") == script.source
+            plain = twin.replace("SPUBLISH", "PUBLISH").replace("SHARDNUMSUB", "NUMSUB")
+            assert plain == script.source
+            assert twin.count("SHARDNUMSUB") == script.source.count("'NUMSUB'")
             assert script.sharded.sha != script.sha
         assert script.variant(False) is script
     assert sharded_source('redis.call( "PUBLISH", c, m)') == 'redis.call( "SPUBLISH", c, m)'
+    assert sharded_source("redis.call('PUBSUB', 'NUMSUB', c)") == (
+        "redis.call('PUBSUB', 'SHARDNUMSUB', c)"
+    )

@@ -76,10 +76,13 @@ class Script:
 
 
 _PUBLISH = re.compile(r"""redis\.call\((\s*)(['"])PUBLISH\2""")
+_NUMSUB = re.compile(r"""(['"])PUBSUB\1,(\s*)\1NUMSUB\1""")
 
 
 def sharded_source(source: str) -> str:
-    """``source`` with every ``redis.call('PUBLISH', ...)`` turned into ``SPUBLISH``."""
+    """``source`` with every ``redis.call('PUBLISH', ...)`` turned into ``SPUBLISH``, and
+    ``'PUBSUB', 'NUMSUB'`` (who listens: include/events.lua) into ``SHARDNUMSUB``."""
+    source = _NUMSUB.sub(lambda m: f"{m[1]}PUBSUB{m[1]},{m[2]}{m[1]}SHARDNUMSUB{m[1]}", source)
     return _PUBLISH.sub(lambda m: f"redis.call({m[1]}{m[2]}SPUBLISH{m[2]}", source)
 
 

@@ -13,7 +13,8 @@
            claimable (the earliest scheduled job, a group's or the queue's rate window
            reopening; 0 = now), or -1 when nothing is known | {} when paused
   Errors   EMQARG   count is not 1..250 (nothing written; the verb refuses it first)
-  Events   promoted (per due scheduled job); active (per claimed job, with its attempt)
+  Events   promoted (per due scheduled job); active (per claimed job, with its attempt);
+           only while the channel has a listener (include/events.lua)
   Moves    scheduled -> pending (due); pending -> active
   Bound    O((count + promoted) * log N); at most 250 claimed (validate.MAX_COUNT), 100
            promoted, 100 ring members (groups served) and 100 groups whose rate window
@@ -59,6 +60,7 @@ local SKIPLIST_MARK = 'emq:skiplist:' .. string.rep('-', 67)  -- 80 bytes: not a
 -- @include run_id
 -- @include lanes
 -- @include ready
+-- @include events
 if not count or count < 1 or count > MAX_COUNT then
   return redis.error_reply('EMQARG claim count must be 1..' .. MAX_COUNT)
 end
@@ -385,8 +387,11 @@ if #parked > 0 then redis.call('ZADD', limited, unpack(parked)) end
 if #placing > 0 then redis.call('ZADD', ring, unpack(placing)) end
 if lane_taken > 0 then redis.call('HINCRBY', meta, 'lane_jobs', -lane_taken) end
 
-for _, job in ipairs(promoted) do
-  redis.call('PUBLISH', channel, '{"event":"promoted","job":"' .. job[1] .. '"}')
+local loud = (#promoted > 0 or #rows > 0) and heard(channel)  -- (include/events.lua)
+if loud then
+  for _, job in ipairs(promoted) do
+    redis.call('PUBLISH', channel, '{"event":"promoted","job":"' .. job[1] .. '"}')
+  end
 end
 
 local out, n = {}, 0
@@ -409,8 +414,10 @@ for i, fields in ipairs(rows) do
       redis.call('HDEL', row, 'worker')
     end
     leases[m + 1], leases[m + 2], m = deadline, id, m + 2
-    redis.call('PUBLISH', channel,
-      '{"event":"active","job":"' .. id .. '","attempt":' .. attempt .. '}')
+    if loud then
+      redis.call('PUBLISH', channel,
+        '{"event":"active","job":"' .. id .. '","attempt":' .. attempt .. '}')
+    end
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
       id, fields[1], token, tonumber(fields[2] or '0'), fields[3]
     n = n + 5

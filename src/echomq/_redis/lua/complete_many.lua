@@ -7,7 +7,8 @@
            (nothing changed) | -1 no row | -2 stale token | -3 not in active
   Errors   EMQARG   n is not 1..100, does not match the argument count, or an id repeats
            (nothing written; the verb refuses them first)
-  Events   completed (per job completed)
+  Events   completed (per job completed; only while the channel has a listener:
+           include/events.lua)
   Moves    active -> completed; completed -> (none) (the retention, other rows);
            waiting -> pending (a flow parent: its last open child, docs/flows.md)
   Bound    O(n * log N); at most 100 jobs per call (validate.MAX_BATCH), plus the
@@ -32,6 +33,7 @@ local n = tonumber(ARGV[2])
 -- @include ready
 -- @include leave_active
 -- @include finished
+-- @include events
 if not n or n < 1 or n > MAX_JOBS or #ARGV ~= 2 + n * 3 then
   return redis.error_reply('EMQARG complete_many takes 1..' .. MAX_JOBS .. ' jobs of 3 arguments')
 end
@@ -97,12 +99,13 @@ if grouped or #jobs < n then  -- complete and none is grouped (a grouped one giv
 end
 if #plain > 0 then redis.call('ZREM', active, unpack(plain)) end
 local channel = base .. 'events'
+local loud = heard(channel)  -- (include/events.lua)
 local detail = {}  -- finished's detail, one table rewritten job by job
 for k, job in ipairs(jobs) do
   local id, result = job[1], job[5]
   redis.call('HSET', job[6], 'state', 'completed', 'result', result,
     'finished_at', fin.now_arg)
-  redis.call('PUBLISH', channel, '{"event":"completed","job":"' .. id .. '"}')
+  if loud then redis.call('PUBLISH', channel, '{"event":"completed","job":"' .. id .. '"}') end
   detail.result = result
   detail.reason = job[2] == 'cancelled' and string.sub(result, 11) or nil
   finished(fin, k, detail)

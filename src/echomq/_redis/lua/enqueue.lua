@@ -29,7 +29,8 @@
            EMQARG        n is not 1..250, m not 1..n, they do not match the argument
                          count, or a job names no option set
            EMQFORMAT     the repeat record has another layout version (nothing written)
-  Events   enqueued | scheduled (per job written); on the workers' channel (emq:{q}:control)
+  Events   enqueued | scheduled (per job written; only while the channel has a listener:
+           include/events.lua); on the workers' channel (emq:{q}:control)
            one scheduled {delay_ms} per call with delayed jobs written: the soonest delay
   Moves    (none) -> pending | scheduled
   Bound    O(n * log N); at most 250 jobs per call (validate.MAX_ENQUEUE)
@@ -57,6 +58,7 @@ local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
 -- @include repeat
 -- @include lanes
 -- @include ready
+-- @include events
 local tail = n and m and #ARGV - 3 - m * SET - n * JOB
 if not n or n < 1 or n > MAX_JOBS or not m or m < 1 or m > n
     or (tail ~= 0 and not (tail == 5 and n == 1)) then
@@ -148,6 +150,7 @@ local now = now_ms()
 local now_s = string.format('%d', now)
 mark_queue(meta)
 local channel = base .. 'events'
+local loud = heard(channel)  -- (include/events.lua)
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
 local seq = 0
 if ready_n > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready_n) - ready_n end
@@ -165,7 +168,7 @@ for i = 0, n - 1 do
         'failures', '0', 'stalled', '0', 'priority', set.priority, 'max_attempts',
         set.max_attempts, 'created_at', now_s, 'run_at', run_at, unpack(set.extra))
       redis.call('ZADD', schedule, run_at, id)
-      redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}')
+      if loud then redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}') end
       if not soonest or delay < soonest then soonest = delay end
     else
       seq = seq + 1
@@ -178,7 +181,7 @@ for i = 0, n - 1 do
         nflat = nflat + 2
         flat[nflat - 1], flat[nflat] = set.score0 + seq, id
       end
-      redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}')
+      if loud then redis.call('PUBLISH', channel, '{"event":"enqueued","job":"' .. id .. '"}') end
     end
     if group and set.limit > 0 then
       redis.call('HSETNX', base .. 'gstate', group .. ':limit', set.limit)
