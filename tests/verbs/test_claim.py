@@ -149,20 +149,32 @@ async def test_pending_id_without_row_is_dropped_not_claimed(
 async def test_active_is_kept_in_the_skiplist_encoding(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
-    """A claim that creates active, or adds to one Redis holds as a listpack (a queue from
-    before, or any small set), leaves it a skiplist (O(log n) per member, not a scan of
-    the set) holding exactly the leases: the member that converts it is gone."""
-    ids = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"x") for _ in range(3)])
+    """A claim of 8 jobs or more that creates active, or adds to one Redis holds as a
+    listpack (a queue from before, or a set of a few leases), leaves it a skiplist
+    (O(log n) per member, not a scan of the set) holding exactly the leases: the member
+    that converts it is gone. A smaller claim leaves the encoding as it is."""
+    ids = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"x") for _ in range(17)])
     [first] = await jobs.claim(conn, queue, 30_000)
-    assert await conn.execute("OBJECT", "ENCODING", ks.active) == b"skiplist"
-    assert await conn.execute("ZRANGE", ks.active, 0, -1) == [first.id.encode()]
-    # a listpack active with a lease in it (as a queue from before holds it)
-    lease = await conn.execute("ZSCORE", ks.active, first.id)
-    await conn.execute("DEL", ks.active)
-    await conn.execute("ZADD", ks.active, lease, first.id)
     assert await conn.execute("OBJECT", "ENCODING", ks.active) == b"listpack"
-    rest = await jobs.claim(conn, queue, 30_000, count=2)
-    assert [c.id for c in rest] == ids[1:]
+    batch = await jobs.claim(conn, queue, 30_000, count=8)
+    assert await conn.execute("OBJECT", "ENCODING", ks.active) == b"skiplist"
+    held = sorted(i.encode() for i in ids[:9])
+    assert [first.id, *(c.id for c in batch)] == ids[:9]
+    assert sorted(await conn.execute("ZRANGE", ks.active, 0, -1)) == held
+    # a listpack active with leases in it (as a queue from before holds it)
+    leases = await conn.execute("ZRANGE", ks.active, 0, -1, "WITHSCORES")
+    await conn.execute("DEL", ks.active)
+    await conn.execute(
+        "ZADD",
+        ks.active,
+        *[x for pair in zip(leases[1::2], leases[::2], strict=True) for x in pair],
+    )
+    assert await conn.execute("OBJECT", "ENCODING", ks.active) == b"listpack"
+    rest = await jobs.claim(conn, queue, 30_000, count=8)
+    assert [c.id for c in rest] == ids[9:]
     assert await conn.execute("OBJECT", "ENCODING", ks.active) == b"skiplist"
     assert sorted(await conn.execute("ZRANGE", ks.active, 0, -1)) == sorted(i.encode() for i in ids)
-    assert await conn.execute("ZSCORE", ks.active, first.id) == lease
+    assert (
+        await conn.execute("ZSCORE", ks.active, first.id)
+        == leases[leases.index(first.id.encode()) + 1]
+    )

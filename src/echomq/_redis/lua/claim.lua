@@ -53,7 +53,10 @@ local MAX_COUNT = 250
 local MAX_PROMOTE = 100
 local MAX_REOPEN = 100
 local MAX_TURNS = 100  -- ring members read per call: the distinct groups one claim serves
-local SKIPLIST_MARK = 'emq:skiplist:' .. string.rep('-', 67)  -- 80 bytes: not an id
+-- 80 bytes, not an id (a literal: made once, when the script is loaded)
+local SKIPLIST_MARK =
+  'emq:skiplist:-------------------------------------------------------------------'
+local SKIPLIST_FROM = 8  -- claims of fewer jobs leave active as it is (a worker's few leases)
 -- @include time
 -- @include score
 -- @include wake
@@ -338,10 +341,11 @@ local run_id = #rows > 0 and server_run_id() or nil
 -- active's encoding: a zset born small is a listpack, where every ZADD member and every
 -- completion's ZMSCORE / ZREM scans the whole set (~1.7 us a member at 100 leases, vs
 -- ~0.25 in a skiplist); a member longer than zset-max-listpack-value (64) turns it into
--- a skiplist, which Redis keeps until the set empties. So a claim adding to a listpack
--- (or creating active) adds SKIPLIST_MARK first and removes it in the same call: no
+-- a skiplist, which Redis keeps until the set empties. So a claim of SKIPLIST_FROM jobs
+-- or more adding to a listpack (or creating active) adds SKIPLIST_MARK first and removes
+-- it in the same call (a smaller claim, a worker's few leases, does not ask): no
 -- other client ever sees it (it is not an id: ids have no ':').
-local listpack = #rows > 0 and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
+local listpack = #rows >= SKIPLIST_FROM and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
 
 -- writes
 if #due > 0 then
@@ -387,7 +391,7 @@ if #parked > 0 then redis.call('ZADD', limited, unpack(parked)) end
 if #placing > 0 then redis.call('ZADD', ring, unpack(placing)) end
 if lane_taken > 0 then redis.call('HINCRBY', meta, 'lane_jobs', -lane_taken) end
 
-local loud = (#promoted > 0 or #rows > 0) and heard(channel)  -- (include/events.lua)
+local loud = heard(channel, #promoted + #rows)  -- (include/events.lua)
 if loud then
   for _, job in ipairs(promoted) do
     redis.call('PUBLISH', channel, '{"event":"promoted","job":"' .. job[1] .. '"}')

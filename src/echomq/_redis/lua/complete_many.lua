@@ -99,7 +99,7 @@ if grouped or #jobs < n then  -- complete and none is grouped (a grouped one giv
 end
 if #plain > 0 then redis.call('ZREM', active, unpack(plain)) end
 local channel = base .. 'events'
-local loud = heard(channel)  -- (include/events.lua)
+local loud = heard(channel, #jobs)  -- (include/events.lua)
 local detail = {}  -- finished's detail, one table rewritten job by job
 for k, job in ipairs(jobs) do
   local id, result = job[1], job[5]

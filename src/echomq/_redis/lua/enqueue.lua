@@ -150,7 +150,7 @@ local now = now_ms()
 local now_s = string.format('%d', now)
 mark_queue(meta)
 local channel = base .. 'events'
-local loud = heard(channel)  -- (include/events.lua)
+local loud = heard(channel, n)  -- (include/events.lua)
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
 local seq = 0
 if ready_n > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready_n) - ready_n end
