@@ -34,7 +34,7 @@ from typing import Any
 import trio
 
 import echomq
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.archive.store import open_store
 from echomq.testing import PostgresServer, RedisServer
 

@@ -5,7 +5,7 @@ how long every other client waits (issue 9: no script may block for more than ~1
 On a private redis-server this builds one queue of ``--queue-jobs`` (default 1,000,000)
 pending jobs by bulk enqueue, plus 100,000 scheduled, 100,000 active, 50,000 completed and
 20,000 dead ones, then runs every script ``--reps`` times at its worst allowed size (the
-caps of ``echomq._redis.validate``) and reads each call's server time from the SLOWLOG
+caps of ``echomq._scripts.validate``) and reads each call's server time from the SLOWLOG
 (``slowlog-log-slower-than 0``: every command is logged with its execution time in us,
 I/O excluded). Setup calls between measured ones are not counted.
 
@@ -30,11 +30,11 @@ import trio
 
 import echomq
 from echomq import admin, cancel, stalled
-from echomq._redis import validate as v
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import SCRIPTS, ScriptCall, evaluate
-from echomq._verbs import lifecycle as life
-from echomq._verbs import rows
+from echomq._scripts import validate as v
+from echomq._scripts.calls import SCRIPTS, ScriptCall, evaluate
+from echomq._scripts.keyspace import Keyspace
+from echomq.jobs import lifecycle as life
+from echomq.jobs import rows
 from echomq.testing import RedisServer
 
 __all__ = ["BOUND_MS", "JSON_PATH", "README", "render", "run_bounds", "update_readme"]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import trio
 
-from echomq._redis.scripts import SCRIPTS
+from echomq._scripts.calls import SCRIPTS
 
 __all__ = ["PIPELINE", "CLIENTS", "command_line", "load_scripts", "redis_benchmark"]
 

@@ -40,8 +40,8 @@ import trio
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.slots import SLOTS, key_slot
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.hashslots import SLOTS, key_slot
 from echomq.testing import RedisCluster, RedisServer
 
 from .ceiling import redis_benchmark

@@ -36,7 +36,7 @@ from typing import Any
 
 import redis
 
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.testing import RedisServer
 
 PEERS = Path(__file__).resolve().parent / "peers"

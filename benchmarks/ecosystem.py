@@ -324,9 +324,9 @@ def run_hooks(args: argparse.Namespace, log: Callable[[str], None]) -> Results:
     import timeit
 
     from echomq import _tracing
-    from echomq._verbs.lifecycle import _read_claim
     from echomq._worker.cancellation import Held
     from echomq._worker.tally import Tally
+    from echomq.jobs.lifecycle import _read_claim
 
     res = Results()
     tally = Tally()

@@ -47,9 +47,9 @@ from typing import Any
 import redis
 import trio
 
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import SCRIPTS
-from echomq._verbs.lifecycle import claim_batch_call, complete_many_call
+from echomq._scripts.calls import SCRIPTS
+from echomq._scripts.keyspace import Keyspace
+from echomq.jobs.lifecycle import claim_batch_call, complete_many_call
 from echomq.testing import RedisServer
 
 from . import cpu_per_job

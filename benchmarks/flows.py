@@ -44,7 +44,7 @@ import trio
 
 import echomq
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.testing import RedisServer, kill_worker, open_worker_process
 
 from .flows_app import register, runs_key

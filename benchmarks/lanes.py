@@ -53,7 +53,7 @@ import trio
 import echomq
 from echomq import admin, jobs
 from echomq._model.codec import JSON
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.testing import RedisServer
 
 from .ceiling import redis_benchmark

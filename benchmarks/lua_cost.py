@@ -98,8 +98,8 @@ def child(jobs: int, claim: int, complete: int, held_cap: int) -> dict[str, Any]
     import redis
 
     from echomq._model.job import NewJob
-    from echomq._redis.scripts import evaluate_sync
-    from echomq._verbs import lifecycle as calls
+    from echomq._scripts.calls import evaluate_sync
+    from echomq.jobs import lifecycle as calls
     from echomq.testing import RedisServer
 
     queue = "bench"

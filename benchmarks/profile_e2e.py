@@ -37,7 +37,7 @@ from typing import Any
 
 import redis
 
-from echomq._redis.scripts import SCRIPTS
+from echomq._scripts.calls import SCRIPTS
 from echomq.testing import RedisServer
 
 HERE = Path(__file__).resolve().parent

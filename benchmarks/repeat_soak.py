@@ -42,7 +42,7 @@ import echomq
 from benchmarks.__main__ import _commit, _src_commit
 from echomq import repeat
 from echomq._model.codec import JSON
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.testing import (
     RedisServer,
     drop_redis,

@@ -41,7 +41,7 @@ import trio
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.testing import RedisServer
 
 from .archive import archiver, backlog, stores, wait_group
@@ -62,7 +62,7 @@ IN_FLIGHT = 100
 
 def _without_stream() -> None:
     """Cut the stream's XADD / XTRIM out of every script (this process only)."""
-    from echomq._redis import scripts
+    from echomq._scripts import calls as scripts
 
     cut = re.compile(
         r"^\s*redis\.call\('XADD', stream.*$|"

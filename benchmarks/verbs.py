@@ -20,9 +20,9 @@ import trio
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.validate import MAX_COUNT, MAX_ENQUEUE
-from echomq._verbs import lifecycle as calls
+from echomq._scripts.keyspace import Keyspace
+from echomq._scripts.validate import MAX_COUNT, MAX_ENQUEUE
+from echomq.jobs import lifecycle as calls
 
 from .ceiling import load_scripts, redis_benchmark
 from .stats import Results

@@ -19,8 +19,8 @@ from _waits import clock_past, due
 from echomq import admin, cancel, flows, jobs, stalled
 from echomq._model.job import NewJob
 from echomq._model.states import TRANSITIONS, JobState
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import SCRIPTS, evaluate, script_call
+from echomq._scripts.calls import SCRIPTS, evaluate, script_call
+from echomq._scripts.keyspace import Keyspace
 
 BY_SHA = {s.variant(bool(v)).sha: name for name, s in SCRIPTS.items() for v in (0, 1)}
 BY_SOURCE = {s.variant(bool(v)).source: name for name, s in SCRIPTS.items() for v in (0, 1)}

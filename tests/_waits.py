@@ -16,8 +16,8 @@ from typing import Any
 import trio
 
 import echomq
-from echomq._redis.cluster import ClusterConnection
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.cluster import ClusterConnection
 
 CLOCK_KEY = "emq:{clock}:meta"  # any key: TIME runs on its node (a cluster: any master)
 

@@ -98,7 +98,7 @@ def test_ctrl_c_stops_the_demo_cleanly() -> None:
 
 def test_bad_duration_is_a_usage_error() -> None:
     """A non-positive duration is refused before anything starts."""
-    from echomq.demo import run_demo
+    from echomq._testkit.demo import run_demo
 
     assert run_demo(url=None, duration=0, port=0, dashboard=False) == 2
 
@@ -108,7 +108,7 @@ def test_unreachable_redis_url_exits_1_with_a_message(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """With a URL where nothing listens, the demo says so and answers 1."""
-    from echomq.demo import run_demo
+    from echomq._testkit.demo import run_demo
 
     assert run_demo(url=url, duration=1, port=0, dashboard=False) == 1
     assert "echomq demo:" in capsys.readouterr().err

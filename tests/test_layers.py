@@ -1,17 +1,17 @@
 """The layers hold: every import in src/echomq points down, and no import cycle.
 
-The layers, lowest first (docs/design.md draws them)::
+The layers, lowest first (docs/design.md draws them). A folder is one layer; the top-level
+modules are placed one by one::
 
     shared     errors, config, _trio, _jitter, _tracing  importable from any layer
     model      _model/                                   plain values and rules
-    wire       _redis/ connection, pubsub, cluster, cluster_pubsub, dial, protocol,
-               slots, topology, server_errors
-    scripts    _redis/ scripts, replies, keyspace, validate, functions (and lua/)
-    verbs      jobs, admin, stalled, cancel, events, _verbs/
+    wire       _wire/                                    RESP connections, pub/sub, drivers
+    scripts    _scripts/                                 the Lua, its calls, replies, keyspace
+    verbs      jobs/, admin/, cancel, stalled, repeat, flows, completions
+    client     _client/, results, events                 services that outlive one call
     runtime    _worker/
-    surfaces   echomq (the package), __main__, app, sync, asyncio, cli/, dashboard/, archive/, demo,
-               testing, _faults/ (the fault kit behind echomq.testing)
-    servers    _servers/: imports only shared; imported only by surfaces
+    surfaces   echomq (the package), __main__, app, canvas, sync, asyncio, testing,
+               cli/, dashboard/, archive/, _testkit/ (servers, faults, the demo)
 
 A module may import its own layer and those below. Every import counts: module level,
 inside a function, under ``TYPE_CHECKING``. The cycle check counts the imports a module
@@ -29,66 +29,57 @@ import pytest
 SRC = Path(__file__).parent.parent / "src"
 PACKAGE = SRC / "echomq"
 
-ORDER = ("shared", "model", "wire", "scripts", "verbs", "runtime", "surfaces")
-EXACT = {
-    "echomq.errors": "shared",
-    "echomq.config": "shared",
-    "echomq._trio": "shared",
-    "echomq._jitter": "shared",
-    "echomq._tracing": "shared",
-    "echomq": "surfaces",
-    "echomq.__main__": "surfaces",
-    "echomq.app": "surfaces",
-    "echomq.canvas": "surfaces",
-    "echomq.sync": "surfaces",
-    "echomq.asyncio": "surfaces",
-    "echomq.demo": "surfaces",
-    "echomq.testing": "surfaces",
-    "echomq.jobs": "verbs",
-    "echomq.admin": "verbs",
-    "echomq.stalled": "verbs",
-    "echomq.cancel": "verbs",
-    "echomq.events": "verbs",
-    "echomq.results": "verbs",
-    "echomq.repeat": "verbs",
-    "echomq.flows": "verbs",
-    "echomq._redis": "wire",
-    "echomq._redis.scripts": "scripts",
-    "echomq._redis.replies": "scripts",
-    "echomq._redis.keyspace": "scripts",
-    "echomq._redis.validate": "scripts",
-    "echomq._redis.functions": "scripts",
+ORDER = ("shared", "model", "wire", "scripts", "verbs", "client", "runtime", "surfaces")
+FOLDERS = {
+    "_model": "model",
+    "_wire": "wire",
+    "_scripts": "scripts",
+    "jobs": "verbs",
+    "admin": "verbs",
+    "_client": "client",
+    "_worker": "runtime",
+    "cli": "surfaces",
+    "dashboard": "surfaces",
+    "archive": "surfaces",
+    "_testkit": "surfaces",
 }
-PREFIXES = {
-    "echomq._model": "model",
-    "echomq._redis": "wire",
-    "echomq._verbs": "verbs",
-    "echomq._worker": "runtime",
-    "echomq.cli": "surfaces",
-    "echomq.dashboard": "surfaces",
-    "echomq.archive": "surfaces",
-    "echomq._faults": "surfaces",
-    "echomq._servers": "servers",
+TOP = {
+    "errors": "shared",
+    "config": "shared",
+    "_trio": "shared",
+    "_jitter": "shared",
+    "_tracing": "shared",
+    "cancel": "verbs",
+    "stalled": "verbs",
+    "repeat": "verbs",
+    "flows": "verbs",
+    "completions": "verbs",
+    "results": "client",
+    "events": "client",
+    "__main__": "surfaces",
+    "app": "surfaces",
+    "canvas": "surfaces",
+    "sync": "surfaces",
+    "asyncio": "surfaces",
+    "testing": "surfaces",
 }
 
 
 def layer_of(module: str) -> str:
-    if module in EXACT:
-        return EXACT[module]
-    for prefix, layer in PREFIXES.items():
-        if module == prefix or module.startswith(prefix + "."):
-            return layer
-    raise AssertionError(f"{module} belongs to no layer: add it to tests/test_layers.py")
+    parts = module.split(".")
+    if parts == ["echomq"]:
+        return "surfaces"
+    place = parts[1]
+    layer = FOLDERS.get(place) if len(parts) > 2 or place in FOLDERS else TOP.get(place)
+    if layer is None:
+        raise AssertionError(
+            f"{module} belongs to no layer: add its folder to tests/test_layers.py"
+        )
+    return layer
 
 
 def allowed(source: str, target: str) -> bool:
     """May a module of layer ``source`` import one of layer ``target``?"""
-    if target == "shared":
-        return True
-    if source == "servers":
-        return target == "servers"
-    if target == "servers":
-        return source in ("surfaces", "servers")
     return ORDER.index(target) <= ORDER.index(source)
 
 
@@ -223,11 +214,12 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_the_checker_sees_an_upward_import() -> None:
-    """The rules themselves: a verb may not import the runtime, a server not the wire."""
+    """The rules themselves: a verb may not import the runtime, the model not the wire."""
     assert not allowed("verbs", "runtime")
+    assert not allowed("verbs", "client")
     assert not allowed("model", "wire")
-    assert not allowed("servers", "wire")
-    assert not allowed("runtime", "servers")
-    assert allowed("surfaces", "servers") and allowed("wire", "shared")
+    assert allowed("runtime", "client") and allowed("wire", "shared")
+    assert layer_of("echomq._testkit.redis_server") == "surfaces"
+    assert layer_of("echomq.jobs.lifecycle") == "verbs"
     assert layer_of("echomq._worker.context") == "runtime"
     assert layer_of("echomq.cli.worker_cmd") == "surfaces"

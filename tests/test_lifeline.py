@@ -1,4 +1,4 @@
-"""The lifeline (echomq._servers.lifeline): a server ends with the process that started it."""
+"""The lifeline (echomq._testkit.lifeline): a server ends with the process that started it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import trio
 
 from _waits import until
-from echomq._servers import lifeline
+from echomq._testkit import lifeline
 
 STARTER = textwrap.dedent(
     """

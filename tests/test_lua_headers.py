@@ -1,6 +1,6 @@
 """Every Lua script's header agrees with its body, the reply table and TRANSITIONS.
 
-Checked for each ``_redis/lua/*.lua`` as it runs (its ``-- @include`` lines expanded; no
+Checked for each ``_scripts/lua/*.lua`` as it runs (its ``-- @include`` lines expanded; no
 server needed):
 - the header block names KEYS, ARGV, Returns, Events and Moves;
 - every ``KEYS[n]`` / ``ARGV[n]`` the body reads is declared in the header;
@@ -9,7 +9,7 @@ server needed):
 - the Moves line is exactly the script's row of ``_model/states.TRANSITIONS``;
 - the header states the script's bound (``Bound``: its cost per call); a script whose work
   grows with an argument checks that argument against its cap in the body, before its first
-  write, and the cap is the one ``_redis/validate.py`` gates the verb with;
+  write, and the cap is the one ``_scripts/validate.py`` gates the verb with;
 - every include (``lua/include/*.lua``) is used, and a script that includes a file uses
   what it defines; a helper that writes counts as a write where it is called.
 """
@@ -21,9 +21,9 @@ import re
 import pytest
 
 from echomq._model.states import TRANSITIONS, JobState, Moves
-from echomq._redis import replies
-from echomq._redis import validate as v
-from echomq._redis.scripts import INCLUDES, SCRIPTS
+from echomq._scripts import replies
+from echomq._scripts import validate as v
+from echomq._scripts.calls import INCLUDES, SCRIPTS
 from echomq.errors import EchoMQError, ScriptError, ServerError
 
 FIELDS = ("KEYS", "ARGV", "Returns", "Errors", "Events", "Moves", "Bound")

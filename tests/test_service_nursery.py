@@ -7,7 +7,7 @@ import trio
 
 import echomq
 from echomq import errors, jobs
-from echomq._redis.dial import open_pubsub
+from echomq._wire.dial import open_pubsub
 
 
 async def test_connect_block_error_is_not_grouped(redis_url: str, queue: str) -> None:

@@ -16,8 +16,8 @@ import trio
 
 import echomq
 import echomq.jobs
-from echomq._redis import validate
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts import validate
+from echomq._scripts.keyspace import Keyspace
 
 RUNNER = "trio"
 NAME = "bench"

@@ -1,11 +1,14 @@
 """echomq: a Celery-style task queue for Trio, on Redis 7 / Valkey.
 
-Layout (imports point down):
-    app / worker / cli / dashboard    what users touch
-    jobs, admin, stalled, cancel,     the verbs: one async function per transition
-    repeat
-    _redis                            the wire, the key builder, the scripts, the reply table
-    _model                            pure values and rules
+Layout (imports point down; docs/design.md draws it from the tree):
+    app, canvas, sync, asyncio, cli/, dashboard/, archive/   what users touch
+    _worker/                          the Trio runtime
+    _client/, results, events         services that outlive one call
+    jobs/, admin/, cancel, stalled,   the verbs: one async function per transition
+    repeat, flows, completions
+    _scripts/                         the Lua, its calls, the reply table, the key builder
+    _wire/                            RESP connections, pub/sub, the asyncio and blocking drivers
+    _model/                           pure values and rules
 """
 
 from __future__ import annotations
@@ -13,9 +16,9 @@ from __future__ import annotations
 from . import admin, cancel, config, errors, flows, jobs, repeat, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
-from ._redis.connection import Connection
-from ._redis.dial import connect
-from ._redis.replies import ExtendResult
+from ._scripts.replies import ExtendResult
+from ._wire.connection import Connection
+from ._wire.dial import connect
 from ._worker.worker import Worker
 from .app import EnqueueOptions, Job, Queue, TaskHandle, TaskOptions, current_job
 from .cancel import CancelToken

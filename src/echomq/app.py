@@ -30,6 +30,7 @@ import trio
 
 from . import _tracing, jobs
 from . import repeat as repeat_verbs
+from ._client.coalesce import EnqueueCoalescer
 from ._model.cancel import MAX_REASON as MAX_REASON  # (moved: re-exported)
 from ._model.cancel import cancelled_reason as cancelled_reason
 from ._model.cancel import cancelled_result as cancelled_result
@@ -41,13 +42,11 @@ from ._model.options import seconds as _seconds
 from ._model.options import to_ms as to_ms
 from ._model.repeat import RepeatSource
 from ._model.schedule import DEFAULT_GRACE_MS, MissedPolicy, Schedule, duration_ms
-from ._redis.connection import Connection
-from ._redis.dial import connect
-from ._redis.keyspace import check_id, check_queue, check_repeat_key
-from ._redis.scripts import Executor
+from ._scripts.calls import Executor
+from ._scripts.keyspace import check_id, check_queue, check_repeat_key
 from ._trio import open_service_nursery
-from ._verbs.coalesce import EnqueueCoalescer
-from ._verbs.lifecycle import default_group, enqueue_group
+from ._wire.connection import Connection
+from ._wire.dial import connect
 from ._worker.context import Job, current_job
 from .cancel import CancelOutcome
 from .cancel import request as cancel_request
@@ -62,6 +61,7 @@ from .errors import (
     JobGone,
 )
 from .events import EventFeed, open_event_feed
+from .jobs.lifecycle import default_group, enqueue_group
 from .results import GONE_CHECK, FinishState, Outcome, ResultFeed
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ closes that loop's connection. Every verb runs on asyncio too, with a connection
         stats = await echomq.admin.stats(conn, "emails")
 
 Rule 1: the same verbs, call builders, scripts and reply readers as trio: the connection
-is another driver of them (``_redis/aio.py``, redis.asyncio underneath), auto-pipelined on
+is another driver of them (``_wire/drivers/aio.py``, redis.asyncio underneath), auto-pipelined on
 one server as the trio wire is; a ``redis+cluster://`` URL uses redis.asyncio's cluster
 client. Rule 2: ``aresult`` reads the job's row, then the queue's completions stream from
 where the row was read (one blocking ``XREAD`` reader per queue and loop on a connection
@@ -35,8 +35,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ._redis.aio import AsyncioClusterConnection, AsyncioConnection, asyncio_connection
-from ._verbs.aio_results import AsyncioResultFeed
+from ._client.aio_results import AsyncioResultFeed
+from ._wire.drivers.aio import AsyncioClusterConnection, AsyncioConnection, asyncio_connection
 from .config import DEFAULT_URL, ConnectionConfig
 
 __all__ = [

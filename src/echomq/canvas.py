@@ -21,9 +21,9 @@ import trio
 
 from ._model.flow import Feed, FlowJob, Policy, mark_parent
 from ._model.job import NewJob
-from ._verbs.flows import add_flow, cancel_flow
-from ._verbs.lifecycle import new_id
 from .errors import InvalidArgument, JobCancelled, JobGone
+from .flows import add_flow, cancel_flow
+from .jobs.lifecycle import new_id
 
 if TYPE_CHECKING:
     from .app import Queue, Task

@@ -40,7 +40,7 @@
     Retry(delay=...)         raised by a task to ask for a retry; not an error
 
 Script refusals and server error replies reach these classes through one table,
-``_redis/replies.py``. Two errors are transient: ``ConnectionLost`` (the command may have
+``_scripts/replies.py``. Two errors are transient: ``ConnectionLost`` (the command may have
 run; the verbs' fencing makes a retry safe) and ``Unavailable`` (the server did not run it
 and said "later"; ``ClusterDown`` is one). :data:`TRANSIENT` names both: code that retries
 on it (the worker's loops, your own) never loops on a bad password, a missing permission

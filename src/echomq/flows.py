@@ -1,48 +1,549 @@
-"""Flows (docs/flows.md): trees of parent and child jobs; a parent waits (state
-``waiting``) until its children finished, then runs with their results.
+"""Flows (docs/flows.md): add a tree of parent and child jobs, read a parent's children,
+cancel or remove a flow.
 
-The canvas (``echomq.chain``, ``group``, ``chord``, ``flow``) builds trees from task
-signatures; these verbs write and inspect them.
+Rule 1: a flow of at most ``MAX_FLOW`` (250) nodes is one ``add_flow`` call: all or
+nothing. A bigger one is added in pages of 250 (parents first): a parent whose children
+continue on a later page is *held* (its ``open`` counts one for the hold) until the page
+with its last child releases it, so it can never run on part of its children.
+Rule 2: every check that needs no server (ids, the tree's shape, sizes) runs before the
+first call; the script checks the rest before its first write.
+Rule 3: a child on another queue (docs/flows.md "Across queues") is written by its own
+queue's call, after its parent's call (which lists and counts it: a *stub*); the calls go
+by hops down the tree (queue changes from the root), so queues may be above and below one
+another. Its outcome, or its re-run (``reopen``), reaches the parent through its queue's
+outbox, which :func:`relay_outbox` (the worker) relays with ``flow_notify``, idempotent
+and order-safe per child and generation, acknowledging an entry only once the parent's
+script answered.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+
 from ._model.flow import ChildFailure, ChildOutcome, Feed, FlowJob, Policy
-from ._verbs.flows import (
-    MAX_RELAY_TRIES,
-    RELAY_GROUP,
-    FlowChildren,
-    add_flow,
-    add_flow_calls,
-    cancel_flow,
-    children,
-    flow_notify_call,
-    flow_results_call,
-    relay_outbox,
-    remote_children,
-    remove_flow,
-    subtree,
-    waiting_parents,
+from ._scripts import validate as v
+from ._scripts.calls import Executor, ScriptCall, evaluate, script_call
+from ._scripts.keyspace import Keyspace, check_group, check_id, keyspace, remote_queue
+from ._scripts.replies import FlowNotice
+from .cancel import request as cancel_request
+from .errors import (
+    TRANSIENT,
+    DuplicateJob,
+    EchoMQError,
+    InvalidArgument,
+    JobGone,
+    JobLocked,
+    NotCancellable,
+    ScriptError,
 )
+from .jobs.lifecycle import _task_name
+from .jobs.rows import remove_job
 
 __all__ = [
-    "ChildFailure",
-    "ChildOutcome",
-    "Feed",
-    "FlowChildren",
-    "MAX_RELAY_TRIES",
-    "RELAY_GROUP",
-    "FlowJob",
-    "Policy",
     "add_flow",
     "add_flow_calls",
+    "cancel_flow",
+    "ChildFailure",
+    "ChildOutcome",
+    "children",
+    "Feed",
     "flow_notify_call",
+    "flow_results_call",
+    "FlowChildren",
+    "FlowJob",
+    "MAX_RELAY_TRIES",
+    "Policy",
+    "RELAY_GROUP",
     "relay_outbox",
     "remote_children",
-    "cancel_flow",
-    "children",
-    "flow_results_call",
     "remove_flow",
     "subtree",
     "waiting_parents",
 ]
+
+
+@attrs.frozen
+class _Placed:
+    node: FlowJob
+    parent: FlowJob | None
+    page: int
+    stub: bool = False  # a child on another queue, listed on its parent's (Rule 3)
+
+
+def _walk(roots: Sequence[FlowJob]) -> Iterator[tuple[FlowJob, FlowJob | None]]:
+    """Every node, parents first (pre-order), with its parent."""
+    stack: list[tuple[FlowJob, FlowJob | None]] = [(r, None) for r in reversed(roots)]
+    while stack:
+        node, parent = stack.pop()
+        yield node, parent
+        stack.extend((c, node) for c in reversed(node.children))
+
+
+def _keep(name: str, value: int | None) -> str | int:
+    return "" if value is None else v.non_negative_int(name, value, v.MAX_MS)
+
+
+def _stub_argv(node: FlowJob, parent: FlowJob) -> list[Any]:
+    """A child on another queue, as its parent's call lists it (no row there)."""
+    return [
+        check_id(node.id),
+        "",
+        0,
+        1,
+        "",
+        "",
+        "",
+        parent.id,
+        node.queue,
+        "fail",
+        "none",
+        "",
+        "r",
+        "",
+    ]
+
+
+def _node_argv(node: FlowJob, parent: FlowJob | None, kids: int, held: bool) -> list[Any]:
+    job = node.job
+    parent_queue = "" if parent is None or parent.queue == node.queue else parent.queue
+    return [
+        check_id(node.id),
+        v.payload_bytes(job.payload),
+        v.int_in("priority", job.priority, -v.MAX_PRIORITY, v.MAX_PRIORITY),
+        v.positive_int("max_attempts", job.max_attempts, v.MAX_ATTEMPTS),
+        "" if job.task is None else _task_name(job.task),
+        _keep("keep_result_ms", job.keep_result_ms),
+        _keep("keep_dead_ms", job.keep_dead_ms),
+        "" if parent is None else parent.id,
+        parent_queue,
+        str(node.policy),
+        str(node.feed),
+        str(kids) if node.children else "",
+        "1" if held else "",
+        "" if job.group is None else check_group(job.group),
+    ]
+
+
+def _hops(nodes: Sequence[tuple[FlowJob, FlowJob | None]]) -> dict[str, int]:
+    """Each node's number of queue changes on its way down from its root (Rule 3): a child
+    on another queue than its parent is one more hop down."""
+    hops: dict[str, int] = {}
+    for node, parent in nodes:  # parents first
+        if parent is None:
+            hops[node.id] = 0
+        else:
+            hops[node.id] = hops[parent.id] + (node.queue != parent.queue)
+    return hops
+
+
+def _queue_calls(queue: str, placed_all: list[_Placed]) -> list[ScriptCall[int]]:
+    """One queue's pages (Rule 1): its jobs and the stubs of its jobs' remote children."""
+    ks = keyspace(queue)
+    size = v.MAX_FLOW
+    placed = [attrs.evolve(p, page=i // size) for i, p in enumerate(placed_all)]
+    page_of = {p.node.id: p.page for p in placed if not p.stub}
+    last_child_page: dict[str, int] = {}
+    kids_on_page: dict[tuple[str, int], int] = {}
+    for p in placed:
+        if p.parent is not None and p.parent.id in page_of:  # its parent is on this queue
+            last_child_page[p.parent.id] = p.page
+            key = (p.parent.id, p.page)
+            kids_on_page[key] = kids_on_page.get(key, 0) + 1
+    calls: list[ScriptCall[int]] = []
+    pages = placed[-1].page + 1
+    for page in range(pages):
+        members = [p for p in placed if p.page == page]
+        releases = [
+            pid for pid, last in last_child_page.items() if last == page and page_of[pid] < page
+        ]
+        argv: list[Any] = [ks.base, len(members), len(releases), *releases]
+        total = 0
+        for p in members:
+            if p.stub:
+                assert p.parent is not None
+                argv += _stub_argv(p.node, p.parent)
+                continue
+            nid = p.node.id
+            held = last_child_page.get(nid, page) > page
+            row = _node_argv(p.node, p.parent, kids_on_page.get((nid, page), 0), held)
+            total += len(row[1])
+            argv += row
+        v.batch_bytes(total)
+        count = len(members)
+        rows = sum(1 for p in members if not p.stub)
+
+        def read(reply: Any, count: int = count, rows: int = rows) -> int:
+            if reply != count:
+                raise ScriptError(f"add_flow: unexpected reply {reply!r}")
+            return rows
+
+        keys = [ks.pending, ks.waiting, ks.meta, ks.wake]
+        calls.append(script_call("add_flow", keys, argv, read))
+    return calls
+
+
+def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
+    """The ``add_flow`` calls that write ``roots`` (pages of at most MAX_FLOW nodes per
+    queue and hop, in order: a child on another queue after its parent); no I/O.
+
+    Raises:
+        InvalidArgument: no node, a node with a delay.
+        DuplicateJob: an id repeats in the tree.
+        InvalidKey, PayloadTooLarge: a bad id or payload.
+    """
+    if not roots:
+        raise InvalidArgument("a flow needs at least one job")
+    nodes = list(_walk(roots))
+    seen: set[str] = set()
+    for node, _ in nodes:
+        if node.job.job_id is None:
+            raise InvalidArgument("every job of a flow needs its id (FlowJob.job.job_id)")
+        if node.id in seen:
+            raise DuplicateJob(f"the id {node.id} repeats in the flow")
+        if node.job.delay_ms:
+            raise InvalidArgument("a job of a flow cannot be delayed (not yet)")
+        seen.add(node.id)
+    # one group of calls per (hop, queue): a node with the same-queue part of the tree
+    # around it, a stub with its parent, a remote child one hop further down, so every
+    # parent (and its stubs) is written before its children on other queues, even when
+    # the queues are above and below one another (A over B over A)
+    hops = _hops(nodes)
+    groups: dict[tuple[int, str], list[_Placed]] = {}
+    for node, parent in nodes:
+        groups.setdefault((hops[node.id], node.queue), []).append(_Placed(node, parent, 0))
+        if parent is not None and parent.queue != node.queue:
+            where = (hops[parent.id], parent.queue)
+            groups.setdefault(where, []).append(_Placed(node, parent, 0, stub=True))
+    calls: list[ScriptCall[int]] = []
+    for hop, queue in sorted(groups, key=lambda g: g[0]):  # stable: queues as first met
+        calls += _queue_calls(queue, groups[(hop, queue)])
+    return calls
+
+
+async def add_flow(conn: Executor, roots: Sequence[FlowJob]) -> int:
+    """Write a flow; answer the number of jobs written (a child on another queue counts
+    once, not its stub). At most MAX_FLOW nodes on one queue: one atomic call. More:
+    pages, each atomic, parents held until their last page (Rule 1); queues one after
+    the other (Rule 3).
+
+    Raises:
+        what :func:`add_flow_calls` raises, before any I/O; DuplicateJob: an id exists
+        (nothing of that page written); FlowStateError: a later page found its parent
+        gone (cancelled or removed while the flow was being added).
+    """
+    written = 0
+    for call in add_flow_calls(roots):
+        written += await evaluate(conn, call)
+    return written
+
+
+@attrs.frozen(kw_only=True)
+class FlowChildren:
+    """A flow parent's children: its policy and feed, counts, and the outcomes (in the
+    children's order; None for a child that has not finished)."""
+
+    id: str
+    state: str
+    policy: str
+    feed: str
+    kids: int
+    open: int
+    failed: int
+    held: bool
+    ids: list[str]
+    outcomes: list[ChildOutcome | None]
+
+
+def flow_results_call(
+    queue: str, job_id: str, offset: int = 0, count: int = v.MAX_FLOW_PAGE
+) -> ScriptCall[FlowChildren]:
+    ks = keyspace(queue)
+    v.non_negative_int("offset", offset)
+    v.int_in("count", count, 1, v.MAX_FLOW_PAGE)
+    keys = [ks.job(job_id), ks.children(job_id), ks.child_results(job_id)]
+
+    def read(reply: Any) -> FlowChildren:
+        if reply == -1:
+            raise JobGone(f"job {job_id} has no row")
+        if not isinstance(reply, list) or len(reply) != 9:
+            raise ScriptError(f"flow_results: unexpected reply {reply!r}")
+        page = reply[7]
+        ids: list[str] = []
+        outcomes: list[ChildOutcome | None] = []
+        for i in range(0, len(page), 2):
+            cid = page[i].decode()
+            ids.append(cid)
+            outcomes.append(ChildOutcome.read(cid, page[i + 1]) if page[i + 1] else None)
+        return FlowChildren(
+            id=job_id,
+            state=reply[8].decode(),
+            policy=reply[0].decode(),
+            feed=reply[1].decode(),
+            kids=int(reply[2]),
+            open=int(reply[3]),
+            failed=int(reply[4]),
+            held=bool(reply[5]),
+            ids=ids,
+            outcomes=outcomes,
+        )
+
+    return script_call("flow_results", keys, [offset, count], read)
+
+
+async def children(conn: Executor, queue: str, job_id: str) -> FlowChildren:
+    """A flow parent's children and their outcomes, all of them (read in pages of 1000).
+
+    Raises:
+        InvalidKey: before any I/O. JobGone: no row.
+    """
+    first = await evaluate(conn, flow_results_call(queue, job_id))
+    ids, outcomes = list(first.ids), list(first.outcomes)
+    while len(first.ids) == v.MAX_FLOW_PAGE:
+        first = await evaluate(conn, flow_results_call(queue, job_id, len(ids)))
+        ids += first.ids
+        outcomes += first.outcomes
+    return attrs.evolve(first, ids=ids, outcomes=outcomes)
+
+
+async def waiting_parents(conn: Executor, queue: str, limit: int = 20) -> list[str]:
+    """The ids of ``queue``'s waiting flow parents, the longest waiting first (at most
+    ``limit``, 1..1000).
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    v.int_in("limit", limit, 1, 1000)
+    ids = await conn.execute("ZRANGE", keyspace(queue).waiting, 0, limit - 1)
+    return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+
+
+async def remote_children(conn: Executor, queue: str, job_id: str) -> dict[str, str]:
+    """A flow parent's children on other queues: child id -> its queue (empty for none).
+
+    Raises:
+        InvalidKey: before any I/O.
+    """
+    raw = await conn.execute("HGETALL", keyspace(queue).remote_children(job_id))
+    return {k.decode(): remote_queue(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
+
+
+async def subtree(conn: Executor, queue: str, job_id: str) -> list[tuple[str, str]]:
+    """The jobs of a flow below ``job_id`` (not itself) as ``(queue, id)``, parents before
+    their children; a child on another queue, and its own children, on theirs."""
+    out: list[tuple[str, str]] = []
+    todo = [(queue, job_id)]
+    while todo:
+        where, parent = todo.pop(0)
+        try:
+            kids = await children(conn, where, parent)
+        except JobGone:
+            continue
+        remote = await remote_children(conn, where, parent) if kids.ids else {}
+        below = [(remote.get(child, where), child) for child in kids.ids]
+        out += below
+        todo += below
+    return out
+
+
+async def cancel_flow(conn: Executor, queue: str, job_id: str, reason: str | None = None) -> int:
+    """Cancel a flow: ``job_id`` (removed while it waits, signalled while it runs), then
+    every open job below it, on whichever queue it is; finished ones are left as they
+    are. Answers how many jobs were cancelled (removed or signalled).
+
+    Raises:
+        InvalidKey: before any I/O. JobGone: ``job_id`` has no row.
+        NotCancellable: ``job_id`` already finished (its subtree is still cancelled).
+    """
+    below = await subtree(conn, queue, job_id)
+    done = 0
+    refused: NotCancellable | None = None
+    try:
+        await cancel_request(conn, queue, job_id, reason)
+        done += 1
+    except NotCancellable as exc:
+        refused = exc
+    for where, child in below:
+        try:
+            await cancel_request(conn, where, child, reason)
+            done += 1
+        except (JobGone, NotCancellable):
+            pass
+    if refused is not None:
+        raise refused
+    return done
+
+
+async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
+    """Remove a flow: ``job_id`` (forced) and every job below it (on whichever queue it
+    is), with their rows and logs. Answers how many rows were removed.
+
+    Raises:
+        InvalidKey: before any I/O. JobGone: ``job_id`` has no row. JobLocked: ``job_id``
+        is locked (nothing removed); a locked job below it is left in place.
+    """
+    below = await subtree(conn, queue, job_id)
+    await remove_job(conn, queue, job_id, force=True)
+    done = 1
+    for where, child in below:
+        try:
+            await remove_job(conn, where, child, force=True)
+            done += 1
+        except (JobGone, JobLocked):  # gone already; a locked child stays
+            pass
+    return done
+
+
+# -- across queues: the outbox relay (Rule 3) ---------------------------------------------------
+
+log = logging.getLogger("echomq.flows")
+RELAY_GROUP = "relay"
+MAX_RELAY_TRIES = 5  # deliveries of an entry the parent's queue refuses, then set aside
+# a child's outcomes, and `reopen`: it runs again (reprocessed), its parent waits for it
+_STATES = frozenset({"completed", "dead", "cancelled", "removed", "reopen"})
+
+
+def flow_notify_call(
+    parent_queue: str,
+    parent: str,
+    child: str,
+    state: str,
+    value: bytes | str = b"",
+    gen: int = 0,
+) -> ScriptCall[FlowNotice]:
+    """Tell ``parent`` (on ``parent_queue``) that ``child`` finished as ``state``, or runs
+    again (``reopen``), in its generation ``gen`` (how many times it was re-opened);
+    idempotent and order-safe per child and generation (``FlowNotice.ALREADY`` for a
+    repeat or an older generation).
+
+    Raises:
+        InvalidKey: a bad queue or id. InvalidArgument: an unknown state, a bad
+        generation. (Before any I/O.)
+    """
+    ks = keyspace(parent_queue)
+    check_id(child)
+    if state not in _STATES:
+        raise InvalidArgument(f"state must be one of {sorted(_STATES)}, not {state!r}")
+    v.non_negative_int("gen", gen)
+
+    def read(reply: Any) -> FlowNotice:
+        try:
+            return FlowNotice(reply)
+        except ValueError:
+            raise ScriptError(f"flow_notify: unexpected reply {reply!r}") from None
+
+    return script_call(
+        "flow_notify", [ks.job(parent)], [ks.base, parent, child, state, value, gen], read
+    )
+
+
+def _fields(raw: Sequence[Any]) -> dict[str, bytes]:
+    return {
+        (k.decode() if isinstance(k, bytes) else str(k)): v
+        for k, v in zip(raw[::2], raw[1::2], strict=True)
+    }
+
+
+async def _ensure_group(conn: Executor, outbox: str) -> bool:
+    """The relay's consumer group on ``outbox``; False when there is no outbox (no child
+    of this queue has ever had a parent on another queue: nothing to relay)."""
+    try:
+        await conn.execute("XGROUP", "CREATE", outbox, RELAY_GROUP, "0")
+    except Exception as exc:  # the server's refusal, as text
+        text = str(exc)
+        if "BUSYGROUP" in text:
+            return True
+        if "requires the key to exist" in text or "no such key" in text.lower():
+            return False
+        raise
+    return True
+
+
+async def _set_aside(
+    conn: Executor, ks: Keyspace, entry_id: Any, raw: Sequence[Any], exc: Exception
+) -> bool:
+    """An entry the parent's queue refused (a script error, a key of the wrong type):
+    True once it was delivered ``MAX_RELAY_TRIES`` times and is now copied, with the
+    refusal, to the ``outbox:dead`` stream (the caller deletes and acknowledges it);
+    False while it has tries left (it stays pending: XAUTOCLAIM hands it back later).
+    Either way the entries after it are relayed: one bad entry never stops the outbox."""
+    outbox, dead = ks.outbox, ks.outbox_dead
+    pending = await conn.execute("XPENDING", outbox, RELAY_GROUP, entry_id, entry_id, 1)
+    tries = int(pending[0][3]) if pending else MAX_RELAY_TRIES
+    why = str(exc)[:1024]
+    eid = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    if tries < MAX_RELAY_TRIES:
+        log.warning("flows: outbox entry %s of %s refused (try %d of %d): %s",
+                    eid, outbox, tries, MAX_RELAY_TRIES, why)  # fmt: skip
+        return False
+    await conn.execute("XADD", dead, "*", *raw, "entry", eid, "error", why, "tries", tries)
+    log.error("flows: outbox entry %s of %s refused %d times: set aside in %s (%s); its "
+              "parent does not hear of this child", eid, outbox, tries, dead, why)  # fmt: skip
+    return True
+
+
+async def relay_outbox(
+    conn: Executor, queue: str, consumer: str, *, idle_ms: int = 30_000, count: int = 100
+) -> int:
+    """Relay ``queue``'s outbox to the parents on other queues: entries a consumer took
+    and did not acknowledge for ``idle_ms`` (its relay died) first, then new ones; each
+    acknowledged and deleted only after ``flow_notify`` answered (a repeat is a no-op).
+    An entry ``flow_notify`` refuses stays pending and is tried again; after
+    ``MAX_RELAY_TRIES`` deliveries it is set aside in ``outbox:dead`` (logged), so one bad
+    entry never holds up the others. Answers the entries relayed (at most ``count`` of
+    each kind per call).
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O. ConnectionLost: the entries not yet
+        acknowledged are relayed again later (by this worker or another).
+    """
+    ks = keyspace(queue)
+    outbox = ks.outbox
+    v.int_in("count", count, 1, 1000)
+    v.non_negative_int("idle_ms", idle_ms)
+    if not await _ensure_group(conn, outbox):
+        return 0
+    claimed = await conn.execute(
+        "XAUTOCLAIM", outbox, RELAY_GROUP, consumer, idle_ms, "0-0", "COUNT", count
+    )
+    entries: list[Any] = list(claimed[1]) if claimed else []
+    fresh = await conn.execute(
+        "XREADGROUP", "GROUP", RELAY_GROUP, consumer, "COUNT", count, "STREAMS", outbox, ">"
+    )
+    if fresh:
+        entries += list(fresh[0][1])
+    done = 0
+    for entry_id, raw in entries:
+        call = None
+        if raw is not None:  # None: deleted after its relay, before its XACK (see below)
+            try:
+                f = _fields(raw)
+                call = flow_notify_call(
+                    f["parent_queue"].decode(),
+                    f["parent"].decode(),
+                    f["child"].decode(),
+                    f["state"].decode(),
+                    f.get("value", b""),
+                    int(f.get("gen", b"0")),
+                )
+            except (KeyError, ValueError, EchoMQError) as exc:  # never relayable: dropped
+                log.warning("flows: outbox entry %r of %r is malformed (%s): dropped",
+                            entry_id, queue, exc)  # fmt: skip
+        if call is not None:
+            try:
+                await evaluate(conn, call)
+            except TRANSIENT:
+                raise  # nothing acknowledged: relayed again later
+            except Exception as exc:  # refused: tried again, then set aside (not blocking)
+                if not await _set_aside(conn, ks, entry_id, raw, exc):
+                    continue
+            else:
+                done += 1
+        # deleted first, then acknowledged: a relay dying in between leaves a pending id
+        # whose entry is gone, which XAUTOCLAIM hands back as None (acknowledged above)
+        await conn.execute("XDEL", outbox, entry_id)
+        await conn.execute("XACK", outbox, RELAY_GROUP, entry_id)
+    return done

@@ -14,7 +14,7 @@ run on, and a connection for the verbs::
 Rule 1 (one copy of every verb): ``enqueue``, ``enqueue_many`` and ``get_job`` run the
 trio verbs' call builders and reply readers on redis-py (``scripts.evaluate_sync``); every
 other method runs the verb itself, the same coroutine the trio and asyncio callers await,
-on a connection whose commands block instead of suspending (``_redis/blocking.py``,
+on a connection whose commands block instead of suspending (``_wire/drivers/blocking.py``,
 ``run_sync``). Nothing here knows a key name or a script's argv.
 Rule 2: bad input raises before any I/O, exactly as in the trio verbs.
 Rule 3: no command is replayed. redis-py's retries are off (a script may have run before a
@@ -41,19 +41,7 @@ import redis
 from redis.cluster import RedisCluster
 
 from . import admin, cancel, jobs
-from ._model.job import Enqueued, JobInfo
-from ._redis.blocking import BlockingConnection, run_sync
-from ._redis.redispy import make_client as make_client
-from ._redis.scripts import ScriptCall, evaluate_sync, retry_sync, sync_errors
-from ._verbs.lifecycle import (
-    NewJob,
-    enqueue_batch_call,
-    enqueue_call,
-    enqueue_one_call,
-    get_job_args,
-    read_job,
-)
-from ._verbs.result_reads import (
+from ._client.result_reads import (
     Outcome,
     entry_job_id,
     entry_outcome,
@@ -63,10 +51,22 @@ from ._verbs.result_reads import (
     row_outcome,
     xread_command,
 )
-from ._verbs.results import BLOCK, GONE_CHECK
+from ._model.job import Enqueued, JobInfo
+from ._scripts.calls import ScriptCall, evaluate_sync, retry_sync, sync_errors
+from ._wire.drivers.blocking import BlockingConnection, run_sync
+from ._wire.drivers.redispy import make_client as make_client
 from .cancel import CancelOutcome
 from .config import DEFAULT_URL, ConnectionConfig, parse_url
 from .errors import InvalidArgument
+from .jobs.lifecycle import (
+    NewJob,
+    enqueue_batch_call,
+    enqueue_call,
+    enqueue_one_call,
+    get_job_args,
+    read_job,
+)
+from .results import BLOCK, GONE_CHECK
 
 __all__ = ["NewJob", "SyncConnection", "connect", "make_client"]
 

@@ -12,36 +12,36 @@ observed serving), ``kill_worker``, ``wait_running``, ``freeze_renewal`` /
 ``thaw_renewal``, ``restart_redis`` / ``drop_redis`` / ``freeze_redis``, and
 ``FaultProxy`` (``open_fault_proxy``) that cuts, refuses or delays connections.
 
-The implementations live in ``echomq._servers`` and ``echomq._faults`` (production code
+The implementations live in ``echomq._testkit`` and ``echomq._testkit`` (production code
 never imports this module).
 """
 
 from __future__ import annotations
 
-from ._faults.proxy import FaultProxy, open_fault_proxy, serve_fault_proxy
-from ._faults.renewal import freeze_renewal, thaw_renewal
-from ._faults.server import drop_redis, freeze_redis, restart_redis
-from ._faults.waiting import wait_running
-from ._faults.worker_process import (
-    WorkerProcess,
-    WorkerProcessError,
-    kill_worker,
-    open_worker_process,
-)
-from ._servers.cluster import (
+from ._testkit.fault_proxy import FaultProxy, open_fault_proxy, serve_fault_proxy
+from ._testkit.lease_freeze import freeze_renewal, thaw_renewal
+from ._testkit.postgres_server import PostgresServer, PostgresServerError, find_postgres_bin
+from ._testkit.redis_cluster import (
     ClusterNode,
     RedisCluster,
     SlotMigration,
     open_redis_cluster,
 )
-from ._servers.postgres import PostgresServer, PostgresServerError, find_postgres_bin
-from ._servers.single import (
+from ._testkit.redis_server import (
     RedisServer,
     RedisServerError,
     find_redis_server,
     free_port,
     open_redis_server,
     serve_redis_server,
+)
+from ._testkit.server_faults import drop_redis, freeze_redis, restart_redis
+from ._testkit.waiting import wait_running
+from ._testkit.worker_process import (
+    WorkerProcess,
+    WorkerProcessError,
+    kill_worker,
+    open_worker_process,
 )
 
 __all__ = [

@@ -10,7 +10,7 @@ import trio
 
 import echomq
 from _waits import until as _until
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.archive.store import open_store
 
 

@@ -14,7 +14,7 @@ import trio
 
 import echomq
 from echomq._model.completion import parse_entry
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.archive import (
     ArchiveConfig,
     Archiver,

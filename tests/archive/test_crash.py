@@ -20,7 +20,7 @@ from pathlib import Path
 import trio
 
 import echomq
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.archive.store import open_store
 from echomq.errors import ServerError
 

@@ -12,7 +12,7 @@ import trio
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.archive import ArchiveConfig, FinishState, history, serve_archive
 from echomq.errors import JobCancelled, JobFailed
 

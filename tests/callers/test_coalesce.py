@@ -17,8 +17,8 @@ import trio
 import echomq
 from _waits import _at, until
 from echomq import config, jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._verbs.coalesce import EnqueueCoalescer
+from echomq._client.coalesce import EnqueueCoalescer
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import ConnectionLost, InvalidArgument, InvalidKey
 
 from ._support import make_queue

@@ -13,7 +13,7 @@ import trio
 
 import echomq
 from echomq import config, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.app import Task
 from echomq.errors import PayloadTooLarge, SerializationError
 

@@ -9,7 +9,7 @@ import trio
 
 import echomq
 from echomq import cancel, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import JobGone, JobLocked, NotCancellable
 from verbs._support import snapshot
 from worker._runtime import serving

@@ -16,9 +16,9 @@ import echomq
 from _waits import clock_past
 from echomq import cancel, jobs
 from echomq._model.completion import FinishedJob, FinishState, parse_entry
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import ScriptCall, evaluate
-from echomq._redis.validate import MAX_BATCH
+from echomq._scripts.calls import ScriptCall, evaluate
+from echomq._scripts.keyspace import Keyspace
+from echomq._scripts.validate import MAX_BATCH
 from echomq.errors import InvalidArgument, JobGone, NotCancellable, StaleToken
 from verbs._support import snapshot
 

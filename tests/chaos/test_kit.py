@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 import echomq
-from echomq._redis.keyspace import keyspace
+from echomq._scripts.keyspace import keyspace
 from echomq.errors import ConnectionLost, InvalidArgument
 from echomq.testing import (
     FaultProxy,

@@ -10,7 +10,7 @@ import trio
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import keyspace
+from echomq._scripts.keyspace import keyspace
 from echomq.testing import (
     freeze_renewal,
     kill_worker,

@@ -16,7 +16,7 @@ import trio
 
 import echomq
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 
 
 async def run(url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -283,7 +283,7 @@ async def test_workers_lists_the_records_or_says_there_are_none(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
     """`echomq workers Q` prints a table of the records (running, blocked, gone); --json."""
-    from echomq._verbs import workers
+    from echomq.admin import workers
 
     p = await run(redis_url, "workers", queue)
     assert p.returncode == 0 and "no workers" in out(p)

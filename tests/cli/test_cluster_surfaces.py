@@ -21,8 +21,8 @@ import trio_websocket
 import echomq
 from _waits import until
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.slots import key_slot
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.hashslots import key_slot
 from echomq.testing import RedisCluster, free_port, open_worker_process
 
 TOKEN = "cluster-token-1"

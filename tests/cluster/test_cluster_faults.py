@@ -11,10 +11,10 @@ import trio.testing
 
 import echomq
 from echomq import admin, jobs
-from echomq._redis.cluster import ClusterConnection
-from echomq._redis.dial import open_pubsub
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.slots import key_slot
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.cluster import ClusterConnection
+from echomq._wire.dial import open_pubsub
+from echomq._wire.hashslots import key_slot
 from echomq.errors import ConnectionLost, InvalidArgument, ServerError
 from echomq.events import open_event_feed
 from echomq.testing import ClusterNode, RedisCluster

@@ -14,8 +14,8 @@ from tests.flows._app import make_app, running
 
 import echomq
 from echomq import flows, jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.slots import key_slot
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.hashslots import key_slot
 from echomq.errors import ServerError
 from echomq.testing import ClusterNode, RedisCluster
 

@@ -12,8 +12,8 @@ import trio
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.slots import key_slot
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.hashslots import key_slot
 from echomq.testing import RedisCluster
 
 from ._support import until

@@ -14,8 +14,8 @@ import trio
 import echomq
 import echomq.sync
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.slots import key_slot
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.hashslots import key_slot
 from echomq.errors import TRANSIENT, Unavailable
 from echomq.testing import RedisCluster
 

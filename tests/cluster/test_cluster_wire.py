@@ -9,9 +9,9 @@ import trio
 
 import echomq
 import echomq.sync
-from echomq._redis.cluster import ClusterConnection
-from echomq._redis.scripts import SCRIPTS
-from echomq._redis.slots import key_slot
+from echomq._scripts.calls import SCRIPTS
+from echomq._wire.cluster import ClusterConnection
+from echomq._wire.hashslots import key_slot
 from echomq.errors import ClusterDown, ConnectionLost, CrossSlot, NotACluster, ServerError
 from echomq.events import open_event_feed
 from echomq.testing import RedisCluster, RedisServer, free_port, open_redis_cluster

@@ -11,8 +11,8 @@ import trio
 
 import echomq
 from echomq import jobs, stalled
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.slots import key_slot
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.hashslots import key_slot
 from echomq.errors import NotActive, StaleToken
 from echomq.testing import RedisCluster
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import SCRIPTS, sharded_source
-from echomq._redis.slots import (
+from echomq._scripts.calls import SCRIPTS, sharded_source
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.hashslots import (
     ALL_MASTERS,
     ANY_MASTER,
     command_slot,
@@ -14,7 +14,7 @@ from echomq._redis.slots import (
     key_slot,
     pipeline_slot,
 )
-from echomq._redis.topology import SlotMap, parse_redirect, parse_shards, parse_slots
+from echomq._wire.topology import SlotMap, parse_redirect, parse_shards, parse_slots
 from echomq.config import parse_url
 from echomq.errors import InvalidArgument
 

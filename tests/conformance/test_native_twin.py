@@ -21,9 +21,9 @@ import echomq
 from _transitions import check_against_transitions, listed_moves, run_every_verb
 from _waits import clock_moves
 from echomq import admin, cancel, jobs, stalled
-from echomq._redis.functions import FunctionsConnection, library_source, load_library
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import SCHEMA_VERSION
+from echomq._scripts.calls import SCHEMA_VERSION
+from echomq._scripts.functions import FunctionsConnection, library_source, load_library
+from echomq._scripts.keyspace import Keyspace
 
 # Fields and sets whose values are server-clock times: compared by presence and order only;
 # the lease epoch too (the run id of the queue's master, checked by hand below: on a
@@ -218,7 +218,7 @@ def normalise(log: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 async def test_library_holds_every_script() -> None:
     """The library registers one function per Lua file, named emq_<script>."""
     source = library_source()
-    for name in echomq._redis.scripts.SCRIPTS:
+    for name in echomq._scripts.calls.SCRIPTS:
         assert f"'emq_{name}'" in source
 
 

@@ -243,7 +243,7 @@ async def test_workers_panel_shows_running_blocked_and_gone_workers(
 ) -> None:
     """The Workers panel lists a live echomq.Worker (running), a worker whose record says its
     event loop is blocked (in which task), and one whose record expired (gone)."""
-    from echomq._verbs import workers
+    from echomq.admin import workers
 
     q = echomq.Queue(queue, url=redis_url)
 

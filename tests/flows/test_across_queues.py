@@ -10,9 +10,9 @@ import trio
 
 import echomq
 from echomq import flows, jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.replies import FlowNotice
-from echomq._redis.scripts import evaluate
+from echomq._scripts.calls import evaluate
+from echomq._scripts.keyspace import Keyspace
+from echomq._scripts.replies import FlowNotice
 
 from ._app import make_app, running, until
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 import echomq
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.testing import kill_worker, open_worker_process, wait_running
 
 from ._chaos_flow_app import register, runs_key

@@ -13,10 +13,10 @@ import trio
 
 import echomq
 from echomq import flows, jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.replies import FlowNotice
-from echomq._redis.scripts import evaluate
-from echomq._redis.slots import key_slot
+from echomq._scripts.calls import evaluate
+from echomq._scripts.keyspace import Keyspace
+from echomq._scripts.replies import FlowNotice
+from echomq._wire.hashslots import key_slot
 
 from ._app import make_app, running, until
 from .test_across_queues import row

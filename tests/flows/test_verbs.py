@@ -9,7 +9,7 @@ from tests.verbs._support import snapshot
 
 import echomq
 from echomq import admin, flows, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import FlowStateError, HasOpenChildren
 
 from ._app import make_app, running, until
@@ -36,7 +36,7 @@ async def test_a_refused_flow_writes_nothing(
     argv = list(calls[0].argv)
     # drop the parent's own node: the child then names an outside parent ("taken": pending)
     child_only = [argv[0], 1, 0, *argv[3 + 14 :]]
-    from echomq._redis.scripts import evaluate, script_call
+    from echomq._scripts.calls import evaluate, script_call
 
     with pytest.raises(FlowStateError):
         await evaluate(conn, script_call("add_flow", calls[0].keys, child_only, lambda r: r))
@@ -52,7 +52,7 @@ async def test_a_big_chord_is_added_in_pages_and_runs_once(
     roots = tree.flow_jobs()
     calls = flows.add_flow_calls(roots)
     assert len(calls) == 3
-    from echomq._redis.scripts import evaluate
+    from echomq._scripts.calls import evaluate
 
     await evaluate(conn, calls[0])
     root = roots[0].id

@@ -6,8 +6,8 @@ import pytest
 
 from echomq._model.job import Claimed, JobInfo, Sweep
 from echomq._model.states import JobState
-from echomq._verbs.lifecycle import _read_claim, read_job
 from echomq.errors import ScriptError
+from echomq.jobs.lifecycle import _read_claim, read_job
 
 
 def test_job_info_decodes_every_field() -> None:

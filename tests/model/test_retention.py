@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from echomq._model import limits
+from echomq._model import caps as limits
 from echomq._model.options import EnqueueOptions, TaskOptions
 from echomq._model.retention import METRICS_KEEP_MINUTES, Retention, keep_ms
-from echomq._redis.scripts import INCLUDES, SCRIPTS
+from echomq._scripts.calls import INCLUDES, SCRIPTS
 from echomq.errors import InvalidArgument
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import echomq
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 
 
 async def queue_keys(conn: echomq.Connection, queue: str) -> list[str]:

@@ -10,7 +10,7 @@ from _operator_support import queue_keys, snapshot
 import echomq
 from _waits import blocked
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import ActiveJobs, InvalidArgument, InvalidKey, NotPaused
 
 LEASE = 5000
@@ -149,7 +149,7 @@ async def test_drain_script_checks_its_budget_before_writing(
     conn: echomq.Connection, queue: str
 ) -> None:
     """The drain script refuses a budget over its cap itself (InvalidArgument), writing nothing."""
-    from echomq._redis.scripts import evaluate
+    from echomq._scripts.calls import evaluate
 
     await fill(conn, queue, 3)
     before = await snapshot(conn, queue)

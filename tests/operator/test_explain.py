@@ -8,7 +8,7 @@ import pytest
 import echomq
 from _waits import clock_past
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.cli.explain_text import facts, summary
 from echomq.errors import JobGone
 

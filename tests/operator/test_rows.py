@@ -12,8 +12,8 @@ from _operator_support import snapshot
 
 import echomq
 from echomq import admin, jobs
-from echomq._redis.dial import open_pubsub
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.dial import open_pubsub
 from echomq.errors import InvalidArgument, InvalidKey, JobGone, JobLocked, NotDead
 
 LEASE = 200

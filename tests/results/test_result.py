@@ -13,7 +13,7 @@ import echomq
 from _waits import until
 from echomq import admin, jobs
 from echomq._model.cancel import cancelled_result
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import JobCancelled, JobFailed, JobGone
 from echomq.testing import open_fault_proxy
 

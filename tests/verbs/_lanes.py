@@ -11,7 +11,7 @@ from collections import Counter
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 
 
 async def _keys(conn: echomq.Connection, ks: Keyspace) -> list[str]:

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 import trio
 
 import echomq
-from echomq._redis.cluster import ClusterConnection
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.cluster import ClusterConnection
 
 T = TypeVar("T")
 

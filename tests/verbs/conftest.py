@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 
 
 @pytest.fixture

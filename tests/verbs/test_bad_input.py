@@ -13,7 +13,7 @@ import pytest
 
 import echomq
 from echomq import admin, jobs, stalled
-from echomq._redis import validate as v
+from echomq._scripts import validate as v
 from echomq.errors import (
     ConnectionLost,
     InvalidArgument,

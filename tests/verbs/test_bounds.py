@@ -11,11 +11,11 @@ import trio
 
 import echomq
 from echomq import jobs, stalled
-from echomq._redis import validate as v
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import ScriptCall, evaluate
-from echomq._verbs import lifecycle as life
+from echomq._scripts import validate as v
+from echomq._scripts.calls import ScriptCall, evaluate
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import InvalidArgument
+from echomq.jobs import lifecycle as life
 
 from ._support import lapse, snapshot
 

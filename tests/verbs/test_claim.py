@@ -5,7 +5,7 @@ from __future__ import annotations
 import echomq
 from _waits import due
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 
 from ._support import eventually, field, run_id, server_now_ms, snapshot
 

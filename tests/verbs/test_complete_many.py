@@ -11,10 +11,10 @@ import pytest
 import echomq
 from _waits import _at, clock_past
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import is_sharded
-from echomq._verbs.lifecycle import complete_many_call
+from echomq._scripts.calls import is_sharded
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import InvalidArgument, ScriptError, ServerError
+from echomq.jobs.lifecycle import complete_many_call
 
 from ._support import claim_one, snapshot
 from .test_settle import _refusals

@@ -11,7 +11,7 @@ import trio
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import DuplicateJob, InvalidArgument, InvalidKey
 
 from ._support import claim_one, eventually, snapshot

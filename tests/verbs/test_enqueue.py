@@ -11,10 +11,10 @@ import pytest
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import ScriptCall, evaluate
-from echomq._verbs import lifecycle as life
+from echomq._scripts.calls import ScriptCall, evaluate
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import DuplicateJob, InvalidArgument
+from echomq.jobs import lifecycle as life
 
 from ._support import server_now_ms, snapshot
 

@@ -10,9 +10,9 @@ import trio
 import echomq
 from _waits import due
 from echomq import jobs
-from echomq._redis.dial import open_pubsub
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.pubsub import PubSub
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.dial import open_pubsub
+from echomq._wire.pubsub import PubSub
 
 from ._support import eventually
 

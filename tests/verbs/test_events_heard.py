@@ -10,8 +10,8 @@ import trio
 
 import echomq
 from echomq import jobs
-from echomq._redis.dial import open_pubsub
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
+from echomq._wire.dial import open_pubsub
 from echomq.events import open_event_feed
 
 N = 3

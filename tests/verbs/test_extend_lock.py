@@ -6,8 +6,8 @@ import pytest
 
 import echomq
 from echomq import jobs
-from echomq._redis import validate as v
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts import validate as v
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import JobGone, NotActive, StaleToken
 from echomq.jobs import ExtendResult
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from echomq._redis.keyspace import Keyspace, check_id
+from echomq._scripts.keyspace import Keyspace, check_id
 from echomq.errors import InvalidKey
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "keyspace.md"

@@ -9,7 +9,7 @@ import pytest
 import echomq
 from _waits import clock_past
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 
 from ._lanes import check_lanes, lanes_of, ring_of
 from ._support import lapse, server_now_ms

@@ -12,7 +12,7 @@ import trio
 import echomq
 import echomq.sync
 from echomq import config, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import InvalidArgument, PayloadTooLarge, SerializationError
 
 from ._support import snapshot

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import echomq
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 
 from ._lanes import check_lanes, ring_of
 from ._support import eventually, server_now_ms

@@ -6,8 +6,8 @@ import pytest
 
 import echomq
 from echomq import jobs
-from echomq._redis import validate as v
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts import validate as v
+from echomq._scripts.keyspace import Keyspace
 from echomq.jobs import ExtendResult
 
 from ._support import claim_one, field, lapse, run_id, snapshot

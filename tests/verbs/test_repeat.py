@@ -14,9 +14,9 @@ import trio
 
 import echomq
 from echomq import jobs, repeat
-from echomq._redis.keyspace import Keyspace
-from echomq._verbs.repeat import FireOutcome, fire_call
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import InvalidArgument, InvalidKey, RepeatFormatError, RepeatNotFound
+from echomq.repeat import FireOutcome, fire_call
 
 from ._support import eventually, server_now_ms, snapshot
 
@@ -148,7 +148,7 @@ async def test_a_stale_compare_and_set_writes_nothing(
     plan = info.schedule.plan(added.next_ms, added.next_ms, "once", 1000)
     before = await snapshot(conn, ks)
     stale = fire_call(queue, info, added.next_ms - 50, plan)
-    assert await echomq._redis.scripts.evaluate(conn, stale) is FireOutcome.RACED
+    assert await echomq._scripts.calls.evaluate(conn, stale) is FireOutcome.RACED
     assert await snapshot(conn, ks) == before
 
 
@@ -161,7 +161,7 @@ async def test_a_slot_whose_job_exists_advances_without_a_second_job(
     await due(conn, added.next_ms)
     info = await repeat.get(conn, queue, "k")
     plan = info.schedule.plan(added.next_ms, added.next_ms, "once", 1000)
-    outcome = await echomq._redis.scripts.evaluate(
+    outcome = await echomq._scripts.calls.evaluate(
         conn, fire_call(queue, info, added.next_ms, plan)
     )
     assert outcome is FireOutcome.EXISTS

@@ -11,7 +11,7 @@ import echomq
 from _waits import clock_past, until
 from echomq import admin, jobs
 from echomq._model.completion import FinishState, parse_entry
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 
 from ._support import claim_one, field, server_now_ms
 

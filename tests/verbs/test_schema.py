@@ -9,8 +9,8 @@ import trio
 
 import echomq
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import SCHEMA_VERSION
+from echomq._scripts.calls import SCHEMA_VERSION
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import SchemaMismatch
 
 from ._support import snapshot

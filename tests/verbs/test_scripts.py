@@ -6,8 +6,8 @@ import pytest
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._redis.scripts import SCRIPTS, is_sharded
+from echomq._scripts.calls import SCRIPTS, is_sharded
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import ServerError
 
 from ._support import on_queue_node

@@ -7,7 +7,7 @@ import pytest
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import JobGone, NotActive, StaleToken
 
 from ._support import claim_one, eventually, field, lapse, server_now_ms, snapshot

@@ -6,7 +6,7 @@ import json
 
 import echomq
 from echomq import jobs, stalled
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 
 from ._support import claim_one, field, lapse, snapshot
 
@@ -122,7 +122,7 @@ async def test_sweep_publishes_dead_and_recovered_events(
     """The sweep announces each dead-lettered and each recovered job."""
     import trio
 
-    from echomq._redis.dial import open_pubsub
+    from echomq._wire.dial import open_pubsub
 
     dead_id = await _stall(conn, queue, ks)
     async with open_pubsub(redis_url) as ps:

@@ -12,7 +12,7 @@ import trio
 import echomq
 import echomq.sync
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.config import parse_url
 from echomq.errors import ConnectionLost, DuplicateJob, InvalidArgument, InvalidKey
 from echomq.testing import RedisServer

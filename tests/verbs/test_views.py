@@ -8,7 +8,7 @@ import pytest
 
 import echomq
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.errors import InvalidArgument, InvalidKey
 
 from ._support import snapshot

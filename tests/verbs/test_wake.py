@@ -7,8 +7,8 @@ import trio
 import echomq
 from _waits import blocked, is_blocked
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._verbs.wake import nudge, wait_then_claim
+from echomq._scripts.keyspace import Keyspace
+from echomq.jobs.wake import nudge, wait_then_claim
 
 
 async def test_a_token_unblocks_and_the_claim_takes_the_job(

@@ -8,8 +8,8 @@ import pytest
 import echomq
 from _waits import clock_moves
 from echomq import admin, jobs
-from echomq._redis.keyspace import Keyspace
-from echomq._verbs import workers
+from echomq._scripts.keyspace import Keyspace
+from echomq.admin import workers
 from echomq.cli import explain_text
 from echomq.errors import InvalidArgument, InvalidKey
 

@@ -6,8 +6,8 @@ import trio
 import trio.testing
 
 import echomq
-from echomq._redis.dial import open_pubsub
-from echomq._redis.pubsub import Message, PubSub
+from echomq._wire.dial import open_pubsub
+from echomq._wire.pubsub import Message, PubSub
 from echomq.testing import RedisServer, drop_redis, restart_redis
 
 

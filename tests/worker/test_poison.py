@@ -18,12 +18,12 @@ import echomq
 from echomq import jobs
 from echomq._model.backoff import MAX_DELAY
 from echomq._model.codec import JsonCodec
-from echomq._redis.scripts import is_sharded
-from echomq._verbs.rows import MAX_LOG_LINE
+from echomq._scripts.calls import is_sharded
 from echomq._worker import settling
 from echomq._worker.execution import MAX_ERROR_TEXT
 from echomq.app import Task
 from echomq.errors import InvalidArgument, JobFailed, ScriptError, ServerError
+from echomq.jobs.rows import MAX_LOG_LINE
 
 from ._runtime import serving, until, wait_state
 

@@ -13,10 +13,10 @@ import trio.testing
 
 import echomq
 from echomq import jobs, stalled
-from echomq._verbs.guard import take_sweep_guard
 from echomq._worker.execution import JobRunner
 from echomq._worker.settling import Completions
 from echomq.errors import JobFailed
+from echomq.stalled import take_sweep_guard
 from echomq.testing import kill_worker, wait_running
 
 from ._runtime import serving, until, wait_state, worker_process

@@ -7,7 +7,7 @@ import trio
 
 import echomq
 from echomq import admin
-from echomq._redis import validate as v
+from echomq._scripts import validate as v
 from worker._runtime import serving, until
 
 

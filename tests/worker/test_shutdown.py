@@ -8,7 +8,7 @@ import trio
 
 import echomq
 from echomq import jobs
-from echomq._redis.keyspace import Keyspace
+from echomq._scripts.keyspace import Keyspace
 from echomq.testing import wait_running
 
 from ._runtime import serving, until, wait_state, worker_process

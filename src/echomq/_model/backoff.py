@@ -19,7 +19,7 @@ import numbers
 from collections.abc import Callable
 
 from ..errors import InvalidArgument
-from .limits import MAX_MS
+from .caps import MAX_MS
 from .text import error_text
 
 __all__ = [

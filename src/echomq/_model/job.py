@@ -49,7 +49,7 @@ class Enqueued:
 
 
 # no slots either: a claim's reply becomes its jobs by filling each one's __dict__ in one
-# update (``_verbs.lifecycle._claimed``), half the time of an __init__ call per job
+# update (``jobs.lifecycle._claimed``), half the time of an __init__ call per job
 @attrs.frozen(kw_only=True, slots=False)
 class Claimed:
     """A job this caller now holds: ``token`` (the row's attempts) fences every later move.

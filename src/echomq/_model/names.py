@@ -3,7 +3,7 @@
 Rule 1: 1..128 characters of ``[A-Za-z0-9._~-]``; anything else raises
 :class:`~echomq.errors.InvalidKey` (a ``ValueError``), before any I/O. The charset keeps a
 name safe in a key (no hash-tag braces, no glob characters) and in the JSON of an event.
-The key builder (``_redis/keyspace.py``) gates every key with these; options that carry
+The key builder (``_scripts/keyspace.py``) gates every key with these; options that carry
 an id (``EnqueueOptions.job_id``) gate it when they are built. A group's name (its lane,
 docs/lanes.md) is a name like the others: ``check_group``.
 """

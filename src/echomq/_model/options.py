@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import attrs
 
 from ..errors import InvalidArgument
-from . import limits
+from . import caps as limits
 from .backoff import MAX_DELAY, Backoff, check_backoff
 from .job import NewJob
 from .names import check_dedup_key, check_group, check_id

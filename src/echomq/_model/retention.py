@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from ..errors import InvalidArgument
-from . import limits
+from . import caps as limits
 
 __all__ = [
     "METRICS_KEEP_MINUTES",

@@ -29,7 +29,7 @@ import attrs
 from cronsim import CronSim, CronSimError
 
 from ..errors import InvalidArgument
-from . import limits
+from . import caps as limits
 
 __all__ = [
     "DEFAULT_GRACE_MS",

@@ -54,11 +54,11 @@ import trio
 from .. import jobs
 from .._jitter import Backoff
 from .._model.job import Claimed
-from .._redis import validate as v
-from .._redis.protocol import RedisConnection
-from .._verbs.wake import nudge, wait_then_claim
+from .._scripts import validate as v
+from .._wire.interface import RedisConnection
 from ..errors import TRANSIENT, ConnectionLost
 from ..jobs import ClaimBatch
+from ..jobs.wake import nudge, wait_then_claim
 from .cancellation import Held, InFlight
 from .execution import JobRunner
 from .slots import Slots

@@ -24,7 +24,7 @@ import trio
 
 from .. import jobs
 from .._model.cancel import CancelToken
-from .._redis.scripts import Executor
+from .._scripts.calls import Executor
 from ..errors import TRANSIENT, JobGone, NotActive, StaleToken
 
 __all__ = ["Deferred", "Job", "bind", "current_job", "unbind"]

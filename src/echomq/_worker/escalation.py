@@ -24,7 +24,7 @@ import attrs
 import trio
 
 from .. import cancel
-from .._redis.scripts import Executor
+from .._scripts.calls import Executor
 from ..errors import ConnectionLost
 from .cancellation import InFlight
 

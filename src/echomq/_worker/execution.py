@@ -51,9 +51,7 @@ from .._model.codec import Call
 from .._model.flow import Feed, Policy, split_payload, value_or_failure
 from .._model.job import Claimed
 from .._model.text import clip, error_text, safe_str
-from .._redis.scripts import Executor
-from .._verbs.flows import children as flow_children
-from .._verbs.rows import MAX_LOG_LINE
+from .._scripts.calls import Executor
 from ..errors import (
     TRANSIENT,
     JobCancelled,
@@ -63,6 +61,8 @@ from ..errors import (
     SerializationError,
     StaleToken,
 )
+from ..flows import children as flow_children
+from ..jobs.rows import MAX_LOG_LINE
 from .cancellation import Held, InFlight, Stop
 from .context import Job, bind, unbind
 from .processes import ProcessPool

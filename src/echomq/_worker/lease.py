@@ -25,9 +25,9 @@ import attrs
 import trio
 
 from .. import jobs
-from .._redis import validate as v
-from .._redis.replies import ExtendResult
-from .._redis.scripts import Executor
+from .._scripts import validate as v
+from .._scripts.calls import Executor
+from .._scripts.replies import ExtendResult
 from ..errors import TRANSIENT
 from .cancellation import InFlight, Stop
 

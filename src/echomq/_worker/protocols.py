@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from .._model.codec import Codec
 from .._model.options import TaskOptions
-from .._redis.protocol import RedisConnection
+from .._wire.interface import RedisConnection
 from ..events import EventFeed
 
 __all__ = ["QUEUE_ATTRIBUTES", "QueueSpec", "TaskSpec"]

@@ -23,7 +23,7 @@ import trio
 from .. import repeat
 from .._jitter import Backoff
 from .._model.repeat import RepeatSource
-from .._redis.protocol import RedisConnection
+from .._wire.interface import RedisConnection
 from ..errors import ConnectionLost, RepeatFormatError
 from ..events import EventFeed
 from .protocols import QueueSpec

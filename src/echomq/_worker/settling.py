@@ -31,12 +31,12 @@ import attrs
 import trio
 
 from .._jitter import Backoff
-from .._redis import validate as v
-from .._redis.replies import ExtendResult
-from .._redis.scripts import Executor
-from .._verbs.lifecycle import complete_held
+from .._scripts import validate as v
+from .._scripts.calls import Executor
+from .._scripts.replies import ExtendResult
 from ..config import MAX_BATCH_BYTES
 from ..errors import TRANSIENT, EchoMQError, JobGone, NotActive, ScriptError, StaleToken
+from ..jobs.lifecycle import complete_held
 from .cancellation import Held
 
 __all__ = ["Completions", "Item"]

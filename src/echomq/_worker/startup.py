@@ -22,7 +22,7 @@ from typing import TypeVar
 import trio
 
 from .._jitter import Backoff
-from .._redis.dial import probe
+from .._wire.dial import probe
 from ..config import parse_url
 from ..errors import TRANSIENT, ConnectionLost
 

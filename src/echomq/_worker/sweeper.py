@@ -26,12 +26,11 @@ import uuid
 import attrs
 import trio
 
-from .. import admin, jobs, stalled
-from .._redis.scripts import Executor
-from .._verbs import flows
-from .._verbs.guard import take_sweep_guard
+from .. import admin, flows, jobs, stalled
+from .._scripts.calls import Executor
 from ..config import Recovery
 from ..errors import TRANSIENT
+from ..stalled import take_sweep_guard
 
 __all__ = ["Recovery", "Sweeper"]  # (Recovery lives in config.py; re-exported)
 

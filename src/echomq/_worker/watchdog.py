@@ -3,7 +3,7 @@
 Rule 1: a thread of its own, running a Trio loop of its own with its own connection
 (the same wire and verbs as the worker), writes the worker's heartbeat record every
 ``beat`` seconds (``heartbeat``, at most 0.9 of a lease keeper tick;
-``_verbs/workers.beat``): it beats whatever the worker's loop does, so a
+``admin/workers.beat``): it beats whatever the worker's loop does, so a
 blocked worker still shows alive and a dead one (its process gone) stops beating: its
 record expires after three beats. Each beat also runs ``cancel.fence_due``: a cancel whose
 grace ran out is fenced within one beat of its deadline, whatever its holder does
@@ -46,10 +46,10 @@ from types import FrameType
 import trio
 
 from .. import cancel, jobs
-from .._redis import validate as v
-from .._redis.dial import connect
-from .._redis.protocol import RedisConnection
-from .._verbs import workers
+from .._scripts import validate as v
+from .._wire.dial import connect
+from .._wire.interface import RedisConnection
+from ..admin import workers
 from ..config import WorkerConfig
 from ..errors import EchoMQError
 from .cancellation import InFlight, Stop

@@ -42,14 +42,13 @@ import trio
 
 from .. import admin, jobs
 from .._model.options import DEFAULT_LEASE, seconds, to_ms
-from .._redis import validate as v
-from .._redis.dial import connect
-from .._redis.protocol import RedisConnection
+from .._scripts import validate as v
 from .._trio import open_service_nursery
-from .._verbs.feed import open_control_feed
+from .._wire.dial import connect
+from .._wire.interface import RedisConnection
 from ..config import WorkerConfig, parse_url
 from ..errors import TRANSIENT, InvalidArgument
-from ..events import EventFeed
+from ..events import EventFeed, open_control_feed
 from .cancellation import InFlight
 from .consumer import Consumer
 from .escalation import Escalator

@@ -15,8 +15,8 @@ docs/results.md describes the stream (the contract), the table and the decisions
 from __future__ import annotations
 
 from .._model.completion import FinishedJob, FinishState
-from .consumer import ARCHIVE_GROUP, ArchiveConfig, Archiver, ArchiveStatistics, serve_archive
 from .history import ArchiveReader, HistoryPage, history, open_archive, parse_since
+from .recorder import ARCHIVE_GROUP, ArchiveConfig, Archiver, ArchiveStatistics, serve_archive
 from .store import (
     ArchiveError,
     EntryRejected,

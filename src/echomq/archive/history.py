@@ -19,7 +19,7 @@ import trio
 
 from .._model.completion import FinishedJob, FinishState
 from .._model.spans import span_ms
-from .._redis.keyspace import check_queue
+from .._scripts.keyspace import check_queue
 from ..errors import InvalidArgument
 from .store import HistoryQuery, Store, now_ms, open_store
 

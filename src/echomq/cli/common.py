@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 import trio
 
 from .._model.text import show_bytes
-from .._redis.connection import Connection
-from .._redis.dial import connect
+from .._wire.connection import Connection
+from .._wire.dial import connect
 from ..config import DEFAULT_URL, parse_url
 from ..errors import (
     ActiveJobs,

@@ -17,8 +17,8 @@ import datetime as dt
 
 from .._model.cancel import cancelled_reason
 from .._model.states import JobState
-from .._verbs.rows import Explanation, LaneFacts, OpenChild, RateWindow
-from .._verbs.workers import WorkerRecord
+from ..admin.workers import WorkerRecord
+from ..jobs.rows import Explanation, LaneFacts, OpenChild, RateWindow
 
 __all__ = [
     "facts",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import cancel, jobs
 from .._model.codec import JSON
-from .._redis.connection import Connection
+from .._wire.connection import Connection
 from ..errors import JobGone
 from . import explain_text
 from .common import DONE, Commands, UsageError, call_args, positive_int, show, utc

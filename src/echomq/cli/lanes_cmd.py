@@ -9,7 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 from .. import admin
-from .._redis.connection import Connection
+from .._wire.connection import Connection
 from .common import DONE, Commands, UsageError, positive_int
 from .explain_text import span
 

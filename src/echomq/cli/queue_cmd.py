@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .. import admin
 from .._model.spans import span_ms
-from .._redis.connection import Connection
+from .._wire.connection import Connection
 from ..config import parse_url
 from ..errors import NotPaused
 from .common import DONE, Commands, positive_int, url_of

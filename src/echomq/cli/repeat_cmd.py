@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import repeat
 from .._model.codec import JSON
-from .._redis.connection import Connection
-from .._verbs.repeat import RepeatInfo
+from .._wire.connection import Connection
+from ..repeat import RepeatInfo
 from . import explain_text
 from .common import DONE, Commands, Parser, UsageError, call_args, positive_int
 

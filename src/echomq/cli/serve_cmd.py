@@ -64,7 +64,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     return call_entry(
         args,
-        "echomq.demo",
+        "echomq._testkit.demo",
         "run_demo",
         url=getattr(args, "url", None) or "embedded://",  # never $ECHOMQ_URL unasked
         duration=args.duration,

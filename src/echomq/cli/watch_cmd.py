@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .. import admin
-from .._redis.connection import Connection
+from .._wire.connection import Connection
 from ..events import Event, open_event_feed
 from .common import DONE, Commands, UsageError, url_of
 

@@ -8,7 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .. import admin
-from .._redis.connection import Connection
+from .._wire.connection import Connection
 from ..config import parse_url
 from .common import DONE, Commands, url_of, utc
 from .explain_text import span

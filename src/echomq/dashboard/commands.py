@@ -15,8 +15,8 @@ import importlib
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
-from .._redis.connection import Connection
-from .._redis.keyspace import check_id, check_queue
+from .._scripts.keyspace import check_id, check_queue
+from .._wire.connection import Connection
 from ..errors import EchoMQError
 from .messages import CommandRequest
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import flows, jobs
 from .._model.flow import ChildOutcome
-from .._redis.connection import Connection
+from .._wire.connection import Connection
 from .state import describe_payload
 
 __all__ = ["MAX_DEPTH", "MAX_NODES", "WAITING_SHOWN", "read_flow"]

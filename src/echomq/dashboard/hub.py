@@ -19,9 +19,9 @@ from typing import Any
 
 import trio
 
-from .._redis.connection import Connection
-from .._redis.dial import open_pubsub
-from .._redis.pubsub import PubSub
+from .._wire.connection import Connection
+from .._wire.dial import open_pubsub
+from .._wire.pubsub import PubSub
 from ..config import ConnectionConfig
 from ..errors import EchoMQError
 from ..events import event_channel

@@ -35,15 +35,15 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .. import __version__, admin, jobs
-from .._redis.connection import Connection
-from .._redis.dial import connect
-from .._redis.keyspace import check_queue
+from .._scripts.keyspace import check_queue
+from .._wire.connection import Connection
+from .._wire.dial import connect
 from .._worker.metrics import queue_families, render
 from ..config import DEFAULT_URL, ConnectionConfig
 from ..errors import EchoMQError, InvalidArgument
 from .commands import CommandRefused, not_shown, run_command, token_matches
 from .flow_view import read_flow
-from .history import ArchiveSource, check_archive_url
+from .history_panel import ArchiveSource, check_archive_url
 from .http_io import ASSETS, BadRequest, Head, ReplayStream, load_asset, read_head, respond
 from .http_io import security_headers as _security_headers
 from .hub import Hub, first_error
@@ -524,7 +524,7 @@ def exposed_warning(host: str, allowed: frozenset[str]) -> str:
 
 async def _serve_until_signal(url: str, **options: Any) -> None:
     """Serve (with a private redis-server for ``embedded://``) until SIGINT or SIGTERM."""
-    from .._servers.single import open_redis_server
+    from .._testkit.redis_server import open_redis_server
 
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

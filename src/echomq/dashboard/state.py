@@ -26,8 +26,8 @@ from .. import admin, repeat
 from .._model.codec import JSON
 from .._model.flow import split_payload
 from .._model.text import raw_text
-from .._redis.connection import Connection
-from .._redis.keyspace import check_queue
+from .._scripts.keyspace import check_queue
+from .._wire.connection import Connection
 from ..admin import QueueStats
 from ..errors import SerializationError
 from .messages import (

@@ -1,1 +1,0 @@
-"""The verbs' implementations, one module per concern; ``echomq.jobs`` re-exports them."""

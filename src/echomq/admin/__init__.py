@@ -1,0 +1,128 @@
+"""The queue-scope operator verbs (docs/operations.md), and the views the CLI and dashboard read.
+
+Each takes ``conn, queue`` first (``list_queues`` takes only ``conn``), gates its arguments
+before any I/O, and either answers a value or raises a typed error from
+:mod:`echomq.errors` having changed nothing.
+
+- ``pause`` / ``resume`` / ``is_paused``: the claim gate (the ``paused`` field of
+  ``emq:{q}:meta``), read by the claim script itself; idempotent; the backlog is untouched.
+- ``drain`` (``drain_step``): delete the backlog a ``budget`` of jobs per script call.
+- ``obliterate`` (``obliterate_step``, ``obliterate_all``): destroy a paused queue, a
+  ``budget`` of jobs per call, down to its last ``emq:{q}:*`` key.
+- ``stats``: counts per state, the gate, and throughput by the minute, in one atomic read.
+- ``set_retention`` / ``retention``: how long finished jobs and completions entries are
+  kept, and the count caps that guard memory (docs/results.md).
+- ``ensure_schema``: the queue's data layout version, written if absent, refused
+  (``SchemaMismatch``) if not this echomq's; every worker calls it at start.
+- ``list_queues``: every queue (a queue exists when it has ``emq:{q}:meta``), every master.
+- ``active_jobs`` / ``dead_jobs``: typed rows of the jobs held now / dead-lettered;
+  ``server_now_ms``: the server's clock, the one every lease is scored on.
+- ``list_workers``: the workers serving the queue, from their heartbeat records
+  (``WorkerRecord``: alive or gone, blocked or running, what they hold).
+- ``set_group_concurrency`` / ``set_rate_limit`` / ``limits``: the group lanes' limits and
+  the rate limits, changed at run time; ``groups`` / ``group``: per-group counts and
+  standing (docs/lanes.md).
+
+The package's modules: ``queues`` (the queue-scope verbs), ``discovery``, ``views``,
+``workers`` and ``limits``.
+"""
+
+from __future__ import annotations
+
+from .discovery import list_queues
+from .limits import (
+    Limits,
+    RateLimit,
+    limits,
+    set_group_concurrency,
+    set_rate_limit,
+)
+from .limits import lanes_rejoin_call as lanes_rejoin_call
+from .limits import set_limits_call as set_limits_call
+from .queues import (
+    DEFAULT_BUDGET,
+    MAX_BUDGET,
+    MAX_STATS_MINUTES,
+    THROUGHPUT_WINDOW_MS,
+    Capped,
+    DrainStep,
+    ObliterateStep,
+    QueueStats,
+    Retention,
+    capped,
+    drain,
+    drain_step,
+    ensure_schema,
+    is_paused,
+    obliterate,
+    obliterate_all,
+    obliterate_step,
+    pause,
+    resume,
+    retention,
+    set_retention,
+    stats,
+)
+from .queues import drain_call as drain_call  # builders (no I/O), for other drivers
+from .queues import ensure_schema_call as ensure_schema_call
+from .queues import obliterate_call as obliterate_call
+from .queues import pause_call as pause_call
+from .queues import resume_call as resume_call
+from .queues import set_retention_call as set_retention_call
+from .queues import stats_call as stats_call
+from .views import (
+    MAX_VIEW,
+    ActiveRow,
+    DeadRow,
+    GroupRow,
+    active_jobs,
+    dead_jobs,
+    group,
+    groups,
+    server_now_ms,
+)
+from .workers import WorkerList, WorkerRecord, list_workers
+from .workers import list_workers_call as list_workers_call
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "MAX_BUDGET",
+    "MAX_STATS_MINUTES",
+    "MAX_VIEW",
+    "THROUGHPUT_WINDOW_MS",
+    "ActiveRow",
+    "Capped",
+    "DeadRow",
+    "DrainStep",
+    "GroupRow",
+    "Limits",
+    "ObliterateStep",
+    "QueueStats",
+    "Retention",
+    "RateLimit",
+    "WorkerList",
+    "WorkerRecord",
+    "active_jobs",
+    "capped",
+    "dead_jobs",
+    "drain",
+    "drain_step",
+    "ensure_schema",
+    "group",
+    "groups",
+    "is_paused",
+    "limits",
+    "list_queues",
+    "list_workers",
+    "obliterate",
+    "obliterate_all",
+    "obliterate_step",
+    "pause",
+    "resume",
+    "retention",
+    "server_now_ms",
+    "set_retention",
+    "set_group_concurrency",
+    "set_rate_limit",
+    "stats",
+]

@@ -1,0 +1,261 @@
+"""Read-only views of a queue's jobs for people: what runs now, what died.
+
+Rule 1: nothing here writes. A view is one range read of a state set and one pipelined
+read of the rows it names (the rows and logs share the queue's slot, so on a cluster the
+pipeline goes to one master); keys come from the key builder only.
+Rule 2: a view is not a snapshot: a job that settles between the two reads still shows,
+with what its row says now (``None`` for fields of a row that is gone).
+Rule 3: the answers are typed rows (:class:`ActiveRow`, :class:`DeadRow`): the payload as
+stored bytes, numbers, and the row's texts (progress, errors, log lines) decoded without
+ever failing (bytes that are not UTF-8 show escaped); the CLI and the dashboard format them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from .._model.caps import positive_int
+from .._model.text import raw_text
+from .._scripts.keyspace import Keyspace, check_group
+from .._wire.interface import RedisConnection
+from ..errors import ServerError
+from .limits import RateLimit
+
+__all__ = [
+    "MAX_VIEW",
+    "ActiveRow",
+    "DeadRow",
+    "GroupRow",
+    "active_jobs",
+    "dead_jobs",
+    "group",
+    "groups",
+    "server_now_ms",
+]
+
+MAX_VIEW = 1000  # rows (and log lines per row) one view call reads
+
+
+@attrs.frozen(kw_only=True)
+class ActiveRow:
+    """A job some worker holds now. Times are server-clock milliseconds."""
+
+    id: str
+    payload: bytes | None
+    token: int  # the fencing token of the current claim (the row's ``attempts``)
+    progress: str | None
+    lease_deadline_ms: int
+    claimed_at_ms: int | None
+    last_log: str | None
+
+
+@attrs.frozen(kw_only=True)
+class DeadRow:
+    """A dead-lettered job, with its last error and its latest log lines."""
+
+    id: str
+    payload: bytes | None
+    failures: int
+    last_error: str | None
+    died_at_ms: int  # the row's finished_at (the dead set's score is when its retention ends)
+    logs: list[str]
+    expires_at_ms: int | None = None  # when the dead retention deletes the row
+
+
+@attrs.frozen(kw_only=True)
+class GroupRow:
+    """A group's lane and standing (docs/lanes.md). ``limit`` and ``rate`` are what apply
+    (the group's own, else the queue's defaults); ``own_limit`` / ``own_rate``: its own."""
+
+    name: str
+    waiting: int  # jobs in its lane
+    active: int  # its jobs held now
+    limit: int | None  # concurrency (None: no limit)
+    own_limit: bool
+    rate: RateLimit | None
+    own_rate: bool
+    in_ring: bool  # it has a turn in the claim's round robin
+    limited_until_ms: int | None  # waiting for its rate window (server clock)
+
+    @property
+    def at_limit(self) -> bool:
+        return self.limit is not None and self.active >= self.limit
+
+
+def _text(value: Any) -> str | None:
+    """Stored bytes as text, never failing: bytes that are not UTF-8 show escaped (``\\xff``)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return raw_text(value)
+    return str(value)
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _members(flat: list[Any]) -> list[tuple[str, int]]:
+    return [(_text(flat[i]) or "", int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
+
+
+async def _read_many(conn: RedisConnection, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Read-only commands in one write; an error reply raises."""
+    if not commands:
+        return []
+    replies = await conn.execute_pipeline(commands)
+    for reply in replies:
+        if isinstance(reply, ServerError):
+            raise reply
+    return replies
+
+
+async def active_jobs(conn: RedisConnection, queue: str, *, limit: int = 50) -> list[ActiveRow]:
+    """The jobs held now, soonest lease deadline first; at most ``limit`` (1..1000).
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    ks = Keyspace(queue)
+    positive_int("limit", limit, MAX_VIEW)
+    members = _members(await conn.execute("ZRANGE", ks.active, 0, limit - 1, "WITHSCORES"))
+    fields = ("payload", "attempts", "progress", "claimed_at")
+    replies = await _read_many(
+        conn,
+        [("HMGET", ks.job(j), *fields) for j, _ in members]
+        + [("LINDEX", ks.logs(j), -1) for j, _ in members],
+    )
+    rows = []
+    for i, (job_id, deadline) in enumerate(members):
+        payload, token, progress, claimed_at = replies[i]
+        rows.append(
+            ActiveRow(
+                id=job_id,
+                payload=payload,
+                token=_int(token) or 0,
+                progress=_text(progress),
+                lease_deadline_ms=deadline,
+                claimed_at_ms=_int(claimed_at),
+                last_log=_text(replies[len(members) + i]),
+            )
+        )
+    return rows
+
+
+async def dead_jobs(
+    conn: RedisConnection, queue: str, *, limit: int = 20, log_lines: int = 10
+) -> list[DeadRow]:
+    """The dead-lettered jobs, latest first (by when their retention ends: the latest to
+    die, unless retentions differ), each with its last ``log_lines`` log lines; at most
+    ``limit`` (1..1000) jobs.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    ks = Keyspace(queue)
+    positive_int("limit", limit, MAX_VIEW)
+    positive_int("log_lines", log_lines, MAX_VIEW)
+    members = _members(await conn.execute("ZREVRANGE", ks.dead, 0, limit - 1, "WITHSCORES"))
+    fields = ("payload", "failures", "last_error", "finished_at")
+    replies = await _read_many(
+        conn,
+        [("HMGET", ks.job(j), *fields) for j, _ in members]
+        + [("LRANGE", ks.logs(j), -log_lines, -1) for j, _ in members],
+    )
+    rows = []
+    for i, (job_id, ends_at) in enumerate(members):
+        payload, failures, last_error, finished_at = replies[i]
+        rows.append(
+            DeadRow(
+                id=job_id,
+                payload=payload,
+                failures=_int(failures) or 0,
+                last_error=_text(last_error),
+                died_at_ms=_int(finished_at) or 0,
+                logs=[_text(line) or "" for line in replies[len(members) + i]],
+                expires_at_ms=ends_at,
+            )
+        )
+    return rows
+
+
+async def _group_rows(conn: RedisConnection, queue: str, names: list[str]) -> list[GroupRow]:
+    ks = Keyspace(queue)
+    if not names:
+        return []
+    per = 3
+    own_fields = [f for name in names for f in (name, name + ":limit", name + ":rate")]
+    commands: list[tuple[Any, ...]] = [
+        ("HMGET", ks.meta, "group_concurrency", "group_rate_max", "group_rate_ms"),
+        ("HMGET", ks.gstate, *own_fields),
+    ]
+    for name in names:
+        commands += [
+            ("ZCARD", ks.lane(name)),
+            ("ZSCORE", ks.ring, name),
+            ("ZSCORE", ks.limited, name),
+        ]
+    replies = await _read_many(conn, commands)
+    default_limit, default_max, default_ms = replies[0]
+    own = replies[1]
+    rows = []
+    for i, name in enumerate(names):
+        waiting, ring_score, until = replies[2 + i * per : 2 + (i + 1) * per]
+        held, limit, own_rate = own[3 * i : 3 * i + 3]
+        rate = None
+        if own_rate is not None:
+            max_jobs, period = (int(x) for x in own_rate.split(b":"))
+            rate = RateLimit(max_jobs=max_jobs, period_ms=period)
+        elif default_max is not None and default_ms is not None:
+            rate = RateLimit(max_jobs=int(default_max), period_ms=int(default_ms))
+        rows.append(
+            GroupRow(
+                name=name,
+                waiting=int(waiting),
+                active=_int(held) or 0,
+                limit=_int(limit if limit is not None else default_limit),
+                own_limit=limit is not None,
+                rate=rate,
+                own_rate=own_rate is not None,
+                in_ring=ring_score is not None,
+                limited_until_ms=None if until is None else int(float(until)),
+            )
+        )
+    return rows
+
+
+async def groups(
+    conn: RedisConnection, queue: str, *, after: str = "", limit: int = 50
+) -> list[GroupRow]:
+    """The groups with waiting or active jobs, by name after ``after``; at most ``limit``
+    (1..1000). Page with ``after=rows[-1].name``.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    ks = Keyspace(queue)
+    positive_int("limit", limit, MAX_VIEW)
+    start = "(" + check_group(after) if after else "-"
+    found = await conn.execute("ZRANGEBYLEX", ks.groups, start, "+", "LIMIT", 0, limit)
+    return await _group_rows(conn, queue, [_text(name) or "" for name in found])
+
+
+async def group(conn: RedisConnection, queue: str, name: str) -> GroupRow:
+    """One group's lane and standing (a group with no work shows zeros and its settings).
+
+    Raises:
+        InvalidKey: before any I/O.
+    """
+    check_group(name)
+    return (await _group_rows(conn, queue, [name]))[0]
+
+
+async def server_now_ms(conn: RedisConnection) -> int:
+    """The server's clock in milliseconds (the clock every lease and score is on)."""
+    seconds, micros = await conn.execute("TIME")
+    return int(seconds) * 1000 + int(micros) // 1000
