@@ -63,7 +63,7 @@ from .errors import (
 )
 from .flows import ChildFailure
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "ActiveJobs",
