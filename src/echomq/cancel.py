@@ -140,8 +140,8 @@ async def request(
         InvalidKey: a bad queue name or job id; InvalidArgument: a negative or non-finite
             grace (both before any I/O).
         JobGone: no row. NotCancellable: the job is completed or dead.
-        JobLocked: a waiting job under an operator lock cannot be removed.
-        Nothing is written on any refusal.
+        JobLocked: a waiting job under an operator lock cannot be removed. Nothing is
+            written on any refusal.
     """
     return await evaluate(conn, request_call(queue, job_id, reason, grace=grace))
 

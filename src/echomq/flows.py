@@ -231,9 +231,10 @@ async def add_flow(conn: Executor, roots: Sequence[FlowJob]) -> int:
     the other (Rule 3).
 
     Raises:
-        what :func:`add_flow_calls` raises, before any I/O; DuplicateJob: an id exists
-        (nothing of that page written); FlowStateError: a later page found its parent
-        gone (cancelled or removed while the flow was being added).
+        EchoMQError: what :func:`add_flow_calls` raises, before any I/O.
+        DuplicateJob: an id exists (nothing of that page written).
+        FlowStateError: a later page found its parent gone (cancelled or removed while
+            the flow was being added).
     """
     written = 0
     for call in add_flow_calls(roots):
@@ -382,8 +383,10 @@ async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
     is), with their rows and logs. Answers how many rows were removed.
 
     Raises:
-        InvalidKey: before any I/O. JobGone: ``job_id`` has no row. JobLocked: ``job_id``
-        is locked (nothing removed); a locked job below it is left in place.
+        InvalidKey: before any I/O.
+        JobGone: ``job_id`` has no row.
+        JobLocked: ``job_id`` is locked (nothing removed); a locked job below it is left
+            in place.
     """
     below = await subtree(conn, queue, job_id)
     await remove_job(conn, queue, job_id, force=True)
@@ -420,8 +423,8 @@ def flow_notify_call(
     repeat or an older generation).
 
     Raises:
-        InvalidKey: a bad queue or id. InvalidArgument: an unknown state, a bad
-        generation. (Before any I/O.)
+        InvalidKey: a bad queue or id (before any I/O).
+        InvalidArgument: an unknown state, a bad generation (before any I/O).
     """
     ks = keyspace(parent_queue)
     check_id(child)
@@ -497,8 +500,9 @@ async def relay_outbox(
     each kind per call).
 
     Raises:
-        InvalidKey, InvalidArgument: before any I/O. ConnectionLost: the entries not yet
-        acknowledged are relayed again later (by this worker or another).
+        InvalidKey, InvalidArgument: before any I/O.
+        ConnectionLost: the entries not yet acknowledged are relayed again later (by this
+            worker or another).
     """
     ks = keyspace(queue)
     outbox = ks.outbox

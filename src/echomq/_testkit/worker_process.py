@@ -271,8 +271,12 @@ async def open_worker_process(
         target: ``module:attribute`` naming an ``echomq.Queue`` (or a ``Worker``); the
             module is imported in the child (``cwd`` is importable, as for ``python -m``).
         url: ``--url``; None leaves it to ``$ECHOMQ_URL`` or the queue's own URL.
-        concurrency, recovery, recovery_interval, max_stalled, grace: the worker's
-            options (None: the worker's default).
+        concurrency: the worker's ``--concurrency`` (None: the worker's default; the
+            same for the next four).
+        recovery: ``--recovery``.
+        recovery_interval: ``--recovery-interval``.
+        max_stalled: ``--max-stalled``.
+        grace: ``--grace``.
         args: more command-line arguments, after the options.
         env: environment changes for the child (a None value removes that variable;
             ``ECHOMQ_FAULT_HOOKS`` is set to ``1`` unless removed so).

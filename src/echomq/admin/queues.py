@@ -459,8 +459,8 @@ async def obliterate(
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
-        NotPaused: the queue is not paused. ActiveJobs: jobs are in flight and ``force`` is
-        not set. Either way nothing was deleted.
+        NotPaused: the queue is not paused; nothing was deleted.
+        ActiveJobs: jobs are in flight and ``force`` is not set; nothing was deleted.
     """
     step = await obliterate_step(conn, queue, force=force, budget=budget)
     return step.done

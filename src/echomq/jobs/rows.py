@@ -459,9 +459,11 @@ async def remove_job(conn: Executor, queue: str, job_id: str, *, force: bool = F
     ``flows.remove_flow`` for the subtree).
 
     Raises:
-        InvalidKey: before any I/O. JobGone: no row. JobLocked: the job has an operator
-        lock (a ``:lock`` key or a ``lock`` field); nothing changed. HasOpenChildren: a
-        waiting flow parent, not forced; nothing changed.
+        InvalidKey: before any I/O.
+        JobGone: no row.
+        JobLocked: the job has an operator lock (a ``:lock`` key or a ``lock`` field);
+            nothing changed.
+        HasOpenChildren: a waiting flow parent, not forced; nothing changed.
     """
     await evaluate(conn, remove_job_call(queue, job_id, force=force))
 
