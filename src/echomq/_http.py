@@ -61,6 +61,7 @@ LINGER = 1.0
 LINGER_BYTES = 64 * 1024
 METHODS = ("GET", "HEAD")
 _RECEIVE = 4096
+_BLANK_LINE = re.compile(rb"\n\r?\n")  # where a head ends (h11 reads bare LF lines too)
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "[::1]"})
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
@@ -274,15 +275,22 @@ async def read_head(stream: trio.abc.ReceiveStream) -> tuple[Head, bytes, bytes]
                 raise BadRequest(400, "connection closed before the request head ended")
             chunk = await stream.receive_some(_RECEIVE)
             received += chunk
+            _check_size(received)
             conn.receive_data(bytes(chunk))  # b"" marks the end of the stream
     if scope.cancelled_caught:
         raise BadRequest(408, "request head too slow")
     assert isinstance(event, h11.Request)
     rest = bytes(conn.trailing_data[0])
     raw = bytes(received[: len(received) - len(rest)])
-    if len(raw) > MAX_HEAD + 4:
-        raise BadRequest(431, "request head too large")
     return _head(event, raw, conn), raw, rest
+
+
+def _check_size(received: bytearray) -> None:
+    """A head (to its blank line) longer than ``MAX_HEAD`` is 431, before h11 sees it:
+    whatever else is wrong with it, and however its bytes were cut."""
+    end = _BLANK_LINE.search(received)
+    if (end.end() if end else len(received)) > MAX_HEAD:
+        raise BadRequest(431, "request head too large")
 
 
 async def respond(
