@@ -315,6 +315,90 @@ def test_websocket_fuzz_kills_nothing(served: Served) -> None:
     assert WS_LABELS <= set(tally), tally
 
 
+@attrs.frozen
+class Frame:
+    """One websocket frame as a client writes it (masked, unless ``masked`` is False)."""
+
+    opcode: int
+    payload: bytes
+    fin: bool = True
+    rsv: int = 0
+    masked: bool = True
+
+    def data(self) -> bytes:
+        head = bytes([(0x80 if self.fin else 0) | (self.rsv << 4) | self.opcode])
+        size = len(self.payload)
+        mask_bit = 0x80 if self.masked else 0
+        if size < 126:
+            head += bytes([mask_bit | size])
+        elif size < 65536:
+            head += bytes([mask_bit | 126]) + size.to_bytes(2, "big")
+        else:
+            head += bytes([mask_bit | 127]) + size.to_bytes(8, "big")
+        if not self.masked:
+            return head + self.payload
+        key = b"\x12\x34\x56\x78"
+        return head + key + bytes(b ^ key[i % 4] for i, b in enumerate(self.payload))
+
+
+INVALID_UTF8 = [b"\xff", b"\xed\xa0\x80", b"\xc3", b"\xf4\x90\x80\x80", b'{"a":"\xe9"}']
+FRAMES = st.lists(
+    st.builds(
+        Frame,
+        opcode=st.sampled_from([0x1, 0x1, 0x2, 0x0, 0x8, 0x9, 0xA]) | st.integers(0, 15),
+        payload=st.one_of(st.sampled_from(INVALID_UTF8), st.binary(max_size=200),
+                          st.text(max_size=100).map(str.encode)),
+        fin=st.booleans() | st.just(True),
+        rsv=st.just(0) | st.integers(0, 7),
+        masked=st.just(True) | st.booleans(),
+    ),
+    min_size=1,
+    max_size=4,
+).map(lambda frames: b"".join(f.data() for f in frames)) | st.binary(max_size=300)  # fmt: skip
+UPGRADE = (
+    "GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+    "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    "Sec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+def frames_case(port: int, data: bytes) -> str:
+    """Upgrade on raw TCP, then write ``data`` as frames: the server closes the connection
+    or keeps reading it, never more; answers how the connection ended."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(UPGRADE.format(port=port).encode())
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            reply += sock.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 101 "), reply[:100]
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+            while sock.recv(65536):
+                pass
+        except ConnectionResetError:
+            return "reset"
+    return "closed"
+
+
+FRAME_EXAMPLES = [
+    Frame(0x1, b"\xff\xfe").data(),  # a text frame that is not UTF-8 (1007)
+    Frame(0x1, b'{"type":"auth","token":"\xed\xa0\x80"}').data(),  # a surrogate's bytes
+    Frame(0x1, b'{"type":"auth"}', masked=False).data(),  # a client frame must be masked
+    Frame(0x9, b"x" * 200).data(),  # a control frame longer than 125 bytes
+    Frame(0x1, b"[[", fin=False).data() + Frame(0x2, b"]]").data(),  # interleaved
+]
+
+
+def test_raw_websocket_frames_kill_nothing(served: Served) -> None:
+    """Frames trio-websocket's client would never write: invalid UTF-8 in text frames,
+    unmasked, reserved bits and opcodes, broken fragments, junk."""
+    tally = run_fuzz("websocket frames", FRAMES, lambda d: frames_case(served.port, d),
+                     FRAME_EXAMPLES)  # fmt: skip
+    served.check_alive()
+    assert sum(tally.values()) >= min(FUZZ.max_examples, 50)
+
+
 # -- HTTP -----------------------------------------------------------------------------------
 
 TOKEN_CHARS = st.characters(codec="ascii", categories=["L", "N"]) | st.sampled_from(

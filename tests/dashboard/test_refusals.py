@@ -81,6 +81,12 @@ async def test_the_nested_array_that_ended_the_process_is_refused(
         ('{"type":"command","ref":-1,"action":"pause","queue":"q"}', "bad_field", -1),
         ('{"type":"command","ref":9007199254740992,"action":"pause","queue":"q"}', "bad_field", -1),
         ('{"type":"history","ref":3,"queue":"q","limit":0}', "bad_field", 3),
+        # found by the fuzz: a queue action given a job reached drain(conn, queue, job)
+        (
+            f'{{"type":"command","ref":8,"action":"drain","queue":"q","job":"x","token":"{TOKEN}"}}',
+            "bad_field",
+            8,
+        ),
         ('{"type":"flow","ref":5,"queue":["q"]}', "bad_field", 5),
         ('{"type":"auth","token":null}', "bad_field", -1),
     ],

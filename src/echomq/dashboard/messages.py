@@ -479,6 +479,8 @@ def _request(data: dict[str, Any]) -> Request:
         job = _field(data, "job", str, optional=True)
         if action in JOB_ACTIONS and job is None:
             raise BadMessage("bad_field", f"{action} needs a job id")
+        if action not in JOB_ACTIONS and job is not None:
+            raise BadMessage("bad_field", f"{action} acts on the queue: it takes no job id")
         return CommandRequest(
             ref=_ref(data),
             action=action,
