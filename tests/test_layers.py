@@ -3,7 +3,7 @@
 The layers, lowest first (docs/design.md draws them). A folder is one layer; the top-level
 modules are placed one by one::
 
-    shared     errors, config, _trio, _jitter, _tracing  importable from any layer
+    shared     errors, config, _trio, _jitter, _tracing, _http  importable from any layer
     model      _model/                                   plain values and rules
     wire       _wire/                                    RESP connections, pub/sub, drivers
     scripts    _scripts/                                 the Lua, its calls, replies, keyspace
@@ -49,6 +49,7 @@ TOP = {
     "_trio": "shared",
     "_jitter": "shared",
     "_tracing": "shared",
+    "_http": "shared",
     "cancel": "verbs",
     "stalled": "verbs",
     "repeat": "verbs",

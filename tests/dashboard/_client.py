@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -45,3 +46,19 @@ class Client:
 
 def ws_url(info: DashboardInfo) -> str:
     return f"ws://127.0.0.1:{info.port}/ws"
+
+
+@asynccontextmanager
+async def own_websocket(port: int) -> AsyncIterator[trio_websocket.WebSocketConnection]:
+    """A websocket to ``/ws`` on a TCP stream this test owns and closes: trio-websocket's
+    client leaves its socket open when the server ends the connection (a 1009 close)."""
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        async with trio.open_nursery() as nursery:
+            ws = await trio_websocket.wrap_client_stream(
+                nursery, stream, f"127.0.0.1:{port}", "/ws", max_message_size=2**22
+            )
+            try:
+                yield ws
+            finally:
+                await ws.aclose()
+                nursery.cancel_scope.cancel()

@@ -7,19 +7,23 @@ the runtime keeps anyway (``tally.py``, the lease keeper's and the sweeper's cou
 worker whose metrics nobody scrapes pays nothing but its plain counters.
 Rule 2: one registry per worker (never the library's global one), so several workers in
 one process each serve their own.
-Rule 3: the server is trio and h11 (the dashboard's HTTP stack): ``GET /metrics`` answers
-the text format, ``GET /`` a line saying where to look, anything else 404; one request per
-connection. A failing scrape (Redis down) still answers: the queue gauges are left out
-and ``echomq_queue_scrape_ok`` is 0.
+Rule 3: the server is the dashboard's (``echomq._http``: trio and h11, one request per
+connection, its limits and its Host check): ``GET /metrics`` answers the text format,
+``GET /`` a line saying where to look, anything else 404. A failing scrape (Redis down)
+still answers: the queue gauges are left out and ``echomq_queue_scrape_ok`` is 0.
+Rule 4: the Host check (DNS rebinding): loopback names, the bound address, the
+``allowed_hosts`` given; bound to every interface (``0.0.0.0``), also any IP address and
+this machine's host name, as a remote Prometheus names a target. Any other Host is 421.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
-import h11
 import trio
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -31,8 +35,9 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .. import admin
+from .._http import WILDCARDS, HostRule, Request, check_allowed_host, serve_http
 from ..admin import QueueStats
-from ..errors import EchoMQError
+from ..errors import EchoMQError, InvalidArgument
 from .tally import BUCKETS, Tally
 
 if TYPE_CHECKING:
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WorkerCollector",
+    "metrics_hosts",
     "queue_families",
     "render",
     "serve_metrics",
@@ -50,7 +56,6 @@ log = logging.getLogger("echomq.metrics")
 
 STATES = ("pending", "scheduled", "active", "completed", "dead")
 _READ_TIMEOUT = 10.0
-_MAX_HEAD = 16 * 1024
 
 
 def queue_families(stats: Sequence[QueueStats], ok: bool = True) -> list[Metric]:
@@ -195,80 +200,57 @@ def render(registry: CollectorRegistry, accept: str | None = None) -> tuple[byte
     return encoder(registry), content_type
 
 
+def metrics_hosts(host: str, allowed_hosts: Sequence[str] = ()) -> HostRule:
+    """The Host rule of a metrics port bound to ``host`` (rule 4).
+
+    Raises:
+        InvalidArgument: an allowed host that is not a host name or address.
+    """
+    allowed = {check_allowed_host(name) for name in allowed_hosts}
+    wildcard = host in WILDCARDS
+    if wildcard:
+        try:
+            allowed.add(check_allowed_host(socket.gethostname()))
+        except InvalidArgument:
+            pass  # a host name no Host header could carry (an underscore): nothing to add
+    return HostRule(bind_host=host, allowed=frozenset(allowed), any_address=wildcard)
+
+
 async def serve_metrics(
     host: str,
     port: int,
     body: Callable[[str | None], Awaitable[tuple[bytes, str]]],
     *,
+    allowed_hosts: Sequence[str] = (),
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``GET /metrics`` on ``host:port`` until cancelled (``await body(accept)``
     answers the bytes and their content type); ``started`` with the bound port
-    (``port=0``: any free one).
+    (``port=0``: any free one). ``allowed_hosts``: names a scraper may give in ``Host``
+    besides those of rule 4.
 
     Raises:
+        InvalidArgument: a bad allowed host, before any I/O.
         OSError: the address cannot be bound (a port in use): at start, before ``started``.
     """
+    hosts = metrics_hosts(host, allowed_hosts)
     listeners = await trio.open_tcp_listeners(port, host=host)
-    bound = listeners[0].socket.getsockname()[1]
+    bound: int = listeners[0].socket.getsockname()[1]
 
-    async def handle(stream: trio.SocketStream) -> None:
-        try:
-            await _answer(stream, body)
-        except (trio.BrokenResourceError, trio.TooSlowError, h11.ProtocolError, OSError):
-            pass  # the client went away or spoke nonsense: its connection only
-        except Exception:  # a scrape must never take the worker down
-            log.exception("metrics: a scrape failed")
-        finally:
-            with trio.move_on_after(1) as scope:
-                scope.shield = True
-                await stream.aclose()
+    async def answer(request: Request) -> None:
+        path = request.head.path
+        if path == "/metrics":
+            content, kind = await body(request.head.headers.get("accept"))
+            await request.respond(200, content, content_type=kind)
+        elif path == "/":
+            await request.respond(200, b"echomq worker: see /metrics\n")
+        else:
+            await request.respond(404, b"not found\n")
 
     async with trio.open_nursery() as nursery:
+        await nursery.start(partial(serve_http, answer, listeners, hosts=hosts, log=log))
         task_status.started(bound)
         log.info("metrics on http://%s:%d/metrics", host, bound)
-        await trio.serve_listeners(handle, listeners, handler_nursery=nursery)
-
-
-async def _answer(
-    stream: trio.SocketStream, body: Callable[[str | None], Awaitable[tuple[bytes, str]]]
-) -> None:
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=_MAX_HEAD)
-    request: h11.Request | None = None
-    with trio.fail_after(_READ_TIMEOUT):
-        while request is None:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                data = await stream.receive_some(4096)
-                conn.receive_data(data)
-                if not data and conn.their_state is not h11.DONE:
-                    return
-            elif isinstance(event, h11.Request):
-                request = event
-            else:
-                return
-    path = request.target.split(b"?", 1)[0]
-    method = request.method
-    if method not in (b"GET", b"HEAD"):
-        status, content, kind = 405, b"method not allowed\n", "text/plain; charset=utf-8"
-    elif path == b"/metrics":
-        accept = next((v.decode("latin-1") for k, v in request.headers if k == b"accept"), None)
-        content, kind = await body(accept)
-        status = 200
-    elif path == b"/":
-        status, content, kind = 200, b"echomq worker: see /metrics\n", "text/plain; charset=utf-8"
-    else:
-        status, content, kind = 404, b"not found\n", "text/plain; charset=utf-8"
-    headers = [
-        ("Content-Type", kind),
-        ("Content-Length", str(len(content))),
-        ("Connection", "close"),
-    ]
-    out = conn.send(h11.Response(status_code=status, headers=headers)) or b""
-    if method != b"HEAD":
-        out += conn.send(h11.Data(data=content)) or b""
-    out += conn.send(h11.EndOfMessage()) or b""
-    await stream.send_all(out)
 
 
 def worker_registry(worker: Worker) -> tuple[CollectorRegistry, WorkerCollector]:

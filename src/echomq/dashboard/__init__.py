@@ -4,8 +4,9 @@
 :class:`DashboardInfo`); ``run_dashboard`` is the blocking ``echomq dashboard``.
 Layout: ``server`` (HTTP + websocket on one port, Origin and token rules), ``hub``
 (polling, event fan-out), ``state`` (read-only queue views), ``commands`` (the operator
-buttons), ``messages`` (the JSON shapes), ``http_io`` (the small HTTP responder),
-``static/`` (the page: no CDN, works offline).
+buttons), ``messages`` (the JSON shapes and their refusals), ``http_io`` (the page's
+assets, served by the shared ``echomq._http`` server), ``static/`` (the page: no CDN,
+works offline).
 """
 
 from __future__ import annotations

@@ -5,12 +5,19 @@ Rule 1: every message is one JSON object with a ``type`` field; the server sends
 ``command``, ``logs``, ``history`` and ``flow``. docs/dashboard.md lists every field.
 Rule 2: these are plain values (attrs, no I/O). Times are server-clock milliseconds.
 Rule 3: what a browser sends is untrusted: :func:`parse_request` turns it into a typed
-request or raises :class:`BadMessage`; nothing reaches a verb unchecked.
+request or raises :class:`BadMessage`, whose ``reason`` names the rule broken
+(``REFUSALS``); nothing reaches a verb unchecked. The size (``MAX_MESSAGE`` bytes) and the
+nesting depth (``MAX_DEPTH``, counted by a scan, not by recursion) are checked before the
+text is parsed, so no message can exhaust the parser; a string that is not Unicode text
+(a lone surrogate, ``"\\ud800"``) is refused too, since it could not be sent back.
+Rule 4: :func:`encode` answers text any websocket can carry: a value holding a lone
+surrogate (a job payload can) is written with ASCII escapes instead.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +26,9 @@ import attrs
 __all__ = [
     "ACTIONS",
     "JOB_ACTIONS",
+    "MAX_DEPTH",
+    "MAX_MESSAGE",
+    "REFUSALS",
     "ActiveJob",
     "AuthRequest",
     "BadMessage",
@@ -43,18 +53,39 @@ __all__ = [
     "snapshot_message",
     "status_message",
     "parse_request",
+    "refusal",
 ]
 
 #: Operator verbs a ``command`` may name; the job-scoped ones need a ``job`` id.
 ACTIONS = frozenset({"pause", "resume", "drain", "reprocess", "remove", "cancel"})
 JOB_ACTIONS = frozenset({"reprocess", "remove", "cancel"})
-MAX_MESSAGE = 4096  # bytes a browser message may have; anything longer is refused
+MAX_MESSAGE = 4096  # bytes (UTF-8) a browser message may have; anything longer is refused
+MAX_DEPTH = 8  # arrays and objects nested in a browser message, at most (the shapes use 1)
+MAX_REF = 2**53 - 1  # the largest integer a browser's JSON keeps exactly
+#: BadMessage.reason -> what was wrong
+REFUSALS = {
+    "too_large": f"longer than {MAX_MESSAGE} bytes",
+    "too_deep": f"arrays or objects nested deeper than {MAX_DEPTH}",
+    "not_utf8": "a binary message that is not UTF-8, or a string with a lone surrogate",
+    "not_json": "not JSON",
+    "not_object": "JSON, but not an object",
+    "unknown_type": "no known type",
+    "unknown_action": "a command with no known action",
+    "bad_field": "a field missing, of the wrong type or out of range",
+}
 MAX_HISTORY_PAGE = 200  # archived jobs one history request may ask for
 HISTORY_STATES = frozenset({"completed", "dead", "cancelled"})
 
 
 class BadMessage(ValueError):
-    """A browser message that is not JSON, or not one of the request shapes."""
+    """A browser message that is not one of the request shapes. ``reason``: a key of
+    ``REFUSALS``; ``ref``: the message's ``ref`` when it had a valid one, else -1."""
+
+    def __init__(self, reason: str, message: str, ref: int = -1) -> None:
+        assert reason in REFUSALS, reason
+        super().__init__(message)
+        self.reason = reason
+        self.ref = ref
 
 
 @attrs.frozen(kw_only=True)
@@ -246,8 +277,14 @@ Request = AuthRequest | CommandRequest | LogsRequest | HistoryRequest | FlowRequ
 
 
 def encode(message: Mapping[str, Any]) -> str:
-    """Compact JSON text for the websocket."""
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    """Compact JSON text for the websocket (rule 4)."""
+    text = json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: JSON's \\uXXXX escapes carry it
+            return json.dumps(message, separators=(",", ":"))
+    return text
 
 
 def _plain(value: Any) -> Any:
@@ -305,37 +342,117 @@ def result_reply(
     return {"type": "result", "ref": ref, "ok": ok, "value": value, "error": error, "kind": kind}
 
 
+def refusal(error: BadMessage) -> dict[str, Any]:
+    """The answer to a message :func:`parse_request` refused: a ``result`` of kind
+    ``bad_message`` with the ``reason`` (a key of ``REFUSALS``); ``ref`` -1 unless the
+    message had a valid one."""
+    reply = result_reply(error.ref, ok=False, error=str(error), kind="bad_message")
+    reply["reason"] = error.reason
+    return reply
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)  # a JSON string (or its unended start)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def nesting_depth(text: str, limit: int = MAX_DEPTH) -> int:
+    """How deep arrays and objects nest in ``text`` (strings skipped), counted by a scan,
+    never by recursion; the scan stops once ``limit`` is passed (answers ``limit + 1``)."""
+    depth = deepest = 0
+    for char in _STRING.sub("", text):
+        if char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def _text_of(message: str | bytes) -> str:
+    """The message as text, within the size and depth limits (before any parsing)."""
+    size = len(message)
+    if isinstance(message, str) and size <= MAX_MESSAGE and not message.isascii():
+        size = len(message.encode("utf-8", "surrogatepass"))
+    if size > MAX_MESSAGE:
+        raise BadMessage("too_large", f"message too long (at most {MAX_MESSAGE} bytes)")
+    if isinstance(message, bytes):
+        try:
+            message = message.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadMessage("not_utf8", "a binary message must be UTF-8 JSON") from None
+    if nesting_depth(message) > MAX_DEPTH:
+        raise BadMessage("too_deep", f"nested deeper than {MAX_DEPTH} levels")
+    return message
+
+
+def _check_strings(value: Any) -> None:
+    """Every string (key or value) in the parsed message is Unicode text (no lone
+    surrogate, which ``\\ud800`` spells): walked with a list, not by recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise BadMessage("not_utf8", "a string holds a lone surrogate")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 def _field(data: Mapping[str, Any], name: str, kind: type, *, optional: bool = False) -> Any:
     value = data.get(name)
     if value is None and optional:
         return None
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise BadMessage(f"field {name!r} must be {kind.__name__}")
+        raise BadMessage("bad_field", f"field {name!r} must be {kind.__name__}")
     return value
 
 
-def parse_request(text: str | bytes) -> Request:
-    """Decode one browser message into a request, or raise :class:`BadMessage`."""
-    if len(text) > MAX_MESSAGE:
-        raise BadMessage("message too long")
+def _ref(data: Mapping[str, Any]) -> int:
+    ref = _field(data, "ref", int)
+    if not 0 <= ref <= MAX_REF:
+        raise BadMessage("bad_field", "field 'ref' must be an int in 0..2**53-1")
+    return int(ref)
+
+
+def parse_request(message: str | bytes) -> Request:
+    """Decode one browser message (a text frame, or a binary one holding UTF-8) into a
+    request, or raise :class:`BadMessage` (rule 3)."""
+    text = _text_of(message)
     try:
         data = json.loads(text)
-    except ValueError:
-        raise BadMessage("not JSON") from None
+    except (ValueError, RecursionError):  # RecursionError: never, the depth is checked first
+        raise BadMessage("not_json", "not JSON") from None
     if not isinstance(data, dict):
-        raise BadMessage("not a JSON object")
+        raise BadMessage("not_object", "not a JSON object")
+    ref = data.get("ref")
+    try:
+        _check_strings(data)
+        return _request(data)
+    except BadMessage as exc:
+        if isinstance(ref, int) and not isinstance(ref, bool) and 0 <= ref <= MAX_REF:
+            exc.ref = ref
+        raise
+
+
+def _request(data: dict[str, Any]) -> Request:
     kind = data.get("type")
     if kind == "auth":
         return AuthRequest(token=_field(data, "token", str))
     if kind == "logs":
         return LogsRequest(
-            ref=_field(data, "ref", int),
+            ref=_ref(data),
             queue=_field(data, "queue", str),
             job=_field(data, "job", str),
         )
     if kind == "flow":
         return FlowRequest(
-            ref=_field(data, "ref", int),
+            ref=_ref(data),
             queue=_field(data, "queue", str),
             job=_field(data, "job", str, optional=True) or None,
         )
@@ -343,12 +460,12 @@ def parse_request(text: str | bytes) -> Request:
         limit = _field(data, "limit", int, optional=True)
         limit = 25 if limit is None else limit
         if not 1 <= limit <= MAX_HISTORY_PAGE:
-            raise BadMessage(f"limit must be 1..{MAX_HISTORY_PAGE}")
+            raise BadMessage("bad_field", f"limit must be 1..{MAX_HISTORY_PAGE}")
         state = _field(data, "state", str, optional=True) or None
         if state is not None and state not in HISTORY_STATES:
-            raise BadMessage(f"unknown state {state!r}")
+            raise BadMessage("bad_field", f"unknown state {state!r}")
         return HistoryRequest(
-            ref=_field(data, "ref", int),
+            ref=_ref(data),
             queue=_field(data, "queue", str),
             before=_field(data, "before", str, optional=True) or None,
             state=state,
@@ -358,15 +475,17 @@ def parse_request(text: str | bytes) -> Request:
     if kind == "command":
         action = _field(data, "action", str)
         if action not in ACTIONS:
-            raise BadMessage(f"unknown action {action!r}")
+            raise BadMessage("unknown_action", f"unknown action {action!r}")
         job = _field(data, "job", str, optional=True)
         if action in JOB_ACTIONS and job is None:
-            raise BadMessage(f"{action} needs a job id")
+            raise BadMessage("bad_field", f"{action} needs a job id")
+        if action not in JOB_ACTIONS and job is not None:
+            raise BadMessage("bad_field", f"{action} acts on the queue: it takes no job id")
         return CommandRequest(
-            ref=_field(data, "ref", int),
+            ref=_ref(data),
             action=action,
             queue=_field(data, "queue", str),
             job=job,
             token=_field(data, "token", str, optional=True) or "",
         )
-    raise BadMessage(f"unknown message type {kind!r}")
+    raise BadMessage("unknown_type", f"unknown message type {kind!r}")

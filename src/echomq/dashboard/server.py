@@ -4,19 +4,24 @@ Rule 1: loopback by default. A websocket handshake whose ``Origin`` is not this 
 own (``http://127.0.0.1:PORT``, ``http://localhost:PORT``, ``http://[::1]:PORT``, the
 bound address, or a name given in ``allowed_hosts``) is refused with 403 before
 trio-websocket sees it; a handshake with no Origin (not a browser) is accepted. Every
-request must name one of those hosts in ``Host`` (DNS rebinding): that check is never
-off. Binding anything but loopback needs an explicit ``allowed_hosts`` list, and warns.
+request must name one of those hosts in ``Host`` (DNS rebinding): that check, and the
+HTTP limits, are the shared server's (``echomq._http``), and never off. Binding anything
+but loopback needs an explicit ``allowed_hosts`` list, and warns.
 Rule 2: reading is open to whoever reaches the port; every operator command needs the
 token (printed at start, or given). The page takes it from the URL fragment
 (``#token=...``), which browsers never send to a server.
 Rule 3: ``serve_dashboard`` follows trio's ``serve_*`` shape: it runs until cancelled and
 ``nursery.start`` answers a :class:`DashboardInfo` once the port is listening and the
 first snapshot is ready.
+Rule 4: no message kills the server. A browser message the parser refuses is answered
+with a ``bad_message`` result naming the reason, and the connection stays; a message
+longer than ``MAX_WS_MESSAGE`` closes it (1009). Whatever fails while answering one
+request is logged and answered ``internal``; whatever fails in one connection ends that
+connection only (the shared server logs it once).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import re
@@ -35,6 +40,15 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .. import __version__, admin, jobs
+from .._http import (
+    WILDCARDS,
+    HostRule,
+    Request,
+    check_allowed_host,
+    host_name,
+    is_loopback,
+    serve_http,
+)
 from .._scripts.keyspace import check_queue
 from .._wire.connection import Connection
 from .._wire.dial import connect
@@ -44,7 +58,7 @@ from ..errors import EchoMQError, InvalidArgument
 from .commands import CommandRefused, not_shown, run_command, token_matches
 from .flow_view import read_flow
 from .history_panel import ArchiveSource, check_archive_url
-from .http_io import ASSETS, BadRequest, Head, ReplayStream, load_asset, read_head, respond
+from .http_io import ASSETS, Head, load_asset
 from .http_io import security_headers as _security_headers
 from .hub import Hub, first_error
 from .messages import (
@@ -58,6 +72,7 @@ from .messages import (
     encode,
     hello,
     parse_request,
+    refusal,
     result_reply,
 )
 
@@ -68,19 +83,10 @@ log = logging.getLogger("echomq.dashboard")
 WS_PATH = "/ws"
 HANDSHAKE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 2.0
+MAX_WS_MESSAGE = 64 * 1024  # bytes; longer closes the connection (1009), shorter is parsed
 DEFAULT_HISTORY = 300  # throughput points kept: 5 minutes at one poll a second
-_WILDCARDS = {"", "0.0.0.0", "::"}
-# what a browser going away looks like, from trio and from trio-websocket
-_GONE = (
-    trio.BrokenResourceError,
-    trio.ClosedResourceError,
-    OSError,
-    trio_websocket.ConnectionClosed,
-    trio_websocket.HandshakeError,
-)
-_LOOPBACK_NAMES = {"127.0.0.1", "localhost", "[::1]"}
-_LABEL = r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?"
-_HOST_NAME = re.compile(rf"{_LABEL}(\.{_LABEL})*\.?")
+# what a browser going away looks like to trio-websocket (trio's own: echomq._http.GONE)
+_WS_GONE = (trio_websocket.ConnectionClosed, trio_websocket.HandshakeError)
 _TOKEN = re.compile(r"[A-Za-z0-9._~-]{8,256}")
 
 
@@ -96,48 +102,13 @@ class DashboardInfo:
     def url(self) -> str:
         """The page's address (no token)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        host = "127.0.0.1" if self.host in _WILDCARDS else host
+        host = "127.0.0.1" if self.host in WILDCARDS else host
         return f"http://{host}:{self.port}/"
 
     @property
     def login_url(self) -> str:
         """The page's address with the token in the fragment: buttons work at once."""
         return f"{self.url}#token={self.token}"
-
-
-def _host_name(host_header: str) -> str:
-    """``host:port`` -> ``host`` (IPv6 kept in brackets)."""
-    if host_header.startswith("["):
-        return host_header.split("]", 1)[0] + "]"
-    return host_header.rsplit(":", 1)[0] if ":" in host_header else host_header
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost``, ``127.x.x.x`` or ``::1``: only this machine can connect."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_allowed_host(name: object) -> str:
-    """A host name or address a browser may use for this dashboard, lower case (an IPv6
-    address in brackets); anything else (``*``, a URL, a port) is InvalidArgument."""
-    if not isinstance(name, str) or not name:
-        raise InvalidArgument(f"an allowed host must be a host name or address, not {name!r}")
-    text = name.lower()
-    try:
-        address = ipaddress.ip_address(text.strip("[]"))
-    except ValueError:
-        if not _HOST_NAME.fullmatch(text) or len(text) > 253:
-            raise InvalidArgument(
-                f"{name!r} is not a host name or address (no scheme, port or wildcard: "
-                "the Host check is never off)"
-            ) from None
-        return text.rstrip(".")
-    return f"[{address}]" if address.version == 6 else str(address)
 
 
 def check_token(token: object) -> str:
@@ -171,17 +142,16 @@ class Gate:
     allowed: frozenset[str] = frozenset()
 
     @property
-    def own_names(self) -> set[str]:
-        bound = f"[{self.bind_host}]" if ":" in self.bind_host else self.bind_host.lower()
-        return _LOOPBACK_NAMES | ({bound} if self.bind_host not in _WILDCARDS else set())
+    def hosts(self) -> HostRule:
+        """The Host rule (the shared server applies it to every request)."""
+        return HostRule(bind_host=self.bind_host, allowed=self.allowed)
 
     @property
-    def names(self) -> set[str]:
-        return self.own_names | self.allowed
+    def own_names(self) -> frozenset[str]:
+        return self.hosts.own_names
 
     def host_ok(self, head: Head) -> bool:
-        host = head.headers.get("host")
-        return host is None or _host_name(host.lower()) in self.names
+        return self.hosts.allows(head.host)
 
     def origin_ok(self, head: Head) -> bool:
         origin = head.headers.get("origin")
@@ -191,7 +161,7 @@ class Gate:
         if origin in {f"http://{name}:{self.port}" for name in self.own_names}:
             return True
         scheme, sep, rest = origin.partition("://")
-        return bool(sep) and scheme in ("http", "https") and _host_name(rest) in self.allowed
+        return bool(sep) and scheme in ("http", "https") and host_name(rest) in self.allowed
 
 
 METRICS_PATH = "/metrics"
@@ -216,52 +186,30 @@ class _Server:
     connect_src: str = ""
     archive: ArchiveSource | None = None
 
-    async def handle(self, stream: trio.SocketStream) -> None:
-        """One TCP connection: a page request or a websocket."""
-        try:
-            await self._handle(stream)
-        except* _GONE:
-            pass  # the browser went away
-        finally:
-            with trio.move_on_after(CLOSE_TIMEOUT) as scope:
-                scope.shield = True
-                await stream.aclose()
-
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        try:
-            head, raw, rest = await read_head(stream)
-        except BadRequest as exc:
-            await respond(stream, exc.status, str(exc).encode())
-            return
-        if not self.gate.host_ok(head):
-            await respond(stream, 421, b"unknown Host: use 127.0.0.1 or localhost", head=head)
-            return
+    async def handle(self, request: Request) -> None:
+        """One request past the shared server's checks: a page, /metrics or a websocket."""
+        head = request.head
         if head.path == WS_PATH and head.is_websocket:
             if not self.gate.origin_ok(head):
                 log.warning("refused websocket from Origin %r", head.headers.get("origin"))
-                await respond(stream, 403, b"foreign Origin refused", head=head)
+                await request.respond(403, b"foreign Origin refused")
                 return
-            await self._websocket(ReplayStream(stream, raw + rest))
-            return
-        if head.method not in ("GET", "HEAD"):
-            await respond(stream, 405, b"method not allowed", head=head)
+            await self._websocket(request)
             return
         if head.path == METRICS_PATH:
             body, content_type = await self.metrics(head.headers.get("accept"))
-            await respond(stream, 200, body, content_type=content_type, head=head)
+            await request.respond(200, body, content_type=content_type)
             return
         asset = ASSETS.get(head.path)
         if asset is None:
-            await respond(stream, 404, b"not found", head=head)
+            await request.respond(404, b"not found")
             return
         name, content_type = asset
         host = head.headers.get("host", f"127.0.0.1:{self.gate.port}")
-        await respond(
-            stream,
+        await request.respond(
             200,
             load_asset(name),
             content_type=content_type,
-            head=head,
             extra=_security_headers(f"'self' ws://{host}"),
         )
 
@@ -282,12 +230,14 @@ class _Server:
         registry.register(_Families(families))
         return render(registry, accept)
 
-    async def _websocket(self, stream: ReplayStream) -> None:
+    async def _websocket(self, request: Request) -> None:
         async with trio.open_nursery() as nursery:
             ws: trio_websocket.WebSocketConnection | None = None
             with trio.move_on_after(HANDSHAKE_TIMEOUT):
-                request = await trio_websocket.wrap_server_stream(nursery, stream)
-                ws = await request.accept()
+                handshake = await trio_websocket.wrap_server_stream(
+                    nursery, request.replay(), max_message_size=MAX_WS_MESSAGE
+                )
+                ws = await handshake.accept()
             if ws is None:
                 nursery.cancel_scope.cancel()
                 return
@@ -339,11 +289,22 @@ class _Server:
             try:
                 request = parse_request(text)
             except BadMessage as exc:
-                await ws.send_message(
-                    encode(result_reply(-1, ok=False, error=str(exc), kind="bad_message"))
-                )
+                await ws.send_message(encode(refusal(exc)))
                 continue
-            await ws.send_message(encode(await self._answer(request)))
+            await ws.send_message(encode(await self._answer_one(request)))
+
+    async def _answer_one(
+        self, request: AuthRequest | CommandRequest | LogsRequest | HistoryRequest | FlowRequest
+    ) -> dict[str, Any]:
+        """The answer to one request; a failure no refusal foresaw is logged and answered
+        ``internal`` (rule 4): the connection and the server go on."""
+        try:
+            return await self._answer(request)
+        except Exception:
+            log.exception("answering a %s request failed", type(request).__name__)
+            ref = -1 if isinstance(request, AuthRequest) else request.ref
+            error = "the dashboard failed to answer (logged on the server)"
+            return result_reply(ref, ok=False, error=error, kind="internal")
 
     async def _answer(
         self,
@@ -476,7 +437,11 @@ async def serve_dashboard(
             bound_port: int = listener.socket.getsockname()[1]
             gate = Gate(bind_host=host, port=bound_port, allowed=allowed)
             server = _Server(hub=hub, gate=gate, token=token, archive=source)
-            await nursery.start(trio.serve_listeners, server.handle, [listener])
+            await nursery.start(
+                partial(
+                    serve_http, server.handle, [listener], hosts=gate.hosts, log=log, gone=_WS_GONE
+                )
+            )
             task_status.started(DashboardInfo(host=host, port=bound_port, token=token))
 
 
@@ -504,7 +469,7 @@ def check_options(
     if not isinstance(host, str):
         raise InvalidArgument(f"host must be a str, not {host!r}")
     if not is_loopback(host) and not allowed:
-        where = "every interface" if host in _WILDCARDS else host
+        where = "every interface" if host in WILDCARDS else host
         raise InvalidArgument(
             f"binding {where} exposes the dashboard beyond this machine: give each host "
             "name browsers will use with --allow-host NAME (allowed_hosts=[...] in code); "
@@ -514,7 +479,7 @@ def check_options(
 
 
 def exposed_warning(host: str, allowed: frozenset[str]) -> str:
-    where = "every interface" if host in _WILDCARDS else host
+    where = "every interface" if host in WILDCARDS else host
     return (
         f"the dashboard listens on {where}, not loopback: anyone who can reach the port "
         f"reads every payload it shows (operator commands still need the token); "
