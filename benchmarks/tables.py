@@ -36,7 +36,7 @@ def num(x: float | None, digits: int | None = None) -> str:
         return ""
     if digits is not None:
         return f"{x:,.{digits}f}"
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.2f}"
+    return f"{x:,.0f}" if abs(x) >= 100 or float(x).is_integer() else f"{x:.2f}"
 
 
 def ratio(x: float | None) -> str:
