@@ -23,7 +23,9 @@ __all__ = ["README", "block_names", "main", "render", "rewrite"]
 
 README = Path(__file__).resolve().parent / "README.md"
 _BLOCK = re.compile(
-    r"(<!-- generated:(?P<name>[a-z0-9_]+) begin -->\n)(?:.*?\n)?(<!-- generated:(?P=name) end -->)",
+    r"(<!-- generated:(?P<name>[a-z0-9_]+) begin -->\n)"
+    r"(?:.*?\n)?"
+    r"(<!-- generated:(?P=name) end -->)",
     re.S,
 )
 
