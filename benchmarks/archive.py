@@ -25,6 +25,7 @@ archiver starts: entries/s from its first delivery to the last acknowledgement (
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import sys
@@ -298,7 +299,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     meta = machine.describe("archive", argv)
-    res = trio.run(lambda: run_archive(args, log=machine.log))
+    res = trio.run(functools.partial(run_archive, args, log=machine.log))
     res.meta = machine.finish({**meta, **res.meta})
     print(res.table("the durable archive"), flush=True)
     files.save("archive", res.to_json(), args)

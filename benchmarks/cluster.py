@@ -24,6 +24,7 @@ machine's Redis servers answer together when nothing else runs. The worker proce
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import statistics
@@ -331,7 +332,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     meta = machine.describe("cluster", argv)
-    res = trio.run(lambda: run_cluster(args, log=machine.log))
+    res = trio.run(functools.partial(run_cluster, args, log=machine.log))
     res.meta = machine.finish({**meta, **res.meta})
     print(res.table("one node vs a Redis Cluster"), flush=True)
     files.save("cluster", res.to_json(), args)

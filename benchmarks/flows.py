@@ -32,6 +32,7 @@ producer is this process (this tree's enqueue, the same script on both sides).
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 from collections.abc import Callable
@@ -377,7 +378,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     meta = machine.describe("flows", argv)
-    res = trio.run(lambda: run_flows(args, log=machine.log))
+    res = trio.run(functools.partial(run_flows, args, log=machine.log))
     res.meta = machine.finish({**meta, **res.meta})
     print(res.table("flows"), flush=True)
     files.save("flows", res.to_json(), args)

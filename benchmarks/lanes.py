@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import functools
 import os
 import re
 import statistics
@@ -575,7 +576,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     meta = machine.describe("lanes", argv)
-    found = trio.run(lambda: run_lanes(args, log=machine.log))
+    found = trio.run(functools.partial(run_lanes, args, log=machine.log))
     path = files.target("lanes", args)
     doc = files.load(path) if path.exists() else {}
     doc.update(found)

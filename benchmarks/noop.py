@@ -37,11 +37,11 @@ def _without_stream() -> None:
     """Cut the stream's XADD / XTRIM out of every script (this process only)."""
     from echomq._scripts import calls as scripts
 
-    cut = re.compile(
-        r"^\s*redis\.call\('XADD', stream.*$|"
-        r"^\s*local trimmed = redis\.call\('XTRIM'.*$|"
-        r"^\s*if trimmed > 0 then .*$",
-        re.MULTILINE,
+    cut = re.compile(  # an XADD call may span lines: up to the "))" that ends it
+        r"^\s*redis\.call\('XADD', stream,.*?\)\)\s*$|"
+        r"^\s*local trimmed = redis\.call\('XTRIM'.*?$|"
+        r"^\s*if trimmed > 0 then .*?$",
+        re.MULTILINE | re.DOTALL,
     )
     table: Any = scripts.SCRIPTS
     for name, script in list(table.items()):

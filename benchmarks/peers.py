@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import statistics
 from typing import Any
 
@@ -29,16 +30,16 @@ from .stats import Results
 __all__ = ["main", "readme", "run"]
 
 NODE = "bullmq-node"
-# (key in a repetition's sample, column title, short title, higher is better)
+# (key in a repetition's sample, column title, short title, higher is better); the drains'
+# columns come from the sizes a run measured (``drain<N>_per_s``), ahead of these
 MODES: tuple[tuple[str, str, str, bool], ...] = (
-    ("drain10000_per_s", "drain 10,000 backlog, jobs/s", "drain 10k", True),
-    ("drain100000_per_s", "drain 100,000 backlog, jobs/s", "drain 100k", True),
     ("jobs_per_s", "end to end, concurrent producer, jobs/s", "end to end", True),
     ("enqueue_per_s", "enqueue one at a time, jobs/s", "enqueue one at a time", True),
     ("bulk_per_s", "bulk enqueue (chunks of 1,000), jobs/s", "bulk", True),
     ("latency_p50_ms", "enqueue -> result p50, ms", "p50", False),
     ("latency_p99_ms", "enqueue -> result p99, ms", "p99", False),
 )
+DRAIN = re.compile(r"^drain(\d+)_per_s$")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -141,19 +142,28 @@ class _Run:
     def reps(self) -> int:
         return len(self.values("redis", "ping_p16_c50")) or 1
 
+    def modes(self) -> list[tuple[str, str, str, bool]]:
+        """The drains this run measured, smallest first, then :data:`MODES`."""
+        sizes = sorted({int(m[1]) for s in self.samples for k in s if (m := DRAIN.match(k))})
+        drains = [
+            (f"drain{n}_per_s", f"drain {n:,} backlog, jobs/s", f"drain {n:,}", True) for n in sizes
+        ]
+        return [*drains, *MODES]
+
 
 def _cell(x: float, key: str) -> str:
     return tables.num(x, 2 if key.endswith("_ms") else None)
 
 
 def _systems(run: _Run) -> str:
-    head = ["system", *(title for _, title, _, _ in MODES), "round trips", "n"]
+    modes = run.modes()
+    head = ["system", *(title for _, title, _, _ in modes), "round trips", "n"]
     rows = []
     for s in run.systems():
-        n = max((len(run.values(s, k)) for k, _, _, _ in MODES), default=0)
+        n = max((len(run.values(s, k)) for k, _, _, _ in modes), default=0)
         trips = list(run.values(s, "latency_n").values())
         cells = []
-        for key, _, _, _ in MODES:
+        for key, _, _, _ in modes:
             med = run.median(s, key)
             none = key == "bulk_per_s" and math.isnan(med) and s in NO_BULK
             cells.append("none" if none else _cell(med, key))
@@ -163,21 +173,23 @@ def _systems(run: _Run) -> str:
 
 
 def _ratios(run: _Run) -> str:
-    head = ["x BullMQ Node, within each repetition", *(short for _, _, short, _ in MODES)]
+    modes = run.modes()
+    head = ["x BullMQ Node, within each repetition", *(short for _, _, short, _ in modes)]
     rows = []
     for s in run.systems():
         if s == NODE:
             continue
-        cells = [tables.ratio(run.ratio(s, NODE, key)) for key, _, _, _ in MODES]
+        cells = [tables.ratio(run.ratio(s, NODE, key)) for key, _, _, _ in modes]
         rows.append([f"**{s}**" if s == "echomq" else s, *cells])
     return tables.markdown(head, rows)
 
 
 def _per_rep(run: _Run) -> str:
     """echomq / BullMQ Node in each repetition, so the spread shows beside the median."""
-    head = ["echomq / BullMQ Node", *(short for _, _, short, _ in MODES)]
+    modes = run.modes()
+    head = ["echomq / BullMQ Node", *(short for _, _, short, _ in modes)]
     cells = []
-    for key, _, _, _ in MODES:
+    for key, _, _, _ in modes:
         mine, theirs = run.values("echomq", key), run.values(NODE, key)
         cells.append(" ".join(f"{mine[i] / theirs[i]:.2f}" for i in sorted(mine) if theirs.get(i)))
     return tables.markdown(head, [["each repetition", *cells]])
@@ -215,11 +227,11 @@ def _notes(run: _Run) -> str:
     lines = [f"- {name}: {why}" for name, why in run.meta.get("no_bulk", {}).items()]
     skipped: dict[str, list[str]] = {}
     for s in run.samples:
-        if "drain100000_skipped" in s:
-            skipped.setdefault(s["system"], []).append(s["drain100000_skipped"])
+        if f"drain{harness.BIG_DRAIN}_skipped" in s:
+            skipped.setdefault(s["system"], []).append(s[f"drain{harness.BIG_DRAIN}_skipped"])
     lines += [
-        f"- {name}: no 100,000 drain (its 10,000 prefill + drain projected the 100,000 ones "
-        f"past 2 minutes: {', '.join(why)})"
+        f"- {name}: no {harness.BIG_DRAIN:,} drain (the smaller drain's prefill + drain "
+        f"projected it past 2 minutes: {', '.join(why)})"
         for name, why in skipped.items()
     ]
     lines += [f"- failed: {n}" for n in run.notes]

@@ -27,6 +27,7 @@ every finished job stored exactly once.
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import statistics
 import tempfile
@@ -300,7 +301,7 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     meta = machine.describe("stream", argv)
-    res = trio.run(lambda: run_stream(args, log=machine.log))
+    res = trio.run(functools.partial(run_stream, args, log=machine.log))
     res.meta = machine.finish({**meta, **res.meta})
     print(res.table("the completions stream, the live archive, memory"), flush=True)
     files.save("stream", res.to_json(), args)
