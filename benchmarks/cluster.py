@@ -275,6 +275,11 @@ async def run_cluster(args: argparse.Namespace, *, log: Log) -> Results:
 # -- the README table -----------------------------------------------------------------------
 
 
+def _node_cpu(run: dict[str, Any], i: int) -> float:
+    """The ``i``-th busiest node's Redis CPU in one run, in % of a core."""
+    return 100 * float(sorted(run["redis_cpu"].values(), reverse=True)[i])
+
+
 def readme(data: dict[str, Any], source: str) -> str:
     """The README table from one saved results file."""
     meta, runs = data["meta"], data["samples"]
@@ -301,10 +306,7 @@ def readme(data: dict[str, Any], source: str) -> str:
         if not any(r["layout"] == name for r in runs):
             continue
         nodes = max(len(r["redis_cpu"]) for r in runs if r["layout"] == name)
-        per_node = [
-            med(name, lambda r, i=i: 100 * sorted(r["redis_cpu"].values(), reverse=True)[i])
-            for i in range(nodes)
-        ]
+        per_node = [med(name, functools.partial(_node_cpu, i=i)) for i in range(nodes)]
         lines.append(
             f"| {name} | {med(name, lambda r: r['rate']):,.0f} "
             f"| {med(name, lambda r: r['ceiling']):,.0f} "

@@ -235,7 +235,9 @@ async def scrape_loop(port: int, every: float) -> None:
         await trio.sleep(every)
 
 
-async def one_e2e(args: argparse.Namespace, variant: str, baseline_src: Path | None) -> float:
+async def one_e2e(
+    args: argparse.Namespace, variant: str, baseline_src: Path | None
+) -> tuple[float, float]:
     with RedisServer() as server:
         port = free_port() if variant.startswith("metrics") else None
         proc = start_worker(
@@ -247,7 +249,7 @@ async def one_e2e(args: argparse.Namespace, variant: str, baseline_src: Path | N
         )
         try:
             async with trio.open_nursery() as nursery:
-                if variant == "metrics":
+                if variant == "metrics" and port is not None:
                     nursery.start_soon(scrape_loop, port, args.scrape_every)
                 with trio.fail_after(300):
                     figures = await produce_and_wait(

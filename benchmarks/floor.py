@@ -417,7 +417,9 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     runs = {name: [r for d in docs for r in d["runs"][name]] for name in first["runs"]}
     median, sums = summarize(runs, first["sizes"])
     parts = [{k: d[k] for k in ("date", "command", "load_average")} for d in docs]
-    keep = {k: first[k] for k in ("cpus", "sizes", "floor_jobs", "batch") if k in first}
+    keep: dict[str, Any] = {
+        k: first[k] for k in ("cpus", "sizes", "floor_jobs", "batch") if k in first
+    }
     return {**keep, "runs_merged": parts, "median": median, "arithmetic": sums, "runs": runs}
 
 

@@ -281,7 +281,7 @@ async def hot_once(url: str, src: Path, mode: str, args: argparse.Namespace, tag
                 start = trio.current_time()
                 await produce(noop, args.jobs)
                 end = await until_completed(conn, 200 + args.jobs)
-            return args.jobs / (end - start)
+            return float(args.jobs / (end - start))
         news = [noop.new_job((PAYLOAD,)) for _ in range(args.jobs)]
         for i in range(0, len(news), 250):
             await jobs.enqueue_many(conn, NOOP_QUEUE, news[i : i + 250])
@@ -292,7 +292,7 @@ async def hot_once(url: str, src: Path, mode: str, args: argparse.Namespace, tag
             start = trio.current_time()
             first = await completed(conn)
             end = await until_completed(conn, args.jobs)
-        return (args.jobs - first) / (end - start)
+        return float((args.jobs - first) / (end - start))
 
 
 async def part_hotpath(args: argparse.Namespace, res: Results, log: Log) -> None:

@@ -207,8 +207,8 @@ def main(argv: list[str] | None = None) -> None:
         worker = subprocess.Popen(_cmd("worker", url, 0), cwd=PEERS, env=env)
         wspy = _spy(worker.pid, out / "e2e-worker.txt", args.rate)
         time.sleep(0.5)
-        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        line = [spy, "record", "--rate", str(args.rate), "--format", "raw", "--function"]
+        binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        line = [binary, "record", "--rate", str(args.rate), "--format", "raw", "--function"]
         line += ["--nonblocking", "-o", str(out / "e2e-producer.txt"), "--"]
         done = subprocess.run(line + _cmd("produce", url, args.jobs), cwd=PEERS, env=env,
                               capture_output=True, check=True)  # fmt: skip

@@ -284,7 +284,7 @@ def _value(v: Any) -> str:
 
 def readme(doc: dict[str, Any], source: str) -> str:
     meta = tables.meta_of(doc)
-    phases = [p for p in ("clean", "faults") if p in doc] or [
+    phases: list[str] = [p for p in ("clean", "faults") if p in doc] or [
         k for k, v in doc.items() if isinstance(v, dict) and "slots_due" in v
     ]
     first = doc[phases[0]]

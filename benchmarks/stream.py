@@ -71,7 +71,7 @@ async def run_produce(url: str, args: argparse.Namespace, stream: bool, tag: str
         start = trio.current_time()
         await produce(noop, args.jobs)
         end = await until_completed(conn, base + args.jobs)
-    return args.jobs / (end - start)
+    return float(args.jobs / (end - start))
 
 
 async def run_drain(url: str, args: argparse.Namespace, stream: bool, tag: str) -> float:
@@ -88,7 +88,7 @@ async def run_drain(url: str, args: argparse.Namespace, stream: bool, tag: str) 
             start = trio.current_time()
             first = await completed(conn)
             end = await until_completed(conn, args.jobs)
-    return (args.jobs - first) / (end - start)
+    return float((args.jobs - first) / (end - start))
 
 
 async def part_stream(args: argparse.Namespace, res: Results, log: Log) -> None:
