@@ -1,5 +1,9 @@
-"""The durable archive (issue 11): how fast ``echomq archive`` folds a completions stream
-into SQLite and into PostgreSQL, and how far behind it falls.
+"""The durable archive: how fast it folds a completions stream into SQLite and PostgreSQL.
+
+And how far behind ``echomq archive`` falls while a producer keeps writing.
+
+    python -m benchmarks archive [--rate 9000] [--seconds 20] [--backlog 100000]
+        [--stores sqlite,postgresql] [--reps 3] [--publish]
 
 For each store and repetition, against a private redis-server and (for PostgreSQL) a
 private server with ``fsync=on`` (SQLite: WAL, ``synchronous=FULL``; every slice is on disk
@@ -7,20 +11,21 @@ before its XACK):
 
 ``paced``: the archiver runs as users run it (``python -m echomq archive`` in a process of
 its own, batch 500) while a producer XADDs completions entries in the contract's shape at
-``--archive-rate`` entries/s (default 9,000: echomq's end-to-end no-op rate on this machine)
-for ``--archive-seconds``, each XADD trimming with ``MINID ~`` as the scripts do. Sampled
+``--rate`` entries/s (default 9,000: echomq's end-to-end no-op rate on this machine)
+for ``--seconds``, each XADD trimming with ``MINID ~`` as the scripts do. Sampled
 every 0.25 s: stream length, pending and not yet delivered (the lag). Figures: the rate
 reached, the archive's rate over the producing window, the lag (max, p95, at the end),
 and the time to catch up once the producer stops. Every entry is then checked to be
 stored exactly once.
 
-``drain``: ``--archive-backlog`` entries (default 100,000) already in the stream, then the
+``drain``: ``--backlog`` entries (default 100,000) already in the stream, then the
 archiver starts: entries/s from its first delivery to the last acknowledgement (the ceiling).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import sys
@@ -38,14 +43,16 @@ from echomq._scripts.keyspace import Keyspace
 from echomq.archive.store import open_store
 from echomq.testing import PostgresServer, RedisServer
 
+from . import files, machine, tables
+from .files import LOGS
 from .stats import Results, percentile
 
-__all__ = ["run_archive"]
+__all__ = ["main", "readme", "run_archive"]
 
 Log = Callable[[str], None]
 QUEUE = "bench"
-LOGS = Path(__file__).resolve().parent / "results" / "logs"
 BATCH = 500
+STORES = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
 
 def entry(i: int, now_ms: int) -> list[Any]:
@@ -273,3 +280,38 @@ def _filesystem(path: Path) -> str:
         return " ".join(out.split())
     except (OSError, IndexError):
         return "unknown"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks archive",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--rate", dest="archive_rate", type=float, default=9000.0, help="entries/s")
+    p.add_argument("--seconds", dest="archive_seconds", type=float, default=20.0, help="producing")
+    p.add_argument("--backlog", dest="archive_backlog", type=int, default=100_000)
+    p.add_argument("--stores", dest="archive_stores", default="sqlite,postgresql")
+    files.add_arguments(p, reps=3)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    meta = machine.describe("archive", argv)
+    res = trio.run(functools.partial(run_archive, args, log=machine.log))
+    res.meta = machine.finish({**meta, **res.meta})
+    print(res.table("the durable archive"), flush=True)
+    files.save("archive", res.to_json(), args)
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    meta = doc["meta"]
+    setup = meta.get("archive", {})
+    reps = max((len(f["values"]) for f in doc["figures"].values()), default=0)
+    extra = (
+        f"Paced: {setup.get('rate', 0):,.0f} entries/s for {setup.get('seconds', 0):g} s; "
+        f"drain: a backlog of {setup.get('backlog', 0):,}; slices of {setup.get('batch', '?')}."
+    )
+    head = tables.conditions(meta, reps=reps, source=source, extra=extra)
+    return head + "\n\n" + tables.grid(doc["figures"], STORES, first="medians (range)")

@@ -1,4 +1,6 @@
-"""``python -m benchmarks bounds``: how long each Lua script holds Redis on a queue of 1M jobs.
+"""How long each Lua script holds Redis, at its caps, on a queue of a million jobs.
+
+    python -m benchmarks bounds [--queue-jobs 1000000] [--reps 20] [--publish]
 
 Redis runs one script at a time and nothing else meanwhile, so a script's server time is
 how long every other client waits (issue 9: no script may block for more than ~10 ms).
@@ -9,19 +11,14 @@ caps of ``echomq._scripts.validate``) and reads each call's server time from the
 (``slowlog-log-slower-than 0``: every command is logged with its execution time in us,
 I/O excluded). Setup calls between measured ones are not counted.
 
-The results are saved to ``benchmarks/bounds.json`` (committed, with the measured commit)
-and rendered into the table of benchmarks/README.md; ``--render`` re-renders the table from
-the saved JSON without measuring.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import json
+import argparse
 import os
 import re
 import statistics
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -37,11 +34,11 @@ from echomq.jobs import lifecycle as life
 from echomq.jobs import rows
 from echomq.testing import RedisServer
 
-__all__ = ["BOUND_MS", "JSON_PATH", "README", "render", "run_bounds", "update_readme"]
+from . import files, machine
+from .machine import log
 
-HERE = Path(__file__).resolve().parent
-JSON_PATH = HERE / "bounds.json"
-README = HERE / "README.md"
+__all__ = ["BOUND_MS", "main", "readme", "run_bounds"]
+
 BOUND_MS = 10.0
 QUEUE = "big"
 PAYLOAD = (b'{"task":"bench.noop","args":["' + b"x" * 100)[:84] + b'"],"kwargs":{}}'
@@ -50,10 +47,6 @@ _promote = re.search(r"^local MAX_PROMOTE = (\d+)$", SCRIPTS["claim"].source, re
 PROMOTE = int(_promote.group(1)) if _promote else 0  # claim.lua's cap on promotions per call
 
 Build = Callable[[], Awaitable[ScriptCall[Any]]]
-
-
-def log(message: str) -> None:
-    print(f"[{dt.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
 
 
 class Meter:
@@ -516,9 +509,7 @@ def _raise_priority(server: RedisServer) -> str:
     return "nice -10"
 
 
-async def run_bounds(jobs: int, reps: int) -> dict[str, Any]:
-    from .__main__ import machine
-
+async def run_bounds(jobs: int, reps: int, meta: dict[str, Any]) -> dict[str, Any]:
     with RedisServer() as server:
         priority = _raise_priority(server)
         async with echomq.connect(server.url) as conn:
@@ -532,7 +523,7 @@ async def run_bounds(jobs: int, reps: int) -> dict[str, Any]:
     measured = {c["script"] for c in cases}
     missing = sorted(set(SCRIPTS) - measured)
     return {
-        "meta": {**machine(), "redis_priority": priority},
+        "meta": machine.finish({**meta, "redis_priority": priority}),
         "bound_ms": BOUND_MS,
         "queue": sizes,
         "caps": {
@@ -547,18 +538,18 @@ async def run_bounds(jobs: int, reps: int) -> dict[str, Any]:
     }
 
 
-def render(results: dict[str, Any]) -> str:
-    """The markdown block for benchmarks/README.md."""
+def readme(results: dict[str, Any], source: str) -> str:
+    """The table of benchmarks/README.md."""
     meta, sizes = results["meta"], results["queue"]
     bound = results["bound_ms"]
     lines = [
-        f"Measured on commit `{meta['echomq_commit']}` ({meta['date']}, {meta['redis']}, "
-        f"{meta['cpus']} CPUs, load {meta['load_average_at_start']}, redis-server at "
-        f"{meta.get('redis_priority', 'default')}), queue: "
+        f"Run of {meta['date']}, {meta['cpus']} CPUs, {meta['redis'].split(' sha=')[0]}, load "
+        f"average {meta['load_average_at_start']} at the start, redis-server at "
+        f"{meta.get('redis_priority', 'default')}; the queue: "
         + ", ".join(f"{k} {n:,}" for k, n in sizes.items())
         + f". Bound: {bound:g} ms per call, judged on the server's CPU time (the script's own"
         " work); the wall-clock figures (SLOWLOG) also count time the OS gave other processes"
-        " on this shared machine.",
+        f" on this shared machine. From `{source}`.",
         "",
         "| script | case | calls | wall median ms | wall max ms | CPU median ms | CPU max ms"
         " | within bound |",
@@ -575,23 +566,27 @@ def render(results: dict[str, Any]) -> str:
         )
     if results.get("not_measured"):
         lines += ["", "Not measured: " + ", ".join(results["not_measured"])]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
-def update_readme(results: dict[str, Any], readme: Path = README) -> None:
-    text = readme.read_text(encoding="utf-8")
-    head, marker_end = "<!-- bounds:table -->\n", "<!-- end:bounds -->"
-    start = text.index(head) + len(head)
-    end = text.index(marker_end)
-    readme.write_text(text[:start] + render(results) + text[end:], encoding="utf-8")
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks bounds",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--queue-jobs", type=int, default=1_000_000, help="pending jobs (1,000,000)")
+    files.add_arguments(p, reps=20)
+    return p
 
 
-def main(jobs: int, reps: int, *, render_only: bool = False) -> None:
-    if render_only:
-        results = json.loads(JSON_PATH.read_text())
-    else:
-        results = trio.run(run_bounds, jobs, reps)
-        JSON_PATH.write_text(json.dumps(results, indent=1) + "\n")
-        log(f"saved {JSON_PATH}")
-    update_readme(results)
-    print(render(results))
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    meta = machine.describe("bounds", argv)
+    results = trio.run(run_bounds, args.queue_jobs, args.reps, meta)
+    path = files.save("bounds", results, args)
+    print(readme(results, str(path)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,14 +1,15 @@
-"""Issue 16's scale figure: the same queues and workers on one Redis and on a 3-master
-Redis Cluster (``python -m benchmarks cluster``).
+"""The same queues and workers on one Redis node and on a 3-master Redis Cluster.
+
+    python -m benchmarks cluster [--queues 3] [--jobs 20000] [--seconds 8] [--reps 3] [--publish]
 
 Three layouts, each started fresh per repetition (private servers, nothing else on them):
 ``one node`` (a plain redis-server, ``redis://``), ``cluster, 1 master`` (the cluster wire,
 every slot on one master: what the wire costs) and ``cluster, 3 masters``. The same
-``--cluster-queues`` queues (default 3) in each, named so that on 3 masters each master owns
+``--queues`` queues (default 3) in each, named so that on 3 masters each master owns
 the same number of them; one worker process per queue (``echomq.Worker``, concurrency
-``--concurrency``, a no-op task). Each queue holds a backlog of ``--cluster-jobs`` jobs
+``--concurrency``, a no-op task). Each queue holds a backlog of ``--jobs`` jobs
 (enqueued before the workers start); once every queue completed a warm-up of 200, the clock
-runs for ``--cluster-seconds`` (or until a queue nears its end): jobs/s is the jobs
+runs for ``--seconds`` (or until a queue nears its end): jobs/s is the jobs
 completed in that window over its length, summed over the queues (the scripts' per-queue
 ``metrics:completed`` counters). In the same window: each Redis node's CPU (``INFO cpu``,
 user + sys, as a share of one core) and the worker processes' CPU (``/proc``), so the
@@ -16,17 +17,14 @@ table shows what saturates: on a 2-core machine, Python workers, not Redis.
 
 The ceiling, printed beside (same layout, same repetition, before the workers run):
 ``redis-benchmark`` ``PING -P16 -c50`` against every master at once, summed: what this
-machine's Redis servers answer together when nothing else runs.
-
-``--render`` prints the README table from a saved results file (``--from FILE``, default
-the newest ``results/published/cluster-*.json``); ``--write`` puts it into
-benchmarks/README.md between the ``report:cluster`` markers. The table comes only from
-that file.
+machine's Redis servers answer together when nothing else runs. The worker processes run
+``python -m benchmarks.cluster worker URL QUEUE CONCURRENCY``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import statistics
@@ -44,16 +42,16 @@ from echomq._scripts.keyspace import Keyspace
 from echomq._wire.hashslots import SLOTS, key_slot
 from echomq.testing import RedisCluster, RedisServer
 
+from . import files, machine, tables
 from .ceiling import redis_benchmark
+from .files import LOGS
 from .stats import Results
 
-__all__ = ["LAYOUTS", "queue_names", "render", "run_cluster"]
+__all__ = ["LAYOUTS", "main", "queue_names", "readme", "run_cluster"]
 
 Log = Callable[[str], None]
 PAYLOAD = "x" * 100
 ROOT = Path(__file__).resolve().parent.parent  # where ``-m benchmarks.cluster`` imports
-LOGS = Path(__file__).resolve().parent / "results" / "logs"
-PUBLISHED = Path(__file__).resolve().parent / "results" / "published"
 LAYOUTS = ("one node", "cluster, 1 master", "cluster, 3 masters")
 WARM_UP = 200
 TICK = os.sysconf("SC_CLK_TCK")
@@ -277,31 +275,28 @@ async def run_cluster(args: argparse.Namespace, *, log: Log) -> Results:
 # -- the README table -----------------------------------------------------------------------
 
 
-def newest_published() -> Path:
-    found = sorted(PUBLISHED.glob("cluster-*.json"))
-    if not found:
-        raise SystemExit(f"no cluster-*.json under {PUBLISHED}: run python -m benchmarks cluster")
-    return found[-1]
+def _node_cpu(run: dict[str, Any], i: int) -> float:
+    """The ``i``-th busiest node's Redis CPU in one run, in % of a core."""
+    return 100 * float(sorted(run["redis_cpu"].values(), reverse=True)[i])
 
 
-def render(path: Path) -> str:
+def readme(data: dict[str, Any], source: str) -> str:
     """The README table from one saved results file."""
-    import json
-
-    data = json.loads(path.read_text())
     meta, runs = data["meta"], data["samples"]
     setup = meta["cluster"]
 
     def med(layout_name: str, pick: Callable[[dict[str, Any]], float]) -> float:
         return statistics.median(pick(r) for r in runs if r["layout"] == layout_name)
 
-    lines = [
+    setup_line = (
         f"{len(setup['queues'])} queues, one worker process each (concurrency "
         f"{setup['concurrency']}, no-op task), a backlog of {setup['jobs_per_queue']:,} jobs per "
-        f"queue; medians of {len({r['rep'] for r in runs})} repetitions (load average "
-        f"{meta['load_average_at_start']} at the start), "
-        f"{meta['cpus']} cores, {meta['redis'].split(' sha=')[0]}, echomq "
-        f"{meta['echomq_src_commit']} (`{path.resolve().relative_to(ROOT)}`).",
+        f"queue, a window of {setup['window_s']:g} s; medians."
+    )
+    lines = [
+        tables.conditions(
+            meta, reps=len({r["rep"] for r in runs}), source=source, extra=setup_line
+        ),
         "",
         "| layout | jobs/s | Redis ceiling (PING -P16, every master) | Redis CPU per node "
         "(% of a core) | Redis CPU per job, all nodes (µs) | workers' CPU (% of a core) |",
@@ -311,10 +306,7 @@ def render(path: Path) -> str:
         if not any(r["layout"] == name for r in runs):
             continue
         nodes = max(len(r["redis_cpu"]) for r in runs if r["layout"] == name)
-        per_node = [
-            med(name, lambda r, i=i: 100 * sorted(r["redis_cpu"].values(), reverse=True)[i])
-            for i in range(nodes)
-        ]
+        per_node = [med(name, functools.partial(_node_cpu, i=i)) for i in range(nodes)]
         lines.append(
             f"| {name} | {med(name, lambda r: r['rate']):,.0f} "
             f"| {med(name, lambda r: r['ceiling']):,.0f} "
@@ -325,14 +317,31 @@ def render(path: Path) -> str:
     return "\n".join(lines)
 
 
-def write(body: str) -> list[str]:
-    from .report import write_blocks
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks cluster",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--queues", dest="cluster_queues", type=int, default=3)
+    p.add_argument("--jobs", dest="cluster_jobs", type=int, default=20_000, help="per queue")
+    p.add_argument("--seconds", dest="cluster_seconds", type=float, default=8.0, help="window")
+    p.add_argument("--concurrency", type=int, default=100, help="per worker process")
+    files.add_arguments(p, reps=3)
+    return p
 
-    return write_blocks({"cluster": body}, Path(__file__).resolve().parent / "README.md")
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    meta = machine.describe("cluster", argv)
+    res = trio.run(functools.partial(run_cluster, args, log=machine.log))
+    res.meta = machine.finish({**meta, **res.meta})
+    print(res.table("one node vs a Redis Cluster"), flush=True)
+    files.save("cluster", res.to_json(), args)
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         worker_main(sys.argv[2:])
     else:
-        raise SystemExit("python -m benchmarks cluster (this module's entry is the worker)")
+        main()

@@ -1,14 +1,15 @@
-"""CPU per job of the worker process and of redis-server while a fresh worker drains a
-backlog (the ``drain`` figure's scenario, with echomq's own benchmark adapter).
+"""CPU per job of the worker process and of redis-server while a fresh worker drains a backlog.
 
-    .venv/bin/python -m benchmarks.cpu_per_job [--jobs 20000] [--reps 3]
-        [--base PATH/TO/OTHER/src --base-name main] [--system bullmq-node] [--json FILE]
+    python -m benchmarks cpu_per_job [--jobs 20000] [--reps 3] [--base REV|SRC --base-name main]
+        [--system bullmq-node] [--publish]
+
+The ``drain`` figure's scenario, with echomq's own benchmark adapter.
 
 Per repetition: a private redis-server, N jobs enqueued in bulk, then a worker process
 that was started (imports done) before the clock starts; CPU seconds from /proc of the
 worker and of the server between the start signal and the last completion, divided by N.
-``--base``: a second echomq source tree (e.g. ``git archive main src | tar -x -C /tmp/x``)
-measured in turns with this one, so both see the same machine load. The machine's busy
+``--base``: a second echomq, a git revision or a folder holding its package, measured in
+turns with this one, so both see the same machine load. The machine's busy
 share (/proc/stat) is recorded too: on a 2-core box a drain is CPU bound when it is near 1,
 and its rate then follows the CPU per job of both processes.
 
@@ -39,7 +40,9 @@ import redis
 from echomq._scripts.keyspace import Keyspace
 from echomq.testing import RedisServer
 
-PEERS = Path(__file__).resolve().parent / "peers"
+from . import files, harness, machine, tables, turns
+
+ADAPTERS = harness.HERE
 _ADAPTER = "import _common, peer_echomq as a; "
 _WORKER = _ADAPTER + "import sys; print('ready', flush=True); sys.stdin.readline(); _common.main(a)"
 # BullMQ's adapter (argv[1]) run once stdin says go; bullmq and ioredis loaded before
@@ -141,18 +144,16 @@ def _commands_of(
 ) -> tuple[list[str], list[str], dict[str, str], Path]:
     """(prefill-and-watch argv, held worker argv, env, cwd) for one drain of ``system``."""
     if system == "bullmq-node":
-        from .peers import harness
-
         ns = argparse.Namespace(concurrency=100, latency_seconds=20.0)
         fill = harness._argv(system, "drain", url, ns, jobs)
         serve = harness._argv(system, "worker", url, ns, 0)
         serve = [serve[0], "-e", _NODE_WORKER, *serve[1:]]
         return fill, serve, harness._env(system, url, ns), harness.HERE
-    path = os.pathsep.join(p for p in (str(PEERS), src) if p)
+    path = os.pathsep.join(p for p in (str(ADAPTERS), src) if p)
     env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1")
     py = sys.executable
     fill = [py, "-c", _ADAPTER + "_common.main(a)", "drain", "--url", url, "--jobs", str(jobs)]
-    return fill, [py, "-c", _WORKER, "worker", "--url", url], env, PEERS
+    return fill, [py, "-c", _WORKER, "worker", "--url", url], env, ADAPTERS
 
 
 def one(
@@ -211,49 +212,88 @@ def median_of(xs: list[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.median(x[k] for x in xs if k in x) for k in keys}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--jobs", type=int, default=20_000)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--base", help="another echomq src tree, measured in turns with this one")
-    p.add_argument("--base-name", default="base")
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks cpu_per_job",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--jobs", type=int, default=20_000, help="the backlog (default 20,000)")
+    p.add_argument("--base", help="another echomq (git revision or src folder), in turns")
+    p.add_argument("--base-name", default="base", help="its name in the tables")
     p.add_argument(
         "--system", choices=SYSTEMS[1:], action="append", default=[],
-        help="a peer's worker measured in turns with echomq's (its adapter in benchmarks/peers)",
+        help="a peer's worker measured in turns with echomq's (its adapter in benchmarks/adapters)",
     )  # fmt: skip
-    p.add_argument("--json", type=Path)
-    args = p.parse_args()
+    files.add_arguments(p, reps=3)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    meta = machine.describe("cpu_per_job", argv)
     trees: dict[str, str | None] = {"this": None}
     if args.base:
-        trees = {args.base_name: args.base, "this": None}
-    entries: dict[str, tuple[str, str | None]] = {n: ("echomq", s) for n, s in trees.items()}
-    entries.update({name: (name, None) for name in args.system})
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in entries}
+        trees = {args.base_name: str(turns.src_of(args.base)), "this": None}
+    entries = [(n, "echomq", s) for n, s in trees.items()]
+    entries += [(name, name, None) for name in args.system]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in entries}
     with RedisServer() as server:
         assert server.process is not None
         r = redis.Redis.from_url(server.url)
         for rep in range(args.reps):
-            for name, (system, src) in entries.items():
+            for name, system, src in turns.rotate(entries, rep):
                 r.flushall()
                 r.config_resetstat()
                 got = one(server.url, server.process.pid, args.jobs, src, system)
                 runs[name].append(got)
-                print(f"rep {rep} {name:>8}: " + _line(got))
+                print(f"rep {rep} {name:>8}: " + _line(got), flush=True)
     summary = {name: median_of(xs) for name, xs in runs.items()}
     for name, med in summary.items():
         print(f"median {name:>8}: " + _line(med))
-    if args.json:
-        doc = {
-            "jobs": args.jobs,
-            "reps": args.reps,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "load_average": os.getloadavg(),
-            "trees": trees,
-            "systems": args.system,
-            "median": summary,
-            "runs": runs,
-        }
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    doc = {
+        "meta": machine.finish(meta),
+        "jobs": args.jobs,
+        "reps": args.reps,
+        "trees": list(trees),
+        "systems": args.system,
+        "median": summary,
+        "runs": runs,
+    }
+    files.save("cpu_per_job", doc, args)
+
+
+FIGURES = (
+    ("drain_per_s", "drain jobs/s", None),
+    ("worker_us_per_job", "worker µs per job", 1),
+    ("redis_us_per_job", "redis-server µs per job", 1),
+    ("machine_busy", "machine busy", 2),
+)
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    runs: dict[str, list[dict[str, Any]]] = doc["runs"]
+    head = ["", *runs]
+    rows = [
+        [title, *(tables.num(tables.median(x[key] for x in xs), digits) for xs in runs.values())]
+        for key, title, digits in FIGURES
+    ]
+    out = tables.markdown(head, rows)
+    names = list(runs)
+    if "this" in runs and len(names) > 1:
+        other = next(n for n in names if n != "this")
+        pairs = list(zip(runs["this"], runs[other], strict=False))
+        per_rep = [
+            [
+                f"{title}, this / {other}",
+                " ".join(f"{a[key] / b[key]:.2f}" for a, b in pairs if b.get(key)),
+            ]
+            for key, title, _ in FIGURES[:3]
+        ]
+        out += "\n\n" + tables.markdown(("in each repetition", "ratio"), per_rep)
+    jobs = f"A backlog of {doc['jobs']:,} jobs, drained by a fresh worker process."
+    meta = tables.meta_of(doc)
+    return tables.conditions(meta, reps=doc.get("reps"), source=source, extra=jobs) + "\n\n" + out
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""``python -m benchmarks ecosystem``: what meeting asyncio, Prometheus and tracing costs.
+"""What meeting asyncio, blocking code, Prometheus and tracing costs.
+
+    python -m benchmarks ecosystem [--part hooks|producers|e2e|all] [--reps 5] [--jobs 10000]
+        [--producer-jobs 20000] [--variants baseline,hooks,otel-api,metrics] [--publish]
 
 Two parts, each measured within one run, repetitions interleaved (medians):
 
@@ -9,8 +12,8 @@ Two parts, each measured within one run, repetitions interleaved (medians):
 2. **End to end** (a fresh redis-server per measurement): one worker process at
    concurrency 100 runs N no-op jobs that a trio producer keeps 100 in flight; no-op
    jobs/s from the first enqueue until the queue's completed count reaches N. Variants:
-   ``baseline``: a ``git archive`` of ``--baseline`` (default the merge-base of HEAD and
-   main) on its own ``PYTHONPATH``, the code before this work; ``hooks``: this tree with
+   ``baseline``: ``--baseline`` (a git revision, default the merge-base of HEAD and main,
+   its src/ exported) on its own ``PYTHONPATH``; ``hooks``: this tree with
    opentelemetry made unimportable in the worker (the counting hooks alone);
    ``otel-api``: this tree, opentelemetry-api importable, no SDK configured;
    ``metrics``: this tree, ``--metrics-port`` served and scraped every
@@ -21,11 +24,6 @@ Two parts, each measured within one run, repetitions interleaved (medians):
 
 Every repetition of each part starts with the machine's Redis ceiling (``redis-benchmark``
 ``PING``, pipelined and one round trip at a time, on a fresh server), as ``peers`` does.
-
-Results: printed tables and JSON (``--json PATH``; default
-``benchmarks/results/ecosystem-<time>.json``, git-ignored). The published run lives under
-``benchmarks/results/published/`` and ``python -m benchmarks report --from FILE --write``
-renders the README blocks from it.
 """
 
 from __future__ import annotations
@@ -33,13 +31,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
+import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter
+from typing import Any
 
 import httpx
 import trio
@@ -47,10 +47,11 @@ import trio
 import echomq
 from echomq.testing import RedisServer, free_port
 
-from .peers.harness import ceilings
+from . import files, machine, tables, turns
+from .harness import ceilings
 from .stats import Results
 
-__all__ = ["main"]
+__all__ = ["main", "readme"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PAYLOAD = "x" * 100
@@ -174,15 +175,6 @@ def git(*args: str) -> str:
     ).stdout.strip()
 
 
-def snapshot(ref: str, into: Path) -> Path:
-    """``git archive ref`` of the repo into ``into``; answers its ``src`` directory."""
-    archive = subprocess.run(
-        ["git", "archive", ref], cwd=ROOT, check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into / "src"
-
-
 def start_worker(
     url: str, concurrency: int, *, src: Path | None, otel: bool, metrics_port: int | None
 ) -> subprocess.Popen[bytes]:
@@ -243,7 +235,9 @@ async def scrape_loop(port: int, every: float) -> None:
         await trio.sleep(every)
 
 
-async def one_e2e(args: argparse.Namespace, variant: str, baseline_src: Path | None) -> float:
+async def one_e2e(
+    args: argparse.Namespace, variant: str, baseline_src: Path | None
+) -> tuple[float, float]:
     with RedisServer() as server:
         port = free_port() if variant.startswith("metrics") else None
         proc = start_worker(
@@ -255,7 +249,7 @@ async def one_e2e(args: argparse.Namespace, variant: str, baseline_src: Path | N
         )
         try:
             async with trio.open_nursery() as nursery:
-                if variant == "metrics":
+                if variant == "metrics" and port is not None:
                     nursery.start_soon(scrape_loop, port, args.scrape_every)
                 with trio.fail_after(300):
                     figures = await produce_and_wait(
@@ -274,20 +268,20 @@ async def one_e2e(args: argparse.Namespace, variant: str, baseline_src: Path | N
 def run_e2e(args: argparse.Namespace, log: Callable[[str], None]) -> Results:
     res = Results()
     variants = args.variants.split(",")
-    with tempfile.TemporaryDirectory() as tmp:
+    if True:
         ref = args.baseline or git("merge-base", "HEAD", "main")
-        baseline_src = snapshot(ref, Path(tmp))
+        baseline_src = turns.src_of(ref)
         base_commit = git("rev-parse", "--short", ref)
         res.meta["baseline_commit"] = base_commit
         log(f"e2e: baseline {base_commit}, {args.jobs} jobs per figure")
         for rep in range(args.reps):
             trio.run(ceil, args.reps + rep, res, log)
-            order = variants if rep % 2 == 0 else list(reversed(variants))
+            order = turns.rotate(variants, rep)
             measured = {v: trio.run(one_e2e, args, v, baseline_src) for v in order}
             hooks, hooks_cpu = measured["hooks" if "hooks" in measured else variants[0]]
             for v in variants:
                 label = {
-                    "baseline": f"baseline ({base_commit})",
+                    "baseline": "baseline (--baseline)",
                     "hooks": "this tree, no opentelemetry",
                     "otel-api": "this tree, opentelemetry-api, no SDK",
                     "metrics": f"this tree, /metrics scraped every {args.scrape_every:g} s",
@@ -373,8 +367,31 @@ def run_hooks(args: argparse.Namespace, log: Callable[[str], None]) -> Results:
     return res
 
 
-def main(args: argparse.Namespace, log: Callable[[str], None], machine: dict[str, str]) -> None:
-    total = Results(meta={**machine, "argv": " ".join(sys.argv[1:])})
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks ecosystem",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--part", choices=["hooks", "producers", "e2e", "all"], default="all")
+    p.add_argument("--producer-jobs", type=int, default=20_000, help="producers: per figure")
+    p.add_argument("--jobs", type=int, default=10_000, help="end to end: jobs per figure")
+    p.add_argument("--concurrency", type=int, default=100, help="end to end: the worker's")
+    p.add_argument("--baseline", help="end to end: the revision to compare with")
+    p.add_argument("--scrape-every", type=float, default=1.0, help="end to end: seconds")
+    p.add_argument(
+        "--variants",
+        default="baseline,hooks,otel-api,metrics",
+        help="end to end: of baseline,hooks,otel-api,metrics,metrics-idle",
+    )
+    files.add_arguments(p, reps=5)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    log = machine.log
+    total = Results(meta=machine.describe("ecosystem", argv))
     if args.part in ("hooks", "all"):
         res = run_hooks(args, log)
         print(res.table("the worker's per-job hooks, timed alone"), flush=True)
@@ -387,8 +404,32 @@ def main(args: argparse.Namespace, log: Callable[[str], None], machine: dict[str
         res = run_e2e(args, log)
         print(res.table("end to end: hooks, opentelemetry-api, /metrics"), flush=True)
         total.merge(res)
-    total.meta["load_average_at_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = args.json or Path(__file__).resolve().parent / "results" / f"ecosystem-{stamp}.json"
-    total.save(path)
-    log(f"saved {path}")
+    machine.finish(total.meta)
+    files.save("ecosystem", total.to_json(), args)
+
+
+def _name(figure: str) -> str:
+    """A figure's name for the README: the baseline without its commit."""
+    return re.sub(r"baseline \([^)]*\)", "baseline", figure)
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    found = {_name(k): v for k, v in doc["figures"].items() if not k.startswith("ceiling: ")}
+    reps = max((len(f["values"]) for f in found.values()), default=0)
+    out = [tables.conditions(doc["meta"], reps=reps, source=source), tables.figures(found)]
+    rows = []
+    for key, label in (
+        ("ceiling: PING -P16 -c50", "PING, 50 clients, pipelined 16 deep"),
+        ("ceiling: PING -P1 -c1 (one round trip at a time)", "PING, 1 client, one at a time"),
+    ):
+        v = doc["figures"].get(key, {}).get("values", [])
+        if v:
+            rows.append((label, tables.num(statistics.median(v)), tables.span(v)))
+    if rows:
+        head = ("the Redis ceiling in the same repetitions (redis-benchmark)", "calls/s", "range")
+        out.append(tables.markdown(head, rows))
+    return "\n\n".join(out)
+
+
+if __name__ == "__main__":
+    main()

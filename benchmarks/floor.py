@@ -1,7 +1,7 @@
-"""Issue 18's closing question: can a drain reach 2x BullMQ's Node worker on this machine?
+"""The Redis floor of a job, and what a drain at 2x BullMQ's Node worker would need here.
 
-    .venv/bin/python -m benchmarks.floor [--reps 3] [--floor-jobs 20000] [--batch 50]
-        [--drain 10000 --drain 100000] [--json FILE]
+    python -m benchmarks floor [--reps 3] [--floor-jobs 20000] [--batch 50]
+        [--drain 10000 --drain 100000] [--publish]
 
 Three measurements per repetition, each system or variant in turns on one private
 redis-server (persistence off; flushed between turns), then the arithmetic:
@@ -27,9 +27,8 @@ redis-server (persistence off; flushed between turns), then the arithmetic:
    so 2x BullMQ's bound leaves half of it to each of echomq's processes.
 
 Also recorded per repetition: redis-benchmark's ceiling (PING -P16 -c50, -P1 -c1) on a
-fresh server, and the load average. ``--from FILE [--from FILE2] [--markdown] [--json
-OUT]``: a run's figures (several runs' repetitions together) printed again, as the
-README's tables, or saved as one file.
+fresh server, and the load average. ``--from FILE [--from FILE2] [--json OUT]``: runs'
+figures (several runs' repetitions together) printed again, or saved as one file.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ from echomq._scripts.keyspace import Keyspace
 from echomq.jobs.lifecycle import claim_batch_call, complete_many_call
 from echomq.testing import RedisServer
 
-from . import cpu_per_job
+from . import cpu_per_job, files, machine, tables
 from .ceiling import redis_benchmark
 
 QUEUE = cpu_per_job.QUEUE
@@ -332,28 +331,32 @@ def summarize(
     return median, sums
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--reps", type=int, default=3)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks floor",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--drain", type=int, action="append", help="drain sizes (10000, 100000)")
     p.add_argument("--floor-jobs", type=int, default=20_000)
     p.add_argument("--batch", type=int, default=50, help="jobs per claim / complete call")
-    p.add_argument("--json", type=Path)
     p.add_argument(
         "--from", dest="sources", type=Path, action="append",
-        help="print a run's JSON again (several: their repetitions together; --json: saved)",
+        help="print runs' JSON again (several: their repetitions together; saved with --json)",
     )  # fmt: skip
-    p.add_argument("--markdown", action="store_true", help="with --from: the README's tables")
-    args = p.parse_args()
+    files.add_arguments(p, reps=3)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     if args.sources:
         doc = merge([json.loads(f.read_text()) for f in args.sources])
-        if args.json:
-            args.json.write_text(json.dumps(doc, indent=1) + "\n")
-        if args.markdown:
-            print(markdown(doc))
-        else:
-            _print(*summarize(doc["runs"], doc["sizes"]))
+        if args.json or args.publish:
+            files.save("floor", doc, args)
+        _print(*summarize(doc["runs"], doc["sizes"]))
         return
+    meta = machine.describe("floor", argv)
     sizes = args.drain or [10_000, 100_000]
     runs: dict[str, list[dict[str, Any]]] = {"ceiling": []}
     for size in sizes:
@@ -385,24 +388,20 @@ def main() -> None:
     loads.append(os.getloadavg())
     median, sums = summarize(runs, sizes)
     _print(median, sums)
-    if args.json:
-        doc = {
-            "what": "issue 18: can a drain reach 2x BullMQ Node here (benchmarks/floor.py)",
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "command": (
-                f"python -m benchmarks.floor --reps {args.reps} --floor-jobs {args.floor_jobs}"
-                f" --batch {args.batch}" + "".join(f" --drain {n}" for n in sizes)
-            ),
-            "cpus": os.cpu_count(),
-            "sizes": sizes,
-            "floor_jobs": args.floor_jobs,
-            "batch": args.batch,
-            "load_average": {"per_rep": loads[:-1], "end": loads[-1]},
-            "median": median,
-            "arithmetic": sums,
-            "runs": runs,
-        }
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    doc = {
+        "meta": machine.finish(meta),
+        "date": meta["date"],
+        "command": "python -m benchmarks floor " + meta["argv"],
+        "cpus": os.cpu_count(),
+        "sizes": sizes,
+        "floor_jobs": args.floor_jobs,
+        "batch": args.batch,
+        "load_average": {"per_rep": loads[:-1], "end": loads[-1]},
+        "median": median,
+        "arithmetic": sums,
+        "runs": runs,
+    }
+    files.save("floor", doc, args)
 
 
 def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -418,12 +417,24 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     runs = {name: [r for d in docs for r in d["runs"][name]] for name in first["runs"]}
     median, sums = summarize(runs, first["sizes"])
     parts = [{k: d[k] for k in ("date", "command", "load_average")} for d in docs]
-    keep = {k: first[k] for k in ("what", "cpus", "sizes", "floor_jobs", "batch")}
+    keep: dict[str, Any] = {
+        k: first[k] for k in ("cpus", "sizes", "floor_jobs", "batch") if k in first
+    }
     return {**keep, "runs_merged": parts, "median": median, "arithmetic": sums, "runs": runs}
 
 
-def markdown(doc: dict[str, Any]) -> str:
-    """The README's tables, from a run's JSON (``--from FILE --markdown``)."""
+def readme(doc: dict[str, Any], source: str) -> str:
+    """The README's tables, from a run's (or several merged runs') JSON."""
+    runs = doc.get("runs_merged") or [doc]
+    reps = len(doc["runs"]["ceiling"])
+    dates = ", ".join(str(r.get("date", "?")) for r in runs)
+    meta = {"cpus": doc.get("cpus"), "date": dates}
+    extra = f"{len(runs)} runs, their repetitions together." if len(runs) > 1 else ""
+    head = tables.conditions(meta, reps=reps, source=source, extra=extra)
+    return head + "\n\n" + _markdown(doc)
+
+
+def _markdown(doc: dict[str, Any]) -> str:
     median, sums = summarize(doc["runs"], doc["sizes"])
     out = [
         "| drain | system | jobs/s | worker us/job (main thread) | redis-server us/job |"

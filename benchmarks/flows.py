@@ -1,9 +1,11 @@
-"""Flows (issue 14) at size and under faults, and what flows cost a queue that has none
-(``python -m benchmarks flows``; ``--flows-parts chord,soak,hotpath``).
+"""Flows at size and under faults, and what flows cost a queue that has none.
+
+    python -m benchmarks flows [--parts chord,soak,hotpath] [--chord-members 10000] [--reps 3]
+        [--base main] [--publish]
 
 ``chord``: a chord of ``--chord-members`` (10,000) ``leaf`` jobs and one ``callback``, on a
 fresh private redis-server per repetition, worked by one worker process (``echomq worker
-benchmarks.flows_app:queue``, concurrency ``--concurrency``). The queue is paused while the
+benchmarks.apps.flows_app:queue``, concurrency ``--concurrency``). The queue is paused while the
 flow is added (``add``: the pages of 250, each one ``add_flow`` call), then resumed
 (``run``: resume -> the callback's result). ``INFO memory``'s ``used_memory`` before the
 add, after it, and after the run. Checked: the callback ran once, got every result, and
@@ -20,23 +22,20 @@ per node: executions (the tasks count themselves in a hash) and completions (the
 completions stream's entries per job id): every node completed exactly once, and the
 root's sum is right.
 
-``hotpath``: end-to-end no-op jobs/s of one worker process at this commit and at
-``--base`` (main), each from a ``git archive`` snapshot (as ``benchmarks/snapshot.sh``),
-interleaved per repetition on fresh servers, both modes of ``python -m benchmarks
-results`` (``produce``: 100 in flight while the worker runs; ``drain``: a backlog first).
-The producer is this process (this commit's enqueue, the same script on both sides).
+``hotpath``: end-to-end no-op jobs/s of one worker process (:mod:`benchmarks.noop`) on
+this tree and on ``--base`` (a git revision, default main, its src/ exported), in turns in
+every repetition on fresh servers, both modes of ``python -m benchmarks stream``
+(``produce``: 100 in flight while the worker runs; ``drain``: a backlog first). The
+producer is this process (this tree's enqueue, the same script on both sides).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import random
 import statistics
-import subprocess
-import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,21 +46,19 @@ from echomq import admin, jobs
 from echomq._scripts.keyspace import Keyspace
 from echomq.testing import RedisServer, kill_worker, open_worker_process
 
-from .flows_app import register, runs_key
-from .peers.harness import ceilings
-from .results import PAYLOAD, _queue, completed, produce, until_completed, used_memory
-from .results import QUEUE as NOOP_QUEUE
+from . import files, machine, tables, turns
+from .apps.flows_app import register, runs_key
+from .files import LOGS
+from .harness import ceilings
+from .noop import PAYLOAD, completed, make_queue, produce, until_completed, used_memory, worker
+from .noop import QUEUE as NOOP_QUEUE
 from .stats import Results
 
-__all__ = ["run_flows"]
+__all__ = ["main", "readme", "run_flows"]
 
 Log = Callable[[str], None]
-ROOT = Path(__file__).resolve().parent.parent
-# the git checkout: ROOT, or under benchmarks/snapshot.sh (ROOT a snapshot, with a COMMIT
-# file) the checkout whose .venv runs it
-REPO = Path(sys.executable).parent.parent.parent if (ROOT / "COMMIT").exists() else ROOT
-LOGS = Path(__file__).resolve().parent / "results" / "logs"
-APP = "benchmarks.flows_app:queue"
+ROOT = Path(__file__).resolve().parent.parent  # where the worker CLI imports the app
+APP = "benchmarks.apps.flows_app:queue"
 MiB = 2**20
 
 
@@ -273,95 +270,58 @@ async def part_soak(args: argparse.Namespace, res: Results, log: Log) -> None:
 # -- the hot path: this commit against main -------------------------------------------------
 
 
-def snapshot(rev: str) -> tuple[str, Path]:
-    """``git archive`` of ``rev`` under /tmp (as benchmarks/snapshot.sh does, in a
-    directory of its own); ``HEAD`` under snapshot.sh is the snapshot's own commit."""
-    if rev == "HEAD" and (ROOT / "COMMIT").exists():
-        rev = (ROOT / "COMMIT").read_text().strip()
-    sha = subprocess.run(
-        ["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.strip()
-    # a directory of our own: snapshot.sh's, or another mode's archive of src/ alone,
-    # may already use /tmp/echomq-bench-<sha>
-    snap = Path(f"/tmp/echomq-flows-snap-{sha}")
-    if not (snap / "benchmarks" / "results.py").exists():
-        snap.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.run(["git", "archive", sha], cwd=REPO, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
-        (snap / "COMMIT").write_text(sha + "\n")
-    return sha, snap
-
-
-@asynccontextmanager
-async def snapshot_worker(url: str, snap: Path, concurrency: int, tag: str) -> AsyncIterator[None]:
-    LOGS.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "benchmarks.results", "worker", url, str(concurrency)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{snap}/src:{snap}"}
-    with open(LOGS / f"flows-hotpath-{tag}.log", "ab") as out:  # noqa: ASYNC230 - before the child
-        proc = await trio.lowlevel.open_process(command, stdout=out, stderr=out, cwd=snap, env=env)
-    try:
-        yield
-    finally:
-        proc.terminate()
-        with trio.move_on_after(10):
-            await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-
-
-async def hot_once(url: str, snap: Path, mode: str, args: argparse.Namespace, tag: str) -> float:
-    queue, noop = _queue(url)
+async def hot_once(url: str, src: Path, mode: str, args: argparse.Namespace, tag: str) -> float:
+    queue, noop = make_queue(url)
     async with queue.open():
         conn = queue.connection
         if mode == "produce":
-            async with snapshot_worker(url, snap, args.concurrency, tag):
+            async with worker(url, args.concurrency, True, f"flows-hotpath-{tag}", src=src):
                 await produce(noop, 200)
                 await until_completed(conn, 200, within=60)
                 start = trio.current_time()
                 await produce(noop, args.jobs)
                 end = await until_completed(conn, 200 + args.jobs)
-            return args.jobs / (end - start)
+            return float(args.jobs / (end - start))
         news = [noop.new_job((PAYLOAD,)) for _ in range(args.jobs)]
         for i in range(0, len(news), 250):
             await jobs.enqueue_many(conn, NOOP_QUEUE, news[i : i + 250])
-        async with snapshot_worker(url, snap, args.concurrency, tag):
+        async with worker(url, args.concurrency, True, f"flows-hotpath-{tag}", src=src):
             with trio.fail_after(120):
                 while await completed(conn) == 0:  # noqa: ASYNC110 - polling Redis
                     await trio.sleep(0.002)
             start = trio.current_time()
             first = await completed(conn)
             end = await until_completed(conn, args.jobs)
-        return (args.jobs - first) / (end - start)
+        return float((args.jobs - first) / (end - start))
 
 
 async def part_hotpath(args: argparse.Namespace, res: Results, log: Log) -> None:
-    sides = {"this branch": snapshot("HEAD"), "main": snapshot(args.base)}
-    res.meta["hotpath_commits"] = {k: v[0] for k, v in sides.items()}
+    sides = {"this tree": turns.this_src(), args.base: turns.src_of(args.base)}
     runs: list[dict[str, Any]] = []
     for rep in range(args.reps):
-        order = list(sides) if rep % 2 == 0 else list(reversed(sides))
         for mode in ("produce", "drain"):
-            for side in order:
-                sha, snap = sides[side]
+            for side in turns.rotate(list(sides), rep):
                 with RedisServer() as server:
-                    rate = await hot_once(server.url, snap, mode, args, f"{mode}-{rep}-{sha}")
-                log(f"hotpath: {mode}, {side} ({sha}), rep {rep + 1}: {rate:,.0f} jobs/s")
+                    tag = f"{mode}-{rep}-{list(sides).index(side)}"
+                    rate = await hot_once(server.url, sides[side], mode, args, tag)
+                log(f"hotpath: {mode}, {side}, rep {rep + 1}: {rate:,.0f} jobs/s")
                 res.add(f"{mode}: no-op jobs/s, {side}", rate, "jobs/s")
-                runs.append({"mode": mode, "side": side, "commit": sha, "rep": rep, "rate": rate})
+                runs.append({"mode": mode, "side": side, "rep": rep, "rate": rate})
+    res.meta["hotpath_sides"] = list(sides)
     res.meta["hotpath_runs"] = runs
+    this, base = list(sides)
     for mode in ("produce", "drain"):
         ratios = []
         for rep in range(args.reps):
             got = {r["side"]: r["rate"] for r in runs if r["mode"] == mode and r["rep"] == rep}
-            ratios.append(got["this branch"] / got["main"])
-        res.add(f"{mode}: this branch / main (per rep)", statistics.median(ratios), "ratio")
+            ratios.append(got[this] / got[base])
+        res.add(f"{mode}: {this} / {base} (per rep)", statistics.median(ratios), "ratio")
         res.meta[f"{mode}_ratios"] = ratios
 
 
 async def run_flows(args: argparse.Namespace, *, log: Log) -> Results:
     res = Results()
-    parts = args.flows_parts.split(",")
+    parts = args.parts.split(",")
     res.meta["flows"] = {
         "parts": parts,
         "chord_members": args.chord_members,
@@ -388,9 +348,40 @@ async def run_flows(args: argparse.Namespace, *, log: Log) -> Results:
     return res
 
 
-# -- the README section ------------------------------------------------------------------------
+# -- the command line and the README -----------------------------------------------------
 
-PUBLISHED = Path(__file__).resolve().parent / "results" / "published"
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks flows",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--parts", default="chord,soak,hotpath", help="which parts")
+    p.add_argument("--chord-members", type=int, default=10_000, help="the chord's size")
+    p.add_argument("--concurrency", type=int, default=100, help="the chord's and hot path's worker")
+    p.add_argument("--jobs", type=int, default=10_000, help="hot path: jobs per run")
+    p.add_argument("--base", default="main", help="hot path: the revision to compare with")
+    p.add_argument("--soak-reps", type=int, default=1, help="soak runs")
+    p.add_argument("--soak-mids", type=int, default=40, help="chords in the soak")
+    p.add_argument("--soak-leaves", type=int, default=100, help="leaves per chord")
+    p.add_argument("--soak-leaf-seconds", type=float, default=0.1, help="a leaf's run")
+    p.add_argument("--soak-workers", type=int, default=3, help="worker processes")
+    p.add_argument("--soak-concurrency", type=int, default=16, help="per worker")
+    p.add_argument("--soak-kill-every", type=float, default=1.0, help="seconds between kills")
+    p.add_argument("--soak-max-stalled", type=int, default=20, help="the workers' option")
+    p.add_argument("--soak-lease", type=float, default=1.0, help="the tasks' lease (s)")
+    files.add_arguments(p, reps=3)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    meta = machine.describe("flows", argv)
+    res = trio.run(functools.partial(run_flows, args, log=machine.log))
+    res.meta = machine.finish({**meta, **res.meta})
+    print(res.table("flows"), flush=True)
+    files.save("flows", res.to_json(), args)
 
 
 def _per_rep(values: list[float], fmt: str) -> str:
@@ -398,84 +389,71 @@ def _per_rep(values: list[float], fmt: str) -> str:
     return " | ".join(cells) + f" | **{fmt.format(statistics.median(values))}**"
 
 
-def _hotpath_table(data: dict[str, Any], path: Path) -> list[str]:
-    meta = data["meta"]
+def _hotpath(meta: dict[str, Any]) -> list[str]:
     runs = meta.get("hotpath_runs") or []
     if not runs:
         return []
+    sides = meta.get("hotpath_sides") or list(dict.fromkeys(r["side"] for r in runs))
+    this, base = sides
     reps = sorted({r["rep"] for r in runs})
-    commits = meta["hotpath_commits"]
     lines = [
-        f"No-op jobs/s of one worker process (concurrency {meta['flows']['concurrency']}), "
-        f"{meta['flows']['jobs']:,} jobs per run, this branch ({commits['this branch']}) and main "
-        f"({commits['main']}) from snapshots, back to back on fresh servers, order alternating; "
-        f"{len(reps)} repetitions (`{path.name}`, load average "
-        f"{meta['load_average_at_start']} -> {meta.get('load_average_at_end', '?')}):",
+        f"**The hot path** (a queue without flows): no-op jobs/s of one worker process "
+        f"(concurrency {meta['flows']['concurrency']}), {meta['flows']['jobs']:,} jobs per run, "
+        "this tree and the base (`--base`) in turns on fresh servers:",
         "",
         "| mode | " + " | ".join(f"rep {r + 1}" for r in reps) + " | median |",
         "|---|" + "---:|" * (len(reps) + 1),
     ]
     for mode in ("produce", "drain"):
         got = {(r["side"], r["rep"]): r["rate"] for r in runs if r["mode"] == mode}
-        cells = [f"{got[('this branch', r)]:,.0f} / {got[('main', r)]:,.0f}" for r in reps]
-        ratios = [got[("this branch", r)] / got[("main", r)] for r in reps]
-        lines.append(f"| {mode}: jobs/s branch / main | " + " | ".join(cells) + " | |")
+        cells = [f"{got[(this, r)]:,.0f} / {got[(base, r)]:,.0f}" for r in reps]
+        ratios = [got[(this, r)] / got[(base, r)] for r in reps]
+        lines.append(f"| {mode}: jobs/s this / base | " + " | ".join(cells) + " | |")
         lines.append(f"| {mode}: ratio | " + _per_rep(ratios, "{:.2f}") + " |")
     return lines
 
 
-def render(path: Path, extra: list[Path]) -> str:
-    """The README section's figures from one saved results file (and hotpath-only files)."""
-    import json
-
-    data = json.loads(path.read_text())
-    meta, fig = data["meta"], data["figures"]
-    chord = meta["chord_runs"]
-    lines = [
-        f"echomq {meta['echomq_commit']}, {meta['date']}, "
-        f"{meta['cpus']} cores, {meta['redis'].split(' sha=')[0]}, load average "
-        f"{meta['load_average_at_start']} -> {meta.get('load_average_at_end', '?')} "
-        f"(`{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name}`).",
-        "",
-        f"**A chord of {chord[0]['members']:,} members and one callback**, one worker process "
-        f"(concurrency {meta['flows']['concurrency']}):",
-        "",
-        "| figure | " + " | ".join(f"rep {i + 1}" for i in range(len(chord))) + " | median |",
-        "|---|" + "---:|" * (len(chord) + 1),
-        "| add: the pages of 250 (s) | " + _per_rep([r["add_s"] for r in chord], "{:.2f}") + " |",
-        "| run: resume -> the callback's result (s) | "
-        + _per_rep([r["run_s"] for r in chord], "{:.2f}")
-        + " |",
-        "| add -> result (s) | " + _per_rep([r["add_to_result_s"] for r in chord], "{:.2f}") + " |",
-        "| jobs added/s | " + _per_rep(fig["chord: jobs added/s"]["values"], "{:,.0f}") + " |",
-        "| jobs run/s | " + _per_rep(fig["chord: jobs run/s"]["values"], "{:,.0f}") + " |",
-        "| Redis ceiling, PING -P16 -c50 (calls/s) | "
-        + _per_rep(fig["ceiling: PING -P16 -c50"]["values"], "{:,.0f}")
-        + " |",
-        "| Redis ceiling, PING -P1 -c1 (calls/s) | "
-        + _per_rep(fig["ceiling: PING -P1 -c1 (one round trip at a time)"]["values"], "{:,.0f}")
-        + " |",
-        "| used_memory added by the flow (MiB) | "
-        + _per_rep([(r["used_after_add"] - r["used_before"]) / MiB for r in chord], "{:.2f}")
-        + " |",
-        "| per job added (bytes) | "
-        + _per_rep(fig["chord: bytes per added job"]["values"], "{:,.0f}")
-        + " |",
-        "| used_memory after the run, above the empty server (MiB) | "
-        + _per_rep([(r["used_after_run"] - r["used_before"]) / MiB for r in chord], "{:.2f}")
-        + " |",
-        "| callback runs | " + _per_rep([r["callback_runs"] for r in chord], "{:.0f}") + " |",
-        "| results the callback got | "
-        + _per_rep([r["callback_results"] for r in chord], "{:,.0f}")
-        + " |",
-        "| their sum right | "
-        + " | ".join("yes" if r["callback_sum_right"] else "NO" for r in chord)
-        + " | |",
-        "| the callback started after the last member finished, by (ms) | "
-        + _per_rep([r["callback_after_last_member_ms"] for r in chord], "{:.0f}")
-        + " |",
-        "",
-    ]
+def readme(doc: dict[str, Any], source: str) -> str:
+    meta, fig = doc["meta"], doc["figures"]
+    chord = meta.get("chord_runs") or []
+    lines = [tables.conditions(meta, reps=len(chord) or None, source=source), ""]
+    if chord:
+        lines += [
+            f"**A chord of {chord[0]['members']:,} members and one callback**, one worker "
+            f"process (concurrency {meta['flows']['concurrency']}):",
+            "",
+            "| figure | " + " | ".join(f"rep {i + 1}" for i in range(len(chord))) + " | median |",
+            "|---|" + "---:|" * (len(chord) + 1),
+            "| add: the pages of 250 (s) | "
+            + _per_rep([r["add_s"] for r in chord], "{:.2f}") + " |",
+            "| run: resume -> the callback's result (s) | "
+            + _per_rep([r["run_s"] for r in chord], "{:.2f}") + " |",
+            "| add -> result (s) | "
+            + _per_rep([r["add_to_result_s"] for r in chord], "{:.2f}") + " |",
+            "| jobs added/s | " + _per_rep(fig["chord: jobs added/s"]["values"], "{:,.0f}") + " |",
+            "| jobs run/s | " + _per_rep(fig["chord: jobs run/s"]["values"], "{:,.0f}") + " |",
+            "| Redis ceiling, PING -P16 -c50 (calls/s) | "
+            + _per_rep(fig["ceiling: PING -P16 -c50"]["values"], "{:,.0f}") + " |",
+            "| Redis ceiling, PING -P1 -c1 (calls/s) | "
+            + _per_rep(fig["ceiling: PING -P1 -c1 (one round trip at a time)"]["values"], "{:,.0f}")
+            + " |",
+            "| used_memory added by the flow (MiB) | "
+            + _per_rep([(r["used_after_add"] - r["used_before"]) / MiB for r in chord], "{:.2f}")
+            + " |",
+            "| per job added (bytes) | "
+            + _per_rep(fig["chord: bytes per added job"]["values"], "{:,.0f}") + " |",
+            "| used_memory after the run, above the empty server (MiB) | "
+            + _per_rep([(r["used_after_run"] - r["used_before"]) / MiB for r in chord], "{:.2f}")
+            + " |",
+            "| callback runs | " + _per_rep([r["callback_runs"] for r in chord], "{:.0f}") + " |",
+            "| results the callback got | "
+            + _per_rep([r["callback_results"] for r in chord], "{:,.0f}") + " |",
+            "| their sum right | "
+            + " | ".join("yes" if r["callback_sum_right"] else "NO" for r in chord) + " | |",
+            "| the callback started after the last member finished, by (ms) | "
+            + _per_rep([r["callback_after_last_member_ms"] for r in chord], "{:.0f}") + " |",
+            "",
+        ]  # fmt: skip
     for soak in meta.get("soak_runs") or []:
         s = meta["flows"]["soak"]
         lines += [
@@ -494,19 +472,9 @@ def render(path: Path, extra: list[Path]) -> str:
             f"{'yes' if soak['root_right'] else 'NO'} |",
             "",
         ]
-    hot = _hotpath_table(data, path)
-    if hot:
-        lines += ["**The hot path** (a queue without flows). " + hot[0], *hot[1:], ""]
-    for more in extra:
-        lines += [
-            "Again, hot path only: " + (t := _hotpath_table(json.loads(more.read_text()), more))[0],
-            *t[1:],
-            "",
-        ]
-    return "\n".join(lines).rstrip() + "\n"
+    lines += _hotpath(meta)
+    return "\n".join(lines).rstrip()
 
 
-def write(body: str) -> list[str]:
-    from .report import write_blocks
-
-    return write_blocks({"flows": body}, Path(__file__).resolve().parent / "README.md")
+if __name__ == "__main__":
+    main()

@@ -1,5 +1,7 @@
-"""Group lanes and rate limits (issue 12): fairness, the claim's cost with groups, and a
-rate limit held by several worker processes. ``python -m benchmarks lanes``.
+"""Group lanes and rate limits: fairness, the claim's cost with groups, a shared rate limit.
+
+    python -m benchmarks lanes [--parts fairness,claim,rate] [--reps 5] [--rate-seconds 30]
+        [--scale 1.0] [--publish]
 
 Each section starts its own private redis-server (``echomq.testing.RedisServer``):
 - fairness: 2 groups, 10,000 then 10 ready jobs, 8 slots. (a) The consumer's claims
@@ -26,10 +28,8 @@ Each section starts its own private redis-server (``echomq.testing.RedisServer``
 - rate: 100 jobs/s on the queue, 4 worker processes (``echomq worker``, concurrency 16)
   and a backlog of no-op jobs; the starts (rows' ``claimed_at``, server clock) counted
   over 30 whole windows, and over 30 s from the first start.
-The figures are printed as tables and saved to ``benchmarks/results/lanes-<date>.json``
-(git-ignored; each part's run merges into the day's file, its run's metadata as
-``meta_<part>``), or to ``--json PATH``: the published run is
-``benchmarks/results/published/lanes-20261201b.json`` (benchmarks/README.md).
+A run of some parts merges into the file it saves to when that file exists (each part
+beside its run's metadata, ``meta_<part>``), so a part can be measured again alone.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
-import json
+import functools
 import os
 import re
 import statistics
@@ -56,12 +56,13 @@ from echomq._model.codec import JSON
 from echomq._scripts.keyspace import Keyspace
 from echomq.testing import RedisServer
 
+from . import files, machine
+from . import tables as md
 from .ceiling import redis_benchmark
 
-__all__ = ["run_lanes"]
+__all__ = ["main", "readme", "run_lanes"]
 
 HERE = Path(__file__).resolve().parent
-SAVED = HERE / "results" / f"lanes-{time.strftime('%Y%m%d')}.json"
 LEASE_MS = 600_000
 PAYLOAD = b'{"task":"noop","args":["' + b"x" * 60 + b'"],"kwargs":{}}'
 BATCH = 250
@@ -394,7 +395,7 @@ async def run_claims(reps: int, scale: float, log: Callable[[str], None]) -> dic
 
 # -- a rate limit over several worker processes ------------------------------------------------
 
-APP = "benchmarks._lanes_app:queue"
+APP = "benchmarks.apps.lanes_app:queue"
 
 
 def _workers(url: str, queue: str, n: int, concurrency: int) -> list[subprocess.Popen[bytes]]:
@@ -483,20 +484,19 @@ def count_windows(starts: list[int], seconds: int, rate: int) -> dict[str, Any]:
 
 
 async def run_lanes(args: argparse.Namespace, *, log: Callable[[str], None]) -> dict[str, Any]:
-    scale = args.scale * (0.1 if args.quick else 1.0)
+    scale = args.scale
     out: dict[str, Any] = {}
-    parts = set(args.lanes_parts.split(","))
+    parts = set(args.parts.split(","))
     if "fairness" in parts:
         out["fairness"] = await run_fairness(max(1, min(args.reps, 3)), log)
     if "claim" in parts:
         out["claim"] = await run_claims(args.reps, scale, log)
     if "rate" in parts:
-        seconds = 5 if args.quick else args.rate_seconds
-        out["rate"] = await run_rate(max(1, min(args.reps, 3)), seconds, 100, 4, log)
+        out["rate"] = await run_rate(max(1, min(args.reps, 3)), args.rate_seconds, 100, 4, log)
     return out
 
 
-def tables(found: dict[str, Any]) -> str:
+def _tables(found: dict[str, Any]) -> str:
     lines: list[str] = []
     fair = found.get("fairness")
     if fair:
@@ -560,10 +560,41 @@ def tables(found: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def save(found: dict[str, Any], meta: dict[str, Any], path: Path = SAVED) -> None:
-    old = json.loads(path.read_text()) if path.exists() else {}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    old.update(found)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks lanes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--parts", default="fairness,claim,rate", help="which parts")
+    p.add_argument("--rate-seconds", type=int, default=30, help="the rate run's length")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply the claim's counts")
+    files.add_arguments(p, reps=5)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    meta = machine.describe("lanes", argv)
+    found = trio.run(functools.partial(run_lanes, args, log=machine.log))
+    path = files.target("lanes", args)
+    doc = files.load(path) if path.exists() else {}
+    doc.update(found)
     for part in found:  # each part's figures beside the run that measured them
-        old[f"meta_{part}"] = meta
-    path.write_text(json.dumps(old, indent=1) + "\n")
+        doc[f"meta_{part}"] = machine.finish(dict(meta))
+    files.write(path, doc)
+    print(_tables(found), flush=True)
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    lines = []
+    for part in ("fairness", "claim", "rate"):
+        if f"meta_{part}" in doc:
+            lines.append(f"{part}: " + md.conditions(doc[f"meta_{part}"]))
+    lines.append(f"From `{source}`.")
+    return "\n".join(f"- {line}" if i < len(lines) - 1 else line
+                     for i, line in enumerate(lines)) + "\n\n" + _tables(doc)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,10 +1,10 @@
-"""Redis-side cost per job of the drain's two scripts, claim and complete_many, without a
-worker: what the server spends per claimed and per completed job, and how much of it is
-the commands themselves (the floor a script cannot go under) and how much the Lua around
-them.
+"""Redis's cost per job of the drain's two scripts, claim and complete_many, without a worker.
 
-    .venv/bin/python -m benchmarks.lua_cost [--jobs 20000] [--claim 50] [--complete 100]
-        [--reps 5] [--base PATH/TO/OTHER/src --base-name main] [--json FILE]
+    python -m benchmarks lua_cost [--jobs 20000] [--claim 50] [--complete 100] [--reps 5]
+        [--base REV|SRC --base-name main] [--publish]
+
+What the server spends per claimed and per completed job, and how much of it is the
+commands themselves (the floor a script cannot go under) and how much the Lua around them.
 
 Per repetition and tree (trees in turns: both see the same machine load), in a child
 process importing that tree's echomq: a private redis-server, ``jobs`` enqueued in bulk
@@ -28,9 +28,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from . import files, machine, tables, turns
 
 PAYLOAD = b'{"task":"noop","args":["' + b"x" * 58 + b'"],"kwargs":{}}'
 
@@ -220,29 +221,37 @@ return out
 KEYS = ("script_us", "commands_us", "lua_us", "cpu_us")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks lua_cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--jobs", type=int, default=20_000)
     p.add_argument("--claim", type=int, default=50, help="claim count per call")
     p.add_argument("--complete", type=int, default=100, help="jobs per complete_many call")
     p.add_argument("--held", type=int, default=100, help="jobs held at most (a worker's slots)")
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--base", help="another echomq src tree, measured in turns with this one")
-    p.add_argument("--base-name", default="base")
-    p.add_argument("--json", type=Path)
+    p.add_argument("--base", help="another echomq (git revision or src folder), in turns")
+    p.add_argument("--base-name", default="base", help="its name in the tables")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    files.add_arguments(p, reps=5)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     if args.child:
         print(json.dumps(child(args.jobs, args.claim, args.complete, args.held)))
         return
-    here = str(Path(__file__).resolve().parents[1] / "src")
+    meta = machine.describe("lua_cost", argv)
+    here = str(turns.this_src())
     trees = {"this": here}
     if args.base:
-        trees = {args.base_name: str(Path(args.base).resolve()), "this": here}
+        trees = {args.base_name: str(turns.src_of(args.base)), "this": here}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for rep in range(args.reps):
-        for name, src in trees.items():
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, str(Path(here).parent)]))
+        for name, src in turns.rotate(list(trees.items()), rep):
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join([src, str(turns.REPO)]))
             cmd = [sys.executable, "-m", "benchmarks.lua_cost", "--child"]
             cmd += ["--jobs", str(args.jobs), "--claim", str(args.claim)]
             cmd += ["--complete", str(args.complete), "--held", str(args.held)]
@@ -251,7 +260,8 @@ def main() -> None:
             for phase, v in got.items():
                 print(
                     f"rep {rep} {name:>6} {phase:>13}: "
-                    + "  ".join(f"{k} {v[k]:6.2f}" for k in KEYS)
+                    + "  ".join(f"{k} {v[k]:6.2f}" for k in KEYS),
+                    flush=True,
                 )
     summary = {
         name: {
@@ -266,21 +276,47 @@ def main() -> None:
             print(f"median {name:>6} {phase:>13}: " + "  ".join(f"{k} {v[k]:6.2f}" for k in KEYS))
             print(f"    calls per job: {v['calls']}")
             print(f"    us per job: {v['command_us']}")
-    if args.json:
-        doc = {
-            "what": "lua_cost",
-            "jobs": args.jobs,
-            "claim_count": args.claim,
-            "complete_batch": args.complete,
-            "held": args.held,
-            "reps": args.reps,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "load_average": os.getloadavg(),
-            "trees": trees,
-            "median": summary,
-            "runs": runs,
-        }
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    doc = {
+        "meta": machine.finish(meta),
+        "jobs": args.jobs,
+        "claim_count": args.claim,
+        "complete_batch": args.complete,
+        "held": args.held,
+        "reps": args.reps,
+        "trees": list(trees),
+        "median": summary,
+        "runs": runs,
+    }
+    files.save("lua_cost", doc, args)
+
+
+PHASES = {
+    "claim": "claim.lua",
+    "complete_many": "complete_many.lua",
+    "floor_claim": "the claim's per-job commands in a bare script",
+    "floor_complete": "the completion's per-job commands in a bare script",
+}
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    head = ("µs of redis-server per job", "tree", "script (commandstats)", "its commands",
+            "Lua around them", "CPU (schedstat)")  # fmt: skip
+    rows = []
+    for phase, title in PHASES.items():
+        for tree, med in doc["median"].items():
+            if phase in med:
+                v = med[phase]
+                rows.append((title, tree, *(tables.num(v[k], 2) for k in KEYS)))
+    setup = (
+        f"{doc['jobs']:,} jobs claimed {doc['claim_count']} per call (at most {doc['held']} "
+        f"held) and completed {doc['complete_batch']} per call; medians."
+    )
+    meta = tables.meta_of(doc)
+    return (
+        tables.conditions(meta, reps=doc.get("reps"), source=source, extra=setup)
+        + "\n\n"
+        + tables.markdown(head, rows)
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""CPU and wall time per job of the producer alone (no worker), two source trees in turns.
+"""CPU and wall time per job of the producer alone (no worker), source trees in turns.
 
-    .venv/bin/python -m benchmarks.producer_cpu [--jobs 20000] [--reps 5]
-        [--base PATH/TO/OTHER/src --base-name main] [--json FILE]
+    python -m benchmarks producer_cpu [--jobs 20000] [--reps 5] [--base REV|SRC --base-name main]
+        [--publish]
 
-Two modes, with echomq's own benchmark adapter (``peers/peer_echomq.py``: ``noop.delay``):
+Two modes, with echomq's own benchmark adapter (``adapters/peer_echomq.py``: ``noop.delay``):
 
 - ``serial``: one caller, each ``await noop.delay(PAYLOAD)`` before the next (the peers
   benchmark's ``enqueue`` figure): wall and CPU microseconds per enqueue.
@@ -12,7 +12,7 @@ Two modes, with echomq's own benchmark adapter (``peers/peer_echomq.py``: ``noop
 
 Each repetition runs every tree in a fresh process (imports done before the clock), on one
 private redis-server emptied between runs; trees alternate so both see the same load.
-``--base``: a second echomq source tree (``git archive main src | tar -x -C /tmp/x``).
+``--base`` (repeatable): another echomq, a git revision or a folder holding its package.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import redis
 
 from echomq.testing import RedisServer
 
-PEERS = Path(__file__).resolve().parent / "peers"
-HERE_SRC = Path(__file__).resolve().parent.parent / "src"
+from . import files, harness, machine, tables, turns
 
 _CHILD = r"""
 import gc, json, sys, time
@@ -65,7 +64,7 @@ trio.run(main)
 
 def _run(src: Path, url: str, mode: str, jobs: int) -> dict[str, float]:
     env = dict(os.environ, BENCH_URL=url, PYTHONHASHSEED="0")
-    env["PYTHONPATH"] = os.pathsep.join([str(src), str(PEERS)])
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(harness.HERE)])
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, mode, str(jobs)],
         env=env, check=True, capture_output=True, text=True,
@@ -73,32 +72,38 @@ def _run(src: Path, url: str, mode: str, jobs: int) -> dict[str, float]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks producer_cpu",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--jobs", type=int, default=20000)
-    p.add_argument("--reps", type=int, default=5)
     p.add_argument("--modes", default="serial,concurrent")
     p.add_argument(
-        "--base", type=Path, action="append", default=[],
-        help="another echomq src tree, measured in turns (repeatable)",
+        "--base", action="append", default=[],
+        help="another echomq (git revision or src folder), in turns (repeatable)",
     )  # fmt: skip
     p.add_argument("--base-name", action="append", default=[], help="a name per --base")
-    p.add_argument("--json", type=Path)
-    args = p.parse_args(argv)
-    trees = {"this": HERE_SRC}
+    files.add_arguments(p, reps=5)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    meta = machine.describe("producer_cpu", argv)
+    trees = {"this": turns.this_src()}
     for i, base in enumerate(args.base):
         name = args.base_name[i] if i < len(args.base_name) else f"base{i + 1}"
-        trees[name] = base.resolve()
+        trees[name] = turns.src_of(base)
     results: dict[str, dict[str, list[dict[str, float]]]] = {
         mode: {name: [] for name in trees} for mode in args.modes.split(",")
     }
     with RedisServer() as server:
         r = redis.Redis.from_url(server.url)
         for rep in range(args.reps):
-            order = list(trees.items())
-            order = order[rep % len(order) :] + order[: rep % len(order)]  # each goes first
             for mode in results:
-                for name, src in order:
+                for name, src in turns.rotate(list(trees.items()), rep):
                     r.flushall()
                     one = _run(src, server.url, mode, args.jobs)
                     results[mode][name].append(one)
@@ -111,8 +116,37 @@ def main(argv: list[str] | None = None) -> None:
             wall = statistics.median(x["wall_us"] for x in runs)
             summary[f"{mode}/{name}"] = {"cpu_us": cpu, "wall_us": wall, "runs": runs}
             print(f"{mode:10} {name:6} median cpu {cpu:6.1f} us/job  wall {wall:6.1f} us/job")
-    if args.json is not None:
-        args.json.write_text(json.dumps({"jobs": args.jobs, "results": summary}, indent=1))
+    doc = {"meta": machine.finish(meta), "jobs": args.jobs, "reps": args.reps, "results": summary}
+    files.save("producer_cpu", doc, args)
+
+
+MODES = {
+    "serial": "one caller, each delay() awaited before the next",
+    "concurrent": "100 concurrent delay() callers",
+}
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    head = ("µs per job", "tree", "CPU (median)", "wall (median)", "CPU, each repetition")
+    rows = []
+    for key, v in doc["results"].items():
+        mode, tree = key.split("/", 1)
+        rows.append(
+            (
+                MODES.get(mode, mode),
+                tree,
+                tables.num(v["cpu_us"], 1),
+                tables.num(v["wall_us"], 1),
+                ", ".join(f"{x['cpu_us']:.1f}" for x in v["runs"]),
+            )
+        )
+    reps = doc.get("reps") or max((len(v["runs"]) for v in doc["results"].values()), default=0)
+    setup = f"{doc['jobs']:,} enqueues per run, no worker."
+    return (
+        tables.conditions(tables.meta_of(doc), reps=reps, source=source, extra=setup)
+        + "\n\n"
+        + tables.markdown(head, rows)
+    )
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""A steady load for py-spy: one verb at C callers on one connection, for a fixed time.
+"""A steady load for a profiler: one verb at C callers on one connection, for a fixed time.
 
-It prints ``steady <pid>`` once the queue is filled, so a profiler attaches to the steady
-phase only (not the prefill)::
+A diagnostic, not a published figure. It prints ``steady <pid>`` once the queue is filled,
+so a profiler attaches to the steady phase only (not the prefill)::
 
-    .venv/bin/python -m benchmarks.profile_claim --verb claim --callers 64 --seconds 12 &
+    .venv/bin/python -m benchmarks profile_claim --verb claim --callers 64 --seconds 12 &
     # after "steady <pid>":
     .venv/bin/py-spy record --pid <pid> --duration 8 --format raw -o claim.txt
 """
@@ -23,7 +23,7 @@ from echomq.testing import RedisServer
 from .verbs import LEASE_MS, PAYLOAD, prefill
 
 
-async def main(verb: str, callers: int, seconds: float) -> None:
+async def run(verb: str, callers: int, seconds: float) -> None:
     with RedisServer() as server:
         async with echomq.connect(server.url) as conn:
             q = "profile"
@@ -75,10 +75,18 @@ async def stats(conn: echomq.Connection) -> dict[str, float]:
     return out
 
 
-if __name__ == "__main__":
-    p = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks profile_claim",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--verb", default="claim", choices=["claim", "extend", "enqueue", "ping"])
     p.add_argument("--callers", type=int, default=64)
     p.add_argument("--seconds", type=float, default=10.0)
-    a = p.parse_args()
-    trio.run(main, a.verb, a.callers, a.seconds)
+    a = p.parse_args(argv)
+    trio.run(run, a.verb, a.callers, a.seconds)
+
+
+if __name__ == "__main__":
+    main()

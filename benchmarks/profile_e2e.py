@@ -1,10 +1,13 @@
-"""Where echomq's time goes at full load: py-spy on the worker and the producer, and the
-server's side from ``INFO commandstats`` and a zero-threshold ``SLOWLOG`` (per script sha).
+"""Where echomq's time goes at full load: py-spy on the worker and the producer.
 
-    .venv/bin/python -m benchmarks.profile_e2e [--jobs 50000] [--rate 250]
+And the server's side from ``INFO commandstats`` and a zero-threshold ``SLOWLOG`` (per
+script sha).
 
-Two scenarios on one private redis-server, with echomq's own benchmark adapter
-(``peers/peer_echomq.py``, the same worker and producer the tables measure):
+    python -m benchmarks profile_e2e [--jobs 50000] [--rate 250]
+
+A diagnostic, not a published figure. Two scenarios on one private redis-server, with
+echomq's own benchmark adapter (``adapters/peer_echomq.py``, the same worker and producer
+the tables measure):
 
 - ``drain``: N jobs enqueued first (``enqueue_many``), then a fresh worker drains them;
   py-spy records the worker from its start to the last completion.
@@ -15,7 +18,7 @@ For each: the top frames by own time and by inclusive time (percent of the proce
 non-idle samples), the server's commands (calls, usec/call, share of the server's
 command time; commands run inside scripts are counted by Redis under their own names as
 well), and the scripts' usec/call from the slowlog. The raw py-spy files and a JSON
-summary land in ``benchmarks/results/profile-<time>/``. Needs ``py-spy`` (``pip install
+summary land in ``benchmarks/results/scratch/profile_e2e-<time>/``. Needs ``py-spy`` (``pip install
 py-spy`` in the venv) and root or ptrace rights. The slowlog costs the server a little;
 read the shares, not the absolute times.
 """
@@ -40,8 +43,9 @@ import redis
 from echomq._scripts.calls import SCRIPTS
 from echomq.testing import RedisServer
 
-HERE = Path(__file__).resolve().parent
-PEERS = HERE / "peers"
+from . import files, harness
+
+PEERS = harness.HERE  # the adapters' folder
 
 
 def _cmd(role: str, url: str, jobs: int) -> list[str]:
@@ -154,17 +158,25 @@ def _print_server(title: str, side: dict[str, Any]) -> None:
         print(f"  {name:24s} calls {c['calls']:>9,}  {c['usec_per_call']:7.2f} us/call")
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks profile_e2e",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--jobs", type=int, default=50_000)
     p.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     p.add_argument("--fold", type=Path, help="only summarise the py-spy files of this folder")
-    args = p.parse_args()
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     if args.fold:
         for name in ("drain-worker", "e2e-worker", "e2e-producer"):
             _print(name, fold(args.fold / f"{name}.txt"))
         return
-    out = HERE / "results" / f"profile-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    out = files.SCRATCH / f"profile_e2e-{dt.datetime.now():%Y%m%d-%H%M%S}"
     out.mkdir(parents=True)
     summary: dict[str, Any] = {"jobs": args.jobs, "load_at_start": os.getloadavg()}
     with RedisServer() as server:
@@ -195,8 +207,8 @@ def main() -> None:
         worker = subprocess.Popen(_cmd("worker", url, 0), cwd=PEERS, env=env)
         wspy = _spy(worker.pid, out / "e2e-worker.txt", args.rate)
         time.sleep(0.5)
-        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        line = [spy, "record", "--rate", str(args.rate), "--format", "raw", "--function"]
+        binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        line = [binary, "record", "--rate", str(args.rate), "--format", "raw", "--function"]
         line += ["--nonblocking", "-o", str(out / "e2e-producer.txt"), "--"]
         done = subprocess.run(line + _cmd("produce", url, args.jobs), cwd=PEERS, env=env,
                               capture_output=True, check=True)  # fmt: skip

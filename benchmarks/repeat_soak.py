@@ -1,10 +1,10 @@
-"""Repeat soak (issue 13): worker processes fire repeatables; every run counted.
+"""Repeatable jobs under faults: worker processes fire repeatables; every run is counted.
 
-``python -m benchmarks.repeat_soak [--workers 10] [--keys 50] [--seconds 60]
-[--phases clean,faults] [--json benchmarks/results/published/repeat-soak-20261201.json]``
+    python -m benchmarks repeat_soak [--workers 10] [--keys 50] [--seconds 60]
+        [--phases clean,faults] [--publish]
 
 Each phase starts a private redis-server with its append-only file on, ``--workers``
-worker processes (``echomq worker benchmarks.repeat_app:queue``, each running the scheduler
+worker processes (``echomq worker benchmarks.apps.repeat_app:queue``, each running the scheduler
 side: no leader), and registers ``--keys`` repeatables every second. After ``--seconds``
 the workers stop and the queue is read back:
 
@@ -19,17 +19,14 @@ the workers stop and the queue is read back:
 once; a run takes 0.2 s, so they die holding runs, which recovery runs again: a second
 claim, not a second run), crashes and restarts Redis (its AOF kept) at +30 s, and takes it
 away for 2.5 s at +36 s (``echomq.testing``'s fault kit). Slots due while Redis is away
-coalesce into one run per key when it is back (``missed="once"``). Results print as JSON
-and are saved to ``--json``.
+coalesce into one run per key when it is back (``missed="once"``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 import time
 import uuid
 from contextlib import AsyncExitStack
@@ -39,7 +36,6 @@ from typing import Any
 import trio
 
 import echomq
-from benchmarks.__main__ import _commit, _src_commit
 from echomq import repeat
 from echomq._model.codec import JSON
 from echomq._scripts.keyspace import Keyspace
@@ -51,12 +47,13 @@ from echomq.testing import (
     restart_redis,
 )
 
+from . import files, machine, tables
+from .machine import log
+
+__all__ = ["main", "readme"]
+
 ROOT = Path(__file__).resolve().parent.parent
 EVERY_MS = 1000
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 async def now_ms(conn: echomq.Connection) -> int:
@@ -75,7 +72,7 @@ class Fleet:
         self.started += 1
         worker = await self.stack.enter_async_context(
             open_worker_process(
-                "benchmarks.repeat_app:queue",
+                "benchmarks.apps.repeat_app:queue",
                 url=self.url,
                 concurrency=16,
                 recovery_interval=1.0,
@@ -231,37 +228,91 @@ async def count(
     }
 
 
-async def amain(args: argparse.Namespace) -> dict[str, Any]:
+async def amain(args: argparse.Namespace, meta: dict[str, Any]) -> dict[str, Any]:
     log_dir = Path(args.logs)
-    results: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "cpus": os.cpu_count(),
-        "argv": " ".join(sys.argv[1:]),
-        "echomq_commit": _commit(Path(echomq.__file__).parent),
-        "echomq_src_commit": _src_commit(Path(echomq.__file__).parent),
-    }
+    results: dict[str, Any] = {"meta": meta}
     for name in args.phases.split(","):
         results[name] = await phase(name, args, log_dir / name)
         log(f"{name}: {json.dumps(results[name])}")
+    machine.finish(meta)
     return results
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.repeat_soak", description=__doc__)
-    p.add_argument("--workers", type=int, default=10)
-    p.add_argument("--keys", type=int, default=50)
-    p.add_argument("--seconds", type=float, default=60.0)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks repeat_soak",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--workers", type=int, default=10, help="worker processes")
+    p.add_argument("--keys", type=int, default=50, help="repeatables, every second each")
+    p.add_argument("--seconds", type=float, default=60.0, help="each phase's length")
     p.add_argument("--phases", default="clean,faults")
-    p.add_argument("--logs", default=str(ROOT / "benchmarks" / "results" / "repeat-soak"))
-    p.add_argument("--json", type=Path, default=None)
-    args = p.parse_args(argv)
+    p.add_argument("--logs", default=str(files.LOGS / "repeat_soak"), help="workers' logs")
+    files.add_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
     for name in args.phases.split(","):
         (Path(args.logs) / name).mkdir(parents=True, exist_ok=True)
-    results = trio.run(amain, args)
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    results = trio.run(amain, args, machine.describe("repeat_soak", argv))
+    files.save("repeat_soak", results, args)
+    print(readme(results, "this run"))
+
+
+ROWS = (
+    ("slots_due", "slots due"),
+    ("runs_enqueued", "runs enqueued (rows)"),
+    ("runs_counted_by_the_registry", "runs the registry counted"),
+    ("duplicate_runs", "**duplicate runs**"),
+    ("slots_without_a_run", "slots without a run"),
+    ("slots_coalesced_by_the_registry", "slots the registry coalesced (missed=\"once\")"),
+    ("every_slot_accounted_for", "every slot accounted for (a run, or coalesced)"),
+    ("runs_claimed_more_than_once (killed mid-job, run again by recovery)",
+     "runs claimed twice (their worker killed mid-run: a second claim, not a second run)"),
+    ("runs_finished", "runs finished"),
+)  # fmt: skip
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "**no**"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    meta = tables.meta_of(doc)
+    phases: list[str] = [p for p in ("clean", "faults") if p in doc] or [
+        k for k, v in doc.items() if isinstance(v, dict) and "slots_due" in v
+    ]
+    first = doc[phases[0]]
+    setup = (
+        f"{first['workers']} worker processes, {first['repeatables']} repeatables every "
+        f"{first['every_ms'] / 1000:g} s, {first['seconds']:.0f} s per phase."
+    )
+    rows = [["faults", *(_faults(doc[p]) for p in phases)]]
+    rows += [[title, *(_value(doc[p].get(key, "")) for p in phases)] for key, title in ROWS]
+    late = [doc[p]["enqueue_lateness_ms"] for p in phases]
+    rows.append(["enqueue lateness (row's created_at minus its slot) p50 / p99 / max",
+                 *(f"{x['p50']} / {x['p99']} / {x['max']} ms" for x in late)])  # fmt: skip
+    return (
+        tables.conditions(meta, source=source, extra=setup)
+        + "\n\n"
+        + tables.markdown(["", *phases], rows)
+    )
+
+
+def _faults(phase: dict[str, Any]) -> str:
+    found = phase.get("faults") or []
+    if not found:
+        return "none"
+    parts = []
+    for f in found:
+        down = f" (down {f['down_ms']} ms)" if "down_ms" in f else ""
+        parts.append(f"+{f['at_s']} s: {f['fault']}{down}")
+    return "; ".join(parts)
 
 
 if __name__ == "__main__":

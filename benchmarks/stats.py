@@ -1,11 +1,10 @@
-"""Repetitions, medians, ratios and the printed tables (no I/O besides printing)."""
+"""Figures over repetitions: medians, ratios to a ceiling, the printed table, the JSON.
+
+Saving goes through :mod:`benchmarks.files`."""
 
 from __future__ import annotations
 
-import json
 import statistics
-from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -111,10 +110,6 @@ class Results:
             "samples": self.samples,
         }
 
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=1))
-
     def merge(self, other: Results) -> None:
         for name, fig in other.figures.items():
             mine = self.figures.setdefault(name, Figure(name, fig.unit, ceiling=fig.ceiling))
@@ -123,12 +118,3 @@ class Results:
         self.notes += other.notes
         self.meta.update(other.meta)
         self.samples += other.samples
-
-
-def rate(count: float, seconds: float) -> float:
-    return count / seconds if seconds > 0 else float("nan")
-
-
-def fmt_mapping(m: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> str:
-    items = m.items() if isinstance(m, Mapping) else m
-    return ", ".join(f"{k}={v}" for k, v in items)

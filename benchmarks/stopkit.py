@@ -1,4 +1,9 @@
-"""``python -m benchmarks.stopkit``: cancel escalation and the watchdog's cost (issue 15).
+"""Stopping what won't stop: cancel escalation, and the watchdog's cost.
+
+    python -m benchmarks stopkit [--runs 100] [--grace 0.2] [--lease 0.3] [--reps 5]
+        [--base REV|SRC] [--publish]
+
+The worker processes serve this module's queue (``benchmarks.stopkit:queue``).
 
 1. **Cancel of a job that ignores it**, ``--runs`` times for each kind of holder, on a
    private redis-server, leases of ``--lease`` s (a lease keeper tick is a third of it):
@@ -19,21 +24,16 @@
 2. **The watchdog's cost**: end-to-end no-op jobs/s (a producer enqueues ``--e2e-jobs``
    jobs in batches while one worker process, concurrency 100, runs them), with the watchdog
    on (``block_threshold`` 1 s, the default) and off (``inf``), alternating within one run,
-   ``--reps`` times each; the medians and their ratio. With ``--base-src DIR`` (another
-   checkout's ``src``, e.g. main's), the same figure for that tree: before and after.
-
-Results print as markdown tables naming the commit measured and are saved as JSON
-(``--json``; default benchmarks/results/stopkit-<time>.json).
+   ``--reps`` times each; the medians and their ratio. With ``--base`` (another echomq: a
+   git revision or a folder holding its package), the same figure for that tree.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -47,10 +47,12 @@ from echomq import admin, jobs
 from echomq.errors import StaleToken
 from echomq.testing import RedisServer, open_worker_process
 
+from . import files, machine, turns
+from . import tables as md
 from .ceiling import CLIENTS, PIPELINE, redis_benchmark
+from .machine import log
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results"
 
 # the app the worker processes serve (``benchmarks.stopkit:queue``)
 queue = echomq.Queue(os.environ.get("EMQ_BENCH_QUEUE", "stopkit"))
@@ -69,10 +71,6 @@ async def noop() -> None:
 
 
 _releases: dict[str, threading.Event] = {}
-
-
-def log(message: str) -> None:
-    print(f"[{dt.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
 
 
 async def wait_for(check: Callable[[], Awaitable[bool]], within: float = 30.0) -> None:
@@ -273,8 +271,8 @@ async def run_cost(url: str, port: int, args: argparse.Namespace) -> dict[str, A
         "watchdog on": (("--block-threshold", "1.0"), None),
         "watchdog off": (("--block-threshold", "inf"), None),
     }
-    if args.base_src is not None:
-        variants["base (--base-src)"] = ((), args.base_src)
+    if args.base is not None:
+        variants["base (--base)"] = ((), turns.src_of(args.base))
     rates: dict[str, list[float]] = {k: [] for k in variants}
     cpus: dict[str, list[float]] = {k: [] for k in variants}
     for rep in range(args.reps):
@@ -300,8 +298,8 @@ async def run_cost(url: str, port: int, args: argparse.Namespace) -> dict[str, A
     }
     out["on_over_off"] = medians["watchdog on"] / medians["watchdog off"]
     out["cpu_on_over_off"] = cpu_medians["watchdog on"] / cpu_medians["watchdog off"]
-    if args.base_src is not None:
-        base = "base (--base-src)"
+    if args.base is not None:
+        base = next(label for label in medians if label.startswith("base"))
         out["on_over_base"] = medians["watchdog on"] / medians[base]
         out["cpu_on_over_base"] = cpu_medians["watchdog on"] / cpu_medians[base]
     return out
@@ -310,11 +308,10 @@ async def run_cost(url: str, port: int, args: argparse.Namespace) -> dict[str, A
 # -- report ---------------------------------------------------------------------------------
 
 
-def table(results: dict[str, Any]) -> str:
+def readme(results: dict[str, Any], source: str) -> str:
     meta = results["meta"]
     lines = [
-        f"Measured on commit {meta['commit']} ({meta['date']}, {meta['cpus']} CPUs, "
-        f"Python {meta['python']}, {meta['redis']}).",
+        md.conditions(meta, source=source),
         "",
         f"Cancel of a job that ignores it: lease {meta['lease_s']} s (tick "
         f"{meta['lease_s'] / 3:.2f} s), grace {meta['grace_s']} s; delay = server ms from the "
@@ -352,51 +349,39 @@ def table(results: dict[str, Any]) -> str:
             lines.append(f"| {label} | {rate:,.0f} | {share:.2%} | {cpu:.1f} | {reps} |")
         lines.append("")
         lines.append(
-            f"watchdog on / off: jobs/s {cost['on_over_off']:.3f}, "
+            f"- watchdog on / off: jobs/s {cost['on_over_off']:.3f}, "
             f"CPU per job {cost['cpu_on_over_off']:.3f}"
         )
         if "on_over_base" in cost:
             lines.append(
-                f"this branch (watchdog on) / base: jobs/s {cost['on_over_base']:.3f}, "
+                f"- this tree (watchdog on) / base: jobs/s {cost['on_over_base']:.3f}, "
                 f"CPU per job {cost['cpu_on_over_base']:.3f}"
             )
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.stopkit", description=__doc__)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks stopkit",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--runs", type=int, default=100, help="cancels per kind of holder")
     p.add_argument("--grace", type=float, default=0.2)
     p.add_argument("--lease", type=float, default=0.3)
     p.add_argument("--block", type=float, default=0.6, help="seconds the blocked holder blocks")
     p.add_argument("--holders", default="thread,blocked,gone")
     p.add_argument("--e2e-jobs", type=int, default=20_000)
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--no-cost", dest="cost", action="store_false")
-    p.add_argument("--base-src", type=Path, help="another tree's src/ to measure as the base")
-    p.add_argument("--json", type=Path)
-    return p.parse_args(argv)
+    p.add_argument("--no-cost", dest="cost", action="store_false", help="skip the cost part")
+    p.add_argument("--base", help="the cost part: another echomq (git revision or src folder)")
+    files.add_arguments(p, reps=5)
+    return p
 
 
-async def amain(args: argparse.Namespace) -> dict[str, Any]:
-    from . import __main__ as bench
-
-    meta = bench.machine()
-    results: dict[str, Any] = {
-        "meta": {
-            "commit": meta["echomq_commit"],
-            "date": meta["date"],
-            "cpus": meta["cpus"],
-            "python": meta["python"],
-            "redis": meta["redis"],
-            "lease_s": args.lease,
-            "grace_s": args.grace,
-            "e2e_jobs": args.e2e_jobs,
-            "reps": args.reps,
-            "argv": " ".join(sys.argv[1:]),
-        },
-        "cancel": [],
-    }
+async def amain(args: argparse.Namespace, argv: list[str] | None) -> dict[str, Any]:
+    meta = machine.describe("stopkit", argv)
+    meta.update(lease_s=args.lease, grace_s=args.grace, e2e_jobs=args.e2e_jobs, reps=args.reps)
+    results: dict[str, Any] = {"meta": meta, "cancel": []}
     runners = {"thread": run_thread, "blocked": run_blocked, "gone": run_gone}
     for kind in args.holders.split(","):
         with RedisServer() as server:
@@ -409,17 +394,15 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
     if args.cost:
         with RedisServer() as server:
             results["cost"] = await run_cost(server.url, server.port, args)
+    machine.finish(meta)
     return results
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    results = trio.run(amain, args)
-    path = args.json or RESULTS / f"stopkit-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1))
-    print(table(results))
-    log(f"saved {path}")
+    args = parser().parse_args(argv)
+    results = trio.run(amain, args, argv)
+    files.save("stopkit", results, args)
+    print(readme(results, "this run"))
 
 
 if __name__ == "__main__":

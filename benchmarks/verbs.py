@@ -1,5 +1,9 @@
-"""Claim, extend and enqueue throughput through the verbs on one trio connection,
-each beside redis-benchmark's ceiling for the same script, measured in the same repetition.
+"""Claim, extend and enqueue through the verbs on one connection, beside Redis's ceiling.
+
+Each figure sits beside redis-benchmark's ceiling for the same script, measured in the same
+repetition.
+
+    python -m benchmarks verbs [--reps 5] [--callers 1,16,64,256] [--scale 1.0] [--publish]
 
 Per repetition, on a private redis-server (flushed between sections):
 - ceilings: PING; claim count=1 on a deep pending set (every call claims a job); claim with
@@ -12,8 +16,10 @@ Ratios are taken within the repetition, and the table shows the median over repe
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import attrs
 import trio
@@ -23,11 +29,13 @@ from echomq import jobs
 from echomq._scripts.keyspace import Keyspace
 from echomq._scripts.validate import MAX_COUNT, MAX_ENQUEUE
 from echomq.jobs import lifecycle as calls
+from echomq.testing import RedisServer
 
+from . import files, machine, tables
 from .ceiling import load_scripts, redis_benchmark
 from .stats import Results
 
-__all__ = ["Scale", "PAYLOAD", "prefill", "run_verbs"]
+__all__ = ["Scale", "PAYLOAD", "main", "prefill", "readme", "run_verbs"]
 
 LEASE_MS = 600_000
 PAYLOAD = (b'{"task":"bench.noop","args":["' + b"x" * 100)[:84] + b'"],"kwargs":{}}'
@@ -107,8 +115,8 @@ async def ceilings(conn: echomq.Connection, port: int, scale: Scale, rep: int) -
     await prefill(conn, q, n + 1000)
     out["claim1"] = await redis_benchmark(port, calls.claim_call(q, LEASE_MS, 1).evalsha_args(), n)
     left = await conn.execute("ZCARD", Keyspace(q).pending)
-    if left < 1000:  # every call must have found a job, or the figure is the empty path
-        raise RuntimeError(f"claim ceiling ran dry: {left} left")
+    if left == 0:  # jobs left over: every call found one (not the empty path)
+        raise RuntimeError("claim ceiling ran dry: redis-benchmark made more calls than jobs")
 
     await conn.execute("HSET", Keyspace(q).meta, "paused", "1")
     out["claim_paused"] = await redis_benchmark(
@@ -292,3 +300,59 @@ async def run_verbs(
             log(f"verbs: repetition {rep + 1}/{reps} done")
         await conn.execute("FLUSHALL")
     return res
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks verbs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--callers", default="1,16,64,256", help="concurrent callers, comma-separated")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply every operation count")
+    files.add_arguments(p, reps=5)
+    return p
+
+
+async def _run(args: argparse.Namespace) -> Results:
+    scale = Scale(args.scale, tuple(int(c) for c in args.callers.split(",")))
+    with RedisServer() as server:
+        machine.log(f"verbs: redis-server on port {server.port}")
+        return await run_verbs(server.url, server.port, scale, args.reps, log=machine.log)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    meta = machine.describe("verbs", argv)
+    res = trio.run(_run, args)
+    res.meta = machine.finish(meta)
+    print(res.table("claim / extend / enqueue through the verbs (one connection)"), flush=True)
+    files.save("verbs", res.to_json(), args)
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    head = ("figure", "median", "unit", "range", "x ceiling", "ceiling", "n")
+    rows = []
+    for name, f in doc["figures"].items():
+        v = f["values"]
+        rows.append(
+            (
+                name,
+                tables.num(f["median"]),
+                f["unit"],
+                tables.span(v),
+                "" if f.get("ratio_median") is None else f"{f['ratio_median']:.2f}",
+                f.get("ceiling", ""),
+                str(len(v)),
+            )
+        )
+    reps = len(doc["figures"].get("ceiling: PING", {}).get("values", [])) or None
+    return (
+        tables.conditions(doc["meta"], reps=reps, source=source)
+        + "\n\n"
+        + tables.markdown(head, rows)
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,350 @@
+"""Run one adapter (a peer, or echomq itself) through every mode on redis-servers of its own:
+the machinery of ``peers``, ``e2e`` and ``cpu_per_job``.
+
+Per adapter and repetition (``run_adapter``), each mode on a fresh private redis-server
+(persistence off):
+
+- ``enqueue``: one job at a time, no worker running -> enqueue/s (at most 2,000 jobs);
+- ``bulk``: the peer's bulk enqueue API in chunks of 1,000, no worker -> jobs/s (peers
+  without one: :data:`benchmarks.adapters.NO_BULK`);
+- ``produce`` then ``latency``: the worker process(es) started the way the adapter documents,
+  N jobs enqueued while it runs (clock stops when all are done), then enqueue -> result
+  round trips one at a time;
+- ``drain``: N jobs enqueued with no worker, then a freshly started worker drains them; the
+  rate is taken from the first completion seen to the last (10,000, and 100,000 where the
+  system's 10,000 prefill + drain of the same repetition projects the 100,000 ones under 2
+  minutes). A mode that fails is recorded in the notes; the other modes still count.
+
+Workers are stopped with SIGTERM to their process group, then SIGKILL. Python adapters run
+from the adapters folder with ``python -c`` so that the worker CLIs import them by their module name
+(``peer_<name>``); the Node adapter is ``node bullmq-node.cjs`` with ``NODE_PATH`` at its
+``benchmarks/.peers/bullmq-node/node_modules``. Adapters live in :mod:`benchmarks.adapters`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from echomq.testing import RedisServer
+
+from . import turns
+from .adapters import PEERS
+from .adapters.venvs import ensure, node_modules
+from .ceiling import redis_benchmark
+from .files import LOGS
+from .stats import Results, percentile
+
+__all__ = ["FIGURES", "add_arguments", "ceilings", "record", "run_adapter"]
+
+HERE = Path(__file__).resolve().parent / "adapters"
+BIG_DRAIN = 100_000
+BIG_DRAIN_LIMIT_S = 120.0  # run the 100,000 drain only where prefill + drain projects less
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The modes' sizes, shared by every benchmark that runs adapters."""
+    p.add_argument("--jobs", type=int, default=10_000, help="end to end: jobs (default 10,000)")
+    p.add_argument("--drain-jobs", type=int, default=10_000, help="the backlog to drain")
+    p.add_argument(
+        "--no-big-drain",
+        dest="big_drain",
+        action="store_false",
+        help=f"skip the {BIG_DRAIN:,}-job drain (else run where projected under 2 minutes)",
+    )
+    p.add_argument("--bulk-jobs", type=int, default=10_000, help="jobs for the bulk figure")
+    p.add_argument("--latency-jobs", type=int, default=500, help="round trips for the latency")
+    p.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=20.0,
+        help="stop the round trips after this long once 20 are in (slow pollers)",
+    )
+    p.add_argument("--concurrency", type=int, default=100, help="worker concurrency (all)")
+
+
+def _is_echomq(name: str) -> bool:
+    """``echomq`` (the tree the harness runs from) or ``echomq@REV`` (a commit of it)."""
+    return name == "echomq" or name.startswith("echomq@")
+
+
+def _kind(name: str) -> str:
+    return "python" if _is_echomq(name) else PEERS[name].kind
+
+
+def echomq_snapshot(name: str) -> Path:
+    """``echomq@REV``: REV's src/ exported (:func:`benchmarks.turns.snapshot`); it goes first
+    on the adapter's PYTHONPATH, so that a before/after comparison runs both in one rotation
+    (the same adapter, the same load)."""
+    return turns.snapshot(name.split("@", 1)[1])
+
+
+def _program(name: str) -> list[str]:
+    if _is_echomq(name):
+        return [sys.executable, "-c", "import _common, peer_echomq as a; _common.main(a)"]
+    peer = PEERS[name]
+    if peer.kind == "node":
+        return [str(ensure(peer)), str(HERE / f"{name}.cjs")]
+    code = f"import _common, {peer.module} as a; _common.main(a)"
+    return [str(ensure(peer)), "-c", code]
+
+
+def _argv(name: str, role: str, url: str, args: argparse.Namespace, jobs: int) -> list[str]:
+    return [
+        *_program(name),
+        role,
+        "--url",
+        url,
+        "--jobs",
+        str(jobs),
+        "--concurrency",
+        str(args.concurrency),
+        "--latency-seconds",
+        str(args.latency_seconds),
+    ]
+
+
+def _env(name: str, url: str, args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(BENCH_URL=url, BENCH_CONCURRENCY=str(args.concurrency), PYTHONUNBUFFERED="1")
+    if _kind(name) == "node":
+        env["NODE_PATH"] = str(node_modules(PEERS[name]))
+        return env
+    bindir = str(Path(_program(name)[0]).parent)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    # adapters import as ``peer_<name>``; echomq's own adapter keeps the caller's PYTHONPATH
+    # (a snapshot's src/ when measuring a fixed commit)
+    snapshot = str(echomq_snapshot(name) / "src") if name.startswith("echomq@") else ""
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(HERE), snapshot, env.get("PYTHONPATH", "")) if p
+    )
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+async def _role(name: str, role: str, url: str, args: argparse.Namespace, jobs: int) -> Any:
+    argv = _argv(name, role, url, args, jobs)
+    with trio.fail_after(900):
+        done = await trio.run_process(
+            argv,
+            cwd=HERE,
+            env=_env(name, url, args),
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace")[-1500:]
+        raise RuntimeError(f"{name} {role} exited {done.returncode}: {tail}")
+    return json.loads(done.stdout.decode().strip().splitlines()[-1])
+
+
+def _start_workers(
+    name: str, url: str, args: argparse.Namespace, count: int, tag: str
+) -> list[subprocess.Popen[bytes]]:
+    LOGS.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for i in range(count):
+        log = open(LOGS / f"{name}-{tag}-worker{i}.log", "wb")
+        procs.append(
+            subprocess.Popen(
+                _argv(name, "worker", url, args, 0),
+                cwd=HERE,
+                env=_env(name, url, args),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: the CLIs fork children
+            )
+        )
+        log.close()
+    return procs
+
+
+def _stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 15
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # the group may outlive its leader (pool children): end it by its id
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+async def _drain(
+    name: str, url: str, args: argparse.Namespace, jobs: int, tag: str
+) -> dict[str, Any]:
+    """Prefill ``jobs`` with no worker, start a fresh worker on the adapter's
+    ``{"prefilled": N}`` line, answer the adapter's drain figures."""
+    argv = _argv(name, "drain", url, args, jobs)
+    LOGS.mkdir(parents=True, exist_ok=True)
+    with (LOGS / f"{name}-{tag}-drain.log").open("wb") as errors:
+        proc = await trio.lowlevel.open_process(
+            argv,
+            cwd=HERE,
+            env=_env(name, url, args),
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            stdin=subprocess.DEVNULL,
+        )
+    workers: list[subprocess.Popen[bytes]] = []
+    out = b""
+    try:
+        assert proc.stdout is not None
+        with trio.fail_after(900):
+            while b"\n" not in out:  # the prefilled line
+                chunk = await proc.stdout.receive_some()
+                if not chunk:
+                    break
+                out += chunk
+            if not out.startswith(b'{"prefilled"'):
+                raise RuntimeError(f"{name} drain: no prefilled line: {out[-300:]!r}")
+            workers = _start_workers(name, url, args, 1, tag)
+            while chunk := await proc.stdout.receive_some():
+                out += chunk
+            code = await proc.wait()
+        if code != 0:
+            raise RuntimeError(f"{name} drain exited {code}: see {LOGS}/{name}-{tag}-drain.log")
+        figs: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+        return figs
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await trio.to_thread.run_sync(_stop_workers, workers)
+
+
+def _has_bulk(name: str) -> bool:
+    return _is_echomq(name) or PEERS[name].bulk
+
+
+async def run_adapter(
+    name: str,
+    args: argparse.Namespace,
+    *,
+    workers: int = 1,
+    rep: int = 0,
+    modes: tuple[str, ...] = ("enqueue", "bulk", "produce", "latency", "drain"),
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """One repetition of every mode for ``name``; answers its raw figures (flat dict)."""
+    out: dict[str, Any] = {}
+    errors: list[str] = []
+    tag = f"w{workers}-r{rep}"
+
+    async def attempt(mode: str, run: Callable[[], Awaitable[None]]) -> None:
+        try:  # one mode failing is recorded; the other modes of the repetition still count
+            await run()
+        except Exception as exc:
+            errors.append(f"{mode}: {exc}"[:600])
+            log(f"{name} rep {rep + 1} {mode}: FAILED {exc}"[:600])
+
+    async def enqueue() -> None:
+        with RedisServer() as server:
+            out.update(await _role(name, "enqueue", server.url, args, min(args.jobs, 2000)))
+
+    async def bulk() -> None:
+        with RedisServer() as server:
+            out.update(await _role(name, "bulk", server.url, args, args.bulk_jobs))
+
+    async def produce() -> None:
+        with RedisServer() as server:
+            procs = _start_workers(name, server.url, args, workers, tag)
+            try:
+                out.update(await _role(name, "produce", server.url, args, args.jobs))
+                if "latency" in modes:
+                    lat = await _role(name, "latency", server.url, args, args.latency_jobs)
+                    samples = lat["latencies_s"]
+                    out["latency_n"] = len(samples)
+                    out["latency_p50_ms"] = percentile(samples, 50) * 1000
+                    out["latency_p99_ms"] = percentile(samples, 99) * 1000
+                    out["latencies_ms"] = [round(x * 1000, 3) for x in samples]
+            finally:
+                await trio.to_thread.run_sync(_stop_workers, procs)
+
+    async def drain(size: int) -> None:
+        with RedisServer() as server:
+            d = await _drain(name, server.url, args, size, f"{tag}-drain{size}")
+        out[f"drain{size}_per_s"] = d["drain_per_s"]
+        out[f"drain{size}_prefill_s"] = d["prefill_s"]
+
+    if "enqueue" in modes:
+        await attempt("enqueue", enqueue)
+    if "bulk" in modes and _has_bulk(name):
+        await attempt("bulk", bulk)
+    if "produce" in modes:
+        await attempt("produce", produce)
+    if "drain" in modes:
+        small = args.drain_jobs
+        await attempt(f"drain {small}", lambda: drain(small))
+        rate = out.get(f"drain{small}_per_s")
+        if rate and args.big_drain and small < BIG_DRAIN:
+            # the whole exercise (prefill and drain) projected from this repetition's
+            projected = BIG_DRAIN / small * (out[f"drain{small}_prefill_s"] + small / rate)
+            if projected < BIG_DRAIN_LIMIT_S:
+                await attempt(f"drain {BIG_DRAIN}", lambda: drain(BIG_DRAIN))
+            else:
+                out[f"drain{BIG_DRAIN}_skipped"] = f"projected {projected:.0f} s"
+    if errors:
+        out["errors"] = errors
+    log(
+        f"{name} x{workers} rep {rep + 1}: "
+        + ", ".join(f"{k}={v:,.2f}" for k, v in out.items() if isinstance(v, float))
+    )
+    return out
+
+
+# the figures of one repetition, by the key run_adapter answers: (figure suffix, unit)
+FIGURES = {
+    "jobs_per_s": ("end-to-end no-op (concurrent producer)", "jobs/s"),
+    "enqueue_per_s": ("enqueue, one at a time", "jobs/s"),
+    "bulk_per_s": ("bulk enqueue (chunks of 1,000)", "jobs/s"),
+    "latency_p50_ms": ("enqueue->result p50", "ms"),
+    "latency_p99_ms": ("enqueue->result p99", "ms"),
+    "drain10000_per_s": ("drain a 10,000-job backlog", "jobs/s"),
+    "drain100000_per_s": ("drain a 100,000-job backlog", "jobs/s"),
+}
+
+
+def record(res: Results, label: str, figs: dict[str, Any], *, rep: int = 0) -> None:
+    """Add one repetition's figures to ``res`` (and its raw sample to ``res.samples``)."""
+    for key, (what, unit) in FIGURES.items():
+        if key in figs and figs[key] is not None:
+            res.add(f"{label}: {what}", figs[key], unit)
+    if "enqueue_s" in figs:  # near 1.0: the producer, not the worker, set the pace
+        res.add(f"{label}: producer share of the run", figs["enqueue_s"] / figs["total_s"], "")
+    res.samples.append({"system": label, "rep": rep, **figs})
+
+
+async def ceilings(rep: int, res: Results, *, log: Callable[[str], None]) -> None:
+    """The machine's Redis ceiling in this repetition (redis-benchmark on a fresh server)."""
+    with RedisServer() as server:
+        piped = await redis_benchmark(server.port, ["PING"], 1_000_000)
+        single = await redis_benchmark(server.port, ["PING"], 50_000, pipeline=1, clients=1)
+    res.add("ceiling: PING -P16 -c50", piped, "calls/s")
+    res.add("ceiling: PING -P1 -c1 (one round trip at a time)", single, "calls/s")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    res.samples.append(
+        {"system": "redis", "rep": rep, "ping_p16_c50": piped, "ping_p1_c1": single, "load": load}
+    )
+    log(f"ceiling rep {rep + 1}: PING -P16 {piped:,.0f}/s, -P1 -c1 {single:,.0f}/s, load {load}")
