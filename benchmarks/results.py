@@ -62,7 +62,7 @@ IN_FLIGHT = 100
 
 def _without_stream() -> None:
     """Cut the stream's XADD / XTRIM out of every script (this process only)."""
-    from echomq._scripts import calls as scripts
+    from echomq._scripts import loader as scripts
 
     cut = re.compile(
         r"^\s*redis\.call\('XADD', stream.*$|"

@@ -6,19 +6,19 @@
         4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter; the limits
                           (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`)
         5 wake      LIST  wake tokens for idle consumers
-  ARGV  1 queue base   2 lease_ms   3 count (1..250)   4 the claiming worker's id ('': none)
+  ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
   Returns  flat array: id, payload, token (attempts), failures, trace (the row's `trace`
            field, nil when absent), ... and, when fewer than
            `count` jobs were claimed, one trailing element: ms until more work may be
            claimable (the earliest scheduled job, a group's or the queue's rate window
            reopening; 0 = now), or -1 when nothing is known | {} when paused
-  Errors   EMQARG   count is not 1..250 (nothing written; the verb refuses it first)
+  Errors   EMQARG   count is not 1..MAX_COUNT (nothing written; the verb refuses it first)
   Events   promoted (per due scheduled job); active (per claimed job, with its attempt);
            only while the channel has a listener (include/events.lua)
   Moves    scheduled -> pending (due); pending -> active
-  Bound    O((count + promoted) * log N); at most 250 claimed (validate.MAX_COUNT), 100
-           promoted, 100 ring members (groups served) and 100 groups whose rate window
-           reopened per call
+  Bound    O((count + promoted) * log N); at most MAX_COUNT claimed (include/caps.lua),
+           MAX_PROMOTE promoted, MAX_TURNS ring members (groups served) and MAX_REOPEN
+           groups whose rate window reopened per call
   The pause gate is read here, first, in the same round trip (not a separate HGET): a
   paused queue answers {} and nothing is written, not even a promotion.
   The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
@@ -33,7 +33,7 @@
   Lanes (docs/lanes.md): the ring of groups is served round robin, one job per turn, the
   ungrouped jobs taking turns as the member '' (no limit); a group leaves the ring at its
   concurrency limit (leave_active brings it back), for its rate window (into glimited,
-  back when it reopens) or when its lane is empty. At most `count` (and 100) ring members
+  back when it reopens) or when its lane is empty. At most `count` (and MAX_TURNS) ring members
   are read: when the ring is longer, each takes one job and goes to the back, and a claim
   that took fewer than `count` for that answers 0 ms and pushes a wake token. The back is
   the ring's last turn, gstate `:turn` (read with the groups' state, written with their
@@ -49,7 +49,14 @@ local base = ARGV[1]
 local lease = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local worker = ARGV[4]
-local MAX_COUNT = 250
+-- @include caps
+-- @include time
+-- @include score
+-- @include wake
+-- @include run_id
+-- @include events
+-- @include lanes
+-- @include ready
 local MAX_PROMOTE = 100
 local MAX_REOPEN = 100
 local MAX_TURNS = 100  -- ring members read per call: the distinct groups one claim serves
@@ -57,13 +64,6 @@ local MAX_TURNS = 100  -- ring members read per call: the distinct groups one cl
 local SKIPLIST_MARK =
   'emq:skiplist:-------------------------------------------------------------------'
 local SKIPLIST_FROM = 8  -- claims of fewer jobs leave active as it is (a worker's few leases)
--- @include time
--- @include score
--- @include wake
--- @include run_id
--- @include lanes
--- @include ready
--- @include events
 if not count or count < 1 or count > MAX_COUNT then
   return redis.error_reply('EMQARG claim count must be 1..' .. MAX_COUNT)
 end

@@ -3,6 +3,8 @@
 -- rejoins the ring (with a wake token) when it may start a job again, or leaves the
 -- registry when nothing of it waits or runs (docs/lanes.md). Needs the `wake` and `lanes`
 -- includes before it; call lanes_touch(base, group) in the script's read phase.
+-- @include wake
+-- @include lanes
 local function leave_active(base, active, id, group)
   redis.call('ZREM', active, id)
   if not group then return end

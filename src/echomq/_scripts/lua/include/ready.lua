@@ -9,6 +9,8 @@
 -- `grouped` {id, group, score} triples.
 -- leave_ready(base, pending, id, group): take a waiting job out of its ready structure
 -- (removed, cancelled); answers 1 when it was there.
+-- @include wake
+-- @include lanes
 local function ready(base, pending, id, group, score)
   local claimable = true
   if not group then
