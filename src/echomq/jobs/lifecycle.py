@@ -626,7 +626,8 @@ def _read_sweep(reply: Any) -> Sweep:
 def reap_call(
     queue: str, *, limit: int = v.MAX_BATCH, max_recoveries: int = DEFAULT_MAX_RECOVERIES
 ) -> ScriptCall[Sweep]:
-    """``max_recoveries`` = ``NO_COUNT`` (-1): recover every expired lease, count nothing."""
+    """``max_recoveries`` = ``NO_COUNT`` (-1): recover every expired lease, count nothing.
+    The keys and argv are in ``stalled.check_call``'s order (the base, the limit, the bound)."""
     ks = keyspace(queue)
     v.int_in("limit", limit, 1, v.MAX_BATCH)
     if max_recoveries != NO_COUNT:

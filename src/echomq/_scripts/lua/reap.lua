@@ -27,8 +27,8 @@ local active, pending = KEYS[1], KEYS[2]
 local base = ARGV[1]
 -- @include caps
 -- @include stall_sweep
-local max_recoveries = tonumber(ARGV[3])
 local limit = tonumber(ARGV[2])
+local max_recoveries = tonumber(ARGV[3])
 if not limit or limit < 1 or limit > MAX_BATCH then
   return redis.error_reply('EMQARG reap limit must be 1..' .. MAX_BATCH)
 end

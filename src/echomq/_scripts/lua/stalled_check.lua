@@ -3,7 +3,7 @@
   KEYS  1 active   ZSET  claimed ids; score = lease deadline ms
         2 pending  ZSET  ready ids
         3 wake     LIST  wake tokens
-  ARGV  1 queue base   2 max_stalled   3 limit (1..MAX_BATCH)
+  ARGV  1 queue base   2 limit (1..MAX_BATCH)   3 max_stalled (reap's order)
   Returns  {recovered ids, dead ids}
   Errors   EMQARG   limit is not 1..MAX_BATCH (nothing written; the verb refuses it first)
   Bound    O(limit * log N); at most MAX_BATCH expired leases per call
@@ -22,8 +22,8 @@ local active, pending = KEYS[1], KEYS[2]
 local base = ARGV[1]
 -- @include caps
 -- @include stall_sweep
-local max_stalled = tonumber(ARGV[2])
-local limit = tonumber(ARGV[3])
+local limit = tonumber(ARGV[2])
+local max_stalled = tonumber(ARGV[3])
 if not limit or limit < 1 or limit > MAX_BATCH then
   return redis.error_reply('EMQARG stalled_check limit must be 1..' .. MAX_BATCH)
 end
