@@ -279,11 +279,13 @@ def test_helpers_come_after_what_they_need() -> None:
 
 def test_includes_write_as_their_helpers_say() -> None:
     """The helpers that write are known to the write check (push_wake, mark_queue,
-    finished, the lanes' ready / leave_active / lane_join); the read-only ones are not."""
-    assert {"push_wake", "mark_queue", "finished", "ready", "leave_active", "lane_join"} <= set(
-        WRITING_HELPERS
-    )
-    assert not {"finish_read", "lanes_touch", "group_slots", "lane_key"} & set(WRITING_HELPERS)
+    finished, the lanes' ready / leave_active / lane_join, the claim's lane turns and rate
+    windows once placed and counted); the read-only ones are not."""
+    writing = {"push_wake", "mark_queue", "finished", "ready", "leave_active", "lane_join"}
+    writing |= {"lane_turns_place", "lane_turns_count", "count_starts"}
+    assert writing <= set(WRITING_HELPERS)
+    reading = {"finish_read", "lanes_touch", "group_slots", "lane_key", "lane_turns"}
+    assert not (reading | {"rate_window", "window_left"}) & set(WRITING_HELPERS)
     assert not re.search(_WRITE_CALL, INCLUDES["time"] + INCLUDES["score"])
 
 

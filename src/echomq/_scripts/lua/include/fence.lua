@@ -11,8 +11,7 @@
 -- with kept = 'completed', job i: its completions entry, counters and retention). The
 -- events: `cancel` with fenced = true (its holder stops it hard; on k.events and on the
 -- workers' channel k.control), then `completed`. Reads nothing: call it after the
--- script's checks and finish_read (include wake, lanes, ready, leave_active and finished
--- first).
+-- script's checks and finish_read.
 -- @include ready
 -- @include leave_active
 -- @include finished
