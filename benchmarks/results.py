@@ -74,7 +74,7 @@ def _without_stream() -> None:
     for name, script in list(table.items()):
         if "redis.call('XADD', stream" in script.source:
             source = cut.sub("", script.source)
-            table[name] = scripts.make_script(name, source, script.includes)
+            table[name] = scripts.make_script(name, source, script.includes, script.uses)
 
 
 def worker_main(argv: list[str]) -> None:

@@ -99,15 +99,19 @@ class EnqueueGroup(NamedTuple):
 
 
 # an option set as enqueue_group builds it, field by field; enqueue.lua's SET_FIELDS
-# (loader.ENQUEUE_SET_FIELDS) is the order the fields are sent in: _SET_SENT reorders a
-# set once per distinct set of a call (_enqueue_argv), whatever the two orders are
+# (loader.ENQUEUE_SET_FIELDS) is the order the fields are sent in: when the two differ,
+# _SET_SENT reorders a set once per distinct set of a call (_enqueue_argv)
 _SET_BUILT = (
     "delay_ms", "priority", "max_attempts", "task", "keep_result", "keep_dead", "dedup",
     "dedup_ms", "group", "group_concurrency", "trace",
 )  # fmt: skip
 if sorted(_SET_BUILT) != sorted(ENQUEUE_SET_FIELDS):
     raise RuntimeError(f"enqueue.lua's SET_FIELDS {ENQUEUE_SET_FIELDS} are not {_SET_BUILT}")
-_SET_SENT = itemgetter(*map(_SET_BUILT.index, ENQUEUE_SET_FIELDS))
+_SET_SENT = (
+    None
+    if _SET_BUILT == ENQUEUE_SET_FIELDS
+    else itemgetter(*map(_SET_BUILT.index, ENQUEUE_SET_FIELDS))
+)
 
 # task names already checked (a producer enqueues a few tasks again and again)
 _TASK_NAMES: set[str] = set()
@@ -214,7 +218,7 @@ def _enqueue_argv(base: str, groups: Sequence[EnqueueGroup]) -> tuple[list[Any],
     v.batch_bytes(total)
     argv: list[Any] = [base, len(groups), len(sets)]
     for options in sets:
-        argv += _SET_SENT(options)
+        argv += options if _SET_SENT is None else _SET_SENT(options)
     argv += per_job
     return argv, ids
 
