@@ -64,11 +64,12 @@ def _check(name: str, value: object) -> int:
 class Retention:
     """A queue's retention settings, as answered by ``admin.retention`` (defaults filled).
 
-    Times in seconds: ``keep_result`` (completed and cancelled rows, 24 h), ``keep_dead``
-    (dead rows, 7 days), ``completions_keep`` (stream entries, 24 h). Counts, the memory
-    guard: ``completions_max`` entries (1,000,000), ``max_completed`` / ``max_dead`` rows
-    (1,000,000 each), ``max_log_lines`` per job (1,000, when ``add_log`` is given no
-    ``keep``). ``explicit`` names the settings the queue sets (the rest are defaults).
+    Times in seconds: ``keep_result`` (completed and cancelled rows), ``keep_dead`` (dead
+    rows), ``completions_keep`` (stream entries). Counts, the memory guard:
+    ``completions_max`` entries, ``max_completed`` / ``max_dead`` rows, ``max_log_lines``
+    per job (when ``add_log`` is given no ``keep``). Each default is the scripts' own
+    (``include/retention.lua``; ``Retention()`` holds them). ``explicit`` names the settings
+    the queue sets (the rest are defaults).
     """
 
     keep_result: float = _DEFAULTS["keep_result"] / 1000
