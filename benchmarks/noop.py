@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent  # where ``-m benchmarks.noop`` im
 
 def _without_stream() -> None:
     """Cut the stream's XADD / XTRIM out of every script (this process only)."""
-    from echomq._scripts import calls as scripts
+    from echomq._scripts import loader as scripts
 
     cut = re.compile(  # an XADD call may span lines: up to the "))" that ends it
         r"^\s*redis\.call\('XADD', stream,.*?\)\)\s*$|"
@@ -47,7 +47,7 @@ def _without_stream() -> None:
     for name, script in list(table.items()):
         if "redis.call('XADD', stream" in script.source:
             source = cut.sub("", script.source)
-            table[name] = scripts.make_script(name, source, script.includes)
+            table[name] = scripts.make_script(name, source, script.includes, script.uses)
 
 
 def worker_main(argv: list[str]) -> None:

@@ -8,10 +8,11 @@ server needed):
   maps to a typed error in ``replies.py``, and comes before the first write;
 - the Moves line is exactly the script's row of ``_model/states.TRANSITIONS``;
 - the header states the script's bound (``Bound``: its cost per call); a script whose work
-  grows with an argument checks that argument against its cap in the body, before its first
-  write, and the cap is the one ``_scripts/validate.py`` gates the verb with;
-- every include (``lua/include/*.lua``) is used, and a script that includes a file uses
-  what it defines; a helper that writes counts as a write where it is called.
+  grows with an argument checks that argument against its cap (``include/caps.lua``, the
+  numbers Python gates the verbs with) in the body, before its first write;
+- every include (``lua/include/*.lua``) is used; a script (or an include) includes what its
+  own code uses, and uses what it includes; a helper that writes counts as a write where
+  it is called.
 """
 
 from __future__ import annotations
@@ -20,35 +21,35 @@ import re
 
 import pytest
 
+from echomq._model import caps
 from echomq._model.states import TRANSITIONS, JobState, Moves
 from echomq._scripts import replies
-from echomq._scripts import validate as v
-from echomq._scripts.calls import INCLUDES, SCRIPTS
+from echomq._scripts.loader import INCLUDES, SCRIPTS, include_lines
 from echomq.errors import EchoMQError, ScriptError, ServerError
 
 FIELDS = ("KEYS", "ARGV", "Returns", "Errors", "Events", "Moves", "Bound")
 REQUIRED = ("KEYS", "ARGV", "Returns", "Events", "Moves", "Bound")
-# scripts whose work grows with an argument: the cap the verb gates it with, and the local
-# the script checks it against (the script refuses a bigger one with EMQARG)
+# scripts whose work grows with an argument: the cap (include/caps.lua, read by Python as
+# _model/caps) the script checks it against (it refuses a bigger one with EMQARG)
 CAPPED = {
-    "claim": ("MAX_COUNT", v.MAX_COUNT),
-    "enqueue": ("MAX_JOBS", v.MAX_ENQUEUE),
-    "add_flow": ("MAX_FLOW", v.MAX_FLOW),
-    "flow_results": ("MAX_PAGE", v.MAX_FLOW_PAGE),
-    "extend_locks": ("MAX_PAIRS", v.MAX_HELD),
-    "release": ("MAX_PAIRS", v.MAX_HELD),
-    "complete_many": ("MAX_JOBS", v.MAX_BATCH),
-    "reap": ("MAX_LIMIT", v.MAX_BATCH),
-    "stalled_check": ("MAX_LIMIT", v.MAX_BATCH),
-    "drain": ("MAX_BUDGET", v.MAX_BUDGET),
-    "obliterate": ("MAX_BUDGET", v.MAX_BUDGET),
-    "queue_stats": ("MAX_MINUTES", v.MAX_MINUTES),
-    "repeat_due": ("MAX_LIMIT", v.MAX_REPEAT_PAGE),
-    "repeat_list": ("MAX_LIMIT", v.MAX_REPEAT_PAGE),
-    "fence_cancels": ("MAX_LIMIT", v.MAX_BATCH),
-    "list_workers": ("MAX_LIMIT", v.MAX_BATCH),
-    "heartbeat": ("MAX_PAIRS", v.MAX_BEAT_FIELDS),
-    "lanes_rejoin": ("MAX_BUDGET", v.MAX_BUDGET),
+    "claim": "MAX_COUNT",
+    "enqueue": "MAX_ENQUEUE",
+    "add_flow": "MAX_FLOW",
+    "flow_results": "MAX_FLOW_PAGE",
+    "extend_locks": "MAX_HELD",
+    "release": "MAX_HELD",
+    "complete_many": "MAX_BATCH",
+    "reap": "MAX_BATCH",
+    "stalled_check": "MAX_BATCH",
+    "drain": "MAX_BUDGET",
+    "obliterate": "MAX_BUDGET",
+    "queue_stats": "MAX_MINUTES",
+    "repeat_due": "MAX_REPEAT_PAGE",
+    "repeat_list": "MAX_REPEAT_PAGE",
+    "fence_cancels": "MAX_BATCH",
+    "list_workers": "MAX_BATCH",
+    "heartbeat": "MAX_BEAT_FIELDS",
+    "lanes_rejoin": "MAX_BUDGET",
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "
@@ -144,21 +145,34 @@ def test_header_names_every_field(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_header_states_the_bound_and_the_body_checks_its_cap(name: str) -> None:
-    """The Bound field says what one call costs; a capped script names its cap there, checks
-    it with an EMQARG refusal before its first write, and the cap is validate.py's."""
+    """The Bound field says what one call costs; a capped script includes the caps, names its
+    cap there and checks the argument against it with an EMQARG refusal (before its first
+    write: test_every_refusal_comes_before_the_first_write)."""
     fields, body = _split(SCRIPTS[name].source)
     bound = fields.get("Bound", "")
     assert re.search(r"O\(", bound), f"{name}.lua: Bound must state the cost, e.g. O(log N)"
     if name not in CAPPED:
         return
-    local, cap = CAPPED[name]
+    cap = CAPPED[name]
+    assert "caps" in SCRIPTS[name].uses, f"{name}.lua: no `-- @include caps` line"
     code = "\n".join(_code_lines(body))
-    declared = re.search(rf"^local {local} = (\d+)$", code, re.MULTILINE)
-    assert declared, f"{name}.lua: no `local {local} = <cap>` line"
-    value = int(declared.group(1))
-    assert value == cap, f"{name}.lua: {local} = {value}, validate says {cap}"
+    assert re.search(rf">\s*{cap}\b", code), f"{name}.lua: no check of an argument > {cap}"
     assert f"at most {cap}" in bound, f"{name}.lua: the Bound line must name the cap {cap}"
     assert "EMQARG" in fields.get("Errors", ""), f"{name}.lua: the cap's refusal is EMQARG"
+
+
+def test_every_cap_python_uses_is_written_once_in_the_lua() -> None:
+    """Each cap of _model/caps.py is a `local MAX_... = <digits>` of include/caps.lua (read
+    at import, so equal by construction), and the include holds no cap Python lacks; no
+    script writes a cap's number again as a `local MAX_...` of its own."""
+    lua = caps.lua_constants(INCLUDES["caps"])
+    python = {name: getattr(caps, name) for name in caps.__all__ if name.startswith("MAX_")}
+    assert lua == python
+    for name, script in SCRIPTS.items():
+        _, body = _split(script.source)
+        code = "\n".join(_code_lines(body))
+        again = set(re.findall(r"^local (MAX_\w+) =", code, re.MULTILINE)) & set(lua)
+        assert not again, f"{name}.lua sets {again} again: include caps instead"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -208,34 +222,46 @@ def test_moves_line_matches_transitions(name: str) -> None:
 
 
 def test_every_include_is_used() -> None:
-    """Each ``lua/include/*.lua`` is included by some script."""
+    """Each ``lua/include/*.lua`` is pulled into some script."""
     used = {include for script in SCRIPTS.values() for include in script.includes}
     assert set(INCLUDES) == used, f"unused includes: {set(INCLUDES) - used}"
 
 
-def _uses(code: str, include: str) -> bool:
-    return any(re.search(rf"\b{d}\b", code) for d in _DEFINED.findall(INCLUDES[include]))
+def _own_code(text: str) -> str:
+    """A script's or an include's own code: comments cut, included text blanked."""
+    return "\n".join(_code_lines(text))
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_a_script_uses_what_it_includes(name: str) -> None:
-    """An ``-- @include x`` line brings names the script's own code uses, or that a helper
-    it uses needs (``ready`` needs ``lanes`` and ``wake``): no dead text."""
-    _, body = _split(SCRIPTS[name].source)
-    code = "\n".join(_code_lines(body))
-    included = SCRIPTS[name].includes
-    used = {include for include in included if _uses(code, include)}
-    grown = True
-    while grown:
-        grown = False
-        for include in set(included) - used:
-            if any(_uses(INCLUDES[user], include) for user in used):
-                used.add(include)
-                grown = True
-    for include in included:
-        assert include in used, (
-            f"{name}.lua includes {include} but uses none of {_DEFINED.findall(INCLUDES[include])}"
+# what each include defines (its top-level locals), and its own code
+DEFINES = {name: set(_DEFINED.findall(text)) for name, text in INCLUDES.items()}
+UNITS = {
+    **{f"{name}.lua": (_own_code(_split(s.source)[1]), s.uses) for name, s in SCRIPTS.items()},
+    **{f"include/{n}.lua": (_own_code(t), include_lines(t)) for n, t in INCLUDES.items()},
+}
+
+
+@pytest.mark.parametrize("unit", sorted(UNITS))
+def test_each_include_line_brings_what_its_own_code_uses(unit: str) -> None:
+    """A script or an include names on its own ``-- @include`` lines exactly what its own
+    code uses: each line brings a name the code uses (no dead text), and every helper it
+    calls or constant it reads from an include is named on one of its lines (what a
+    helper needs is that helper's include's business, not the caller's)."""
+    code, lines = UNITS[unit]
+    own = DEFINES.get(unit.removeprefix("include/").removesuffix(".lua"), set())
+    for include in lines:
+        named = DEFINES[include] - own
+        assert any(re.search(rf"\b{d}\b", code) for d in named), (
+            f"{unit} includes {include} but uses none of {sorted(named)}"
         )
+    for include, defined in DEFINES.items():
+        if include in lines or unit == f"include/{include}.lua":
+            continue
+        reached = [
+            d
+            for d in defined - own
+            if re.search(rf"\b{d}\(", code) or (d.isupper() and re.search(rf"\b{d}\b", code))
+        ]
+        assert not reached, f"{unit} uses {reached} of include {include}: name it on a line"
 
 
 def test_helpers_come_after_what_they_need() -> None:
@@ -253,11 +279,13 @@ def test_helpers_come_after_what_they_need() -> None:
 
 def test_includes_write_as_their_helpers_say() -> None:
     """The helpers that write are known to the write check (push_wake, mark_queue,
-    finished, the lanes' ready / leave_active / lane_join); the read-only ones are not."""
-    assert {"push_wake", "mark_queue", "finished", "ready", "leave_active", "lane_join"} <= set(
-        WRITING_HELPERS
-    )
-    assert not {"finish_read", "lanes_touch", "group_slots", "lane_key"} & set(WRITING_HELPERS)
+    finished, the lanes' ready / leave_active / lane_join, the claim's lane turns and rate
+    windows once placed and counted); the read-only ones are not."""
+    writing = {"push_wake", "mark_queue", "finished", "ready", "leave_active", "lane_join"}
+    writing |= {"lane_turns_place", "lane_turns_count", "count_starts"}
+    assert writing <= set(WRITING_HELPERS)
+    reading = {"finish_read", "lanes_touch", "group_slots", "lane_key", "lane_turns"}
+    assert not (reading | {"rate_window", "window_left"}) & set(WRITING_HELPERS)
     assert not re.search(_WRITE_CALL, INCLUDES["time"] + INCLUDES["score"])
 
 

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_STALLED = 1
-DEFAULT_LIMIT = 100
+DEFAULT_LIMIT = v.MAX_BATCH
 
 
 def _read(reply: Any) -> Sweep:
@@ -47,13 +47,15 @@ def _read(reply: Any) -> Sweep:
 
 
 def check_call(
-    queue: str, *, max_stalled: int = DEFAULT_MAX_STALLED, limit: int = DEFAULT_LIMIT
+    queue: str, *, limit: int = DEFAULT_LIMIT, max_stalled: int = DEFAULT_MAX_STALLED
 ) -> ScriptCall[Sweep]:
+    """``stalled_check.lua``: the keys and argv in ``jobs.reap_call``'s order (active,
+    pending, wake; the base, the limit, then the stall bound)."""
     ks = Keyspace(queue)
     argv = [
         ks.base,
-        v.positive_int("max_stalled", max_stalled),
         v.positive_int("limit", limit, v.MAX_BATCH),
+        v.positive_int("max_stalled", max_stalled),
     ]
     keys = [ks.active, ks.pending, ks.wake]
     return script_call("stalled_check", keys, argv, _read)
@@ -63,20 +65,20 @@ async def check(
     conn: Executor,
     queue: str,
     *,
-    max_stalled: int = DEFAULT_MAX_STALLED,
     limit: int = DEFAULT_LIMIT,
+    max_stalled: int = DEFAULT_MAX_STALLED,
 ) -> Sweep:
     """Run one stalled sweep over at most ``limit`` expired leases (server clock).
 
     Args:
+        limit: at most this many expired leases per call (1..``MAX_BATCH``); call again
+            for more.
         max_stalled: the counted stalls at which a job is dead-lettered (>= 1).
-        limit: at most this many expired leases per call (1..100, ``MAX_BATCH``);
-            call again for more.
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O.
     """
-    return await evaluate(conn, check_call(queue, max_stalled=max_stalled, limit=limit))
+    return await evaluate(conn, check_call(queue, limit=limit, max_stalled=max_stalled))
 
 
 async def take_sweep_guard(conn: Executor, queue: str, owner: str, ttl_ms: int) -> bool:

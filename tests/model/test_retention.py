@@ -1,4 +1,4 @@
-"""The retention settings: one set of defaults, held by Python and by the scripts alike;
+"""The retention settings: one set of defaults, written in the Lua and read by Python;
 values checked before any I/O (docs/results.md)."""
 
 from __future__ import annotations
@@ -8,32 +8,28 @@ import re
 import pytest
 
 from echomq._model import caps as limits
+from echomq._model.caps import lua_table
 from echomq._model.options import EnqueueOptions, TaskOptions
 from echomq._model.retention import METRICS_KEEP_MINUTES, Retention, keep_ms
-from echomq._scripts.calls import INCLUDES, SCRIPTS
+from echomq._scripts.loader import INCLUDES, SCRIPTS, include_lines
 from echomq.errors import InvalidArgument
 
 
-def _lua_number(expr: str) -> int:
-    """A Lua constant expression of this include (``7 * DAY_MS``, ``720 * 60000 + 120000``)."""
-    day = re.search(r"^local DAY_MS = (\d+)$", INCLUDES["finished"], re.MULTILINE)
-    assert day
-    return int(eval(expr.replace("DAY_MS", day[1]), {"__builtins__": {}}))  # digits and * + only
-
-
-def test_the_scripts_hold_the_same_defaults() -> None:
-    """include/finished.lua's FINISH_DEFAULTS and add_log.lua's DEFAULT_LOG_LINES are
-    Retention's defaults; the counters' TTL is METRICS_KEEP_MINUTES (+ 2 minutes)."""
-    block = re.search(r"local FINISH_DEFAULTS = \{(.*?)\}", INCLUDES["finished"], re.S)
-    assert block
-    lua = {k: _lua_number(v) for k, v in re.findall(r"(\w+) = ([\d\s*+A-Z_]+)", block[1])}
-    logs = re.search(r"^local DEFAULT_LOG_LINES = (\d+)$", SCRIPTS["add_log"].source, re.M)
-    assert logs
-    lua["max_log_lines"] = int(logs[1])
+def test_the_defaults_are_the_scripts_own() -> None:
+    """Every retention setting Python knows, and its default, is include/retention.lua's
+    RETENTION_DEFAULTS (read at import), which the scripts read too: the finishing scripts,
+    add_log (max_log_lines) and set_retention (the names); the per-minute counters live as
+    long as a stats call may read them (MAX_MINUTES)."""
+    lua = lua_table(INCLUDES["retention"], "RETENTION_DEFAULTS")
     assert lua == dict(Retention.defaults_ms())
-    keep = re.search(r"^local METRICS_KEEP_MS = ([\d\s*+]+)", INCLUDES["finished"], re.M)
-    assert keep and _lua_number(keep[1]) == METRICS_KEEP_MINUTES * 60_000 + 120_000
+    assert tuple(lua) == Retention.names()
+    assert "retention" in SCRIPTS["add_log"].uses and "retention" in SCRIPTS["set_retention"].uses
+    assert "retention" in include_lines(INCLUDES["finished"])
+    assert "RETENTION_DEFAULTS.max_log_lines" in SCRIPTS["add_log"].source
+    keep = re.search(r"^local METRICS_KEEP_MS = (.*)$", INCLUDES["finished"], re.M)
+    assert keep and keep[1] == "MAX_MINUTES * 60000 + 120000"
     assert METRICS_KEEP_MINUTES == limits.MAX_MINUTES
+    assert Retention().max_log_lines == lua["max_log_lines"]
 
 
 @pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), "5", True, None, 2**41])

@@ -76,5 +76,5 @@ async def test_claim_and_sweeps_refuse_counts_over_their_caps(
     sc = life.reap_call(queue, limit=1)
     await refused(conn, ks, tampered(sc, [sc.argv[0], v.MAX_BATCH + 1, *sc.argv[2:]]))
     sc = stalled.check_call(queue, limit=1)
-    await refused(conn, ks, tampered(sc, [sc.argv[0], sc.argv[1], v.MAX_BATCH + 1]))
+    await refused(conn, ks, tampered(sc, [sc.argv[0], v.MAX_BATCH + 1, *sc.argv[2:]]))
     assert sorted(await jobs.reap(conn, queue, limit=v.MAX_BATCH)) == sorted(c.id for c in claimed)

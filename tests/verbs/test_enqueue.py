@@ -240,3 +240,36 @@ async def test_option_sets_that_do_not_add_up_are_refused(
         with pytest.raises(InvalidArgument, match="names no option set"):
             await evaluate(conn, ScriptCall(sc.script, sc.keys, argv, sc.read))
     assert await snapshot(conn, ks) == before
+
+
+def _every_option() -> jobs.NewJob:
+    return jobs.NewJob(
+        payload=b"p", delay_ms=11, priority=12, max_attempts=13, task="t.x", keep_result_ms=14,
+        keep_dead_ms=15, dedup="k", dedup_ms=16, group="g", group_concurrency=17, trace="tr",
+    )  # fmt: skip
+
+
+SENT = {
+    "delay_ms": 11, "priority": 12, "max_attempts": 13, "task": "t.x", "keep_result": 14,
+    "keep_dead": 15, "dedup": "k", "dedup_ms": 16, "group": "g", "group_concurrency": 17,
+    "trace": "tr",
+}  # fmt: skip
+
+
+def test_an_option_set_is_sent_in_the_order_enqueue_lua_declares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The argv's option set holds each field where enqueue.lua's SET_FIELDS puts it; had
+    the Lua another order, the set would follow it (the reorder Python builds at import)."""
+    from operator import itemgetter
+
+    from echomq._scripts.loader import ENQUEUE_SET_FIELDS
+
+    argv = life.enqueue_call("q", [_every_option()]).argv
+    assert list(argv[3 : 3 + len(ENQUEUE_SET_FIELDS)]) == [SENT[f] for f in ENQUEUE_SET_FIELDS]
+    assert set(SENT) == set(ENQUEUE_SET_FIELDS)
+    reversed_fields = ENQUEUE_SET_FIELDS[::-1]
+    reorder = itemgetter(*map(life._SET_BUILT.index, reversed_fields))
+    monkeypatch.setattr(life, "_SET_SENT", reorder)
+    argv = life.enqueue_call("q", [_every_option()]).argv
+    assert list(argv[3 : 3 + len(reversed_fields)]) == [SENT[f] for f in reversed_fields]

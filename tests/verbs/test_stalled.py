@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import echomq
 from echomq import jobs, stalled
@@ -135,3 +136,24 @@ async def test_sweep_publishes_dead_and_recovered_events(
             got = [json.loads((await ps.receive()).data) for _ in range(4)]
     assert {"event": "dead", "job": dead_id, "error": "stalled"} in got
     assert {"event": "recovered", "job": live_id} in got
+
+
+def test_reap_and_the_sweep_take_their_arguments_in_one_order() -> None:
+    """stalled_check and reap: the same KEYS (active, pending, wake) and ARGV (the base, the
+    limit, the stall bound), in the calls and in the scripts' headers."""
+    from echomq.jobs.lifecycle import reap_call
+
+    sweep = stalled.check_call("q", limit=7, max_stalled=3)
+    reap = reap_call("q", limit=7, max_recoveries=3)
+    assert (sweep.keys, sweep.argv) == (reap.keys, reap.argv)
+    assert sweep.argv == [Keyspace("q").base, 7, 3]
+
+    keys = r"  KEYS  1 active .*\n        2 pending .*\n        3 wake .*\n"
+    argv = r"  ARGV  1 queue base   2 limit \(1\.\.MAX_BATCH\)   3 (\w+)"
+    bounds = []
+    for script in (sweep.script, reap.script):
+        assert re.search(keys, script.source), script.name
+        found = re.search(argv, script.source)
+        assert found, script.name
+        bounds.append(found[1])
+    assert bounds == ["max_stalled", "max_recoveries"]

@@ -2,13 +2,19 @@
 
 Rule 1: ``bool`` is not an int here (``True`` is not a lease), and neither is ``1.5`` or
 ``"10"``; bad values raise :class:`~echomq.errors.InvalidArgument` (a ``ValueError``).
-Rule 2: every bound keeps the scripts' arithmetic exact: a score is a double, so
-``priority * 2^40 + seq`` and ``now + lease`` stay below 2^53, and a batch stays below
-Lua's ``unpack`` limit. Each capped script checks its own cap again (docs/lua.md, rule 8);
-tests/test_lua_headers.py keeps the two numbers equal.
+Rule 2: every cap is written once, in the Lua (``_scripts/lua/include/caps.lua``, with why
+each is what it is), and read here at import: every bound keeps the scripts' arithmetic
+exact, and each capped script checks its own cap again (docs/lua.md, rule 8).
+Rule 3: ``_model`` imports nothing of ``_scripts``: the Lua is read as package data of
+``echomq`` (:func:`include_text`), and :func:`lua_constants` / :func:`lua_table` are the one
+reader of the numbers the Lua and Python share (the scripts' loader reads the layout
+versions with it too; ``retention.py`` the retention defaults).
 """
 
 from __future__ import annotations
+
+import re
+from importlib import resources
 
 from ..errors import InvalidArgument
 
@@ -27,28 +33,72 @@ __all__ = [
     "MAX_MS",
     "MAX_PRIORITY",
     "MAX_REPEAT_PAGE",
+    "MAX_SETTING",
+    "include_text",
     "int_in",
+    "lua_constants",
+    "lua_table",
     "non_negative_int",
     "positive_int",
 ]
 
-MAX_PRIORITY = 4095  # priority * 2^40 + seq must stay exact in a double score
-# Caps on the work one script call does: chosen so that no call blocks Redis for more
-# than ~10 ms on a queue of 1M jobs (measured by `python -m benchmarks bounds`, table in
-# benchmarks/README.md).
-MAX_COUNT = 250  # jobs per claim (which also promotes at most 100 due scheduled jobs)
-MAX_BATCH = 100  # expired leases per reap / stalled sweep (each may finish a job)
-MAX_ENQUEUE = 250  # jobs per enqueue_many call
-MAX_FLOW_PAGE = 1000  # a flow parent's children read per flow_results call
-MAX_FLOW = 250  # nodes (and held parents released) per add_flow call: a page of a flow
-MAX_HELD = 250  # (id, token) pairs per extend_locks / release call
-MAX_BUDGET = 500  # jobs (or leftover keys) per drain / obliterate step
-MAX_REPEAT_PAGE = 100  # repeat records per repeat_due / repeat_list call
-MAX_MS = 2**40  # a lease or delay of ~34 years; now + MAX_MS stays exact in a double
-MAX_ATTEMPTS = 1_000_000  # handler failures a job may have; a sane bound, not arithmetic
-MAX_MINUTES = 720  # minutes of per-minute counters one stats call reads (3 HGETs each)
-MAX_BEAT_FIELDS = 32  # field pairs of one worker heartbeat record
-MAX_LIMIT = 1_000_000_000  # a group's concurrency, a rate limit's jobs per period
+_CONSTANT = re.compile(r"^local (\w+) = (\d+)[ \t]*(?:--.*)?$", re.MULTILINE)
+_ENTRY = re.compile(r"^[ \t]*(\w+) = (\d+),?[ \t]*(?:--.*)?$", re.MULTILINE)
+
+
+def include_text(name: str) -> str:
+    """The text of ``_scripts/lua/include/<name>.lua`` (package data: nothing imported)."""
+    path = resources.files("echomq").joinpath("_scripts", "lua", "include", f"{name}.lua")
+    return path.read_text(encoding="utf-8")
+
+
+def lua_constants(text: str) -> dict[str, int]:
+    """Every ``local NAME = <digits>`` line of a Lua text (a trailing comment allowed)."""
+    return {m[1]: int(m[2]) for m in _CONSTANT.finditer(text)}
+
+
+def lua_table(text: str, name: str) -> dict[str, int]:
+    """The table ``local <name> = { key = <digits>, ... }`` of a Lua text, one entry a line,
+    in order.
+
+    Raises:
+        RuntimeError: no such table, or a line of it that is not ``key = <digits>``.
+    """
+    match = re.search(rf"^local {name} = \{{\n(.*?)^\}}$", text, re.MULTILINE | re.DOTALL)
+    if match is None:
+        raise RuntimeError(f"no table {name} in the Lua")
+    lines = [line for line in match[1].splitlines() if line.strip()]
+    entries = {m[1]: int(m[2]) for m in _ENTRY.finditer(match[1])}
+    if len(entries) != len(lines):
+        raise RuntimeError(f"{name}: every line must be `key = <digits>,`")
+    return entries
+
+
+_CAPS = lua_constants(include_text("caps"))
+
+
+def _cap(name: str) -> int:
+    value = _CAPS.get(name)
+    if value is None:
+        raise RuntimeError(f"_scripts/lua/include/caps.lua does not set {name}")
+    return value
+
+
+MAX_PRIORITY = _cap("MAX_PRIORITY")  # |priority| * 2^40 + seq: an exact double score
+MAX_MS = _cap("MAX_MS")  # 2^40 ms: a lease or delay; now + MAX_MS stays exact
+MAX_ATTEMPTS = _cap("MAX_ATTEMPTS")  # handler failures a job may have
+MAX_LIMIT = _cap("MAX_LIMIT")  # a group's concurrency, a rate limit's jobs per period
+MAX_SETTING = _cap("MAX_SETTING")  # a retention count setting
+MAX_COUNT = _cap("MAX_COUNT")  # jobs per claim
+MAX_BATCH = _cap("MAX_BATCH")  # expired leases per reap / stalled sweep, complete_many jobs
+MAX_ENQUEUE = _cap("MAX_ENQUEUE")  # jobs per enqueue_many call
+MAX_FLOW_PAGE = _cap("MAX_FLOW_PAGE")  # a flow parent's children per flow_results call
+MAX_FLOW = _cap("MAX_FLOW")  # nodes (and held parents released) per add_flow call
+MAX_HELD = _cap("MAX_HELD")  # (id, token) pairs per extend_locks / release call
+MAX_BUDGET = _cap("MAX_BUDGET")  # jobs (or leftover keys) per drain / obliterate step
+MAX_REPEAT_PAGE = _cap("MAX_REPEAT_PAGE")  # repeat records per repeat_due / repeat_list
+MAX_MINUTES = _cap("MAX_MINUTES")  # minutes of per-minute counters one stats call reads
+MAX_BEAT_FIELDS = _cap("MAX_BEAT_FIELDS")  # field pairs of one worker heartbeat record
 
 
 def _is_int(value: object) -> bool:

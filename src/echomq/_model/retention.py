@@ -8,8 +8,10 @@ by time (``MINID ~``) and to ``completions_max`` entries (``MAXLEN ~``). Past
 ``max_completed`` / ``max_dead`` rows, the rows closest to their end are deleted early,
 and counted (``QueueStats.capped``: the guard was hit, a worker logs it).
 Rule 2: a queue's settings live in its meta hash (``admin.set_retention``); an unset one is
-the default here, which ``include/finished.lua`` (``FINISH_DEFAULTS``) and ``add_log.lua``
-(``DEFAULT_LOG_LINES``) hold too: tests/model/test_retention.py keeps them equal.
+its default. The settings and their defaults are written once, in the Lua
+(``_scripts/lua/include/retention.lua``, ``RETENTION_DEFAULTS``, which the finishing scripts,
+``add_log`` and ``set_retention`` read), and read here at import; which of them are times
+(seconds in the API) is this module's (``_TIMES``).
 Rule 3: the API speaks seconds (a float) for times and ints for counts; the scripts speak
 ms. ``0`` as a keep means "not kept": the row goes when the job finishes (a waiting
 ``result()`` still reads the completions entry).
@@ -24,6 +26,7 @@ import attrs
 
 from ..errors import InvalidArgument
 from . import caps as limits
+from .caps import include_text, lua_table
 
 __all__ = [
     "METRICS_KEEP_MINUTES",
@@ -33,18 +36,10 @@ __all__ = [
 
 DAY = 86_400.0
 METRICS_KEEP_MINUTES = limits.MAX_MINUTES  # per-minute counters kept 12 h (TTL 12 h + 2 min)
-MAX_COUNT_SETTING = 2**40  # any count setting (a sane bound, exact in a double)
 
-# setting -> (kind, default); "ms" settings are seconds in the API
-_SETTINGS: dict[str, tuple[str, int]] = {
-    "keep_result": ("ms", 86_400_000),
-    "keep_dead": ("ms", 7 * 86_400_000),
-    "completions_keep": ("ms", 86_400_000),
-    "completions_max": ("count", 1_000_000),
-    "max_completed": ("count", 1_000_000),
-    "max_dead": ("count", 1_000_000),
-    "max_log_lines": ("count", 1_000),
-}
+# setting -> its default as the scripts hold it (ms or a count), in the Lua's order
+_DEFAULTS: dict[str, int] = lua_table(include_text("retention"), "RETENTION_DEFAULTS")
+_TIMES = frozenset({"keep_result", "keep_dead", "completions_keep"})  # seconds in the API
 
 
 def keep_ms(name: str, value: object) -> int:
@@ -59,41 +54,41 @@ def keep_ms(name: str, value: object) -> int:
 
 
 def _check(name: str, value: object) -> int:
-    kind, _ = _SETTINGS[name]
-    if kind == "ms":
+    if name in _TIMES:
         return keep_ms(name, value)
     low = 0 if name == "completions_max" else 1
-    return limits.int_in(name, value, low, MAX_COUNT_SETTING)
+    return limits.int_in(name, value, low, limits.MAX_SETTING)
 
 
 @attrs.frozen(kw_only=True)
 class Retention:
     """A queue's retention settings, as answered by ``admin.retention`` (defaults filled).
 
-    Times in seconds: ``keep_result`` (completed and cancelled rows, 24 h), ``keep_dead``
-    (dead rows, 7 days), ``completions_keep`` (stream entries, 24 h). Counts, the memory
-    guard: ``completions_max`` entries (1,000,000), ``max_completed`` / ``max_dead`` rows
-    (1,000,000 each), ``max_log_lines`` per job (1,000, when ``add_log`` is given no
-    ``keep``). ``explicit`` names the settings the queue sets (the rest are defaults).
+    Times in seconds: ``keep_result`` (completed and cancelled rows), ``keep_dead`` (dead
+    rows), ``completions_keep`` (stream entries). Counts, the memory guard:
+    ``completions_max`` entries, ``max_completed`` / ``max_dead`` rows, ``max_log_lines``
+    per job (when ``add_log`` is given no ``keep``). Each default is the scripts' own
+    (``include/retention.lua``; ``Retention()`` holds them). ``explicit`` names the settings
+    the queue sets (the rest are defaults).
     """
 
-    keep_result: float = _SETTINGS["keep_result"][1] / 1000
-    keep_dead: float = _SETTINGS["keep_dead"][1] / 1000
-    completions_keep: float = _SETTINGS["completions_keep"][1] / 1000
-    completions_max: int = _SETTINGS["completions_max"][1]
-    max_completed: int = _SETTINGS["max_completed"][1]
-    max_dead: int = _SETTINGS["max_dead"][1]
-    max_log_lines: int = _SETTINGS["max_log_lines"][1]
+    keep_result: float = _DEFAULTS["keep_result"] / 1000
+    keep_dead: float = _DEFAULTS["keep_dead"] / 1000
+    completions_keep: float = _DEFAULTS["completions_keep"] / 1000
+    completions_max: int = _DEFAULTS["completions_max"]
+    max_completed: int = _DEFAULTS["max_completed"]
+    max_dead: int = _DEFAULTS["max_dead"]
+    max_log_lines: int = _DEFAULTS["max_log_lines"]
     explicit: frozenset[str] = frozenset()
 
     @staticmethod
     def names() -> tuple[str, ...]:
-        return tuple(_SETTINGS)
+        return tuple(_DEFAULTS)
 
     @staticmethod
     def defaults_ms() -> Mapping[str, int]:
         """Each setting's default as the scripts hold it (ms or a count)."""
-        return {name: default for name, (_, default) in _SETTINGS.items()}
+        return dict(_DEFAULTS)
 
     @staticmethod
     def meta_args(settings: Mapping[str, Any]) -> list[str]:
@@ -103,12 +98,12 @@ class Retention:
             InvalidArgument: an unknown name or a bad value (before any I/O).
         """
         if not settings:
-            raise InvalidArgument(f"name at least one setting: {', '.join(_SETTINGS)}")
+            raise InvalidArgument(f"name at least one setting: {', '.join(_DEFAULTS)}")
         argv: list[str] = []
         for name, value in settings.items():
-            if name not in _SETTINGS:
+            if name not in _DEFAULTS:
                 raise InvalidArgument(
-                    f"unknown retention setting {name!r}; known: {', '.join(_SETTINGS)}"
+                    f"unknown retention setting {name!r}; known: {', '.join(_DEFAULTS)}"
                 )
             argv += [name, "" if value is None else str(_check(name, value))]
         return argv
@@ -118,7 +113,13 @@ class Retention:
         """From the meta fields as stored (ms / counts; None = not set)."""
         values: dict[str, Any] = {}
         for name, raw in fields.items():
-            if raw is None or name not in _SETTINGS:
+            if raw is None or name not in _DEFAULTS:
                 continue
-            values[name] = raw / 1000 if _SETTINGS[name][0] == "ms" else raw
+            values[name] = raw / 1000 if name in _TIMES else raw
         return cls(**values, explicit=frozenset(values))
+
+
+if set(_DEFAULTS) != {f.name for f in attrs.fields(Retention)} - {"explicit"} or not (
+    _TIMES <= set(_DEFAULTS)
+):
+    raise RuntimeError("include/retention.lua's RETENTION_DEFAULTS and Retention's fields differ")

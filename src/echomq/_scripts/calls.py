@@ -1,167 +1,50 @@
-"""The Lua scripts: read from ``lua/*.lua`` at import, run EVALSHA-first.
+"""The scripts' calls: what to run (a :class:`ScriptCall`), run EVALSHA-first.
 
-Rule 1: one file per transition, named after its verb; the sha1 is computed here, so the
-first call is an EVALSHA; on ``NOSCRIPT`` the script's source is sent once with EVAL
-(which also loads it), then calls go back to EVALSHA.
-Rule 1b: helpers shared by several scripts (the server clock, the priority score, the
-wake cap, the run id, the queue's schema mark) are written once in ``lua/include/<name>.lua``;
-a script names one with a line ``-- @include <name>``, replaced here, at import, by the
-file's text (one level: an include includes nothing). The sha is of the expanded source,
-and the native twin loads the expanded source too. :data:`SCHEMA_VERSION` is read from
-``include/schema.lua``: the layout's version is written in that one place (and
-:data:`REPEAT_FORMAT`, a repeat record's, from ``include/repeat.lua``).
+Rule 1: the scripts are read, expanded and hashed at import by ``loader.py``; the first call
+is an EVALSHA; on ``NOSCRIPT`` the script's source is sent once with EVAL (which also loads
+it), then calls go back to EVALSHA.
 Rule 2: a :class:`ScriptCall` is plain data (script, keys, argv, and the function that
 reads the reply): the verbs build one without I/O, and the trio and sync drivers both run
 it through :func:`evaluate` / :func:`evaluate_sync`. A call kept and made again and again
 (``claim``'s, per queue, lease and count) is packed once (:func:`packed_call`): on one
 server's trio wire its bytes are sent as they are.
-Rule 3: every script that publishes has a sharded twin (``Script.sharded``), built here
-from the same source with ``redis.call('PUBLISH'`` spelled ``redis.call('SPUBLISH'``, with
-its own sha. On a Redis Cluster (a connection whose ``sharded_pubsub`` is true) the twin
-runs, so events go to the queue's own shard (its ``emq:{q}:events`` channel hashes to the
-queue's slot); on one server the script runs byte for byte as written.
+Rule 3: on a Redis Cluster (a connection whose ``sharded_pubsub`` is true) a script's
+sharded twin runs (``Script.variant``: ``SPUBLISH``, loader.py rule 3).
+(``SCRIPTS``, ``Script``, ``SCHEMA_VERSION``, ``REPEAT_FORMAT`` and ``sharded_source`` are
+the loader's, importable from here too.)
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from importlib import resources
 from typing import Any, Generic, Protocol, TypeVar
 
 import attrs
 
 from .._wire.connection import Connection, pack
 from ..errors import EchoMQError, ServerError
+from .loader import REPEAT_FORMAT, SCHEMA_VERSION, SCRIPTS, Script, sharded_source
 from .replies import translate
 
 __all__ = [
     "Executor",
-    "INCLUDES",
     "REPEAT_FORMAT",
     "SCHEMA_VERSION",
     "Script",
     "ScriptCall",
     "SCRIPTS",
-    "expand_includes",
     "script_call",
     "evaluate",
     "evaluate_sync",
     "is_sharded",
     "retry_sync",
-    "make_script",
     "packed_call",
     "sharded_source",
     "sync_errors",
 ]
 
 T = TypeVar("T")
-
-
-@attrs.frozen
-class Script:
-    """One Lua transition: its name (the file's stem), source (includes expanded) and sha1."""
-
-    name: str
-    source: str = attrs.field(repr=False)
-    sha: str
-    sharded: Script | None = attrs.field(default=None, repr=False, eq=False)
-    includes: tuple[str, ...] = attrs.field(default=(), eq=False)
-
-    def variant(self, sharded: bool) -> Script:
-        """The script to run: the sharded twin on a cluster (when it publishes), else self."""
-        return self.sharded if sharded and self.sharded is not None else self
-
-
-_PUBLISH = re.compile(r"""redis\.call\((\s*)(['"])PUBLISH\2""")
-_NUMSUB = re.compile(r"""(['"])PUBSUB\1,(\s*)\1NUMSUB\1""")
-
-
-def sharded_source(source: str) -> str:
-    """``source`` with every ``redis.call('PUBLISH', ...)`` turned into ``SPUBLISH``, and
-    ``'PUBSUB', 'NUMSUB'`` (who listens: include/events.lua) into ``SHARDNUMSUB``."""
-    source = _NUMSUB.sub(lambda m: f"{m[1]}PUBSUB{m[1]},{m[2]}{m[1]}SHARDNUMSUB{m[1]}", source)
-    return _PUBLISH.sub(lambda m: f"redis.call({m[1]}{m[2]}SPUBLISH{m[2]}", source)
-
-
-_INCLUDE = re.compile(r"^-- @include (\w+)[ \t]*$", re.MULTILINE)
-
-
-def _read_includes() -> Mapping[str, str]:
-    found: dict[str, str] = {}
-    for entry in resources.files(__package__).joinpath("lua", "include").iterdir():
-        if entry.name.endswith(".lua"):
-            found[entry.name[:-4]] = entry.read_text(encoding="utf-8")
-    return found
-
-
-INCLUDES: Mapping[str, str] = _read_includes()
-
-
-def expand_includes(
-    name: str, source: str, includes: Mapping[str, str] = INCLUDES
-) -> tuple[str, tuple[str, ...]]:
-    """``source`` with each ``-- @include <x>`` line replaced by ``include/<x>.lua``
-    (between ``-- @begin include x`` / ``-- @end include x`` lines); and the names used.
-
-    Raises:
-        ValueError: an unknown include, or an include that includes (one level only).
-    """
-    used: list[str] = []
-
-    def expand(match: re.Match[str]) -> str:
-        include = match[1]
-        text = includes.get(include)
-        if text is None:
-            raise ValueError(f"{name}.lua: no lua/include/{include}.lua")
-        if _INCLUDE.search(text):
-            raise ValueError(f"include/{include}.lua includes: one level only")
-        used.append(include)
-        return f"-- @begin include {include}\n{text.rstrip()}\n-- @end include {include}"
-
-    return _INCLUDE.sub(expand, source), tuple(used)
-
-
-def make_script(name: str, source: str, includes: tuple[str, ...] = ()) -> Script:
-    """A :class:`Script` (``source`` already expanded) and, when it publishes, its sharded
-    twin."""
-    twin = None
-    spublish = sharded_source(source)
-    if spublish != source:
-        twin = Script(
-            f"{name}@sharded", spublish, hashlib.sha1(spublish.encode()).hexdigest(), None,
-            includes,
-        )  # fmt: skip
-    return Script(name, source, hashlib.sha1(source.encode()).hexdigest(), twin, includes)
-
-
-def _load_all() -> Mapping[str, Script]:
-    found: dict[str, Script] = {}
-    for entry in resources.files(__package__).joinpath("lua").iterdir():
-        if entry.name.endswith(".lua"):
-            name = entry.name[:-4]
-            source, used = expand_includes(name, entry.read_text(encoding="utf-8"))
-            found[name] = make_script(name, source, used)
-    return found
-
-
-SCRIPTS: Mapping[str, Script] = _load_all()
-
-
-def _include_constant(include: str, name: str) -> int:
-    match = re.search(rf"^local {name} = (\d+)$", INCLUDES[include], re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"lua/include/{include}.lua does not set {name}")
-    return int(match[1])
-
-
-#: the version of the queue's data layout, written by ``mark_queue`` (``include/schema.lua``)
-#: into ``emq:{q}:meta`` and checked by every worker at start (``admin.ensure_schema``)
-SCHEMA_VERSION: int = _include_constant("schema", "SCHEMA_VERSION")
-#: the layout version of a repeat record (``include/repeat.lua``): its field ``v``
-REPEAT_FORMAT: int = _include_constant("repeat", "REPEAT_FORMAT")
 
 
 @attrs.frozen

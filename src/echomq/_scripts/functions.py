@@ -20,7 +20,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._wire.connection import Arg
-from .calls import SCRIPTS, Executor, Script, is_sharded
+from .calls import Executor, is_sharded
+from .loader import SCRIPTS, Script
 
 __all__ = ["LIBRARY", "FunctionsConnection", "function_name", "library_source", "load_library"]
 

@@ -1,8 +1,9 @@
 """Argument gates shared by the verbs: each raises before any I/O.
 
-The caps and the integer gates live in ``_model/caps.py`` (the task options check them
-too) and are re-exported here: the verbs read them as ``validate.MAX_COUNT``. This module
-adds what only the scripts' arguments need: tokens, texts, payloads, (id, token) pairs.
+The caps (written once in ``lua/include/caps.lua``, read at import by ``_model/caps.py``,
+which the task options check them with too) and the integer gates are re-exported here: the
+verbs read them as ``validate.MAX_COUNT``. This module adds what only the scripts'
+arguments need: tokens, texts, payloads, (id, token) pairs.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import functools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 import attrs
@@ -19,6 +20,7 @@ from .._model.job import Claimed, Enqueued, JobInfo, NewJob, Sweep
 from .._scripts import validate as v
 from .._scripts.calls import Executor, ScriptCall, evaluate, packed_call, script_call
 from .._scripts.keyspace import Keyspace, check_dedup_key, check_group, check_id, keyspace
+from .._scripts.loader import ENQUEUE_SET_FIELDS
 from .._scripts.replies import EXTEND_RESULTS, Code, ExtendResult, check_status, text
 from ..errors import InvalidArgument, ScriptError
 
@@ -89,12 +91,27 @@ os.register_at_fork(after_in_child=_IDS.clear)
 
 class EnqueueGroup(NamedTuple):
     """One gated job of an enqueue call: its id, its payload bytes, and its option set (the
-    11 values ``enqueue.lua`` reads per set: jobs of a call with equal sets share one)."""
+    values of ``_SET_BUILT``, in that order: jobs of a call with equal sets share one)."""
 
     id: str
     payload: bytes
     options: tuple[Any, ...]
 
+
+# an option set as enqueue_group builds it, field by field; enqueue.lua's SET_FIELDS
+# (loader.ENQUEUE_SET_FIELDS) is the order the fields are sent in: when the two differ,
+# _SET_SENT reorders a set once per distinct set of a call (_enqueue_argv)
+_SET_BUILT = (
+    "delay_ms", "priority", "max_attempts", "task", "keep_result", "keep_dead", "dedup",
+    "dedup_ms", "group", "group_concurrency", "trace",
+)  # fmt: skip
+if sorted(_SET_BUILT) != sorted(ENQUEUE_SET_FIELDS):
+    raise RuntimeError(f"enqueue.lua's SET_FIELDS {ENQUEUE_SET_FIELDS} are not {_SET_BUILT}")
+_SET_SENT = (
+    None
+    if _SET_BUILT == ENQUEUE_SET_FIELDS
+    else itemgetter(*map(_SET_BUILT.index, ENQUEUE_SET_FIELDS))
+)
 
 # task names already checked (a producer enqueues a few tasks again and again)
 _TASK_NAMES: set[str] = set()
@@ -142,7 +159,7 @@ def enqueue_group(job: object) -> EnqueueGroup:
     if not (type(attempts) is int and 0 < attempts <= v.MAX_ATTEMPTS):
         attempts = v.positive_int("max_attempts", attempts, v.MAX_ATTEMPTS)
     keep_result, keep_dead = job.keep_result_ms, job.keep_dead_ms
-    options = (
+    options = (  # in _SET_BUILT's order
         delay,
         priority,
         attempts,
@@ -177,8 +194,8 @@ def _check_batch_size(n: int) -> None:
 
 
 def _enqueue_argv(base: str, groups: Sequence[EnqueueGroup]) -> tuple[list[Any], list[str]]:
-    """``enqueue.lua``'s argv for ``groups`` (the one place of its layout: the base, n, m,
-    the m distinct option sets, then id, payload and set number per job) and the ids.
+    """``enqueue.lua``'s argv for ``groups`` (the base, n, m, the m distinct option sets in
+    the order of its ``SET_FIELDS``, then id, payload and set number per job) and the ids.
 
     Raises:
         InvalidArgument: no group, or more than ``MAX_ENQUEUE``; PayloadTooLarge: the
@@ -201,7 +218,7 @@ def _enqueue_argv(base: str, groups: Sequence[EnqueueGroup]) -> tuple[list[Any],
     v.batch_bytes(total)
     argv: list[Any] = [base, len(groups), len(sets)]
     for options in sets:
-        argv += options
+        argv += options if _SET_SENT is None else _SET_SENT(options)
     argv += per_job
     return argv, ids
 
@@ -613,7 +630,8 @@ def _read_sweep(reply: Any) -> Sweep:
 def reap_call(
     queue: str, *, limit: int = v.MAX_BATCH, max_recoveries: int = DEFAULT_MAX_RECOVERIES
 ) -> ScriptCall[Sweep]:
-    """``max_recoveries`` = ``NO_COUNT`` (-1): recover every expired lease, count nothing."""
+    """``max_recoveries`` = ``NO_COUNT`` (-1): recover every expired lease, count nothing.
+    The keys and argv are in ``stalled.check_call``'s order (the base, the limit, the bound)."""
     ks = keyspace(queue)
     v.int_in("limit", limit, 1, v.MAX_BATCH)
     if max_recoveries != NO_COUNT:

@@ -5,8 +5,8 @@
         2 waiting   ZSET  flow parents with open children; score = created ms
         3 meta      HASH  seq = the FIFO counter; schema_version (set if absent)
         4 wake      LIST  wake tokens for idle consumers
-  ARGV  1 queue base (emq:{q}:)   2 number of nodes n (1..250)   3 number of held
-        parents to release r (0..250)   then r parent ids   then n groups of 13: id,
+  ARGV  1 queue base (emq:{q}:)   2 number of nodes n (1..MAX_FLOW)   3 number of held
+        parents to release r (0..MAX_FLOW)   then r parent ids   then n groups of 13: id,
         payload, priority, max_attempts, task, keep_result ms, keep_dead ms ('' = none),
         parent id ('' = a root), parent queue ('' = this queue; else the parent's queue,
         whose keys this call cannot touch), policy (fail | ignore | continue), feed (none |
@@ -22,8 +22,8 @@
                          waiting parent, or a node's parent comes after it
   Events   enqueued (a leaf) | waiting (a parent) | ready (a released parent that may run)
   Moves    (none) -> pending | waiting; waiting -> pending (a released held parent)
-  Bound    O((n + r) * log N); at most 250 nodes and 250 releases per call
-           (validate.MAX_FLOW)
+  Bound    O((n + r) * log N); at most MAX_FLOW nodes and MAX_FLOW releases per
+           call (include/caps.lua)
   Nodes come parents first. A node whose parent is not in the call attaches to an existing
   parent that is held (`held` = 1: its pages are still being added), whose `open` and
   `kids` grow by one. A held parent's `open` counts one for the hold, so it cannot become
@@ -35,10 +35,7 @@
   that call; its finish reaches the parent through its queue's outbox).
   Every check comes before the first write.
 ]]
-local MAX_FLOW = 250
-local pending, waiting, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local base = ARGV[1]
-local n, r = tonumber(ARGV[2]), tonumber(ARGV[3])
+-- @include caps
 -- @include time
 -- @include score
 -- @include wake
@@ -46,6 +43,9 @@ local n, r = tonumber(ARGV[2]), tonumber(ARGV[3])
 -- @include lanes
 -- @include ready
 -- @include finished
+local pending, waiting, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local base = ARGV[1]
+local n, r = tonumber(ARGV[2]), tonumber(ARGV[3])
 local GROUP = 14
 if not n or not r or n < 1 or n > MAX_FLOW or r < 0 or r > MAX_FLOW
     or #ARGV ~= 3 + r + n * GROUP then

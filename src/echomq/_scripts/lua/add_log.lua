@@ -1,6 +1,6 @@
 --[[
   Append a line to a job's log list, keeping the last `keep` lines (by default the queue's
-  max_log_lines, else 1,000: a memory guard); the list ends with its row.
+  max_log_lines, else its default: a memory guard); the list ends with its row.
   KEYS  1 row    HASH  the job
         2 logs   LIST  the job's log lines, append order
         3 meta   HASH  the queue's settings: max_log_lines; `logs` (0 -> 1: a job of the
@@ -16,11 +16,11 @@
 ]]
 local row, logs, meta = KEYS[1], KEYS[2], KEYS[3]
 local line, keep = ARGV[1], tonumber(ARGV[2])
-local DEFAULT_LOG_LINES = 1000
+-- @include retention
 local ttl = redis.call('PTTL', row)
 if ttl == -2 then return -1 end
 local settings = redis.call('HMGET', meta, 'max_log_lines', 'logs')
-if keep <= 0 then keep = tonumber(settings[1]) or DEFAULT_LOG_LINES end
+if keep <= 0 then keep = tonumber(settings[1]) or RETENTION_DEFAULTS.max_log_lines end
 local fresh = redis.call('EXISTS', logs) == 0
 -- the queue's `logs` flag: 0 = no job of it has a log list (its finishing scripts then skip
 -- the logs keys); from the first line on, 1

@@ -55,11 +55,8 @@ local grace = tonumber(ARGV[5])
 local reason = cjson.null
 if ARGV[3] == '1' then reason = ARGV[4] end
 -- @include time
--- @include score
--- @include wake
 -- @include lanes
 -- @include ready
--- @include leave_active
 -- @include finished
 -- @include fence
 

@@ -6,19 +6,19 @@
         4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter; the limits
                           (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`)
         5 wake      LIST  wake tokens for idle consumers
-  ARGV  1 queue base   2 lease_ms   3 count (1..250)   4 the claiming worker's id ('': none)
+  ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
   Returns  flat array: id, payload, token (attempts), failures, trace (the row's `trace`
            field, nil when absent), ... and, when fewer than
            `count` jobs were claimed, one trailing element: ms until more work may be
            claimable (the earliest scheduled job, a group's or the queue's rate window
            reopening; 0 = now), or -1 when nothing is known | {} when paused
-  Errors   EMQARG   count is not 1..250 (nothing written; the verb refuses it first)
+  Errors   EMQARG   count is not 1..MAX_COUNT (nothing written; the verb refuses it first)
   Events   promoted (per due scheduled job); active (per claimed job, with its attempt);
            only while the channel has a listener (include/events.lua)
   Moves    scheduled -> pending (due); pending -> active
-  Bound    O((count + promoted) * log N); at most 250 claimed (validate.MAX_COUNT), 100
-           promoted, 100 ring members (groups served) and 100 groups whose rate window
-           reopened per call
+  Bound    O((count + promoted) * log N); at most MAX_COUNT claimed (include/caps.lua),
+           MAX_PROMOTE promoted, MAX_TURNS ring members (groups served) and MAX_REOPEN
+           groups whose rate window reopened per call
   The pause gate is read here, first, in the same round trip (not a separate HGET): a
   paused queue answers {} and nothing is written, not even a promotion.
   The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
@@ -30,14 +30,10 @@
   Flat (no group lanes in the ring, none waiting for a window): the jobs taken are the
   `count` lowest scores of pending and the promoted together, as if the promoted were
   added first and `count` popped.
-  Lanes (docs/lanes.md): the ring of groups is served round robin, one job per turn, the
-  ungrouped jobs taking turns as the member '' (no limit); a group leaves the ring at its
-  concurrency limit (leave_active brings it back), for its rate window (into glimited,
-  back when it reopens) or when its lane is empty. At most `count` (and 100) ring members
-  are read: when the ring is longer, each takes one job and goes to the back, and a claim
-  that took fewer than `count` for that answers 0 ms and pushes a wake token. The back is
-  the ring's last turn, gstate `:turn` (read with the groups' state, written with their
-  counts; a ring from before the field: its back's score).
+  Lanes (docs/lanes.md): while a group is in the ring or waiting for its window, the
+  picks are the ring's turns (include/lane_turns.lua: round robin, one job per turn, the
+  ungrouped jobs taking turns as the member ''); a claim that took fewer than `count`
+  because the ring is longer than it reads answers 0 ms and pushes a wake token.
   Promoted grouped jobs go to their lanes (the `ready` helper) and are claimed next time.
   Every claimed row is stamped with lease_epoch = the server's run_id (INFO server) and
   `worker` = the claiming worker's id (its heartbeat record; deleted when none is given),
@@ -49,21 +45,21 @@ local base = ARGV[1]
 local lease = tonumber(ARGV[2])
 local count = tonumber(ARGV[3])
 local worker = ARGV[4]
-local MAX_COUNT = 250
-local MAX_PROMOTE = 100
-local MAX_REOPEN = 100
-local MAX_TURNS = 100  -- ring members read per call: the distinct groups one claim serves
--- 80 bytes, not an id (a literal: made once, when the script is loaded)
-local SKIPLIST_MARK =
-  'emq:skiplist:-------------------------------------------------------------------'
-local SKIPLIST_FROM = 8  -- claims of fewer jobs leave active as it is (a worker's few leases)
+-- @include caps
 -- @include time
 -- @include score
 -- @include wake
 -- @include run_id
+-- @include events
 -- @include lanes
 -- @include ready
--- @include events
+-- @include rate_window
+-- @include lane_turns
+local MAX_PROMOTE = 100
+-- 80 bytes, not an id (a literal: made once, when the script is loaded)
+local SKIPLIST_MARK =
+  'emq:skiplist:-------------------------------------------------------------------'
+local SKIPLIST_FROM = 8  -- claims of fewer jobs leave active as it is (a worker's few leases)
 if not count or count < 1 or count > MAX_COUNT then
   return redis.error_reply('EMQARG claim count must be 1..' .. MAX_COUNT)
 end
@@ -76,33 +72,11 @@ if gate[1] then return {} end
 local now = now_ms()
 local channel = base .. 'events'
 
--- a rate window (the queue's or a group's): {key, used, max, ms until it reopens, whether
--- it needs its expiry}; a window opens with the first start and ends on a multiple of its
--- period on the server clock
-local function window(key, max, period)
-  local used = tonumber(redis.call('GET', key) or '0')
-  local ttl = used > 0 and redis.call('PTTL', key) or -1
-  local fresh = ttl < 0
-  if fresh then ttl = (math.floor(now / period) + 1) * period - now end
-  return {key, used, max, ttl, fresh}
-end
--- a window's starts: a fresh window's key is set to expire at its last ms (Redis expires a
--- key once its clock is past the expiry), so from the window's end on it reads as gone: a
--- claim in the very ms a window ends (when a waiting consumer wakes) sees the next one
--- empty, never the old count (a group would sit out a whole extra window)
-local function count_starts(win, n)
-  if win[5] then
-    redis.call('SET', win[1], n, 'PXAT', int_arg(now + win[4] - 1))
-  else
-    redis.call('INCRBY', win[1], n)
-  end
-end
-
--- the queue's rate window
+-- the queue's rate window: a full one answers when it reopens; else it bounds the claim
 local qwin = nil
 local want = count
 if gate[2] then
-  qwin = window(base .. 'rate', tonumber(gate[2]), tonumber(gate[3]))
+  qwin = rate_window(base .. 'rate', tonumber(gate[2]), tonumber(gate[3]), now)
   if qwin[2] >= qwin[3] then return {qwin[4]} end
   want = math.min(count, qwin[3] - qwin[2])
 end
@@ -141,183 +115,15 @@ else
 end
 
 -- the picks, in claim order: ids, and each one's group (nil: ungrouped); flat_n of them
--- are the first ungrouped candidates
-local picks, pgroup, flat_n = {}, {}, 0
-local ring = base .. 'gring'
-local limited = base .. 'glimited'
-local lanes_n = redis.call('EXISTS', ring, limited)  -- 2: both exist
-local lanes = lanes_n > 0
-local groups = {}  -- member -> its state (read before the turns)
-local touched = {}  -- the members whose place in the ring this call decides, in order
-local placed = {}  -- member -> true: it goes to the back of the ring (else: out of it)
-local back = {}  -- the members placed at the back of the ring (when not blocked), in order
-local reopened = {}  -- groups whose rate window reopened (out of glimited)
-local ring_back, more = 0, false  -- the ring's last turn; members left unread
-
-if not lanes then
-  flat_n = math.min(want, #cands)
-  picks = flat_n == #cands and cands or {unpack(cands, 1, flat_n)}
+-- are the first ungrouped candidates. Flat: pending's head; with group lanes, the ring's
+-- turns (include/lane_turns.lua)
+local turns = lane_turns(base, now, want, cands, head_n, gate)
+local picks, pgroup, flat_n
+if turns then
+  picks, pgroup, flat_n = turns.picks, turns.pgroup, turns.flat_n
 else
-  -- the ungrouped jobs this call may take (flat_more: pending may hold more than it read)
-  local flat_total, flat_more = #cands, head_n >= want
-  local flat_taken = 0
-  local turns = math.min(want, MAX_TURNS)
-  -- the turn order: the ring's head (turns + 1 members read: `more` when the last exists);
-  -- then, not in the ring yet, the groups whose rate window reopened and the ungrouped
-  -- jobs ('')
-  local order = redis.call('ZRANGE', ring, 0, turns)
-  more = #order > turns
-  if more then order[#order] = nil end
-  local per = math.ceil(want / math.max(1, #order)) + 1  -- lane ids a first read takes
-  local joining, joiners = {}, {}
-  local reopen = #order == 0 or lanes_n == 2  -- (glimited exists)
-  if reopen or flat_total > 0 then
-    local in_ring = {}
-    for k = 1, #order do in_ring[order[k]] = true end
-    if reopen then
-      for _, name in ipairs(redis.call('ZRANGEBYSCORE', limited, '-inf', now, 'LIMIT', 0, MAX_REOPEN)) do
-        reopened[#reopened + 1] = name
-        if not in_ring[name] and not joining[name] and not redis.call('ZSCORE', ring, name) then
-          joiners[#joiners + 1] = name
-          joining[name] = true
-        end
-      end
-    end
-    if flat_total > 0 and not in_ring[''] and (not more or not redis.call('ZSCORE', ring, '')) then
-      joiners[#joiners + 1] = ''
-      joining[''] = true
-    end
-  end
-  if not more then  -- the whole ring is read: the joiners take their turns now
-    for _, name in ipairs(joiners) do order[#order + 1] = name end
-  end
-
-  -- the state of every group that may have a turn, in one read of `gstate` (and one MGET
-  -- of the rate windows): its active count, its limit, its rate; and the ring's last turn
-  -- (`:turn`; a ring from before that field: its back's score)
-  groups[''] = {name = '', taken = 0}
-  local names, fields = {}, {}
-  local function add(name)
-    if name ~= '' and not groups[name] then
-      groups[name] = true
-      names[#names + 1] = name
-      fields[#fields + 1] = name
-      fields[#fields + 1] = name .. ':limit'
-      fields[#fields + 1] = name .. ':rate'
-    end
-  end
-  for k = 1, #order do add(order[k]) end
-  for k = 1, #joiners do add(joiners[k]) end
-  if #order > 0 or #joiners > 0 then
-    fields[#fields + 1] = ':turn'
-    local own = redis.call('HMGET', base .. 'gstate', unpack(fields))
-    ring_back = tonumber(own[#fields])
-    if not ring_back then
-      ring_back = tonumber(redis.call('ZRANGE', ring, -1, -1, 'WITHSCORES')[2]) or 0
-    end
-    local rated, keys = nil, nil
-    for i, name in ipairs(names) do
-      -- every field in the constructor: one allocation, no rehash as the turns fill it
-      local g = {name = name, taken = 0, per = per, active = tonumber(own[3 * i - 2] or '0'),
-        limit = tonumber(own[3 * i - 1] or gate[6]), lane = false, lane_end = false,
-        key = false, max = false, period = false, win = false, seen = false, why = false}
-      local max, period = gate[4], gate[5]
-      if own[3 * i] then max, period = string.match(own[3 * i], '^(%d+):(%d+)$') end
-      if max and period then
-        g.max, g.period = tonumber(max), tonumber(period)
-        if not rated then rated, keys = {}, {} end
-        rated[#rated + 1] = g
-        keys[#keys + 1] = base .. 'g:' .. name .. ':rate'
-      end
-      groups[name] = g
-    end
-    if rated then
-      local used = redis.call('MGET', unpack(keys))
-      for i, g in ipairs(rated) do
-        local n = tonumber(used[i] or '0')
-        g.win = {keys[i], n, g.max, (math.floor(now / g.period) + 1) * g.period - now, n == 0}
-      end
-    end
-  end
-  -- the group's lane read far enough to know whether it holds a job after `taken`
-  local function has_next(g)
-    local lane = g.lane
-    if lane and g.taken < #lane then return true end
-    if g.lane_end then return false end
-    if not lane then g.key = lane_key(base, g.name) end
-    local n = lane and #lane or 0
-    local ids = redis.call('ZRANGE', g.key, n, n + g.per - 1)
-    if lane then
-      for _, id in ipairs(ids) do lane[#lane + 1] = id end
-    else
-      g.lane = ids
-    end
-    g.lane_end = #ids < g.per
-    g.per = g.per * 2
-    return g.taken < #g.lane
-  end
-  -- may the member start one more job? nil, or why not: 'empty' | 'full' | 'window'
-  local function blocked(g)
-    if g.name == '' then
-      if flat_taken < flat_total then return nil end
-      return flat_more and 'unread' or 'empty'  -- unread: more than this call read
-    end
-    if g.limit and g.active + g.taken >= g.limit then return 'full' end
-    if g.win and g.win[2] + g.taken >= g.win[3] then return 'window' end
-    if not has_next(g) then return 'empty' end
-    return nil
-  end
-  local function touch(g)
-    if not g.seen then
-      g.seen = true
-      touched[#touched + 1] = g
-    end
-  end
-
-  -- one job per turn; with the whole ring read, a member that took a job takes its next
-  -- turn at the back, so the turns cycle until `want` jobs are picked
-  local i = 1
-  while #picks < want and i <= #order do
-    local g = groups[order[i]]
-    i = i + 1
-    touch(g)
-    g.why = blocked(g)
-    if not g.why then
-      g.taken = g.taken + 1
-      if g.name == '' then
-        flat_taken = flat_taken + 1
-        picks[#picks + 1] = cands[flat_taken]
-      else
-        picks[#picks + 1] = g.lane[g.taken]
-        pgroup[#picks] = g.name
-      end
-      if not more then order[#order + 1] = g.name end
-    end
-  end
-  -- the new back of the ring, in order: with the whole ring read, the rest of the turn
-  -- order (a member never looked at keeps its place); else the joiners, then the members
-  -- that had their turn
-  if more then
-    for _, name in ipairs(joiners) do back[#back + 1] = groups[name] end
-    for _, g in ipairs(touched) do back[#back + 1] = g end
-  else
-    for k = i, #order do
-      local g = groups[order[k]]
-      if g.seen or joining[g.name] then back[#back + 1] = g end
-    end
-  end
-  for _, g in ipairs(back) do
-    touch(g)
-    g.why = blocked(g)
-    if not g.why or g.why == 'unread' then placed[g.name] = true end
-  end
-  for _, g in ipairs(touched) do
-    if g.why == 'empty' and g.name ~= '' then
-      redis.call('EXISTS', base .. 'groups')  -- (rule 1: lane_forget may write it)
-      break
-    end
-  end
-  flat_n = flat_taken
+  flat_n = math.min(want, #cands)
+  picks, pgroup = flat_n == #cands and cands or {unpack(cands, 1, flat_n)}, {}
 end
 
 -- the rows of the picks (an id with no row leaves its set and is not claimed)
@@ -347,7 +153,7 @@ local run_id = #rows > 0 and server_run_id() or nil
 -- other client ever sees it (it is not an id: ids have no ':').
 local listpack = #rows >= SKIPLIST_FROM and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
 
--- writes
+-- writes: the promotions, the picks out of pending and their lanes
 if #due > 0 then
   redis.call('ZREM', schedule, unpack(due))
   redis.call('HINCRBY', meta, 'seq', #due)
@@ -361,35 +167,7 @@ for _, job in ipairs(promoted) do
   end
 end
 if #from_pending > 0 then redis.call('ZREM', pending, unpack(from_pending)) end
-
--- lanes: the picked jobs leave their lanes; each member's place in the ring
-local lane_taken = 0
-local leaving, parked, placing = {}, {}, {}
-for _, g in ipairs(touched) do
-  if g.taken > 0 and g.name ~= '' then
-    redis.call('ZREMRANGEBYRANK', g.key, 0, g.taken - 1)
-    lane_taken = lane_taken + g.taken
-  end
-  if not placed[g.name] then
-    leaving[#leaving + 1] = g.name
-    if g.why == 'window' then
-      parked[#parked + 1] = now + g.win[4]
-      parked[#parked + 1] = g.name
-    end
-  end
-end
-for _, g in ipairs(back) do
-  if placed[g.name] then
-    ring_back = ring_back + 1
-    placing[#placing + 1] = ring_back
-    placing[#placing + 1] = g.name
-  end
-end
-if #reopened > 0 then redis.call('ZREM', limited, unpack(reopened)) end
-if #leaving > 0 then redis.call('ZREM', ring, unpack(leaving)) end
-if #parked > 0 then redis.call('ZADD', limited, unpack(parked)) end
-if #placing > 0 then redis.call('ZADD', ring, unpack(placing)) end
-if lane_taken > 0 then redis.call('HINCRBY', meta, 'lane_jobs', -lane_taken) end
+if turns then lane_turns_place(base, meta, turns, now) end
 
 local loud = heard(channel, #promoted + #rows)  -- (include/events.lua)
 if loud then
@@ -398,10 +176,11 @@ if loud then
   end
 end
 
+-- the leases: each claimed row stamped, its token the attempt it starts
 local out, n = {}, 0
 local at = int_arg(now)  -- number arguments as strings, made once (score.lua: int_arg)
 local deadline = int_arg(now + lease)
-local leases, m = {}, 0  -- one variadic ZADD for the batch (count <= 250: under unpack's limit)
+local leases, m = {}, 0  -- one variadic ZADD for the batch (count <= MAX_COUNT: under unpack's limit)
 local started = {}  -- group -> jobs claimed
 for i, fields in ipairs(rows) do
   local id, group = picks[i], pgroup[i]
@@ -436,24 +215,9 @@ if m > 0 then
     redis.call('ZADD', active, unpack(leases, 1, m))
   end
 end
-local counts = {}
-for name, n in pairs(started) do
-  counts[#counts + 1] = name
-  counts[#counts + 1] = groups[name].active + n
-end
-if #placing > 0 then  -- the ring's last turn
-  counts[#counts + 1] = ':turn'
-  counts[#counts + 1] = ring_back
-end
-if #counts > 0 then redis.call('HSET', base .. 'gstate', unpack(counts)) end
-for _, g in ipairs(touched) do
-  if g.win and g.taken > 0 then
-    count_starts(g.win, g.taken)
-  end
-  if g.name ~= '' and g.why == 'empty' and not started[g.name] then lane_forget(base, g.name) end
-end
+if turns then lane_turns_count(base, turns, started, now) end
 if qwin and #picks > 0 then
-  count_starts(qwin, #picks)
+  count_starts(qwin, #picks, now)
 end
 
 -- promoted grouped jobs wait in their lanes (claimed by the next call: a wake token)
@@ -470,13 +234,13 @@ if #out < count * 5 then
   local wait = -1
   if qwin and qwin[2] + #picks >= qwin[3] then
     wait = qwin[4]
-  elseif more and #picks < want then
+  elseif turns and turns.more and #picks < want then
     wait = 0  -- ring members left unread: claim again now
     push_wake(wake, 1)
   else
     local first = redis.call('ZRANGE', schedule, 0, 0, 'WITHSCORES')
     if first[2] then wait = math.max(0, tonumber(first[2]) - now) end
-    local reopen = lanes and redis.call('ZRANGE', limited, 0, 0, 'WITHSCORES') or {}
+    local reopen = turns and redis.call('ZRANGE', turns.limited, 0, 0, 'WITHSCORES') or {}
     if reopen[2] then
       local ms = math.max(0, tonumber(reopen[2]) - now)
       if wait < 0 or ms < wait then wait = ms end

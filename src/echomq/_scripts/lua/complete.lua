@@ -20,10 +20,7 @@
 local row, active = KEYS[1], KEYS[2]
 local id, token, result, base = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include time
--- @include score
--- @include wake
 -- @include lanes
--- @include ready
 -- @include leave_active
 -- @include finished
 

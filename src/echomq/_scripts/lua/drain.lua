@@ -7,15 +7,16 @@
         2 schedule   ZSET  delayed ids
         3 meta       HASH  `lane_jobs`: the jobs waiting in lanes
         4 groups     ZSET  the groups with waiting or active jobs (score 0, by name)
-  ARGV  1 queue base (emq:{q}:)   2 '1' = drain the schedule set too   3 budget (1..500)
+  ARGV  1 queue base (emq:{q}:)   2 '1' = drain the schedule set too   3 budget (1..MAX_BUDGET)
         4 the lanes' cursor: the last group this drain visited ('' = from the first)
   Returns  {deleted, remaining, cursor}: the jobs deleted by this call, the jobs still
            waiting in the drained sets and lanes (0: the drain is done), and the cursor
            for the next step ('' once every lane has been visited)
-  Errors   EMQARG   the budget is not 1..500 (nothing written; the verb refuses it first)
+  Errors   EMQARG   the budget is not 1..MAX_BUDGET (nothing written; the verb refuses it first)
   Events   drained {"event":"drained","job":"","count":n,"remaining":r} when n > 0
   Moves    pending | scheduled -> (none)
-  Bound    O(budget * log N); at most 500 jobs and 500 groups per call (validate.MAX_BUDGET)
+  Bound    O(budget * log N); at most MAX_BUDGET jobs and MAX_BUDGET groups per
+           call (include/caps.lua)
   The ids are taken from the head of each set and lane and removed by rank
   (ZREMRANGEBYRANK); the rows, logs and locks are read (one EXISTS per 100 jobs) before
   the first write, then go in one DEL per 100 jobs (so no unpack is longer than 300 keys).
@@ -23,11 +24,11 @@
   again next step); an emptied lane leaves the ring, and the group leaves the registry
   when none of its jobs is active (docs/lanes.md).
 ]]
-local MAX_BUDGET = 500
+-- @include caps
+-- @include lanes
 local pending, schedule, meta, registry = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base, with_schedule, budget = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local cursor = ARGV[4]
--- @include lanes
 if not budget or budget < 1 or budget > MAX_BUDGET then
   return redis.error_reply('EMQARG drain budget must be 1..' .. MAX_BUDGET)
 end

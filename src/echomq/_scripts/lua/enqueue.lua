@@ -8,13 +8,10 @@
         4 wake      LIST  wake tokens for idle consumers
         5 repeat    ZSET  the repeat registry: key -> next slot ms (a repeat run only)
         6 record    HASH  the repeatable's record, emq:{q}:repeat:<key> (a repeat run only)
-  ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..250)   3 number of option sets
-          m (1..n)
-        then m option sets of 11, from 4 on: delay_ms, priority, max_attempts, task,
-          keep_result ms, keep_dead ms (those three '' = none: the row has no such field),
-          dedup key ('' = none), dedup window ms, group ('' = none), group_concurrency
-          (0 = none: the group's limit, set if it has none), trace (the enqueue span's
-          context, issue 17; '' = none: the row has no such field)
+  ARGV  1 queue base (emq:{q}:)   2 number of jobs n (1..MAX_ENQUEUE)   3 number of
+          option sets m (1..n)
+        then m option sets, from 4 on: each is the values of SET_FIELDS (below), in
+          its order
         then n jobs of 3: id, payload, its option set (1..m)
         then, for a repeat run only (n = 1), 5 more: repeat key, the record's next slot ms
           as read (compare-and-set), the new next slot ms, this run's slot ms, the due
@@ -26,14 +23,14 @@
            the one read, the record is gone or paused, or the queue is paused: nothing
            written)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
-           EMQARG        n is not 1..250, m not 1..n, they do not match the argument
+           EMQARG        n is not 1..MAX_ENQUEUE, m not 1..n, they do not match the argument
                          count, or a job names no option set
            EMQFORMAT     the repeat record has another layout version (nothing written)
   Events   enqueued | scheduled (per job written; only while the channel has a listener:
            include/events.lua); on the workers' channel (emq:{q}:control)
            one scheduled {delay_ms} per call with delayed jobs written: the soonest delay
   Moves    (none) -> pending | scheduled
-  Bound    O(n * log N); at most 250 jobs per call (validate.MAX_ENQUEUE)
+  Bound    O(n * log N); at most MAX_ENQUEUE jobs per call (include/caps.lua)
   Every id and dedup key is checked before the first write, so a refused call writes
   nothing. A dedup key (emq:{q}:dedup:<key>) holds the id of the job that took it for its
   window (SET PX); a job under a held key, or under a key an earlier job of the same call
@@ -46,24 +43,33 @@
   A grouped job (docs/lanes.md) gets the row field `group` and waits in its group's lane
   when ready (the `ready` helper); a delayed one waits in the schedule set like any other.
 ]]
-local MAX_JOBS = 250
-local SET, JOB = 11, 3  -- arguments per option set, per job
+-- @include caps
+-- @include time
+-- @include score
+-- @include schema
+-- @include repeat
+-- @include events
+-- @include lanes
+-- @include ready
+-- an option set's fields, in the order they are sent (the one place of that order:
+-- jobs/lifecycle.py reads this list and sends every set in it): the delay ms, the
+-- priority, max_attempts; the row's optional fields task, keep_result / keep_dead ms and
+-- trace (the enqueue span's context) ('' = none: the row has no such field); the dedup
+-- key ('' = none) and its window ms; the group ('' = none) and its concurrency (0 = none:
+-- the group's limit, set if it has none)
+local SET_FIELDS = {'delay_ms', 'priority', 'max_attempts', 'task', 'keep_result',
+  'keep_dead', 'dedup', 'dedup_ms', 'group', 'group_concurrency', 'trace'}
+local SET, JOB = #SET_FIELDS, 3  -- arguments per option set, per job
+local at = {}  -- a field's offset in its set
+for k = 1, SET do at[SET_FIELDS[k]] = k - 1 end
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
--- @include time
--- @include score
--- @include wake
--- @include schema
--- @include repeat
--- @include lanes
--- @include ready
--- @include events
 local tail = n and m and #ARGV - 3 - m * SET - n * JOB
-if not n or n < 1 or n > MAX_JOBS or not m or m < 1 or m > n
+if not n or n < 1 or n > MAX_ENQUEUE or not m or m < 1 or m > n
     or (tail ~= 0 and not (tail == 5 and n == 1)) then
-  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_JOBS
-    .. ' jobs of 3 arguments and 1..n option sets of 11')
+  return redis.error_reply('EMQARG enqueue takes 1..' .. MAX_ENQUEUE
+    .. ' jobs of 3 arguments and 1..n option sets of ' .. SET)
 end
 local first = 4 + m * SET  -- the first job's id
 local last = first + n * JOB  -- the repeat tail, when there is one
@@ -79,18 +85,20 @@ for k = 1, m do
   local function add(name, value)
     if value ~= '' then extra[e + 1], extra[e + 2], e = name, value, e + 2 end
   end
-  add('task', ARGV[o + 3])
-  add('keep_result', ARGV[o + 4])
-  add('keep_dead', ARGV[o + 5])
-  add('dedup', ARGV[o + 6])
+  local priority, dedup, group = ARGV[o + at.priority], ARGV[o + at.dedup], ARGV[o + at.group]
+  add('task', ARGV[o + at.task])
+  add('keep_result', ARGV[o + at.keep_result])
+  add('keep_dead', ARGV[o + at.keep_dead])
+  add('dedup', dedup)
   if fire then add('repeat', rkey) end
-  add('trace', ARGV[o + 10])
-  add('group', ARGV[o + 8])
+  add('trace', ARGV[o + at.trace])
+  add('group', group)
   sets[k] = {
-    delay = tonumber(ARGV[o]), priority = ARGV[o + 1], max_attempts = ARGV[o + 2],
-    dedup = ARGV[o + 6], dedup_ms = ARGV[o + 7], group = ARGV[o + 8] ~= '' and ARGV[o + 8],
-    limit = tonumber(ARGV[o + 9]), extra = extra,
-    score0 = -tonumber(ARGV[o + 1]) * BAND,  -- band_score(priority, 0): + seq per job
+    delay = tonumber(ARGV[o + at.delay_ms]), priority = priority,
+    max_attempts = ARGV[o + at.max_attempts], dedup = dedup,
+    dedup_ms = ARGV[o + at.dedup_ms], group = group ~= '' and group,
+    limit = tonumber(ARGV[o + at.group_concurrency]), extra = extra,
+    score0 = -tonumber(priority) * BAND,  -- band_score(priority, 0): + seq per job
   }
 end
 

@@ -1,27 +1,27 @@
 --[[
   Checkpoint many leases in one call: extend_lock's checks and re-score, id by id.
   KEYS  1 active  ZSET  claimed ids; score = lease deadline ms
-  ARGV  1 queue base   2 lease_ms   then pairs: id, token (at most 250 pairs)
+  ARGV  1 queue base   2 lease_ms   then pairs: id, token (at most MAX_HELD pairs)
   Returns  one code per pair, in order: 1 ok | 3 ok, and the job has a cancel request
            | -1 no row | -2 stale token | -3 not active; then, for each pair answered 3
            in order, its cancel reason (nil when none was given)
-  Errors   EMQARG   more than 250 pairs (nothing written; the verb refuses them first)
+  Errors   EMQARG   more than MAX_HELD pairs (nothing written; the verb refuses them first)
   Events   (none)
   Moves    (none)
-  Bound    O(pairs * log N); at most 250 pairs per call (validate.MAX_HELD)
+  Bound    O(pairs * log N); at most MAX_HELD pairs per call (include/caps.lua)
   Per pair the checks run in extend_lock's order (row, token, membership), and every
   pair is checked before the first write. One ZMSCORE, one TIME, one INFO and one ZADD
   per 256 ids; lease_epoch is written only on rows whose stamp differs from the run_id.
   A held job whose row carries cancel_requested (cancel.lua) is extended like any other
   and answered 3: the worker stops it and completes it as cancelled.
 ]]
-local MAX_PAIRS = 250
-local active, base = KEYS[1], ARGV[1]
-local lease = tonumber(ARGV[2])
+-- @include caps
 -- @include time
 -- @include run_id
-if (#ARGV - 2) / 2 > MAX_PAIRS then
-  return redis.error_reply('EMQARG extend_locks takes at most ' .. MAX_PAIRS .. ' pairs')
+local active, base = KEYS[1], ARGV[1]
+local lease = tonumber(ARGV[2])
+if (#ARGV - 2) / 2 > MAX_HELD then
+  return redis.error_reply('EMQARG extend_locks takes at most ' .. MAX_HELD .. ' pairs')
 end
 -- reads first: every row's token and stamp, then membership of all ids in one ZMSCORE
 local ids, rows = {}, {}

@@ -28,7 +28,6 @@ local id, token, err, base = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
 local delay = tonumber(ARGV[4])
 -- @include time
 -- @include score
--- @include wake
 -- @include lanes
 -- @include ready
 -- @include leave_active

@@ -9,15 +9,15 @@
         4 schedule   ZSET  delayed ids
         derived from the base (the queue's slot; include/finished.lua): job:<id>,
         completed, completions, metrics:*
-  ARGV  1 queue base (emq:{q}:)   2 limit (1..100)
+  ARGV  1 queue base (emq:{q}:)   2 limit (1..MAX_BATCH)
   Returns  the ids fenced now (a list; empty when nothing was due)
-  Errors   EMQARG   limit is not 1..100 (nothing written; the verb refuses it first)
+  Errors   EMQARG   limit is not 1..MAX_BATCH (nothing written; the verb refuses it first)
   Events   cancel {job, reason, fenced} (also on emq:{q}:control, the workers' channel) and
            completed {job, fenced} (per fenced job)
   Moves    active | pending | scheduled -> completed; completed -> (none) (the retention,
            other rows); waiting -> pending (a flow parent: its child finished, docs/flows.md)
-  Bound    O(limit * log N); at most 100 due entries per call (validate.MAX_BATCH: each
-           may finish a job), plus the retention's cleanup (include/finished.lua: at most
+  Bound    O(limit * log N); at most MAX_BATCH due entries per call (include/caps.lua:
+           each may finish a job), plus the retention's cleanup (include/finished.lua: at most
            100 index entries and 100 capped rows per call)
   Per due entry (deadline <= server now), read first: the row's state, reason and deadline.
   Then: a job that finished (completed, dead), has no row, or no deadline (reprocessed)
@@ -28,18 +28,14 @@
 ]]
 local cancels, active, pending, schedule = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
-local MAX_LIMIT = 100
-local limit = tonumber(ARGV[2])
+-- @include caps
 -- @include time
--- @include score
--- @include wake
 -- @include lanes
--- @include ready
--- @include leave_active
 -- @include finished
 -- @include fence
-if not limit or limit < 1 or limit > MAX_LIMIT then
-  return redis.error_reply('EMQARG fence_cancels limit must be 1..' .. MAX_LIMIT)
+local limit = tonumber(ARGV[2])
+if not limit or limit < 1 or limit > MAX_BATCH then
+  return redis.error_reply('EMQARG fence_cancels limit must be 1..' .. MAX_BATCH)
 end
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', cancels, '-inf', now, 'LIMIT', 0, limit)

@@ -30,11 +30,6 @@
 local row = KEYS[1]
 local base, parent, child, state, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local gen = tonumber(ARGV[6])
--- @include time
--- @include score
--- @include wake
--- @include lanes
--- @include ready
 -- @include finished
 -- @include reopen
 if not FLOW_MARK[state] and state ~= 'reopen' then

@@ -3,20 +3,20 @@
   KEYS  1 row       HASH  the parent
         2 children  LIST  its children ids, in order
         3 results   HASH  child id -> outcome (c | d | x | r, then result | error | reason)
-  ARGV  1 offset (>= 0)   2 count (1..1000)
+  ARGV  1 offset (>= 0)   2 count (1..MAX_FLOW_PAGE)
   Returns  -1 no row | {policy, feed, kids, open, failed, held (0|1), total children,
            {id, outcome or false, ...} of children offset .. offset + count - 1, state}
-  Errors   EMQARG   count is not 1..1000
+  Errors   EMQARG   count is not 1..MAX_FLOW_PAGE
   Events   (none)
   Moves    (none)
-  Bound    O(count): one LRANGE and one HMGET of at most 1000 children
-           (validate.MAX_FLOW_PAGE)
+  Bound    O(count): one LRANGE and one HMGET of at most MAX_FLOW_PAGE
+           children (include/caps.lua)
 ]]
-local MAX_PAGE = 1000
+-- @include caps
 local row, children, results = KEYS[1], KEYS[2], KEYS[3]
 local offset, count = tonumber(ARGV[1]), tonumber(ARGV[2])
-if not offset or offset < 0 or not count or count < 1 or count > MAX_PAGE then
-  return redis.error_reply('EMQARG flow_results reads 1..' .. MAX_PAGE .. ' children')
+if not offset or offset < 0 or not count or count < 1 or count > MAX_FLOW_PAGE then
+  return redis.error_reply('EMQARG flow_results reads 1..' .. MAX_FLOW_PAGE .. ' children')
 end
 local f = redis.call('HMGET', row, 'policy', 'feed', 'kids', 'open', 'failed', 'held', 'state')
 if not f[7] then return -1 end

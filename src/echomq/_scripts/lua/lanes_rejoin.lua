@@ -3,19 +3,19 @@
   at (or over) its limit leaves the ring; one that may start a job joins it.
   KEYS  1 groups  ZSET  the groups with waiting or active jobs (score 0, by name)
   ARGV  1 queue base (emq:{q}:)   2 cursor: the last group looked at ('' = the first)
-        3 budget: groups per call (1..500)
+        3 budget: groups per call (1..MAX_BUDGET)
   Returns  {groups looked at, the next cursor ('' = done)}
-  Errors   EMQARG   the budget is not 1..500 (nothing written; the verb refuses it first)
+  Errors   EMQARG   the budget is not 1..MAX_BUDGET (nothing written; the verb refuses it first)
   Events   (none)
   Moves    (none)
-  Bound    O(budget * log N); at most 500 groups per call (validate.MAX_BUDGET)
+  Bound    O(budget * log N); at most MAX_BUDGET groups per call (include/caps.lua)
   A group waiting for its rate window stays there (the claim looks at it when it reopens).
 ]]
-local MAX_BUDGET = 500
-local registry = KEYS[1]
-local base, cursor, budget = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- @include caps
 -- @include wake
 -- @include lanes
+local registry = KEYS[1]
+local base, cursor, budget = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if not budget or budget < 1 or budget > MAX_BUDGET then
   return redis.error_reply('EMQARG lanes_rejoin budget must be 1..' .. MAX_BUDGET)
 end

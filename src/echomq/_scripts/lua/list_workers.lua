@@ -1,25 +1,25 @@
 --[[
   The workers of a queue, newest beat first, and the pruning of those long gone.
   KEYS  1 workers  ZSET  worker ids; score = last beat ms (server clock)
-  ARGV  1 queue base (emq:{q}:)   2 limit (1..100)   3 keep gone ms (a worker whose
+  ARGV  1 queue base (emq:{q}:)   2 limit (1..MAX_BATCH)   3 keep gone ms (a worker whose
         record expired stays listed, as gone, this long after its last beat)
   Returns  {now ms, then per worker: id, last beat ms, its record (flat HGETALL; empty:
            gone, the record expired)}
-  Errors   EMQARG   limit is not 1..100 (nothing written; the verb refuses it first)
+  Errors   EMQARG   limit is not 1..MAX_BATCH (nothing written; the verb refuses it first)
   Events   (none)
   Moves    (none)
-  Bound    O(limit * (log W + fields)); at most 100 workers listed and 100 pruned per call
-           (validate.MAX_BATCH)
+  Bound    O(limit * (log W + fields)); at most MAX_BATCH workers listed and MAX_BATCH
+           pruned per call (include/caps.lua)
   Reads first: the newest `limit` entries and their records, then the entries older than
   keep (oldest first, at most `limit`) and whether their records exist; then those with
   no record leave the list (ZREM). A live worker is never pruned: its record exists.
 ]]
 local workers, base = KEYS[1], ARGV[1]
-local MAX_LIMIT = 100
-local limit, keep = tonumber(ARGV[2]), tonumber(ARGV[3])
+-- @include caps
 -- @include time
-if not limit or limit < 1 or limit > MAX_LIMIT then
-  return redis.error_reply('EMQARG list_workers limit must be 1..' .. MAX_LIMIT)
+local limit, keep = tonumber(ARGV[2]), tonumber(ARGV[3])
+if not limit or limit < 1 or limit > MAX_BATCH then
+  return redis.error_reply('EMQARG list_workers limit must be 1..' .. MAX_BATCH)
 end
 local now = now_ms()
 local out = {now}

@@ -14,17 +14,18 @@
        10 metrics:failed     HASH
        11 sweep_guard STRING
        12.. leftover keys of this queue (found by the caller's SCAN), deleted as found
-  ARGV  1 queue base (emq:{q}:)   2 '1' = force (active jobs too)   3 budget (1..500 jobs)
+  ARGV  1 queue base (emq:{q}:)   2 '1' = force (active jobs too)   3 budget (1..MAX_BUDGET jobs)
         4 '1' = finish: delete the queue's own keys when every set is empty
   Returns  {status, deleted}: status 1 = the budget is spent, call again;
            2 = every set is empty (leftovers may remain); 0 = finished, meta deleted
-  Errors   EMQARG                       the budget is not 1..500, or more leftover keys
+  Errors   EMQARG                       the budget is not 1..MAX_BUDGET, or more leftover keys
                                         than the budget (nothing written)
            EMQSTATE not paused          the queue is not paused (nothing written)
            EMQSTATE active jobs present  active members and not forced (nothing written)
   Events   (none)
   Moves    pending | scheduled | active | dead | completed | waiting -> (none)
-  Bound    O(budget * log N); at most 500 jobs or keys per call (validate.MAX_BUDGET)
+  Bound    O(budget * log N); at most MAX_BUDGET jobs or keys per call
+           (include/caps.lua)
   Ids are taken from the head of each set and removed by rank (ZREMRANGEBYRANK); rows,
   logs and locks are read (one EXISTS per 80 jobs) before the first write, then go in one
   DEL per 80 jobs (no unpack is longer than 480 keys: a job's row, logs, lock and a flow
@@ -33,11 +34,11 @@
   number, a group with none costs 1; an emptied lane leaves the registry. The lanes'
   other keys (ring, records, windows) go with the leftovers.
 ]]
-local MAX_BUDGET = 500
+-- @include caps
+-- @include lanes
 local meta, active = KEYS[1], KEYS[2]
 local base, force, budget = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local finish = ARGV[4] == '1'
--- @include lanes
 
 -- checks, in order: arguments, paused, active (unless forced)
 if not budget or budget < 1 or budget > MAX_BUDGET or #KEYS - 11 > budget then

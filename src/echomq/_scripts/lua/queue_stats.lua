@@ -4,7 +4,7 @@
         7 repeat  ZSET  the repeat registry (+inf: a paused record)
         8 groups  ZSET  the lanes' registry
         9 waiting ZSET  flow parents with open children
-  ARGV  1 queue base   2 minutes (1..720): how many minutes of counters, the current one
+  ARGV  1 queue base   2 minutes (1..MAX_MINUTES): how many minutes of counters, the current one
         included
   Returns  {pending, scheduled, active, dead, completed, paused (0|1),
             completed total, failed (dead) total, cancelled total, server now ms,
@@ -13,16 +13,17 @@
             repeatables registered, repeatables paused, jobs waiting in group lanes,
             groups with waiting or active jobs, waiting (flow parents with open children)}
            (the per-minute lists oldest first; the last is the current, partial minute)
-  Errors   EMQARG   minutes is not 1..720
+  Errors   EMQARG   minutes is not 1..MAX_MINUTES
   Events   (none)
   Moves    (none)
-  Bound    O(minutes): ZCARDs, one ZCOUNT, 2 HGETs, 3 HGETs per minute, at most 720 minutes per call
+  Bound    O(minutes): ZCARDs, one ZCOUNT, 2 HGETs, 3 HGETs per minute, at most MAX_MINUTES minutes per
+           call (include/caps.lua)
   The per-minute counters are `metrics:<outcome>:<minute>` (minute = server ms / 60000),
-  written by include/finished.lua with a TTL of 12 h (and 2 minutes): what is older reads as 0.
+  written by include/finished.lua with a TTL of MAX_MINUTES (and 2 minutes): what is older reads as 0.
 ]]
+-- @include caps
 -- @include time
 local base = ARGV[1]
-local MAX_MINUTES = 720
 local minutes = tonumber(ARGV[2])
 if not minutes or minutes < 1 or minutes > MAX_MINUTES then
   return redis.error_reply('EMQARG stats minutes must be 1..' .. MAX_MINUTES)

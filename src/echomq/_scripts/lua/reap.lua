@@ -4,10 +4,10 @@
   KEYS  1 active   ZSET  claimed ids; score = lease deadline ms
         2 pending  ZSET  ready ids
         3 wake     LIST  wake tokens
-  ARGV  1 queue base   2 limit (1..100)   3 max_recoveries (-1: count nothing, never dead:
+  ARGV  1 queue base   2 limit (1..MAX_BATCH)   3 max_recoveries (-1: count nothing, never dead:
         the contract's plain reap)
   Returns  {recovered ids, dead ids}
-  Errors   EMQARG   limit is not 1..100 (nothing written; the verb refuses it first)
+  Errors   EMQARG   limit is not 1..MAX_BATCH (nothing written; the verb refuses it first)
   Per expired lease (at most limit): leave active; a lease stamped before the server's
   last restart (lease_epoch missing or another run_id) is recovered without counting;
   otherwise count `stalled` (a claim followed by a crash is never free, so a job that
@@ -17,7 +17,7 @@
   Events   recovered | dead (per job)
   Moves    active -> pending | dead; dead -> (none) (the retention, other rows);
            waiting -> pending (its flow parent, docs/flows.md)
-  Bound    O(limit * log N); at most 100 expired leases per call (validate.MAX_BATCH),
+  Bound    O(limit * log N); at most MAX_BATCH expired leases per call (include/caps.lua),
            plus the dead retention's cleanup (at most 100 + 100 index entries per call)
   A dead job finishes (include/finished.lua: its completions entry, counters, retention).
   A grouped job gives back its group's active slot (`leave_active`) and a recovered one
@@ -25,20 +25,12 @@
 ]]
 local active, pending = KEYS[1], KEYS[2]
 local base = ARGV[1]
--- @include time
--- @include score
--- @include wake
--- @include run_id
--- @include lanes
--- @include ready
--- @include leave_active
--- @include finished
+-- @include caps
 -- @include stall_sweep
-local max_recoveries = tonumber(ARGV[3])
-local MAX_LIMIT = 100
 local limit = tonumber(ARGV[2])
-if not limit or limit < 1 or limit > MAX_LIMIT then
-  return redis.error_reply('EMQARG reap limit must be 1..' .. MAX_LIMIT)
+local max_recoveries = tonumber(ARGV[3])
+if not limit or limit < 1 or limit > MAX_BATCH then
+  return redis.error_reply('EMQARG reap limit must be 1..' .. MAX_BATCH)
 end
 -- max_recoveries -1: the contract's plain reap (nothing counted, nobody dies)
 return stall_sweep(base, active, pending, limit, max_recoveries >= 0, max_recoveries + 1)

@@ -3,26 +3,25 @@
   KEYS  1 active   ZSET  claimed ids
         2 pending  ZSET  ready ids
         3 wake     LIST  wake tokens
-  ARGV  1 queue base   then pairs: id, token (at most 250 pairs)
+  ARGV  1 queue base   then pairs: id, token (at most MAX_HELD pairs)
   Returns  one code per pair: 1 released | -1 no row | -2 stale token | -3 not active
-  Errors   EMQARG   more than 250 pairs (nothing written; the verb refuses them first)
+  Errors   EMQARG   more than MAX_HELD pairs (nothing written; the verb refuses them first)
   Events   released (per job)
   Moves    active -> pending (first in its priority band)
-  Bound    O(pairs * log N); at most 250 pairs per call (validate.MAX_HELD)
+  Bound    O(pairs * log N); at most MAX_HELD pairs per call (include/caps.lua)
   Every pair is checked (extend_lock's order) before the first write; attempts is not
   changed, so a released job's next claim is attempt + 1 and nothing counts a failure.
   A grouped job gives back its group's active slot and goes back to the front of its lane
   (`leave_active`, `ready`; docs/lanes.md).
 ]]
-local MAX_PAIRS = 250
-local active, pending, wake, base = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+-- @include caps
 -- @include score
--- @include wake
 -- @include lanes
 -- @include ready
 -- @include leave_active
-if (#ARGV - 1) / 2 > MAX_PAIRS then
-  return redis.error_reply('EMQARG release takes at most ' .. MAX_PAIRS .. ' pairs')
+local active, pending, wake, base = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+if (#ARGV - 1) / 2 > MAX_HELD then
+  return redis.error_reply('EMQARG release takes at most ' .. MAX_HELD .. ' pairs')
 end
 local codes, ok = {}, {}
 for i = 2, #ARGV, 2 do

@@ -27,8 +27,6 @@
 ]]
 local row, lock, logs = KEYS[1], KEYS[2], KEYS[3]
 local id, base, force = ARGV[1], ARGV[2], ARGV[3] == '1'
--- @include score
--- @include wake
 -- @include lanes
 -- @include ready
 -- @include leave_active

@@ -3,20 +3,21 @@
   only.
   KEYS  1 repeat  ZSET  the registry: key -> next slot ms (+inf while paused)
         2 meta    HASH  the queue's meta (`paused`: nothing is due on a paused queue)
-  ARGV  1 queue base (emq:{q}:)   2 limit (1..100 records)
+  ARGV  1 queue base (emq:{q}:)   2 limit (1..MAX_REPEAT_PAGE records)
   Returns  {server now ms, queue paused (0|1), the earliest slot after now (ms, -1: none),
            then per due record: key, its fields (flat HGETALL)}
-  Errors   EMQARG  the limit is not 1..100
+  Errors   EMQARG  the limit is not 1..MAX_REPEAT_PAGE
   Events   (none)
   Moves    (none)
-  Bound    O(limit + log R); at most 100 records per call (validate.MAX_REPEAT_PAGE)
+  Bound    O(limit + log R); at most MAX_REPEAT_PAGE records per call
+           (include/caps.lua)
 ]]
-local MAX_LIMIT = 100
+-- @include caps
+-- @include time
 local registry, meta = KEYS[1], KEYS[2]
 local base, limit = ARGV[1], tonumber(ARGV[2])
--- @include time
-if not limit or limit < 1 or limit > MAX_LIMIT then
-  return redis.error_reply('EMQARG repeat_due limit must be 1..' .. MAX_LIMIT)
+if not limit or limit < 1 or limit > MAX_REPEAT_PAGE then
+  return redis.error_reply('EMQARG repeat_due limit must be 1..' .. MAX_REPEAT_PAGE)
 end
 local now = now_ms()
 if redis.call('HEXISTS', meta, 'paused') == 1 then return {now, 1, -1} end

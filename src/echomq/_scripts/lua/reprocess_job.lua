@@ -32,12 +32,9 @@
 ]]
 local row, dead, pending, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, base = ARGV[1], ARGV[2]
--- @include time
 -- @include score
--- @include wake
 -- @include lanes
 -- @include ready
--- @include finished
 -- @include reopen
 -- checks, in order: row, dead membership
 local f = redis.call('HMGET', row, 'priority', 'group', 'parent', 'parent_queue')

@@ -3,10 +3,11 @@
   KEYS  1 active   ZSET  claimed ids; score = lease deadline ms
         2 pending  ZSET  ready ids
         3 wake     LIST  wake tokens
-  ARGV  1 queue base   2 max_stalled   3 limit (1..100)
+  ARGV  1 queue base   2 limit (1..MAX_BATCH)   3 max_stalled (reap's order)
   Returns  {recovered ids, dead ids}
-  Errors   EMQARG   limit is not 1..100 (nothing written; the verb refuses it first)
-  Bound    O(limit * log N); at most 100 expired leases per call (validate.MAX_BATCH)
+  Errors   EMQARG   limit is not 1..MAX_BATCH (nothing written; the verb refuses it first)
+  Bound    O(limit * log N); at most MAX_BATCH expired leases per call
+           (include/caps.lua)
   Per expired lease: leave active; a lease stamped before the server's last restart
   (lease_epoch missing or another run_id) is recovered without counting; otherwise
   count `stalled`: below max_stalled back to pending, at it dead with last_error 'stalled'.
@@ -19,19 +20,11 @@
 ]]
 local active, pending = KEYS[1], KEYS[2]
 local base = ARGV[1]
--- @include time
--- @include score
--- @include wake
--- @include run_id
--- @include lanes
--- @include ready
--- @include leave_active
--- @include finished
+-- @include caps
 -- @include stall_sweep
-local max_stalled = tonumber(ARGV[2])
-local MAX_LIMIT = 100
-local limit = tonumber(ARGV[3])
-if not limit or limit < 1 or limit > MAX_LIMIT then
-  return redis.error_reply('EMQARG stalled_check limit must be 1..' .. MAX_LIMIT)
+local limit = tonumber(ARGV[2])
+local max_stalled = tonumber(ARGV[3])
+if not limit or limit < 1 or limit > MAX_BATCH then
+  return redis.error_reply('EMQARG stalled_check limit must be 1..' .. MAX_BATCH)
 end
 return stall_sweep(base, active, pending, limit, true, max_stalled)

@@ -11,8 +11,10 @@
 -- with kept = 'completed', job i: its completions entry, counters and retention). The
 -- events: `cancel` with fenced = true (its holder stops it hard; on k.events and on the
 -- workers' channel k.control), then `completed`. Reads nothing: call it after the
--- script's checks and finish_read (include wake, lanes, ready, leave_active and finished
--- first).
+-- script's checks and finish_read.
+-- @include ready
+-- @include leave_active
+-- @include finished
 local function fence_cancel(k, fin, i, row, id, state, group, reason, now)
   if state == 'active' then leave_active(k.base, k.active, id, group)
   elseif state == 'pending' then leave_ready(k.base, k.pending, id, group)

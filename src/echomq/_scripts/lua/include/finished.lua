@@ -42,13 +42,14 @@
 -- child, state, value, gen: the child's generation) that the workers relay (flow_notify.lua
 -- on the parent's queue, idempotent per child and generation; docs/flows.md "Across
 -- queues").
+-- @include caps
+-- @include retention
+-- @include score
+-- @include lanes
+-- @include ready
 local FINISH_TRIM = 100
-local DAY_MS = 86400000
-local FINISH_DEFAULTS = {
-  keep_result = DAY_MS, keep_dead = 7 * DAY_MS, completions_keep = DAY_MS,
-  completions_max = 1000000, max_completed = 1000000, max_dead = 1000000,
-}
-local METRICS_KEEP_MS = 720 * 60000 + 120000  -- 12 h of per-minute counters, and 2 min
+-- the per-minute counters live as long as queue_stats may read them, and 2 min
+local METRICS_KEEP_MS = MAX_MINUTES * 60000 + 120000
 local FINISH_DETAIL = {completed = 'result', dead = 'error', cancelled = 'reason'}
 local FINISH_TOTALS = {
   completed = 'metrics:completed', dead = 'metrics:failed', cancelled = 'metrics:cancelled',
@@ -125,7 +126,7 @@ local function finish_read(base, kept, now, jobs)
   local fin = {base = base, kept = kept, now = now, now_arg = int_arg(now), jobs = {},
     stream = base .. 'completions', drop = {}, migrate = {}, capped = {}, cleaned = false,
     parents = {}, keep_args = {}, entry = {}}
-  for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or FINISH_DEFAULTS[name] end
+  for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or RETENTION_DEFAULTS[name] end
   fin.keep = fin[kept == 'dead' and 'keep_dead' or 'keep_result']  -- the queue's (a row's own first)
   local minute = math.floor(now / 60000)
   local derived, seen = {base .. 'completions', base .. 'metrics:capped'}, {}

@@ -1,8 +1,10 @@
 -- leave_active(base, active, id, group): the job leaves the active set; a grouped job
 -- (`group` = the row's `group` field) gives back its group's active slot, and the group
 -- rejoins the ring (with a wake token) when it may start a job again, or leaves the
--- registry when nothing of it waits or runs (docs/lanes.md). Needs the `wake` and `lanes`
--- includes before it; call lanes_touch(base, group) in the script's read phase.
+-- registry when nothing of it waits or runs (docs/lanes.md). Call lanes_touch(base, group)
+-- in the script's read phase.
+-- @include wake
+-- @include lanes
 local function leave_active(base, active, id, group)
   redis.call('ZREM', active, id)
   if not group then return end

@@ -3,12 +3,14 @@
 -- may start a job, docs/lanes.md), and wake one idle consumer (one token per script call)
 -- when the job is claimable. `group` is the row's `group` field (false/nil: ungrouped);
 -- `score` its pending score (band_score). Answers true when the job is claimable now.
--- Needs the `wake` and `lanes` includes before it; call lanes_touch(base, group) in the
--- script's read phase. ready_batch(base, pending, flat, grouped) does the same for many:
--- `flat` the ungrouped jobs as ZADD arguments (score, id, ...; one variadic ZADD per 256),
--- `grouped` {id, group, score} triples.
+-- Call lanes_touch(base, group) in the script's read phase.
+-- ready_batch(base, pending, flat, grouped) does the same for many: `flat` the ungrouped
+-- jobs as ZADD arguments (score, id, ...; one variadic ZADD per 256), `grouped`
+-- {id, group, score} triples.
 -- leave_ready(base, pending, id, group): take a waiting job out of its ready structure
 -- (removed, cancelled); answers 1 when it was there.
+-- @include wake
+-- @include lanes
 local function ready(base, pending, id, group, score)
   local claimable = true
   if not group then

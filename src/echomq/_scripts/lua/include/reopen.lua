@@ -13,7 +13,11 @@
 -- up.steps is then empty. A dead parent whose own parent is on another queue cannot write
 -- it (another slot): reopen_out gives it its next generation (`gen` on its row) and writes
 -- an entry `reopen` on this queue's outbox carrying it (flow_notify on that queue re-opens
--- it there, once per generation). Needs the time, lanes, ready and finished includes.
+-- it there, once per generation).
+-- @include time
+-- @include lanes
+-- @include ready
+-- @include finished
 local FLOW_MAX_DEPTH = 32
 local function reopen_read(base, child, parent)
   local up = {steps = {}, out = false}

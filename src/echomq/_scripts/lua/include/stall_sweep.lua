@@ -5,8 +5,14 @@
 -- counting; otherwise, when `counting`, the row's `stalled` count grows by one and the job
 -- dies (last_error 'stalled', through `finished`) once that count reaches `dies_at`, else it
 -- goes back to pending (its lane when grouped). An id with no row leaves active and is
--- listed nowhere. Every read comes before the first write (docs/lua.md, rule 1). Needs the
--- time, score, wake, run_id, lanes, ready, leave_active and finished includes before it.
+-- listed nowhere. Every read comes before the first write (docs/lua.md, rule 1).
+-- @include time
+-- @include score
+-- @include run_id
+-- @include lanes
+-- @include ready
+-- @include leave_active
+-- @include finished
 local function stall_sweep(base, active, pending, limit, counting, dies_at)
   local now = now_ms()
   local expired = redis.call('ZRANGEBYSCORE', active, '-inf', now, 'LIMIT', 0, limit)
