@@ -89,7 +89,7 @@ async def test_aresult_cannot_miss(redis_url: str, queue: str) -> None:
     async def main() -> tuple[Any, ...]:
         async with q.aopen():
             client = q.asyncio_client()
-            client.results.gone_check, client.results.block_ms = 0.05, 50  # removal: soon
+            client.results.waiters.gone_check, client.results.waiters.block_ms = 0.05, 50  # removal: soon
             early = await add.adelay(1, 2)
             await finish(client.connection, 1)
             late = await early.aresult(timeout=5)  # finished before the call
