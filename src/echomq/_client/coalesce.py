@@ -58,6 +58,11 @@ class _Batch:
         for i in chosen:
             self.errors[i] = _copy(error) if len(chosen) > 1 else error
 
+    def leave(self, index: int) -> None:
+        """Its caller was cancelled while waiting: not sent yet, never will be (nor sent
+        again one by one); sent: its answer is dropped."""
+        self.jobs[index] = None
+
     def answer(self, index: int) -> Answer:
         error = self.errors.get(index)
         if error is not None:
@@ -88,30 +93,42 @@ class Coalescer:
         """Callers waiting for the call in flight to answer (cancelled ones included)."""
         return sum(len(batch.jobs) for batch in self._batches)
 
-    async def enqueue(self, job: GatedJob) -> Answer:
-        """Enqueue ``job``; answer as ``enqueue_gated_call(queue, [job])`` would.
+    def join(self, job: GatedJob) -> tuple[_Batch, int] | None:
+        """Queue ``job`` behind the call in flight: its batch and place (wait for
+        ``batch.done``, then ``batch.answer(place)``; cancelled meanwhile:
+        ``batch.leave(place)``). None when nothing is in flight: the caller sends it with
+        :meth:`send`, next (the coalescer is busy from now until that call answers)."""
+        if self._busy:
+            return self._join(job)
+        self._busy = True
+        return None
 
-        With nothing in flight the job is sent now, from this task. But when the last lone
-        call had callers queued behind it (``crowded``: callers come together, e.g. a
-        nursery of producers started at once), the tasks ready to run run first, once (a
-        shielded ``trio.sleep(0)``: nothing is sent yet); if callers queued meanwhile,
-        this job goes first in their batch: one call instead of a lone one and then the
-        rest. A lone producer (nothing queued behind its calls) never waits.
+    async def send(self, job: GatedJob) -> Answer:
+        """Send the job :meth:`join` answered None for, from this task; then what queued
+        meanwhile goes from the nursery.
+
+        When the last lone call had callers queued behind it (``crowded``: callers come
+        together, e.g. a nursery of producers started at once), the tasks ready to run
+        run first, once (a shielded checkpoint: nothing is sent yet); if callers queued
+        meanwhile, this job goes first in their batch: one call instead of a lone one and
+        then the rest. A lone producer (nothing queued behind its calls) never waits.
 
         Raises:
             DuplicateJob: a row with the job's id exists; nothing was written.
             ConnectionLost, Unavailable, ScriptError...: as a lone call would.
             RuntimeError: the queue's ``open()`` block ended with the job still queued.
         """
-        if self._busy:
-            return await self._wait(*self._join(job))
-        self._busy = True
         if self.crowded:
             batch, index = self._join(job)  # the first of a new batch
             with trio.CancelScope(shield=True):
-                await trio.lowlevel.checkpoint()
+                await trio.sleep(0)  # noqa: ASYNC115 - a plain checkpoint, shielded
             if len(batch.jobs) > 1 and self._start_drain():
-                return await self._wait(batch, index)
+                try:
+                    await batch.done.wait()
+                except BaseException:
+                    batch.leave(index)
+                    raise
+                return batch.answer(index)
             batch.jobs[index] = None  # nobody came (or no nursery): it goes alone
             if len(batch.jobs) == 1:
                 self._batches.remove(batch)
@@ -122,6 +139,22 @@ class Coalescer:
         finally:
             self.in_flight = 0
             self._next()
+
+    async def enqueue(self, job: GatedJob) -> Answer:
+        """:meth:`join`, then :meth:`send` or the wait for its batch, written out: answer
+        as ``enqueue_gated_call(queue, [job])`` would (``Producer.enqueue`` takes the
+        steps itself: two coroutines fewer per queued caller, which the garbage collector
+        counts)."""
+        joined = self.join(job)
+        if joined is None:
+            return await self.send(job)
+        batch, index = joined
+        try:
+            await batch.done.wait()
+        except BaseException:
+            batch.leave(index)
+            raise
+        return batch.answer(index)
 
     def _join(self, job: GatedJob) -> tuple[_Batch, int]:
         """Queue ``job`` in the open batch (a new one when it is full): its batch and place."""
@@ -136,14 +169,6 @@ class Coalescer:
         batch = _Batch([job], size)
         batches.append(batch)
         return batch, 0
-
-    async def _wait(self, batch: _Batch, index: int) -> Answer:
-        try:
-            await batch.done.wait()
-        except BaseException:  # cancelled: not sent yet, never will be (nor sent again)
-            batch.jobs[index] = None
-            raise
-        return batch.answer(index)
 
     def _start_drain(self) -> bool:
         """Send the queued batches from the nursery; False when it is closed."""

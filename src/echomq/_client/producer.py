@@ -20,7 +20,7 @@ commands block). A bulk call (:meth:`Producer.enqueue_many`) is chunks of at mos
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -190,16 +190,22 @@ class Producer:
         """
         coalescer = self.coalescer if conn is None else None
         if _tracing.ENABLED and _tracing.on():
-            return await self._traced(
-                conn, task.name, lambda trace: self.gate(task, args, kwargs, options, fields, trace)
-            )
+            return await self._traced_call(conn, task, args, kwargs, options, fields)
         job = self.gate(task, args, kwargs, options, fields)
         try:
-            if coalescer is not None:
-                answer = await coalescer.enqueue(job)
-            else:
+            if coalescer is None:
                 assert conn is not None
                 (answer,) = await evaluate(conn, enqueue_gated_call(self.queue, [job]))
+            elif (joined := coalescer.join(job)) is None:
+                answer = await coalescer.send(job)
+            else:  # (coalescer.enqueue written out: fewer coroutines per queued caller)
+                batch, index = joined
+                try:
+                    await batch.done.wait()
+                except BaseException:
+                    batch.leave(index)
+                    raise
+                answer = batch.answer(index)
         except DuplicateJob:  # its job_id is taken: that job's handle
             return Enqueued(id=job.id, deduplicated=True)
         return Enqueued(id=job.id) if answer is None else answer
@@ -211,16 +217,28 @@ class Producer:
         if conn is None:
             self.coalescer  # noqa: B018 - raises "not open" before the gate, as enqueue does
         if _tracing.ENABLED and _tracing.on():
-            return await self._traced(
-                conn, task, lambda trace: gate_job(attrs.evolve(new, trace=trace) if trace else new)
-            )
+            with _tracing.sending(self.queue, task) as span:
+                traced = attrs.evolve(new, trace=span.trace) if span.trace else new
+                answer = await self._sent(conn, gate_job(traced))
+                span.sent(answer.id, answer.deduplicated)
+            return answer
         return await self._sent(conn, gate_job(new))
 
-    async def _traced(
-        self, conn: Executor | None, task: str | None, gate: Callable[[str | None], GatedJob]
+    async def _traced_call(
+        self,
+        conn: Executor | None,
+        task: TaskRef,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None,
+        options: EnqueueOptions | None,
+        fields: Mapping[str, Any],
     ) -> Enqueued:
-        with _tracing.sending(self.queue, task) as span:
-            answer = await self._sent(conn, gate(span.trace))
+        """:meth:`enqueue` inside a ``send <queue>`` span whose context the job carries.
+        (Its own method: a closure in :meth:`enqueue` would put its variables in cells on
+        every call, traced or not.)"""
+        with _tracing.sending(self.queue, task.name) as span:
+            job = self.gate(task, args, kwargs, options, fields, span.trace)
+            answer = await self._sent(conn, job)
             span.sent(answer.id, answer.deduplicated)
         return answer
 
