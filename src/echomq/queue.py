@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar
 import trio
 
 from . import repeat as repeat_verbs
-from ._client.producer import Producer
+from ._client.producer import Producer, Sent
 from ._model.codec import JSON, Codec
-from ._model.job import Enqueued, NewJob
+from ._model.job import NewJob
 from ._model.options import TaskOptions, build_options
 from ._model.repeat import RepeatSource
 from ._model.schedule import DEFAULT_GRACE_MS, MissedPolicy, Schedule, duration_ms
@@ -304,8 +304,8 @@ class Queue:
         answer = self.sync_connection().run(self.producer.enqueue_new, new, task)
         return self._handle(answer, task)
 
-    def _handle(self, answer: Enqueued, task: str | None) -> TaskHandle[Any]:
-        return TaskHandle(answer.id, self, task, answer.deduplicated)
+    def _handle(self, answer: Sent, task: str | None) -> TaskHandle[Any]:
+        return TaskHandle(answer[0], self, task, answer[1])
 
     async def repeat(
         self,

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 import attrs
 
 from ._client.binding import CallShape
-from ._model.job import Enqueued, NewJob
+from ._client.producer import Sent
+from ._model.job import NewJob
 from ._model.options import EnqueueOptions, TaskOptions
 from ._worker.context import Job
 from .canvas import Signature
@@ -118,8 +119,8 @@ class Task(Generic[P, R]):
             RuntimeError: the queue is not open.
         """
         queue = self.queue
-        answer = await queue.producer.enqueue(None, self, args, kwargs)
-        return TaskHandle(answer.id, queue, self.name, answer.deduplicated)
+        job_id, deduplicated = await queue.producer.enqueue(None, self, args, kwargs)
+        return TaskHandle(job_id, queue, self.name, deduplicated)
 
     async def apply(
         self,
@@ -275,5 +276,5 @@ class Task(Generic[P, R]):
         checked, no I/O (for ``jobs.enqueue_many``)."""
         return self.queue.producer.new_job(self, args, kwargs, options, fields)
 
-    def _handle(self, answer: Enqueued) -> TaskHandle[R]:
-        return TaskHandle(answer.id, self.queue, self.name, answer.deduplicated)
+    def _handle(self, answer: Sent) -> TaskHandle[R]:
+        return TaskHandle(answer[0], self.queue, self.name, answer[1])

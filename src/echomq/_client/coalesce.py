@@ -15,7 +15,8 @@ refused batch is sent again one job per call (each caller gets its own ``Duplica
 id); any other error (the connection lost, a script error) reaches every caller of the
 batch (each its own copy). A caller cancelled while its batch waits takes its job out
 (never sent); once sent, the job may be enqueued (the wire's abandoned-reply rule).
-Plain trio: a batch's callers wait on the batch's one ``trio.Event``.
+A batch's callers wait on the batch's one :class:`~echomq._wire.connection.Rendezvous`
+(a ``trio.Event``'s ``wait``, lighter per waiter; it says why).
 docs/runtime.md, "Coalesced enqueues".
 """
 
@@ -23,14 +24,15 @@ from __future__ import annotations
 
 import copy
 from collections import deque
+from collections.abc import Sequence
 
 import attrs
 import trio
-import trio.lowlevel
 
 from .. import config
 from .._scripts import validate as v
 from .._scripts.calls import Executor, evaluate
+from .._wire.connection import Rendezvous
 from ..errors import ConnectionLost, DuplicateJob
 from ..jobs.lifecycle import Answer, GatedJob, enqueue_gated_call
 
@@ -43,18 +45,19 @@ class _Batch:
 
     jobs: list[GatedJob | None] = attrs.Factory(list)  # None: its caller was cancelled
     size: int = 0  # payload bytes
-    done: trio.Event = attrs.Factory(trio.Event)
+    done: Rendezvous = attrs.Factory(Rendezvous)  # (a trio.Event's interface, lighter)
     answers: list[Answer] = attrs.Factory(list)
     errors: dict[int, BaseException] = attrs.Factory(dict)
 
-    def live(self) -> list[tuple[int, GatedJob]]:
-        """The jobs of callers still waiting, with their places."""
-        return [(i, job) for i, job in enumerate(self.jobs) if job is not None]
+    def places(self) -> list[int]:
+        """The places of the callers still waiting."""
+        jobs = self.jobs
+        return [i for i in range(len(jobs)) if jobs[i] is not None]
 
-    def fail(self, error: BaseException, indices: list[int] | None = None) -> None:
+    def fail(self, error: BaseException, indices: Sequence[int] | None = None) -> None:
         """Each caller (of ``indices``, default all) gets ``error``: its own copy when
         there are several."""
-        chosen = [i for i, _ in self.live()] if indices is None else indices
+        chosen = self.places() if indices is None else indices
         for i in chosen:
             self.errors[i] = _copy(error) if len(chosen) > 1 else error
 
@@ -93,11 +96,12 @@ class Coalescer:
         """Callers waiting for the call in flight to answer (cancelled ones included)."""
         return sum(len(batch.jobs) for batch in self._batches)
 
-    def join(self, job: GatedJob) -> tuple[_Batch, int] | None:
-        """Queue ``job`` behind the call in flight: its batch and place (wait for
-        ``batch.done``, then ``batch.answer(place)``; cancelled meanwhile:
-        ``batch.leave(place)``). None when nothing is in flight: the caller sends it with
-        :meth:`send`, next (the coalescer is busy from now until that call answers)."""
+    def join(self, job: GatedJob) -> _Batch | None:
+        """Queue ``job`` behind the call in flight: its batch (its place there is the last,
+        ``len(batch.jobs) - 1``; wait for ``batch.done``, then ``batch.answer(place)``;
+        cancelled meanwhile: ``batch.leave(place)``). None when nothing is in flight: the
+        caller sends it with :meth:`send`, next (the coalescer is busy from now until that
+        call answers)."""
         if self._busy:
             return self._join(job)
         self._busy = True
@@ -119,7 +123,8 @@ class Coalescer:
             RuntimeError: the queue's ``open()`` block ended with the job still queued.
         """
         if self.crowded:
-            batch, index = self._join(job)  # the first of a new batch
+            batch = self._join(job)  # the first of a new batch
+            index = 0
             with trio.CancelScope(shield=True):
                 await trio.sleep(0)  # noqa: ASYNC115 - a plain checkpoint, shielded
             if len(batch.jobs) > 1 and self._start_drain():
@@ -145,10 +150,10 @@ class Coalescer:
         as ``enqueue_gated_call(queue, [job])`` would (``Producer.enqueue`` takes the
         steps itself: two coroutines fewer per queued caller, which the garbage collector
         counts)."""
-        joined = self.join(job)
-        if joined is None:
+        batch = self.join(job)
+        if batch is None:
             return await self.send(job)
-        batch, index = joined
+        index = len(batch.jobs) - 1
         try:
             await batch.done.wait()
         except BaseException:
@@ -156,8 +161,8 @@ class Coalescer:
             raise
         return batch.answer(index)
 
-    def _join(self, job: GatedJob) -> tuple[_Batch, int]:
-        """Queue ``job`` in the open batch (a new one when it is full): its batch and place."""
+    def _join(self, job: GatedJob) -> _Batch:
+        """Queue ``job`` last in the open batch (a new one when it is full)."""
         batches = self._batches
         size = len(job.payload)
         if batches:
@@ -165,10 +170,10 @@ class Coalescer:
             if len(batch.jobs) < v.MAX_ENQUEUE and batch.size + size <= config.MAX_BATCH_BYTES:
                 batch.jobs.append(job)
                 batch.size += size
-                return batch, len(batch.jobs) - 1
+                return batch
         batch = _Batch([job], size)
         batches.append(batch)
-        return batch, 0
+        return batch
 
     def _start_drain(self) -> bool:
         """Send the queued batches from the nursery; False when it is closed."""
@@ -194,31 +199,31 @@ class Coalescer:
             while self._batches:
                 batch = self._batches.popleft()
                 await self._send(batch)
-                batch.done.set()
+                batch.done.wake()
                 batch = None
         finally:
             self._busy = False
             if batch is not None:  # cancelled: the connection is closing
                 batch.fail(ConnectionLost("the queue's connection closed with the job sent"))
-                batch.done.set()
+                batch.done.wake()
             self._close_batches(RuntimeError(f"queue {self.queue!r} closed"))
 
     def _close_batches(self, error: BaseException) -> None:
         while self._batches:
             batch = self._batches.popleft()
             batch.fail(error)
-            batch.done.set()
+            batch.done.wake()
 
     async def _send(self, batch: _Batch) -> None:
-        live = batch.live()
-        if not live:
+        jobs = [job for job in batch.jobs if job is not None]
+        if not jobs:
             return
-        places = [i for i, _ in live]
+        places = batch.places() if len(jobs) < len(batch.jobs) else range(len(jobs))
         batch.answers = [None] * len(batch.jobs)
         try:
-            answers = await self._call([job for _, job in live])
+            answers = await self._call(jobs)
         except DuplicateJob as exc:
-            if len(live) == 1:
+            if len(jobs) == 1:
                 batch.fail(exc, places)
             else:
                 await self._one_by_one(batch, places)  # the refused call wrote nothing
@@ -237,7 +242,7 @@ class Coalescer:
         finally:
             self.in_flight = 0
 
-    async def _one_by_one(self, batch: _Batch, live: list[int]) -> None:
+    async def _one_by_one(self, batch: _Batch, live: Sequence[int]) -> None:
         """A batch refused by ``EMQDUP``, sent again one job per call (its callers' own
         answers: a written job, a deduplicated one, or its own ``DuplicateJob``). A caller
         cancelled meanwhile is not sent again: the refused call wrote nothing."""

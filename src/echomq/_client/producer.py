@@ -21,7 +21,7 @@ commands block). A bulk call (:meth:`Producer.enqueue_many`) is chunks of at mos
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 import attrs
 import trio
@@ -29,7 +29,7 @@ import trio
 from .. import _tracing, config
 from .._model.codec import Codec
 from .._model.flow import FlowJob
-from .._model.job import Enqueued, NewJob
+from .._model.job import NewJob
 from .._model.options import EnqueueOptions, TaskOptions, build_options
 from .._scripts import validate as v
 from .._scripts.calls import Executor, evaluate, evaluate_reply, is_sharded
@@ -39,12 +39,17 @@ from ..jobs.lifecycle import GatedJob, enqueue_gated_call, gate_job, new_id
 from .binding import CallShape
 from .coalesce import Coalescer
 
-__all__ = ["Call", "Producer", "TaskRef"]
+__all__ = ["Call", "Producer", "Sent", "TaskRef"]
 
 #: one call of a task: its positional and keyword arguments
 Call = tuple[Sequence[Any], Mapping[str, Any]]
 
 _NO_FIELDS: Mapping[str, Any] = {}
+
+#: what an enqueue answers: the job's id, and whether it was deduplicated (the id is then
+#: the job that holds its dedup key, or the existing job of its ``job_id``). A plain tuple:
+#: a single enqueue makes one per job, and the surfaces make the handle of it.
+Sent: TypeAlias = tuple[str, bool]
 
 
 class Pipelined(Executor, Protocol):
@@ -178,7 +183,7 @@ class Producer:
         kwargs: Mapping[str, Any] | None = None,
         options: EnqueueOptions | None = None,
         fields: Mapping[str, Any] = _NO_FIELDS,
-    ) -> Enqueued:
+    ) -> Sent:
         """Gate one call of ``task`` and send it: through the trio coalescer (``conn``
         None: the open queue's), else in its own call on ``conn`` (asyncio, blocking). An
         existing ``job_id`` answers its handle (``deduplicated``), and so does a held dedup
@@ -196,10 +201,10 @@ class Producer:
             if coalescer is None:
                 assert conn is not None
                 (answer,) = await evaluate(conn, enqueue_gated_call(self.queue, [job]))
-            elif (joined := coalescer.join(job)) is None:
+            elif (batch := coalescer.join(job)) is None:
                 answer = await coalescer.send(job)
-            else:  # (coalescer.enqueue written out: fewer coroutines per queued caller)
-                batch, index = joined
+            else:  # (coalescer.enqueue written out: a coroutine fewer per queued caller)
+                index = len(batch.jobs) - 1
                 try:
                     await batch.done.wait()
                 except BaseException:
@@ -207,12 +212,12 @@ class Producer:
                     raise
                 answer = batch.answer(index)
         except DuplicateJob:  # its job_id is taken: that job's handle
-            return Enqueued(id=job.id, deduplicated=True)
-        return Enqueued(id=job.id) if answer is None else answer
+            return job.id, True
+        return (job.id, False) if answer is None else (answer.id, answer.deduplicated)
 
     async def enqueue_new(
         self, conn: Executor | None, new: NewJob, task: str | None = None
-    ) -> Enqueued:
+    ) -> Sent:
         """:meth:`enqueue` of a prepared job."""
         if conn is None:
             self.coalescer  # noqa: B018 - raises "not open" before the gate, as enqueue does
@@ -220,7 +225,7 @@ class Producer:
             with _tracing.sending(self.queue, task) as span:
                 traced = attrs.evolve(new, trace=span.trace) if span.trace else new
                 answer = await self._sent(conn, gate_job(traced))
-                span.sent(answer.id, answer.deduplicated)
+                span.sent(*answer)
             return answer
         return await self._sent(conn, gate_job(new))
 
@@ -232,25 +237,25 @@ class Producer:
         kwargs: Mapping[str, Any] | None,
         options: EnqueueOptions | None,
         fields: Mapping[str, Any],
-    ) -> Enqueued:
+    ) -> Sent:
         """:meth:`enqueue` inside a ``send <queue>`` span whose context the job carries.
         (Its own method: a closure in :meth:`enqueue` would put its variables in cells on
         every call, traced or not.)"""
         with _tracing.sending(self.queue, task.name) as span:
             job = self.gate(task, args, kwargs, options, fields, span.trace)
             answer = await self._sent(conn, job)
-            span.sent(answer.id, answer.deduplicated)
+            span.sent(*answer)
         return answer
 
-    async def _sent(self, conn: Executor | None, job: GatedJob) -> Enqueued:
+    async def _sent(self, conn: Executor | None, job: GatedJob) -> Sent:
         try:
             if conn is None:
                 answer = await self.coalescer.enqueue(job)
             else:
                 (answer,) = await evaluate(conn, enqueue_gated_call(self.queue, [job]))
         except DuplicateJob:  # its job_id is taken: that job's handle
-            return Enqueued(id=job.id, deduplicated=True)
-        return Enqueued(id=job.id) if answer is None else answer
+            return job.id, True
+        return (job.id, False) if answer is None else (answer.id, answer.deduplicated)
 
     # -- many jobs --------------------------------------------------------------------
 
@@ -261,7 +266,7 @@ class Producer:
         calls: Iterable[Call],
         options: EnqueueOptions | None = None,
         fields: Mapping[str, Any] = _NO_FIELDS,
-    ) -> list[Enqueued]:
+    ) -> list[Sent]:
         """Gate every call (all before any I/O), then send them in chunks of at most
         ``MAX_ENQUEUE`` jobs and ``config.MAX_BATCH_BYTES`` bytes, one pipelined write.
         Each chunk is one atomic script call; several are not one transaction.
@@ -281,14 +286,14 @@ class Producer:
         jobs = [self.gate(task, a, k, options, fields) for a, k in calls]
         return await self._send_many(conn, jobs)
 
-    async def _send_many(self, conn: Pipelined, jobs: list[GatedJob]) -> list[Enqueued]:
+    async def _send_many(self, conn: Pipelined, jobs: list[GatedJob]) -> list[Sent]:
         if not jobs:
             return []
         chunks = _chunks(jobs)
         sharded = is_sharded(conn)
         calls = [enqueue_gated_call(self.queue, chunk) for chunk in chunks]
         replies = await conn.execute_pipeline([sc.evalsha_args(sharded) for sc in calls])
-        answers: list[Enqueued] = []
+        answers: list[Sent] = []
         failure: BaseException | None = None
         for sc, chunk, reply in zip(calls, chunks, replies, strict=True):
             try:
@@ -297,7 +302,7 @@ class Producer:
                 failure = failure or exc
                 continue
             answers += [
-                Enqueued(id=job.id) if answer is None else answer
+                (job.id, False) if answer is None else (answer.id, answer.deduplicated)
                 for job, answer in zip(chunk, read, strict=True)
             ]
         if failure is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import socket
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, cast
 
@@ -44,6 +44,7 @@ from .server_errors import is_transient, server_error
 __all__ = [
     "Arg",
     "Connection",
+    "Rendezvous",
     "ReplyError",
     "open_connection",
     "new_parser",
@@ -133,6 +134,61 @@ def _detach(stream: trio.abc.Stream) -> socket.socket | None:
 
 
 _PENDING: Any = object()  # a direct reader's reply not read yet
+
+
+class Rendezvous:
+    """Tasks that wait for one moment, woken together: ``await r.wait()`` until
+    ``r.wake()`` (then at once, as a set ``trio.Event``). A waiter cancelled meanwhile
+    leaves (``Cancelled`` raises in it); ``wake`` reschedules the others.
+
+    Why not a ``trio.Event`` (and why here, where the wire's hand-driven trio lives): the
+    trio coalescer (``_client/coalesce.py``) parks every caller queued behind an enqueue in
+    flight, a hundred at a time for a nursery of producers. Parked on an event, each one
+    holds three more objects the garbage collector tracks (``ParkingLot.park``'s coroutine,
+    its abort closure and that closure's cell) and one more coroutine (``Event.wait``):
+    enough to double the collections a concurrent producer triggers, full ones included.
+    Here a waiter is one small object, its own abort function, and ``wait`` hands out
+    ``wait_task_rescheduled``'s coroutine itself. ``benchmarks/producer_cpu.py`` (mode
+    ``concurrent``: 100 concurrent ``delay()`` callers) guards it.
+    """
+
+    __slots__ = ("_parked", "woken")
+
+    def __init__(self) -> None:
+        self._parked: list[_Parked] = []
+        self.woken = False
+
+    def wait(self) -> Awaitable[object]:
+        """Wait until :meth:`wake` (a checkpoint when it already happened)."""
+        if self.woken:
+            return trio.lowlevel.checkpoint()  # noqa: ASYNC105 - the caller awaits it
+        parked = _Parked(trio.lowlevel.current_task())
+        self._parked.append(parked)
+        return trio.lowlevel.wait_task_rescheduled(parked)  # noqa: ASYNC105 - ditto
+
+    def wake(self) -> None:
+        """Wake every waiter (once; later waits return at once)."""
+        self.woken = True
+        parked, self._parked = self._parked, []
+        for one in parked:
+            if not one.gone:
+                one.gone = True
+                trio.lowlevel.reschedule(one.task)
+
+
+class _Parked:
+    """One waiter of a :class:`Rendezvous`: its task, and ``gone`` once woken or
+    cancelled; its own ``abort_func`` (no closure per waiter)."""
+
+    __slots__ = ("gone", "task")
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.gone = False
+
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        self.gone = True
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 class _Waiter:
