@@ -10,21 +10,21 @@ batches go one call each, sent by a task in the queue's nursery. No timers.
 
 Each caller's job is gated in its own task before it joins (a bad job fails its caller
 alone, before any I/O), and each caller gets its own answer, as a lone call of its one job
-would: an :data:`Answer`, or that call's error. ``EMQDUP`` refuses a whole call, so a
-refused batch is sent again one job per call (each caller gets its own ``DuplicateJob`` or
-id); any other error (the connection lost, a script error) reaches every caller of the
-batch (each its own copy). A caller cancelled while its batch waits takes its job out
-(never sent); once sent, the job may be enqueued (the wire's abandoned-reply rule).
-A batch's callers wait on the batch's one :class:`~echomq._wire.connection.Rendezvous`
-(a ``trio.Event``'s ``wait``, lighter per waiter; it says why).
-docs/runtime.md, "Coalesced enqueues".
+would: the job's ``(id, deduplicated)`` (an existing ``job_id``: that id, deduplicated),
+or that call's error. ``EMQDUP`` refuses a whole call, so a refused batch is sent again one
+job per call; any other error (the connection lost, a script error) reaches every caller
+of the batch (each its own copy). A caller cancelled while its batch waits takes its job
+out (never sent); once sent, the job may be enqueued (the wire's abandoned-reply rule).
+A batch's callers wait on its :class:`~echomq._wire.connection.Rendezvous` (one small
+object per waiter; it says why). docs/runtime.md, "Coalesced enqueues".
 """
 
 from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 import attrs
 import trio
@@ -36,41 +36,37 @@ from .._wire.connection import Rendezvous
 from ..errors import ConnectionLost, DuplicateJob
 from ..jobs.lifecycle import Answer, GatedJob, enqueue_gated_call
 
-__all__ = ["Coalescer"]
+__all__ = ["Coalescer", "Sent"]
+
+#: a job's answer: its id, and whether it was deduplicated (the id is then the job that
+#: holds its dedup key, or the existing job of its ``job_id``)
+Sent = tuple[str, bool]
+
+
+def _sent(job: GatedJob, answer: Answer) -> Sent:
+    return (job.id, False) if answer is None else (answer.id, answer.deduplicated)
 
 
 @attrs.define(eq=False)
 class _Batch:
-    """Jobs of callers queued together, and their answers once sent (one event for all)."""
+    """Jobs of callers queued together, and the callers waiting for their answers (place
+    ``i`` of ``callers`` is the caller of ``jobs[i]``)."""
 
-    jobs: list[GatedJob | None] = attrs.Factory(list)  # None: its caller was cancelled
+    jobs: list[GatedJob] = attrs.Factory(list)
     size: int = 0  # payload bytes
-    done: Rendezvous = attrs.Factory(Rendezvous)  # (a trio.Event's interface, lighter)
-    answers: list[Answer] = attrs.Factory(list)
-    errors: dict[int, BaseException] = attrs.Factory(dict)
+    callers: Rendezvous[Sent] = attrs.Factory(Rendezvous)
 
     def places(self) -> list[int]:
         """The places of the callers still waiting."""
-        jobs = self.jobs
-        return [i for i in range(len(jobs)) if jobs[i] is not None]
+        callers = self.callers
+        return [i for i in range(len(self.jobs)) if not callers.gone(i)]
 
-    def fail(self, error: BaseException, indices: Sequence[int] | None = None) -> None:
-        """Each caller (of ``indices``, default all) gets ``error``: its own copy when
+    def fail(self, error: BaseException, places: Sequence[int] | None = None) -> None:
+        """Each caller (of ``places``, default all) gets ``error``: its own copy when
         there are several."""
-        chosen = self.places() if indices is None else indices
+        chosen = self.places() if places is None else places
         for i in chosen:
-            self.errors[i] = _copy(error) if len(chosen) > 1 else error
-
-    def leave(self, index: int) -> None:
-        """Its caller was cancelled while waiting: not sent yet, never will be (nor sent
-        again one by one); sent: its answer is dropped."""
-        self.jobs[index] = None
-
-    def answer(self, index: int) -> Answer:
-        error = self.errors.get(index)
-        if error is not None:
-            raise error
-        return self.answers[index]
+            self.callers.fail(i, _copy(error) if len(chosen) > 1 else error)
 
 
 class Coalescer:
@@ -89,26 +85,29 @@ class Coalescer:
         self._busy = False  # an enqueue call of this coalescer is in flight
         self.calls = 0  # script calls sent (a lone job or a batch; each re-send counts)
         self.in_flight = 0  # jobs of the call in flight
-        self.crowded = False  # callers queued behind the last lone call (see enqueue)
+        self.crowded = False  # callers queued behind the last lone call (see send)
 
     @property
     def queued(self) -> int:
         """Callers waiting for the call in flight to answer (cancelled ones included)."""
         return sum(len(batch.jobs) for batch in self._batches)
 
-    def join(self, job: GatedJob) -> _Batch | None:
-        """Queue ``job`` behind the call in flight: its batch (its place there is the last,
-        ``len(batch.jobs) - 1``; wait for ``batch.done``, then ``batch.answer(place)``;
-        cancelled meanwhile: ``batch.leave(place)``). None when nothing is in flight: the
-        caller sends it with :meth:`send`, next (the coalescer is busy from now until that
-        call answers)."""
-        if self._busy:
-            return self._join(job)
-        self._busy = True
-        return None
+    def enqueue(self, job: GatedJob) -> Coroutine[Any, Any, Sent]:
+        """The coroutine that enqueues ``job`` (gated) and answers its :data:`Sent`: its
+        own call when nothing is in flight (:meth:`send`), else its place in the open
+        batch (this caller waits in it from now on: await it next).
 
-    async def send(self, job: GatedJob) -> Answer:
-        """Send the job :meth:`join` answered None for, from this task; then what queued
+        Raises (when awaited):
+            ConnectionLost, Unavailable, ScriptError...: as a lone call would.
+            RuntimeError: the queue's ``open()`` block ended with the job still queued.
+        """
+        if self._busy:
+            return self._join(job).callers.wait()
+        self._busy = True
+        return self.send(job)
+
+    async def send(self, job: GatedJob) -> Sent:
+        """Send ``job`` from this task (the coalescer is busy); then what queued
         meanwhile goes from the nursery.
 
         When the last lone call had callers queued behind it (``crowded``: callers come
@@ -116,50 +115,28 @@ class Coalescer:
         run first, once (a shielded checkpoint: nothing is sent yet); if callers queued
         meanwhile, this job goes first in their batch: one call instead of a lone one and
         then the rest. A lone producer (nothing queued behind its calls) never waits.
-
-        Raises:
-            DuplicateJob: a row with the job's id exists; nothing was written.
-            ConnectionLost, Unavailable, ScriptError...: as a lone call would.
-            RuntimeError: the queue's ``open()`` block ended with the job still queued.
         """
         if self.crowded:
             batch = self._join(job)  # the first of a new batch
-            index = 0
+            waiting = batch.callers.wait()
             with trio.CancelScope(shield=True):
                 await trio.sleep(0)  # noqa: ASYNC115 - a plain checkpoint, shielded
             if len(batch.jobs) > 1 and self._start_drain():
-                try:
-                    await batch.done.wait()
-                except BaseException:
-                    batch.leave(index)
-                    raise
-                return batch.answer(index)
-            batch.jobs[index] = None  # nobody came (or no nursery): it goes alone
+                return await waiting
+            batch.callers.leave(0)  # nobody came (or no nursery): it goes alone
+            waiting.close()
             if len(batch.jobs) == 1:
                 self._batches.remove(batch)
         self.calls += 1
         self.in_flight = 1
         try:
-            return (await evaluate(self.conn, enqueue_gated_call(self.queue, [job])))[0]
+            (answer,) = await evaluate(self.conn, enqueue_gated_call(self.queue, [job]))
+        except DuplicateJob:  # its job_id is taken: that job's answer
+            return job.id, True
         finally:
             self.in_flight = 0
             self._next()
-
-    async def enqueue(self, job: GatedJob) -> Answer:
-        """:meth:`join`, then :meth:`send` or the wait for its batch, written out: answer
-        as ``enqueue_gated_call(queue, [job])`` would (``Producer.enqueue`` takes the
-        steps itself: two coroutines fewer per queued caller, which the garbage collector
-        counts)."""
-        batch = self.join(job)
-        if batch is None:
-            return await self.send(job)
-        index = len(batch.jobs) - 1
-        try:
-            await batch.done.wait()
-        except BaseException:
-            batch.leave(index)
-            raise
-        return batch.answer(index)
+        return _sent(job, answer)
 
     def _join(self, job: GatedJob) -> _Batch:
         """Queue ``job`` last in the open batch (a new one when it is full)."""
@@ -199,40 +176,35 @@ class Coalescer:
             while self._batches:
                 batch = self._batches.popleft()
                 await self._send(batch)
-                batch.done.wake()
                 batch = None
         finally:
             self._busy = False
             if batch is not None:  # cancelled: the connection is closing
                 batch.fail(ConnectionLost("the queue's connection closed with the job sent"))
-                batch.done.wake()
             self._close_batches(RuntimeError(f"queue {self.queue!r} closed"))
 
     def _close_batches(self, error: BaseException) -> None:
         while self._batches:
-            batch = self._batches.popleft()
-            batch.fail(error)
-            batch.done.wake()
+            self._batches.popleft().fail(error)
 
     async def _send(self, batch: _Batch) -> None:
-        jobs = [job for job in batch.jobs if job is not None]
-        if not jobs:
+        places = batch.places()
+        if not places:
             return
-        places = batch.places() if len(jobs) < len(batch.jobs) else range(len(jobs))
-        batch.answers = [None] * len(batch.jobs)
+        jobs = [batch.jobs[i] for i in places]
         try:
             answers = await self._call(jobs)
-        except DuplicateJob as exc:
-            if len(jobs) == 1:
-                batch.fail(exc, places)
+        except DuplicateJob:
+            if len(places) == 1:
+                batch.callers.answer(places[0], (jobs[0].id, True))
             else:
                 await self._one_by_one(batch, places)  # the refused call wrote nothing
             return
         except Exception as exc:
             batch.fail(exc, places)
             return
-        for i, answer in zip(places, answers, strict=True):
-            batch.answers[i] = answer
+        for i, job, answer in zip(places, jobs, answers, strict=True):
+            batch.callers.answer(i, _sent(job, answer))
 
     async def _call(self, jobs: list[GatedJob]) -> list[Answer]:
         self.calls += 1
@@ -242,18 +214,22 @@ class Coalescer:
         finally:
             self.in_flight = 0
 
-    async def _one_by_one(self, batch: _Batch, live: Sequence[int]) -> None:
+    async def _one_by_one(self, batch: _Batch, places: Sequence[int]) -> None:
         """A batch refused by ``EMQDUP``, sent again one job per call (its callers' own
-        answers: a written job, a deduplicated one, or its own ``DuplicateJob``). A caller
-        cancelled meanwhile is not sent again: the refused call wrote nothing."""
-        for i in live:
-            job = batch.jobs[i]
-            if job is None:
+        answers: a written job, a deduplicated one, or the existing job of its id). A
+        caller cancelled meanwhile is not sent again: the refused call wrote nothing."""
+        for i in places:
+            if batch.callers.gone(i):
                 continue
+            job = batch.jobs[i]
             try:
-                (batch.answers[i],) = await self._call([job])
+                (answer,) = await self._call([job])
+            except DuplicateJob:
+                batch.callers.answer(i, (job.id, True))
             except Exception as exc:
-                batch.errors[i] = exc
+                batch.callers.fail(i, exc)
+            else:
+                batch.callers.answer(i, _sent(job, answer))
 
 
 def _copy(error: BaseException) -> BaseException:

@@ -20,8 +20,8 @@ commands block). A bulk call (:meth:`Producer.enqueue_many`) is chunks of at mos
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeAlias
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 import trio
@@ -37,7 +37,7 @@ from ..errors import DuplicateJob, InvalidArgument
 from ..flows import add_flow
 from ..jobs.lifecycle import GatedJob, enqueue_gated_call, gate_job, new_id
 from .binding import CallShape
-from .coalesce import Coalescer
+from .coalesce import Coalescer, Sent
 
 __all__ = ["Call", "Producer", "Sent", "TaskRef"]
 
@@ -45,11 +45,6 @@ __all__ = ["Call", "Producer", "Sent", "TaskRef"]
 Call = tuple[Sequence[Any], Mapping[str, Any]]
 
 _NO_FIELDS: Mapping[str, Any] = {}
-
-#: what an enqueue answers: the job's id, and whether it was deduplicated (the id is then
-#: the job that holds its dedup key, or the existing job of its ``job_id``). A plain tuple:
-#: a single enqueue makes one per job, and the surfaces make the handle of it.
-Sent: TypeAlias = tuple[str, bool]
 
 
 class Pipelined(Executor, Protocol):
@@ -175,7 +170,7 @@ class Producer:
 
     # -- one job --------------------------------------------------------------------------
 
-    async def enqueue(
+    def enqueue(
         self,
         conn: Executor | None,
         task: TaskRef,
@@ -183,37 +178,28 @@ class Producer:
         kwargs: Mapping[str, Any] | None = None,
         options: EnqueueOptions | None = None,
         fields: Mapping[str, Any] = _NO_FIELDS,
-    ) -> Sent:
-        """Gate one call of ``task`` and send it: through the trio coalescer (``conn``
-        None: the open queue's), else in its own call on ``conn`` (asyncio, blocking). An
-        existing ``job_id`` answers its handle (``deduplicated``), and so does a held dedup
+    ) -> Coroutine[Any, Any, Sent]:
+        """Gate one call of ``task`` (now, before any I/O) and answer the coroutine that
+        sends it (await it next): through the trio coalescer (``conn`` None: the open
+        queue's), else in its own call on ``conn`` (asyncio, blocking). It answers the
+        job's ``(id, deduplicated)``: an existing ``job_id`` answers that job, a held dedup
         key the holder's.
+
+        A plain function, not a coroutine: a caller queued in the coalescer then waits
+        in its own coroutine and trio's alone (``Rendezvous`` says why that counts).
 
         Raises:
             RuntimeError: ``conn`` None and the queue is not open.
-            as :meth:`gate`, before any I/O; then what the call raises.
+            as :meth:`gate`; then (awaited) what the call raises.
         """
         coalescer = self.coalescer if conn is None else None
         if _tracing.ENABLED and _tracing.on():
-            return await self._traced_call(conn, task, args, kwargs, options, fields)
+            return self._traced_call(conn, task, args, kwargs, options, fields)
         job = self.gate(task, args, kwargs, options, fields)
-        try:
-            if coalescer is None:
-                assert conn is not None
-                (answer,) = await evaluate(conn, enqueue_gated_call(self.queue, [job]))
-            elif (batch := coalescer.join(job)) is None:
-                answer = await coalescer.send(job)
-            else:  # (coalescer.enqueue written out: a coroutine fewer per queued caller)
-                index = len(batch.jobs) - 1
-                try:
-                    await batch.done.wait()
-                except BaseException:
-                    batch.leave(index)
-                    raise
-                answer = batch.answer(index)
-        except DuplicateJob:  # its job_id is taken: that job's handle
-            return job.id, True
-        return (job.id, False) if answer is None else (answer.id, answer.deduplicated)
+        if coalescer is not None:
+            return coalescer.enqueue(job)
+        assert conn is not None
+        return self._sent(conn, job)
 
     async def enqueue_new(
         self, conn: Executor | None, new: NewJob, task: str | None = None
@@ -248,11 +234,10 @@ class Producer:
         return answer
 
     async def _sent(self, conn: Executor | None, job: GatedJob) -> Sent:
+        if conn is None:
+            return await self.coalescer.enqueue(job)
         try:
-            if conn is None:
-                answer = await self.coalescer.enqueue(job)
-            else:
-                (answer,) = await evaluate(conn, enqueue_gated_call(self.queue, [job]))
+            (answer,) = await evaluate(conn, enqueue_gated_call(self.queue, [job]))
         except DuplicateJob:  # its job_id is taken: that job's handle
             return job.id, True
         return (job.id, False) if answer is None else (answer.id, answer.deduplicated)
