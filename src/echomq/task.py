@@ -116,7 +116,7 @@ class Task(Generic[P, R]):
         Raises:
             TypeError: the function does not take these arguments (before any I/O).
             SerializationError, PayloadTooLarge: before any I/O.
-            RuntimeError: the queue is not open.
+            RuntimeError: the queue is not open (after the checks).
         """
         queue = self.queue
         job_id, deduplicated = await queue.producer.enqueue(None, self, args, kwargs)
@@ -221,8 +221,8 @@ class Task(Generic[P, R]):
     ) -> list[TaskHandle[R]]:
         """:meth:`map` with each item the call's positional arguments
         (``add.starmap([(1, 2), (3, 4)])``)."""
-        conn = self.queue.connection
-        answers = await self.queue.producer.enqueue_many(conn, self, _calls(items), options, fields)
+        calls = _calls(items)  # (the open queue's connection, after the checks)
+        answers = await self.queue.producer.enqueue_many(None, self, calls, options, fields)
         return [self._handle(answer) for answer in answers]
 
     async def amap(

@@ -75,14 +75,19 @@ class Producer:
         # a task's option set as ``gate_job`` made it, for its options of then, by name
         self._kept: dict[str, tuple[TaskOptions, tuple[Any, ...]]] = {}
         self._coalescer: Coalescer | None = None
+        self._conn: Pipelined | None = None  # the open queue's trio connection
 
     # -- the trio side's coalescer (one per ``queue.open()`` connection) ---------------------
 
-    def open(self, conn: Executor, nursery: trio.Nursery) -> None:
+    def open(self, conn: Pipelined, nursery: trio.Nursery) -> None:
+        self._conn = conn
         self._coalescer = Coalescer(conn, self.queue, nursery)
 
     def close(self) -> None:
-        self._coalescer = None
+        self._conn = self._coalescer = None
+
+    def _not_open(self) -> RuntimeError:
+        return RuntimeError(f"queue {self.queue!r} is not open: use `async with queue.open():`")
 
     @property
     def coalescer(self) -> Coalescer:
@@ -92,7 +97,7 @@ class Producer:
             RuntimeError: the queue is not open.
         """
         if self._coalescer is None:
-            raise RuntimeError(f"queue {self.queue!r} is not open: use `async with queue.open():`")
+            raise self._not_open()
         return self._coalescer
 
     # -- gating (no I/O) ---------------------------------------------------------------
@@ -147,12 +152,15 @@ class Producer:
         """
         plain = options is None and not fields and trace is None
         if plain:
-            kept = self._kept.get(task.name)
+            name = task.name
+            kept = self._kept.get(name)
             if kept is not None and kept[0] is task.options:
                 kind = type(args)
-                if (kind is tuple or kind is list) and (kwargs is None or type(kwargs) is dict):
-                    task.shape.check(args, kwargs or _NO_FIELDS)
-                    payload = self.codec.encode_call(task.name, args, kwargs or {})
+                if kwargs is None:
+                    kwargs = {}
+                if (kind is tuple or kind is list) and type(kwargs) is dict:
+                    task.shape.check(args, kwargs)
+                    payload = self.codec.encode_call(name, args, kwargs)
                     return GatedJob(new_id(), v.payload_bytes(payload), kept[1])
         new = self.new_job(task, args, kwargs, options, fields)
         job = gate_job(new if trace is None else attrs.evolve(new, trace=trace))
@@ -192,21 +200,17 @@ class Producer:
             RuntimeError: ``conn`` None and the queue is not open.
             as :meth:`gate`; then (awaited) what the call raises.
         """
-        coalescer = self.coalescer if conn is None else None
         if _tracing.ENABLED and _tracing.on():
             return self._traced_call(conn, task, args, kwargs, options, fields)
         job = self.gate(task, args, kwargs, options, fields)
-        if coalescer is not None:
-            return coalescer.enqueue(job)
-        assert conn is not None
+        if conn is None:
+            return self.coalescer.enqueue(job)
         return self._sent(conn, job)
 
     async def enqueue_new(
         self, conn: Executor | None, new: NewJob, task: str | None = None
     ) -> Sent:
         """:meth:`enqueue` of a prepared job."""
-        if conn is None:
-            self.coalescer  # noqa: B018 - raises "not open" before the gate, as enqueue does
         if _tracing.ENABLED and _tracing.on():
             with _tracing.sending(self.queue, task) as span:
                 traced = attrs.evolve(new, trace=span.trace) if span.trace else new
@@ -246,14 +250,15 @@ class Producer:
 
     async def enqueue_many(
         self,
-        conn: Pipelined,
+        conn: Pipelined | None,
         task: TaskRef,
         calls: Iterable[Call],
         options: EnqueueOptions | None = None,
         fields: Mapping[str, Any] = _NO_FIELDS,
     ) -> list[Sent]:
         """Gate every call (all before any I/O), then send them in chunks of at most
-        ``MAX_ENQUEUE`` jobs and ``config.MAX_BATCH_BYTES`` bytes, one pipelined write.
+        ``MAX_ENQUEUE`` jobs and ``config.MAX_BATCH_BYTES`` bytes, one pipelined write on
+        ``conn`` (None: the open queue's trio connection).
         Each chunk is one atomic script call; several are not one transaction.
 
         Raises:
@@ -271,7 +276,11 @@ class Producer:
         jobs = [self.gate(task, a, k, options, fields) for a, k in calls]
         return await self._send_many(conn, jobs)
 
-    async def _send_many(self, conn: Pipelined, jobs: list[GatedJob]) -> list[Sent]:
+    async def _send_many(self, conn: Pipelined | None, jobs: list[GatedJob]) -> list[Sent]:
+        if conn is None:
+            conn = self._conn
+            if conn is None:
+                raise self._not_open()
         if not jobs:
             return []
         chunks = _chunks(jobs)
