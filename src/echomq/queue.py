@@ -81,12 +81,10 @@ class Queue:
     """
 
     def __init__(self, name: str, url: str | None = None, *, codec: Codec = JSON) -> None:
-        self.name = check_queue(name)
-        self.url = url if url is not None else os.environ.get("ECHOMQ_URL", DEFAULT_URL)
-        self.codec = codec
-        self.tasks: dict[str, Task[..., Any]] = {}
         #: the one enqueue path of this queue (gating, tracing, the trio coalescer)
-        self.producer = Producer(self.name, codec)
+        self.producer = Producer(check_queue(name), codec)
+        self.url = url if url is not None else os.environ.get("ECHOMQ_URL", DEFAULT_URL)
+        self.tasks: dict[str, Task[..., Any]] = {}
         self._conn: Connection | None = None
         self._nursery: trio.Nursery | None = None
         self._feed: EventFeed | None = None
@@ -98,6 +96,24 @@ class Queue:
         self._asyncio: weakref.WeakKeyDictionary[Any, AsyncioQueueClient] = (
             weakref.WeakKeyDictionary()
         )
+
+    @property
+    def name(self) -> str:
+        """The queue's name (the producer's: replacing it, before ``open()``, moves both)."""
+        return self.producer.queue
+
+    @name.setter
+    def name(self, name: str) -> None:
+        self.producer.queue = check_queue(name)
+
+    @property
+    def codec(self) -> Codec:
+        """How payloads and results are encoded (the producer's)."""
+        return self.producer.codec
+
+    @codec.setter
+    def codec(self, codec: Codec) -> None:
+        self.producer.codec = codec
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, tasks={sorted(self.tasks)})"

@@ -122,10 +122,6 @@ async def test_map_from_asyncio_and_blocking_code(redis_url: str, queue: str) ->
     q.close_sync()
 
 
-@pytest.mark.single_node(
-    "redis.asyncio's cluster client may leave a node connection unclosed when the reader's "
-    "blocking XREAD is cancelled at aclose (a ResourceWarning, timing-dependent)"
-)
 async def test_flows_from_asyncio_and_blocking_code(redis_url: str, queue: str) -> None:
     """A chain applied from asyncio and from blocking code runs; its handle's twins
     answer the last step's result; a chain step that cannot take its arguments is refused

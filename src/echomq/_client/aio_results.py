@@ -103,6 +103,11 @@ class AsyncioResultFeed:
                     await conn.aclose()
                     raise ConnectionLost("no reply to a blocking XREAD") from None
                 waiters.read(reply)
+                # the answered calls run first and leave: when nobody waits any more the
+                # reader parks instead of blocking in another XREAD, which a close would
+                # have to cancel (redis.asyncio's cluster client may then leak its node's
+                # connection)
+                await asyncio.sleep(0)
             except (ConnectionLost, ServerError) as exc:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():  # a driver turned the cancel
