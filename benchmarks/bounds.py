@@ -223,7 +223,8 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
         claim_with_promotions,
         length,
     )
-    await m.case("enqueue", "1 job", reps, lambda: fixed(life.enqueue_one_call(q, PAYLOAD)), one)
+    one_job = [life.NewJob(payload=PAYLOAD)]
+    await m.case("enqueue", "1 job", reps, lambda: fixed(life.enqueue_call(q, one_job)), one)
     await m.case(
         "enqueue",
         f"{v.MAX_ENQUEUE} jobs (the cap)",

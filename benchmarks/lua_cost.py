@@ -110,7 +110,7 @@ def child(jobs: int, claim: int, complete: int, held_cap: int) -> dict[str, Any]
         r = redis.Redis.from_url(server.url)
         batch = [NewJob(payload=PAYLOAD, task="noop")] * 250
         for _ in range(jobs // 250):
-            evaluate_sync(r, calls.enqueue_batch_call(queue, batch))
+            evaluate_sync(r, calls.enqueue_call(queue, batch))
         n = jobs // 250 * 250
         claim_call = calls.claim_batch_call(queue, 600_000, claim, "bench-worker")
         floor_claim = r.register_script(FLOOR_CLAIM)

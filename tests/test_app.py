@@ -273,3 +273,41 @@ def test_the_job_parameter_is_found_by_its_type_not_its_name(closed_port_url: st
     assert q.task(takes_an_alias).wants_job
     assert not q.task(takes_its_own_job).wants_job
     assert not q.task(takes_an_unresolvable).wants_job
+
+
+async def test_a_wrong_call_raises_type_error_before_any_io(closed_port_url: str) -> None:
+    """Arguments are bound against the function (less the Job parameter) at enqueue: a
+    wrong call raises TypeError with nothing to talk to; right calls get as far as the
+    closed queue."""
+    q = echomq.Queue("bound", url=closed_port_url)
+
+    @q.task
+    async def with_job(job: echomq.Job, a: int, b: int = 0, *, scale: float) -> int:
+        return a
+
+    @q.task
+    def spread(*args: int, **kwargs: int) -> int:
+        return 0
+
+    wrong = [
+        lambda: with_job.delay(),
+        lambda: with_job.delay(1, 2, 3, scale=1.0),
+        lambda: with_job.delay(1),  # scale is required
+        lambda: with_job.apply((1,), {"scale": 1.0, "c": 2}),
+        lambda: with_job.delay_sync(1, 2),
+        lambda: with_job.map([1]),
+    ]
+    for call in wrong:
+        with pytest.raises(TypeError, match="with_job"):
+            result = call()
+            if not isinstance(result, echomq.TaskHandle):
+                await result
+    assert with_job.new_job((1,), {"scale": 2.0}).payload
+    for right in (lambda: with_job.delay(1, scale=1.0), lambda: spread.delay(1, 2, x=3)):
+        with pytest.raises(RuntimeError, match="not open"):
+            await right()
+    with pytest.raises(TypeError):
+        echomq.chain(spread.s(), with_job.s(1, 2, 3)).flow_jobs()  # fed + 3: too many
+    assert len(echomq.chain(spread.s(), with_job.s(scale=1.0)).flow_jobs()) == 1
+    with pytest.raises(TypeError):
+        await q.repeat(with_job, every=60, args=(1, 2, 3), key="bound-repeat")

@@ -10,7 +10,8 @@ modules are placed one by one::
     verbs      jobs/, admin/, cancel, stalled, repeat, flows, completions
     client     _client/, results, events                 services that outlive one call
     runtime    _worker/
-    surfaces   echomq (the package), __main__, app, canvas, sync, asyncio, testing,
+    surfaces   echomq (the package), __main__, app, queue, task, handle, canvas, sync,
+               asyncio, testing,
                cli/, dashboard/, archive/, _testkit/ (servers, faults, the demo)
 
 A module may import its own layer and those below. Every import counts: module level,
@@ -59,6 +60,9 @@ TOP = {
     "events": "client",
     "__main__": "surfaces",
     "app": "surfaces",
+    "queue": "surfaces",
+    "task": "surfaces",
+    "handle": "surfaces",
     "canvas": "surfaces",
     "sync": "surfaces",
     "asyncio": "surfaces",

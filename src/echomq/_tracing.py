@@ -86,6 +86,10 @@ class Sending:
         if deduplicated:
             self.span.set_attribute("echomq.deduplicated", True)
 
+    def sent_many(self, count: int) -> None:
+        """A bulk enqueue's span: ``count`` jobs sent, each carrying its context."""
+        self.span.set_attribute("messaging.batch.message_count", count)
+
 
 @contextmanager
 def sending(queue: str, task: str | None) -> Iterator[Sending]:

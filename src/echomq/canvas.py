@@ -1,9 +1,12 @@
 """The canvas (docs/flows.md): chains, groups, chords and flow trees of task signatures.
 
-Rule 1: nothing here does I/O until ``await x.apply()``; building a canvas and
-``x.flow_jobs()`` check everything first: an empty group, a step that is not a task
-signature, a cycle (a canvas that contains itself), arguments the codec cannot encode
-(``SerializationError``): typed errors before any write.
+Rule 1: nothing here does I/O until ``await x.apply()`` (asyncio: ``await x.aapply()``;
+blocking code: ``x.apply_sync()``); building a canvas and ``x.flow_jobs()`` check
+everything first: an empty group, a step that is not a task signature, a cycle (a canvas
+that contains itself), arguments the task's function does not take (``TypeError``; a
+chain step and a chord's callback are bound with the result they are fed first) or the
+codec cannot encode (``SerializationError``): typed errors before any write. The jobs are
+gated, and the flow added, by the queue's ``Producer`` (``_client/producer.py``).
 Rule 2: everything compiles to one tree of :class:`~echomq.flows.FlowJob`: a chain step
 is the parent of the step before it (``feed=one``: the previous result is its first
 argument), a chord's callback the parent of its group's members (``feed=all``: the list
@@ -13,8 +16,10 @@ of results is its first argument), a :func:`flow` node the parent of its childre
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 import trio
@@ -22,11 +27,15 @@ import trio
 from ._model.flow import Feed, FlowJob, Policy, mark_parent
 from ._model.job import NewJob
 from .errors import InvalidArgument, JobCancelled, JobGone
-from .flows import add_flow, cancel_flow
+from .flows import cancel_flow
 from .jobs.lifecycle import new_id
 
 if TYPE_CHECKING:
-    from .app import Queue, Task
+    from .handle import TaskHandle
+    from .queue import Queue
+    from .task import Task
+
+R = TypeVar("R")
 
 _Stack = set[int]  # ids of the canvases being compiled (a cycle check)
 
@@ -72,12 +81,34 @@ class Canvas:
         and answer its handle.
 
         Raises:
-            InvalidArgument, SerializationError, DuplicateJob, InvalidKey: before any I/O.
+            TypeError, InvalidArgument, SerializationError, DuplicateJob, InvalidKey:
+                before any I/O.
             RuntimeError: the queue is not open.
         """
         roots = self.flow_jobs()
         queue = _queue_of(self)
-        await add_flow(queue.connection, roots)
+        await queue.producer.add_flow(queue.connection, roots)
+        return self._handle(queue, roots)
+
+    async def aapply(self) -> FlowHandle:
+        """The asyncio twin of :meth:`apply` (no ``queue.open()``: ``echomq.asyncio``)."""
+        roots = self.flow_jobs()
+        queue = _queue_of(self)
+        await queue.producer.add_flow(queue.asyncio_client().connection, roots)
+        return self._handle(queue, roots)
+
+    def apply_sync(self) -> FlowHandle:
+        """The blocking twin of :meth:`apply` (``echomq.sync``)."""
+        roots = self.flow_jobs()
+        queue = _queue_of(self)
+        queue.sync_connection().run(queue.producer.add_flow, roots)
+        return self._handle(queue, roots)
+
+    async def delay(self) -> FlowHandle:
+        """:meth:`apply` (Celery's spelling)."""
+        return await self.apply()
+
+    def _handle(self, queue: Queue, roots: Sequence[FlowJob]) -> FlowHandle:
         known = _queues(self)
         return FlowHandle(
             queue,
@@ -85,10 +116,6 @@ class Canvas:
             group=isinstance(self, Group),
             queues=[known.get(r.queue, queue) for r in roots],
         )
-
-    async def delay(self) -> FlowHandle:
-        """:meth:`apply` (Celery's spelling)."""
-        return await self.apply()
 
 
 def _enter(canvas: object, stack: _Stack) -> None:
@@ -100,7 +127,7 @@ def _enter(canvas: object, stack: _Stack) -> None:
 def _as_canvas(step: object, where: str) -> Canvas:
     if isinstance(step, Canvas):
         return step
-    from .app import Task
+    from .task import Task
 
     if isinstance(step, Task):
         return step.s()
@@ -108,21 +135,23 @@ def _as_canvas(step: object, where: str) -> Canvas:
 
 
 @attrs.define(eq=False)
-class Signature(Canvas):
-    """A task with its arguments and enqueue options, not yet sent: ``task.s(*args)``."""
+class Signature(Canvas, Generic[R]):
+    """A task with its arguments and enqueue options, not yet sent: ``task.s(*args)``;
+    ``R`` is the task's return type."""
 
-    task: Task
+    task: Task[Any, R]
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = attrs.field(factory=dict)
     options: Mapping[str, Any] = attrs.field(factory=dict)
 
-    def set(self, **options: Any) -> Signature:
+    def set(self, **options: Any) -> Signature[R]:
         """The same call with these enqueue options (``priority``, ``job_id``,
         ``max_attempts``, ``keep_result``...)."""
         return attrs.evolve(self, options={**self.options, **options})
 
-    def _new_job(self, parent: bool) -> NewJob:
-        job = self.task.new_job(self.args, self.kwargs, **self.options)
+    def _new_job(self, parent: bool, fed: bool) -> NewJob:
+        task = self.task
+        job = task.queue.producer.new_job(task, self.args, self.kwargs, None, self.options, fed=fed)
         if job.delay_ms:
             raise InvalidArgument("a job of a flow cannot be delayed (not yet)")
         payload = job.payload if isinstance(job.payload, bytes) else job.payload.encode()
@@ -134,7 +163,7 @@ class Signature(Canvas):
 
     def node(self, children: Sequence[FlowJob], policy: Policy, feed: Feed = Feed.NONE) -> FlowJob:
         return FlowJob(
-            job=self._new_job(bool(children)),
+            job=self._new_job(bool(children), feed is not Feed.NONE),
             queue=self.task.queue.name,
             children=tuple(children),
             policy=policy,
@@ -207,7 +236,7 @@ class Chord(Canvas):
     """A group, then a callback given the list of the group's results first."""
 
     header: Group
-    callback: Signature
+    callback: Signature[Any]
     policy: Policy
 
     def __init__(self, header: object, callback: object, *, policy: str = "fail") -> None:
@@ -232,7 +261,7 @@ class Node(Canvas):
     """A parent job and its children (any canvas), of any depth: the parent runs after
     they finished and reads their results with ``job.children_results()``."""
 
-    parent: Signature
+    parent: Signature[Any]
     children: list[Canvas]
     policy: Policy
 
@@ -278,7 +307,7 @@ def flow(parent: object, children: Sequence[object] = (), *, policy: str = "fail
     return Node(parent, children, policy=policy)
 
 
-def _first_signature(canvas: Canvas) -> Signature:
+def _first_signature(canvas: Canvas) -> Signature[Any]:
     while not isinstance(canvas, Signature):
         if isinstance(canvas, Chain):
             canvas = canvas.steps[-1]
@@ -339,27 +368,70 @@ class FlowHandle:
         Raises:
             JobFailed, JobCancelled, JobGone, trio.TooSlowError: as ``TaskHandle.result``.
         """
-        handles = [q.handle(i) for q, i in zip(self._root_queues(), self.ids, strict=True)]
+        handles = self._handles()
         try:
-            if not self.group:
-                return await handles[0].result(timeout)
-            out: list[Any] = []
             with trio.fail_after(float("inf") if timeout is None else timeout):
-                for h in handles:
-                    out.append(await h.result())
-            return out
+                out = [await h.result() for h in handles]
         except JobGone:
-            if self._cancelled:  # this handle cancelled it: a waiting root is removed
-                raise JobCancelled(self._cancelled[0], job_id=self.id) from None
+            self._if_cancelled()
             raise
+        return out if self.group else out[0]
+
+    async def aresult(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109 - as TaskHandle
+        """The asyncio twin of :meth:`result` (``TimeoutError`` past ``timeout``)."""
+        handles = self._handles()
+        try:
+            async with asyncio.timeout(timeout):
+                out = [await h.aresult() for h in handles]
+        except JobGone:
+            self._if_cancelled()
+            raise
+        return out if self.group else out[0]
+
+    def result_sync(self, timeout: float | None = None) -> Any:
+        """The blocking twin of :meth:`result` (``TimeoutError`` past ``timeout``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out: list[Any] = []
+        try:
+            for h in self._handles():
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                out.append(h.result_sync(left))
+        except JobGone:
+            self._if_cancelled()
+            raise
+        return out if self.group else out[0]
 
     async def cancel(self, reason: str | None = None) -> int:
         """Cancel the flow's open jobs (the root(s) and every open job below)."""
-        done = 0
         self._cancelled.append(reason)
+        done = 0
         for q, root in zip(self._root_queues(), self.ids, strict=True):
             done += await cancel_flow(q.connection, q.name, root, reason)
         return done
+
+    async def acancel(self, reason: str | None = None) -> int:
+        """The asyncio twin of :meth:`cancel`."""
+        self._cancelled.append(reason)
+        done = 0
+        for q, root in zip(self._root_queues(), self.ids, strict=True):
+            done += await cancel_flow(q.asyncio_client().connection, q.name, root, reason)
+        return done
+
+    def cancel_sync(self, reason: str | None = None) -> int:
+        """The blocking twin of :meth:`cancel`."""
+        self._cancelled.append(reason)
+        return sum(
+            q.sync_connection().run(cancel_flow, q.name, root, reason)
+            for q, root in zip(self._root_queues(), self.ids, strict=True)
+        )
+
+    def _handles(self) -> list[TaskHandle[Any]]:
+        return [q.handle(i) for q, i in zip(self._root_queues(), self.ids, strict=True)]
+
+    def _if_cancelled(self) -> None:
+        """A root has no row: this handle cancelled it (a waiting root is removed)?"""
+        if self._cancelled:
+            raise JobCancelled(self._cancelled[0], job_id=self.id) from None
 
     def _root_queues(self) -> list[Queue]:
         return self.queues if self.queues is not None else [self.queue] * len(self.ids)

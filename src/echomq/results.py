@@ -17,30 +17,26 @@ removed: the waiter answers None and ``TaskHandle.result()`` raises ``JobGone`` 
 Rule 4 (removal is not an outcome): ``remove_job``, ``drain`` and ``obliterate`` write no
 entry, so the reader checks the rows of its waiters every ``gone_check`` seconds (one
 pipelined read for all of them): a removed job's waiter learns it within that time.
-The builders and readers (no I/O) are in ``result_reads.py``, shared
-with the blocking producer (``echomq.sync``), which waits with its own ``XREAD``; the
-waiters' bookkeeping (no I/O) is in ``result_waiters.py``, shared with the asyncio feed.
+The rules' bookkeeping, commands and readers (no I/O) are ``_client/waiting.Waiters``;
+this is its trio loop (the asyncio one is ``_client/aio_results.py``, the blocking one
+``SyncConnection.wait_outcome``).
 """
 
 from __future__ import annotations
 
-import logging
-
-import attrs
 import trio
 
-from ._client.result_reads import (
+from ._client.waiting import (
+    BATCH,
+    BLOCK,
+    GONE_CHECK,
     Outcome,
-    probe_commands,
-    read_probe,
-    read_stream_entries,
-    row_outcome,
-    xread_command,
+    Statistics,
+    Waiters,
+    check_rows,
+    first_read,
 )
-from ._client.result_waiters import Waiters
-from ._jitter import Backoff
 from ._model.completion import FinishState
-from ._scripts.keyspace import keyspace
 from ._wire.dial import connect
 from ._wire.interface import RedisConnection
 from .config import ConnectionConfig
@@ -56,22 +52,7 @@ __all__ = [
     "ResultStatistics",
 ]
 
-log = logging.getLogger("echomq.results")
-
-GONE_CHECK = 30.0  # seconds between the reader's checks that waited-on rows still exist
-BLOCK = 5.0  # seconds one XREAD blocks
-BATCH = 1000  # entries one XREAD reads
-
-
-@attrs.define(eq=False)
-class ResultStatistics:
-    """What one feed did: XREADs, entries read, entries handed to waiters, reconnects."""
-
-    reads: int = 0
-    entries: int = 0
-    delivered: int = 0
-    redis_errors: int = 0
-    row_checks: int = 0
+ResultStatistics = Statistics  # (its name here)
 
 
 class ResultFeed:
@@ -90,18 +71,16 @@ class ResultFeed:
         batch: int = BATCH,
     ) -> None:
         self.url = url
-        self.queue = keyspace(queue).queue
-        self.gone_check = gone_check
-        # a blocking read returns at least every gone_check: the row check runs between
-        self.block_ms = max(1, round(min(block, gone_check) * 1000))
-        self.batch = batch
-        self.statistics = ResultStatistics()
-        self._waiters = Waiters(self.queue, trio.current_time, trio.Event)
+        self.waiters = Waiters(
+            queue, trio.current_time, gone_check=gone_check, block=block, batch=batch
+        )
+        self.queue = self.waiters.queue
+        self.statistics = self.waiters.statistics
 
     @property
     def waiting(self) -> int:
         """Waiters now."""
-        return self._waiters.count
+        return self.waiters.count
 
     async def wait(self, conn: RedisConnection, job_id: str) -> Outcome | None:
         """The job's outcome: at once when its row records one, else when its completions
@@ -113,79 +92,35 @@ class ResultFeed:
             InvalidKey: before any I/O. ConnectionLost, ServerError: the row could not be
                 read (nothing waits then).
         """
-        keyspace(self.queue).job(job_id)  # the id's gate, before any I/O
-        waiter = self._waiters.add(job_id)
+        answered = trio.Event()
+        waiter = self.waiters.add(job_id, answered.set)
         try:
-            probe = read_probe(
-                job_id, await conn.execute_pipeline(probe_commands(self.queue, job_id))
-            )
-            if probe.info is None:
-                return None
-            outcome = row_outcome(probe.info)
-            if outcome is not None:
-                return outcome
-            self._waiters.start(waiter, probe.after)
-            await waiter.done.wait()
-            return waiter.outcome
+            if not await first_read(self.waiters, conn, waiter):
+                await answered.wait()
+            return waiter.value()
         finally:
-            self._waiters.remove(waiter)
+            self.waiters.remove(waiter)
 
     async def run(
         self, *, task_status: trio.TaskStatus[ResultFeed] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Read the stream for as long as the nursery runs (idle while nobody waits)."""
-        stats, waiters = self.statistics, self._waiters
-        backoff = Backoff(0.05, 5.0)
+        waiters = self.waiters
         async with connect(self.url) as conn:
             task_status.started(self)
-            position: str | None = None
-            recheck = False
-            next_check = trio.current_time() + self.gone_check
             while True:
-                if not waiters.by_job:
-                    position = None  # nobody waits: start afresh after the next waiters
                 while not waiters.ready():
-                    await waiters.renew().wait()
-                position = waiters.position(position)
+                    changed = trio.Event()
+                    waiters.on_change(changed.set)
+                    await changed.wait()
                 try:
-                    if recheck:
-                        await self._check_rows(conn, everyone=True)
-                        recheck = False
-                    command = xread_command(
-                        self.queue, position, count=self.batch, block_ms=self.block_ms
-                    )
-                    with trio.move_on_after(self.block_ms / 1000 + 10.0) as guard:
+                    await check_rows(waiters, conn)
+                    command = waiters.xread()
+                    with trio.move_on_after(waiters.block_ms / 1000 + 10.0) as guard:
                         reply = await conn.execute(*command)
                     if guard.cancelled_caught:  # a half-open socket: no reply to a BLOCK
                         conn.drop()
                         raise ConnectionLost("no reply to a blocking XREAD")
-                    stats.reads += 1
-                    for stream_id, fields in read_stream_entries(reply):
-                        position = stream_id
-                        stats.entries += 1
-                        stats.delivered += waiters.dispatch(stream_id, fields)
-                    if trio.current_time() >= next_check:
-                        await self._check_rows(conn, everyone=False)
-                        next_check = trio.current_time() + self.gone_check
-                    backoff.reset()
+                    waiters.read(reply)
                 except (ConnectionLost, ServerError) as exc:
-                    stats.redis_errors += 1
-                    recheck = True
-                    delay = backoff.next()
-                    log.warning(
-                        "results of %s: %s; reading again in %.2f s", self.queue, exc, delay
-                    )
-                    await trio.sleep(delay)
-
-    async def _check_rows(self, conn: RedisConnection, *, everyone: bool) -> None:
-        """Re-read the state of the waited-on rows (all of them after a reconnect, else
-        those waiting longer than ``gone_check``); a gone or finished row answers them."""
-        waiters = self._waiters
-        ids = waiters.due(everyone=everyone, gone_check=self.gone_check)
-        if not ids:
-            return
-        self.statistics.row_checks += 1
-        states = await conn.execute_pipeline(waiters.state_commands(ids))
-        look = waiters.settled(ids, states)
-        if look:
-            waiters.answer_rows(look, await conn.execute_pipeline(waiters.row_commands(look)))
+                    await trio.sleep(waiters.failed(exc))

@@ -11,11 +11,10 @@ run on, and a connection for the verbs::
         mq.pause("emails"); mq.drain("emails"); mq.stats("emails")
         mq.run(echomq.admin.dead_jobs, "emails", limit=5)   # any verb, blocking
 
-Rule 1 (one copy of every verb): ``enqueue``, ``enqueue_many`` and ``get_job`` run the
-trio verbs' call builders and reply readers on redis-py (``scripts.evaluate_sync``); every
-other method runs the verb itself, the same coroutine the trio and asyncio callers await,
-on a connection whose commands block instead of suspending (``_wire/drivers/blocking.py``,
-``run_sync``). Nothing here knows a key name or a script's argv.
+Rule 1 (one copy of every verb): every method runs the verb itself, the same coroutine the
+trio and asyncio callers await, on a connection whose commands block instead of suspending
+(``_wire/drivers/blocking.py``, ``run_sync``). Nothing here knows a key name or a script's
+argv.
 Rule 2: bad input raises before any I/O, exactly as in the trio verbs.
 Rule 3: no command is replayed. redis-py's retries are off (a script may have run before a
 connection dropped); a dropped or unreachable server raises
@@ -25,8 +24,9 @@ script's "non local key" while its cluster slot moves) is sent again with backof
 ``connect_timeout``, as on the trio wire; then :class:`~echomq.errors.Unavailable`
 (transient, ``errors.TRANSIENT``).
 Rule 4 (waiting cannot miss): :meth:`SyncConnection.wait_outcome` reads the row, then the
-queue's completions stream from where the row was read, with a blocking ``XREAD`` (the
-same builders as ``echomq.results.ResultFeed``; docs/results.md). No pub/sub, no polling.
+queue's completions stream from where the row was read, with a blocking ``XREAD`` of its
+own (the waiters' core of ``echomq.results.ResultFeed``, ``_client/waiting.py``, with one
+waiter; docs/results.md). No pub/sub, no polling.
 """
 
 from __future__ import annotations
@@ -41,32 +41,16 @@ import redis
 from redis.cluster import RedisCluster
 
 from . import admin, cancel, jobs
-from ._client.result_reads import (
-    Outcome,
-    entry_job_id,
-    entry_outcome,
-    probe_commands,
-    read_probe,
-    read_stream_entries,
-    row_outcome,
-    xread_command,
-)
-from ._model.job import Enqueued, JobInfo
-from ._scripts.calls import ScriptCall, evaluate_sync, retry_sync, sync_errors
+from ._client.waiting import BLOCK, Outcome, Waiter, Waiters, check_rows, first_read
+from ._model.job import JobInfo
+from ._scripts.calls import sync_errors
 from ._wire.drivers.blocking import BlockingConnection, run_sync
 from ._wire.drivers.redispy import make_client as make_client
 from .cancel import CancelOutcome
 from .config import DEFAULT_URL, ConnectionConfig, parse_url
 from .errors import InvalidArgument
-from .jobs.lifecycle import (
-    NewJob,
-    enqueue_batch_call,
-    enqueue_call,
-    enqueue_one_call,
-    get_job_args,
-    read_job,
-)
-from .results import BLOCK, GONE_CHECK
+from .jobs.lifecycle import NewJob
+from .jobs.lifecycle import enqueue_many as _enqueue_many
 
 __all__ = ["NewJob", "SyncConnection", "connect", "make_client"]
 
@@ -120,7 +104,8 @@ class SyncConnection:
             DuplicateJob: a row with ``job_id`` exists; nothing is written.
             ConnectionLost: the server could not be reached, or dropped the call.
         """
-        sc = enqueue_one_call(
+        return self.run(
+            jobs.enqueue,
             queue,
             payload,
             job_id=job_id,
@@ -129,23 +114,14 @@ class SyncConnection:
             max_attempts=max_attempts,
             group=group,
         )
-        return self._evaluate(sc)
 
     def enqueue_many(self, queue: str, jobs: Sequence[NewJob]) -> list[str]:
         """Add many jobs in one script call (all or nothing); answer their ids in order."""
-        return self._evaluate(enqueue_call(queue, jobs))
-
-    def enqueue_batch(self, queue: str, jobs: Sequence[NewJob]) -> list[Enqueued]:
-        """:meth:`enqueue_many` answering one ``Enqueued`` per job: its id, or the id of the
-        job that holds its dedup key (``deduplicated``; nothing written for it)."""
-        return self._evaluate(enqueue_batch_call(queue, jobs))
+        return self.run(_enqueue_many, queue, jobs)
 
     def get_job(self, queue: str, job_id: str) -> JobInfo | None:
         """The job's row, or None when there is none."""
-        args = get_job_args(queue, job_id)
-        client: Any = self.client  # redis-py's execute_command is untyped
-        row = retry_sync(lambda: client.execute_command(*args), self.config.connect_timeout)
-        return read_job(job_id, row)
+        return self.run(jobs.get_job, queue, job_id)
 
     def wait_outcome(self, queue: str, job_id: str, timeout: float | None = None) -> Outcome | None:
         """Wait for the job's outcome (``echomq.results``, the blocking way): its row, then
@@ -157,38 +133,10 @@ class SyncConnection:
             InvalidKey: before any I/O. TimeoutError: ``timeout`` seconds passed first.
             ConnectionLost: the server could not be reached, or dropped the call.
         """
-        get_job_args(queue, job_id)  # the gates, before any I/O
+        waiters = Waiters(queue, time.monotonic)
+        waiter = waiters.add(job_id, lambda: None)  # the gates, before any I/O
         deadline = None if timeout is None else time.monotonic() + timeout
-        client: Any = self.client  # redis-py's commands are untyped
-        want = job_id.encode()
-        with sync_errors():
-            pipe = client.pipeline(transaction=False)
-            for command in probe_commands(queue, job_id):
-                pipe.execute_command(*command)
-            probe = read_probe(job_id, pipe.execute())
-            if probe.info is None:
-                return None
-            outcome = row_outcome(probe.info)
-            after, checked = probe.after, time.monotonic()
-            while outcome is None:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"job {job_id} did not finish within {timeout} s")
-                block = BLOCK if left is None else min(BLOCK, left)
-                command = xread_command(
-                    queue, after, count=1000, block_ms=max(1, round(block * 1000))
-                )
-                for stream_id, fields in read_stream_entries(client.execute_command(*command)):
-                    after = stream_id
-                    if entry_job_id(fields) == want:
-                        outcome = entry_outcome(queue, stream_id, fields)
-                if outcome is None and time.monotonic() - checked >= GONE_CHECK:
-                    checked = time.monotonic()  # removal writes no entry: look at the row
-                    info = self.get_job(queue, job_id)
-                    if info is None:
-                        return None
-                    outcome = row_outcome(info)
-        return outcome
+        return self.run(_wait, waiters, waiter, deadline)
 
     def cancel(
         self, queue: str, job_id: str, reason: str | None = None, *, grace: float | None = None
@@ -248,14 +196,6 @@ class SyncConnection:
         """The job's log lines, in append order."""
         return self.run(jobs.get_job_logs, queue, job_id)
 
-    def _evaluate(self, sc: ScriptCall[T]) -> T:
-        """Run a script as the trio verbs do: the sharded twin on a cluster; a transient
-        refusal (not run: "non local key" or ``TRYAGAIN`` while a slot moves, ``LOADING``)
-        sent again with backoff within ``connect_timeout``, then ``Unavailable``."""
-        return evaluate_sync(
-            self.client, sc, sharded=self.config.cluster, retry_for=self.config.connect_timeout
-        )
-
     def close(self) -> None:
         """Close the client's sockets (the next call connects again)."""
         self.connection.close()
@@ -270,6 +210,24 @@ class SyncConnection:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+async def _wait(
+    conn: BlockingConnection, waiters: Waiters, waiter: Waiter, deadline: float | None
+) -> Outcome | None:
+    """Rule 4's wait, one waiter on this thread's connection (``run_sync`` drives it)."""
+    if await first_read(waiters, conn, waiter):
+        return waiter.value()
+    while True:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise TimeoutError(f"job {waiter.job_id} did not finish in time")
+        block = BLOCK if left is None else min(BLOCK, left)
+        waiters.read(await conn.execute(*waiters.xread(max(1, round(block * 1000)))))
+        if not waiter.answered:
+            await check_rows(waiters, conn)  # removal writes no entry: look at the row
+        if waiter.answered:
+            return waiter.value()
 
 
 def connect(url: str | ConnectionConfig | None = None, **options: Any) -> SyncConnection:

@@ -89,7 +89,8 @@ async def test_aresult_cannot_miss(redis_url: str, queue: str) -> None:
     async def main() -> tuple[Any, ...]:
         async with q.aopen():
             client = q.asyncio_client()
-            client.results.gone_check, client.results.block_ms = 0.05, 50  # removal: soon
+            waiters = client.results.waiters
+            waiters.gone_check, waiters.block_ms = 0.05, 50  # a removal is noticed soon
             early = await add.adelay(1, 2)
             await finish(client.connection, 1)
             late = await early.aresult(timeout=5)  # finished before the call

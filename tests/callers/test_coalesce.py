@@ -17,7 +17,7 @@ import trio
 import echomq
 from _waits import _at, until
 from echomq import config, jobs
-from echomq._client.coalesce import EnqueueCoalescer
+from echomq._client.coalesce import Coalescer
 from echomq._scripts.keyspace import Keyspace
 from echomq.errors import ConnectionLost, InvalidArgument, InvalidKey
 
@@ -51,10 +51,10 @@ class Gate:
 
 
 @asynccontextmanager
-async def gated(q: echomq.Queue) -> AsyncIterator[tuple[EnqueueCoalescer, Gate]]:
+async def gated(q: echomq.Queue) -> AsyncIterator[tuple[Coalescer, Gate]]:
     """``q`` open, its coalescer sending through a :class:`Gate`."""
     async with q.open():
-        coalescer = q._coalescer
+        coalescer = q.producer.coalescer
         assert coalescer is not None
         gate = coalescer.conn = Gate(coalescer.conn)
         yield coalescer, gate
@@ -73,7 +73,7 @@ def caller(results: dict[str, Any], key: str, call: Callable[[], Any]) -> Callab
 
 
 async def first_in_flight(
-    coalescer: EnqueueCoalescer,
+    coalescer: Coalescer,
     gate: Gate,
     nursery: trio.Nursery,
     task: Callable[..., Any],
@@ -293,7 +293,7 @@ async def test_a_lost_connection_reaches_every_caller_of_the_batch(
     with trio.fail_after(15):
         async with q.open():
             await add.delay(0, 0)  # the script is loaded
-            coalescer = q._coalescer
+            coalescer = q.producer.coalescer
             assert coalescer is not None
             await conn.execute("CLIENT", "PAUSE", 10_000, "WRITE")
             try:

@@ -1,6 +1,6 @@
 """``Task.delay`` keeps its task's option set after its first call (gated once, as that
-job's) and then only encodes the arguments: what it writes and what it refuses stay
-those of the long way (``apply`` with no options)."""
+job's, by the queue's producer) and then only binds and encodes the arguments: what it
+writes and what it refuses stay those of the long way (``apply`` with no options)."""
 
 from __future__ import annotations
 
@@ -39,12 +39,12 @@ async def test_later_delays_write_the_first_ones_fields(
     with trio.fail_after(10):
         async with q.open():
             first = await add.delay(1, 2)
-            assert add._delay_options is not None
+            assert "add" in q.producer._kept
             second = await add.delay(3, b=4)
             rows = [await row(conn, queue, h.id) for h in (first, second)]
             add.options = attrs.evolve(add.options, priority=-2)
             third = await add.delay(5, 6)
-            assert add._delay_options is not None and add._delay_options[0] is add.options
+            assert q.producer._kept["add"][0] is add.options
     assert first.id != second.id and not second.deduplicated and second.task == "add"
     skip = {b"payload", b"created_at", b"run_at", b"seq"}
     assert {k: v for k, v in rows[0].items() if k not in skip} == {
@@ -71,7 +71,7 @@ async def test_bad_arguments_still_fail_before_any_io(
     with trio.fail_after(10):
         async with gated(q) as (coalescer, gate):
             await echo.delay(1)
-            assert echo._delay_options is not None
+            assert "echo" in q.producer._kept
             sent = len(gate.sizes)
             with pytest.raises(SerializationError):
                 await echo.delay(object())
@@ -101,7 +101,7 @@ async def test_a_group_callable_is_called_per_delay(
     with trio.fail_after(10):
         async with q.open():
             handles = [await per.delay(i) for i in range(3)]
-            assert per._delay_options is None
+            assert "per" not in q.producer._kept
     groups = [(await row(conn, queue, h.id)).get(b"group") for h in handles]
     assert groups == [b"t0", b"t1", b"t2"]
 

@@ -1,2 +1,3 @@
-"""Client services that outlive one call: the enqueue coalescer and the result waiters
-(trio and asyncio) over one waiter core."""
+"""Client services that outlive one call: the producer (every enqueue's one path: the
+argument binding, the trio coalescer), and the waiters' core under the trio, asyncio and
+blocking result loops."""

@@ -24,6 +24,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from functools import partial
+from typing import Any
 
 import attrs
 import trio
@@ -160,7 +161,7 @@ async def cancel_one(queue: Queue, state: DemoState) -> None:
             state.say("⊘", f"render {handle.id[:8]} stopped: cancelled ({exc})", "yellow")
 
 
-async def watch_charge(handle: TaskHandle, order: str, state: DemoState) -> None:
+async def watch_charge(handle: TaskHandle[Any], order: str, state: DemoState) -> None:
     try:
         await handle.result(timeout=30)
     except JobFailed as exc:

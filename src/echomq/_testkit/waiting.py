@@ -6,6 +6,8 @@ with ``trio.fail_after`` as every wait in a test.
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 
 from .._model.job import JobInfo
@@ -17,7 +19,7 @@ __all__ = ["wait_running"]
 
 
 async def wait_running(
-    handle: TaskHandle, *, attempt: int | None = None, poll: float = 0.01
+    handle: TaskHandle[Any], *, attempt: int | None = None, poll: float = 0.01
 ) -> JobInfo:
     """Wait until ``handle``'s job is active; answer its row.
 

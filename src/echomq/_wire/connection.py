@@ -27,9 +27,9 @@ from __future__ import annotations
 import socket
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import hiredis
 import outcome
@@ -44,6 +44,7 @@ from .server_errors import is_transient, server_error
 __all__ = [
     "Arg",
     "Connection",
+    "Rendezvous",
     "ReplyError",
     "open_connection",
     "new_parser",
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 Arg = str | bytes | int | float
+T = TypeVar("T")
 
 TRANSPORT_ERRORS = (
     OSError,
@@ -133,6 +135,79 @@ def _detach(stream: trio.abc.Stream) -> socket.socket | None:
 
 
 _PENDING: Any = object()  # a direct reader's reply not read yet
+
+
+class Rendezvous(Generic[T]):
+    """Callers that wait together, each woken with an answer of its own (a batch's
+    callers: the trio coalescer's, ``_client/coalesce.py``).
+
+    ``wait()`` takes the next place (``len(r)`` before the call) for the calling task and
+    answers the coroutine to await: it returns what :meth:`answer` gives that place, or
+    raises what :meth:`fail` gives it. A caller cancelled while it waits leaves its place
+    (:meth:`gone` is then true, and an answer for it is dropped).
+
+    Why not a ``trio.Event`` per batch and the answers beside it (and why here, where the
+    wire's hand-driven trio lives): the coalescer parks every caller queued behind an
+    enqueue in flight, a hundred at a time for a nursery of producers, and each object a
+    parked caller holds is one more for the garbage collector to count. An event's waiter
+    holds ``Event.wait``'s and ``ParkingLot.park``'s coroutines, park's abort closure and
+    its cell, and needs a coroutine of its own around the wait to read its answer: enough
+    to double the collections a concurrent producer triggers, full ones included. Here a
+    waiter is one small object (its own abort function) and trio's own wait coroutine.
+    ``benchmarks/producer_cpu.py`` (mode ``concurrent``: 100 concurrent ``delay()``
+    callers; CPU per job, against the previous tree) guards it.
+    """
+
+    __slots__ = ("_parked",)
+
+    def __init__(self) -> None:
+        self._parked: list[_Parked] = []
+
+    def __len__(self) -> int:
+        return len(self._parked)
+
+    def wait(self) -> Coroutine[Any, Any, T]:
+        """Take the next place for this task; await the answer for it (not awaited:
+        :meth:`leave` it and ``close()`` the coroutine)."""
+        parked = _Parked(trio.lowlevel.current_task())
+        self._parked.append(parked)
+        waiting = trio.lowlevel.wait_task_rescheduled(parked)  # noqa: ASYNC105 - awaited by the caller
+        return cast(Coroutine[Any, Any, T], waiting)
+
+    def gone(self, place: int) -> bool:
+        """Whether the caller of ``place`` left (cancelled) or was answered."""
+        return self._parked[place].gone
+
+    def leave(self, place: int) -> None:
+        """The caller of ``place`` takes its wait back before awaiting it."""
+        self._parked[place].gone = True
+
+    def answer(self, place: int, value: T) -> None:
+        self._wake(place, outcome.Value(value))
+
+    def fail(self, place: int, error: BaseException) -> None:
+        self._wake(place, outcome.Error(error))
+
+    def _wake(self, place: int, result: outcome.Outcome[T]) -> None:
+        parked = self._parked[place]
+        if not parked.gone:
+            parked.gone = True
+            trio.lowlevel.reschedule(parked.task, result)
+
+
+class _Parked:
+    """One waiter of a :class:`Rendezvous`: its task, and ``gone`` once answered or
+    cancelled; its own ``abort_func`` (no closure per waiter)."""
+
+    __slots__ = ("gone", "task")
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.gone = False
+
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        self.gone = True
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 class _Waiter:

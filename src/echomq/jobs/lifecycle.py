@@ -12,7 +12,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 import attrs
 
@@ -31,7 +31,8 @@ __all__ = [
     "claim_batch",
     "Claimed",
     "Enqueued",
-    "EnqueueGroup",
+    "Answer",
+    "GatedJob",
     "ExtendResult",
     "FailOutcome",
     "JobInfo",
@@ -41,10 +42,9 @@ __all__ = [
     "complete_many",
     "enqueue",
     "enqueue_batch",
-    "enqueue_group",
-    "enqueue_groups_call",
-    "enqueue_sent_call",
-    "default_group",
+    "enqueue_call",
+    "enqueue_gated_call",
+    "gate_job",
     "enqueue_many",
     "extend_lock",
     "extend_locks",
@@ -89,16 +89,17 @@ os.register_at_fork(after_in_child=_IDS.clear)
 # -- builders (no I/O) ---------------------------------------------------------------------
 
 
-class EnqueueGroup(NamedTuple):
-    """One gated job of an enqueue call: its id, its payload bytes, and its option set (the
-    values of ``_SET_BUILT``, in that order: jobs of a call with equal sets share one)."""
+class GatedJob(NamedTuple):
+    """One job gated for ``enqueue.lua`` (:func:`gate_job`): its id, its payload bytes, and
+    its option set (the values of ``_SET_BUILT``, in that order: jobs of a call with equal
+    sets share one)."""
 
     id: str
     payload: bytes
     options: tuple[Any, ...]
 
 
-# an option set as enqueue_group builds it, field by field; enqueue.lua's SET_FIELDS
+# an option set as gate_job builds it, field by field; enqueue.lua's SET_FIELDS
 # (loader.ENQUEUE_SET_FIELDS) is the order the fields are sent in: when the two differ,
 # _SET_SENT reorders a set once per distinct set of a call (_enqueue_argv)
 _SET_BUILT = (
@@ -112,6 +113,12 @@ _SET_SENT = (
     if _SET_BUILT == ENQUEUE_SET_FIELDS
     else itemgetter(*map(_SET_BUILT.index, ENQUEUE_SET_FIELDS))
 )
+
+#: a job's answer from :func:`enqueue_gated_call`: None when it was written with the id it
+#: was sent with (no value made per job), else an :class:`Enqueued` (deduplicated: the
+#: holder's id)
+Answer: TypeAlias = Enqueued | None
+
 
 # task names already checked (a producer enqueues a few tasks again and again)
 _TASK_NAMES: set[str] = set()
@@ -133,9 +140,9 @@ def _task_name(name: object) -> str:
     return name
 
 
-def enqueue_group(job: object) -> EnqueueGroup:
+def gate_job(job: object) -> GatedJob:
     """One job of an ``enqueue.lua`` call, gated before any I/O: its id, its payload (for
-    the batch's byte cap) and its option set (:func:`enqueue_groups_call`).
+    the batch's byte cap) and its option set (:func:`enqueue_gated_call`).
 
     The common values (an exact int in range) pass an inline check; anything else goes
     through the ``validate`` gate, which answers it or raises its error (in field order).
@@ -172,18 +179,7 @@ def enqueue_group(job: object) -> EnqueueGroup:
         0 if job.group_concurrency is None else _group_concurrency(job),
         v.text_arg("trace", job.trace) if job.trace else "",
     )
-    return EnqueueGroup(job_id, payload, options)
-
-
-def default_group(payload: object, options: tuple[Any, ...]) -> EnqueueGroup:
-    """One job of an ``enqueue.lua`` call whose option set was gated already (a task's
-    defaults, :func:`enqueue_group` of its first job: ``Task.delay``): a fresh id and
-    ``payload``, gated as :func:`enqueue_group` gates it.
-
-    Raises:
-        SerializationError, PayloadTooLarge: not bytes or str, or too large.
-    """
-    return EnqueueGroup(new_id(), v.payload_bytes(payload), options)
+    return GatedJob(job_id, payload, options)
 
 
 def _check_batch_size(n: int) -> None:
@@ -193,22 +189,22 @@ def _check_batch_size(n: int) -> None:
         raise InvalidArgument(f"enqueue_many takes at most {v.MAX_ENQUEUE} jobs per call, not {n}")
 
 
-def _enqueue_argv(base: str, groups: Sequence[EnqueueGroup]) -> tuple[list[Any], list[str]]:
-    """``enqueue.lua``'s argv for ``groups`` (the base, n, m, the m distinct option sets in
+def _enqueue_argv(base: str, jobs: Sequence[GatedJob]) -> tuple[list[Any], list[str]]:
+    """``enqueue.lua``'s argv for ``jobs`` (the base, n, m, the m distinct option sets in
     the order of its ``SET_FIELDS``, then id, payload and set number per job) and the ids.
 
     Raises:
-        InvalidArgument: no group, or more than ``MAX_ENQUEUE``; PayloadTooLarge: the
+        InvalidArgument: no job, or more than ``MAX_ENQUEUE``; PayloadTooLarge: the
             payloads add up past ``config.MAX_BATCH_BYTES`` (``validate.batch_bytes``).
     """
-    _check_batch_size(len(groups))
+    _check_batch_size(len(jobs))
     ids: list[str] = []
     sets: dict[tuple[Any, ...], str] = {}
     per_job: list[Any] = []
     total = 0
     last: tuple[Any, ...] | None = None
     number = ""
-    for job_id, payload, options in groups:
+    for job_id, payload, options in jobs:
         ids.append(job_id)
         total += len(payload)
         if options != last:  # a bulk's jobs mostly share one option set
@@ -216,7 +212,7 @@ def _enqueue_argv(base: str, groups: Sequence[EnqueueGroup]) -> tuple[list[Any],
             number = sets.get(options) or sets.setdefault(options, str(len(sets) + 1))
         per_job += (job_id, payload, number)
     v.batch_bytes(total)
-    argv: list[Any] = [base, len(groups), len(sets)]
+    argv: list[Any] = [base, len(jobs), len(sets)]
     for options in sets:
         argv += options if _SET_SENT is None else _SET_SENT(options)
     argv += per_job
@@ -237,40 +233,19 @@ _ENQUEUE_KEYS: dict[str, tuple[str, ...]] = {}
 _ENQUEUE_KEYS_MAX = 1024
 
 
-def enqueue_groups_call(queue: str, groups: Sequence[EnqueueGroup]) -> ScriptCall[list[Enqueued]]:
-    """Enqueue jobs already gated by :func:`enqueue_group` in one script call; answer one
-    :class:`Enqueued` per job, in order (a job under a held dedup key answers the holder's
-    id, ``deduplicated``).
-
-    Raises:
-        as :func:`_enqueue_argv`.
-    """
-    sent = enqueue_sent_call(queue, groups)
-
-    def read(reply: Any) -> list[Enqueued]:
-        return [
-            Enqueued(id=group.id) if answer is None else answer
-            for group, answer in zip(groups, sent.read(reply), strict=True)
-        ]
-
-    return ScriptCall(sent.script, sent.keys, sent.argv, read)
-
-
-def enqueue_sent_call(
-    queue: str, groups: Sequence[EnqueueGroup]
-) -> ScriptCall[list[Enqueued | None]]:
-    """:func:`enqueue_groups_call` answering None for a job written with the id it was
-    sent with (``groups[i].id``: no value made per job) and an :class:`Enqueued` for a
-    deduplicated one (the holder's id).
+def enqueue_gated_call(queue: str, jobs: Sequence[GatedJob]) -> ScriptCall[list[Answer]]:
+    """Enqueue jobs gated by :func:`gate_job` in one script call; answer one :data:`Answer`
+    per job, in order: None for a job written with the id it was sent with (``jobs[i].id``),
+    an :class:`Enqueued` for a deduplicated one (its dedup key is held: the holder's id).
 
     Raises:
         as :func:`_enqueue_argv`.
     """
     ks = keyspace(queue)
-    argv, ids = _enqueue_argv(ks.base, groups)
+    argv, ids = _enqueue_argv(ks.base, jobs)
     n = len(ids)
 
-    def read(reply: Any) -> list[Enqueued | None]:
+    def read(reply: Any) -> list[Answer]:
         if reply == n:
             return [None] * n
         if not isinstance(reply, list) or len(reply) != n:
@@ -283,22 +258,18 @@ def enqueue_sent_call(
     return script_call("enqueue", _enqueue_keys(ks), argv, read)
 
 
-def _gated(queue: str, jobs: Sequence[NewJob]) -> list[EnqueueGroup]:
+def _gated(queue: str, jobs: Sequence[NewJob]) -> list[GatedJob]:
     keyspace(queue)  # a bad queue name first, before any job is gated
     if isinstance(jobs, NewJob):
         raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
     _check_batch_size(len(jobs))
-    return [enqueue_group(job) for job in jobs]
-
-
-def enqueue_batch_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[Enqueued]]:
-    """Enqueue ``jobs`` in one script call; answer one :class:`Enqueued` per job, in order
-    (a job under a held dedup key answers the holder's id, ``deduplicated``)."""
-    return enqueue_groups_call(queue, _gated(queue, jobs))
+    return [gate_job(job) for job in jobs]
 
 
 def enqueue_call(queue: str, jobs: Sequence[NewJob]) -> ScriptCall[list[str]]:
-    """:func:`enqueue_batch_call` answering the ids (a deduplicated job: the holder's)."""
+    """Enqueue ``jobs`` in one script call; answer their ids in order (a deduplicated job:
+    the holder's). The contract's builder (``jobs.enqueue``, ``enqueue_many``, a repeat
+    run's enqueue with its tail)."""
     groups = _gated(queue, jobs)
     ks = keyspace(queue)
     argv, ids = _enqueue_argv(ks.base, groups)
@@ -322,33 +293,6 @@ def _group_concurrency(job: NewJob) -> int:
     if job.group is None:
         raise InvalidArgument("group_concurrency needs a group")
     return v.positive_int("group_concurrency", job.group_concurrency, v.MAX_LIMIT)
-
-
-def enqueue_one_call(
-    queue: str,
-    payload: bytes | str,
-    *,
-    job_id: str | None = None,
-    delay_ms: int = 0,
-    priority: int = 0,
-    max_attempts: int = 1,
-    group: str | None = None,
-) -> ScriptCall[str]:
-    """:func:`enqueue_call` for one job, answering its id."""
-    job = NewJob(
-        payload=payload,
-        job_id=job_id,
-        delay_ms=delay_ms,
-        priority=priority,
-        max_attempts=max_attempts,
-        group=group,
-    )
-    many = enqueue_call(queue, [job])
-
-    def read(reply: Any) -> str:
-        return many.read(reply)[0]
-
-    return ScriptCall(many.script, many.keys, many.argv, read)
 
 
 @attrs.frozen(kw_only=True)
@@ -665,18 +609,16 @@ async def enqueue(
         InvalidKey, InvalidArgument, SerializationError: before any I/O.
         DuplicateJob: a row with ``job_id`` exists; nothing is written.
     """
-    return await evaluate(
-        conn,
-        enqueue_one_call(
-            queue,
-            payload,
-            job_id=job_id,
-            delay_ms=delay_ms,
-            priority=priority,
-            max_attempts=max_attempts,
-            group=group,
-        ),
+    job = NewJob(
+        payload=payload,
+        job_id=job_id,
+        delay_ms=delay_ms,
+        priority=priority,
+        max_attempts=max_attempts,
+        group=group,
     )
+    (answer,) = await evaluate(conn, enqueue_call(queue, [job]))
+    return answer
 
 
 async def enqueue_many(conn: Executor, queue: str, jobs: Sequence[NewJob]) -> list[str]:
@@ -700,7 +642,12 @@ async def enqueue_batch(conn: Executor, queue: str, jobs: Sequence[NewJob]) -> l
     Raises:
         as :func:`enqueue_many`.
     """
-    return await evaluate(conn, enqueue_batch_call(queue, jobs))
+    gated = _gated(queue, jobs)
+    answers = await evaluate(conn, enqueue_gated_call(queue, gated))
+    return [
+        Enqueued(id=job.id) if answer is None else answer
+        for job, answer in zip(gated, answers, strict=True)
+    ]
 
 
 async def claim(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) -> list[Claimed]:
