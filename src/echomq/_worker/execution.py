@@ -1,16 +1,17 @@
-"""Run one claimed job in its own ``trio.CancelScope`` and settle its outcome.
+"""Run one claimed job in its slot task's lane scope and settle its outcome.
 
-Rule 1: one job, one scope (a plain job's is its slot task's lane scope while its handler
-runs: ``cancellation.py`` rule 5). Only :mod:`.cancellation` cancels it, for a remote reason:
-a cancel request (the job completes with ``cancelled:<reason>``, never retried), a lost
+Rule 1: one job, one scope: its slot task's lane scope while its handler runs
+(``cancellation.py`` rule 5, ``slots.py`` rule 4). Only :mod:`.cancellation` cancels it,
+for a remote reason: a cancel request (the job completes with ``cancelled:<reason>``, never retried), a lost
 lease (the outcome is never settled: a newer holder owns the job), a fence (a cancel's
 grace ran out: Redis settled it cancelled; never settled here), a shutdown past grace
 (the job is handed back to pending by the worker, in one batch).
 Rule 1b: time limits (docs/runtime.md, "Time limits"). ``soft_timeout`` raises
-``SoftTimeLimit`` inside the job (``timelimits.py``); ``timeout`` stops it hard: an async
-task's scope is cancelled, a thread task abandoned, a process task's child killed; the
-attempt fails with ``TimeoutError``. A handler that returns past its timeout without a
-checkpoint (it blocked the event loop) fails the same way: its value is not committed.
+``SoftTimeLimit`` inside the job (``timelimits.py``); ``timeout`` stops it hard: it is the
+lane's deadline (an async task is cancelled), a thread task is abandoned, a process task's
+child killed; the attempt fails with ``TimeoutError``. A handler that returns past its
+timeout without a checkpoint (it blocked the event loop) fails the same way: its value is
+not committed.
 Stopping a thread or a child hard is logged and counted (``abandoned``, ``terminated``).
 Rule 2: the outcome is settled under a shielded scope with a bounded timeout;
 ``ConnectionLost`` and ``Unavailable`` (``errors.TRANSIENT``: the wire gave up after
@@ -24,7 +25,11 @@ that is refused, the lease lapses and recovery counts the job as stalled.
 Rule 3: a job's failure is never the worker's. Whatever leaves user code (any exception,
 ``SystemExit`` and ``KeyboardInterrupt`` included, alone or in an exception group), the
 codec (a payload it cannot decode, a result it cannot encode) or a retry delay that
-cannot be scheduled ends as that job's failure; only trio's own ``Cancelled`` passes.
+cannot be scheduled ends as that job's failure; only trio's ``Cancelled`` of a real
+cancellation passes (a stop's: settled by rule 1; the worker's own: it goes on). What the
+lane finds once the handler is out (``slots.Lane.end``: a scope left open, a ``Cancelled``
+nothing asked for, its slot's nursery cancelled) is that job's failure too, settled like
+any other, with what the code did as ``last_error``.
 ``last_error`` is ``Type: message``, at most :data:`MAX_ERROR_TEXT` bytes; the traceback
 goes to the worker's log and to the job's log list, at most one log line (head and tail
 kept). A cut says where: ``... [truncated 12,345 chars]``.

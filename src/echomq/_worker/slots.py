@@ -84,9 +84,9 @@ class Ending(enum.Enum):
     PASSED = "passed"  # the worker itself is cancelled: the Cancelled goes on
     # the job's failures (the value is its reason)
     LEFT_OPEN = (
-        "RuntimeError: the task left a cancel scope open when it ended (entered by hand, or "
-        "held by an async generator suspended inside it: iterate one under "
-        "'async with contextlib.aclosing(...)'); the worker closed it"
+        "RuntimeError: the task left a cancel scope open when it ended (one entered by hand, "
+        "a nursery's, or one an async generator holds at its yield: iterate such a "
+        "generator under 'async with contextlib.aclosing(...)'); the worker closed it"
     )
     STRAY = (
         "RuntimeError: the task raised trio.Cancelled that no cancellation of this job asked "
@@ -277,9 +277,11 @@ class Slots:
             # what trio raised as the broken slot task exited (a nursery a job left open)
             cancelled, rest = group.split(trio.Cancelled)
             if rest is not None:
+                first = rest.exceptions[0] if len(rest.exceptions) == 1 else rest
                 log.error(
-                    "a slot task a job had made unusable ended with: %s; another replaces it",
-                    rest.exceptions[0] if len(rest.exceptions) == 1 else rest,
+                    "a slot task a job had made unusable ended (%s: %s); another replaces it",
+                    type(first).__name__,
+                    str(first).split("\n", 1)[0],
                 )
             if cancelled is not None:
                 raise cancelled from None
