@@ -2,10 +2,10 @@
 
 Rule 1: one job, one scope: its slot task's lane scope while its handler runs
 (``cancellation.py`` rule 5, ``slots.py`` rule 4). Only :mod:`.cancellation` cancels it,
-for a remote reason: a cancel request (the job completes with ``cancelled:<reason>``, never retried), a lost
-lease (the outcome is never settled: a newer holder owns the job), a fence (a cancel's
-grace ran out: Redis settled it cancelled; never settled here), a shutdown past grace
-(the job is handed back to pending by the worker, in one batch).
+for a remote reason: a cancel request (the job completes with ``cancelled:<reason>``,
+never retried), a lost lease (the outcome is never settled: a newer holder owns the job),
+a fence (a cancel's grace ran out: Redis settled it cancelled; never settled here), a
+shutdown past grace (the job is handed back to pending by the worker, in one batch).
 Rule 1b: time limits (docs/runtime.md, "Time limits"). ``soft_timeout`` raises
 ``SoftTimeLimit`` inside the job (``timelimits.py``); ``timeout`` stops it hard: it is the
 lane's deadline (an async task is cancelled), a thread task is abandoned, a process task's

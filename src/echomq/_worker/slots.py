@@ -147,13 +147,10 @@ class Lane:
 
     def clean(self) -> bool:
         """Whether the job that just ran left nothing for :meth:`end` to look at: the scope
-        not cancelled, neither from inside nor from outside, and the task's innermost."""
+        is the task's innermost again, and not cancelled (from inside or outside; its own
+        cancel and its host's make it effectively cancelled too)."""
         status = self._status
-        return (
-            not self.cancelled
-            and self._task._cancel_status is status
-            and not status.effectively_cancelled
-        )
+        return self._task._cancel_status is status and not status.effectively_cancelled
 
     def end(self, exc: BaseException | None, cancelled: bool) -> Ending:
         """Rule 5, once a job's handler returned (``exc`` None) or raised ``exc``
