@@ -106,7 +106,7 @@ class Lane:
 
     def __init__(self, host: trio.CancelScope | None = None) -> None:
         self.scope: trio.CancelScope | None = None
-        self.cancelled = False  # the scope was cancelled (only :meth:`cancel` does that)
+        self.cancelled = False  # :meth:`cancel` cancelled the scope (a stop; not a deadline)
         self.host = host  # the scope of the slot task's own nursery (rule 6)
         self.broken = False  # a job left the slot task unusable: it ends (rule 5)
         self._task: Any = None  # (trio.lowlevel.Task: its private fields are read)
@@ -154,8 +154,9 @@ class Lane:
 
     def end(self, exc: BaseException | None, cancelled: bool) -> Ending:
         """Rule 5, once a job's handler returned (``exc`` None) or raised ``exc``
-        (``cancelled``: nothing but trio's ``Cancelled``); before any checkpoint. The scope
-        is left unless the ending keeps it (HANDLER and STRAY, its deadline lifted)."""
+        (``cancelled``: nothing but trio's ``Cancelled``); before any checkpoint. A scope
+        that was cancelled or misused is left (the slot task enters a fresh one); one that
+        was not is kept for the next job, its deadline lifted."""
         scope = self.scope
         assert scope is not None
         if self._task._cancel_status is not self._status:

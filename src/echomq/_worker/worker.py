@@ -5,7 +5,8 @@ Layout::
     serve
     ├── queue.open()              the command connection (shared) + the event feed
     ├── wake connection           the claims (BLPOP and the claim behind it when idle)
-    ├── jobs nursery              one task per held job (execution.py), outlives helpers
+    ├── jobs nursery              slot tasks (slots.py), each in a nursery of its own, that
+    │                             run the held jobs (execution.py); outlives the helpers
     └── helpers nursery           each supervised: crash -> logged -> restarted with backoff
         ├── claim loop            consumer.py
         ├── lease keeper          lease.py
