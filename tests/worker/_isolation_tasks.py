@@ -94,11 +94,23 @@ async def canary(n: int, wait: float = 0.0) -> int:
     return n + 1
 
 
+async def reach_up() -> None:
+    """Past its slot: cancel the worker's own jobs nursery (two nurseries up). No slot can
+    contain that; the worker must fail loudly, not stop as if asked to."""
+    slot = trio.lowlevel.current_task().parent_nursery
+    assert slot is not None
+    jobs = slot.parent_task.parent_nursery
+    assert jobs is not None
+    jobs.cancel_scope.cancel()
+    await trio.sleep_forever()
+
+
 def register(q: echomq.Queue, **options: Any) -> None:
-    """The poison tasks and ``canary`` on ``q`` (``options``: each task's)."""
+    """The poison tasks, ``canary`` and ``reach-up`` on ``q`` (``options``: each task's)."""
     for name, fn in POISON.items():
         q.task(name=name, **options)(fn)
     q.task(name="canary", **options)(canary)
+    q.task(name="reach-up", **options)(reach_up)
 
 
 queue = echomq.Queue(os.environ.get("EMQ_TEST_QUEUE", "isolation"))

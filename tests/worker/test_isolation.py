@@ -162,21 +162,10 @@ async def test_a_job_that_reaches_the_workers_own_nursery_fails_the_worker_loudl
     up) stops the worker as a failure, never as a clean stop: ``serve`` raises, and the job
     is left to recovery as a stall (counted), not handed back uncounted."""
     q = _queue(queue, redis_url)
-
-    @q.task(name="reach-up")
-    async def reach_up() -> None:
-        task = trio.lowlevel.current_task()
-        slot_nursery = task.parent_nursery
-        assert slot_nursery is not None
-        host = slot_nursery.parent_task.parent_nursery
-        assert host is not None
-        host.cancel_scope.cancel()
-        await trio.sleep_forever()
-
     worker = echomq.Worker(q, concurrency=2)
     with trio.fail_after(30):
         async with q.open():
-            handle = await reach_up.delay()
+            handle = await q.tasks["reach-up"].delay()
             with pytest.RaisesGroup(
                 pytest.RaisesExc(RuntimeError, match="no shutdown was asked for"),
                 flatten_subgroups=True,

@@ -66,3 +66,21 @@ async def test_canaries_complete_beside_poison_jobs_and_the_workers_stop_cleanly
     for proc in (one, two):
         assert "Cancel scope stack corrupted" not in proc.output
         assert "handed" not in proc.output.split("SIGTERM")[0]  # nothing handed back early
+
+
+async def test_a_worker_whose_own_nursery_a_job_cancels_exits_non_zero(
+    redis_url: str, queue: str
+) -> None:
+    """A stop nobody asked for is a failure: exit code 1, and the job that caused it is
+    left to recovery (its lease cut), not handed back uncounted for the next worker."""
+    q = echomq.Queue(queue, url=redis_url)
+    with trio.fail_after(60):
+        async with q.open():
+            job_id = await _send(q.connection, queue, "reach-up")
+            async with worker_process(redis_url, queue, target=TARGET, wait_serving=False) as proc:
+                code = await proc.wait()
+            info = await q.handle(job_id).info()
+    assert code == 1, proc.tail()
+    assert "no shutdown was asked for" in proc.output
+    assert "handed" not in proc.output
+    assert info is not None and info.state == "active"  # recovery's, counted as a stall
