@@ -12,7 +12,8 @@ import pytest
 import trio
 
 import echomq
-from echomq._worker.cancellation import Held, Lane, Stop
+from echomq._worker.cancellation import Held, Stop
+from echomq._worker.slots import Lane
 from echomq.errors import JobCancelled
 
 from ._runtime import serving, until

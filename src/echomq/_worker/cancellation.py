@@ -15,29 +15,35 @@ escalator (``escalation.py``) fences it in Redis then, unless it stopped first. 
 found stale after a cancel request is that fence (done by another worker's heartbeat).
 Stopping hard means: the job's scope and its hard scope are cancelled, so a thread task
 is abandoned (it runs on; its outcome is never used) and a process task's child killed.
-Rule 5: the job's scope. A plain job (``execution.py``) runs in its slot task's
-:class:`Lane` scope, one ``trio.CancelScope`` entered once for the jobs that slot task runs
-back to back (entering and leaving a scope per job is most of a job's cost in trio):
-while its handler runs, that scope is the job's and no other job's (``Held.running``).
-So the stops above cancel ``running`` while it is set; before the job starts they cancel
-its own scope (``Held.scope``, made when first asked for), the one it then runs in, as a
-job that is not plain always does; after its handler returned, its own scope too (which
-nothing runs in any more: no effect, as for a scope left). A lane scope that was cancelled
-is never reused: the runner leaves it the moment the handler returns or raises (before
-any checkpoint), and the slot task enters a fresh one for its next job.
+Rule 5: the job's scope. A job runs its handler in its slot task's lane scope
+(``slots.Lane``, one ``trio.CancelScope`` entered once for the jobs that slot task runs back
+to back: entering and leaving a scope per job is much of a job's cost in trio): while its
+handler runs, that scope is the job's and no other job's (``Held.running``). So the stops
+above cancel ``running`` while it is set. Before the job starts they cancel its own scope
+(``Held.scope``, made when first asked for) and set ``stop``: the runner then cancels the
+lane before the handler runs; after its handler is out, its own scope too (which nothing
+runs in: no effect, as for a scope left). A lane scope that was cancelled is never reused:
+the runner leaves it the moment the handler is out (before any checkpoint), and the slot
+task enters a fresh one for its next job. What else a job can do to the lane (leave a scope
+open in it, raise a ``Cancelled`` nothing asked for, cancel its slot) is checked there and
+then too, and is that job's failure (``slots.py`` rule 5).
 """
 
 from __future__ import annotations
 
 import enum
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
 from .._model.cancel import CancelToken
 
-__all__ = ["Held", "InFlight", "Lane", "Stop"]
+if TYPE_CHECKING:
+    from .slots import Lane
+
+__all__ = ["Held", "InFlight", "Stop"]
 
 _EARLY_CANCELS = 1024  # cancel requests kept for jobs not (yet) registered here
 _EARLY_CANCEL_TTL = 30.0
@@ -50,40 +56,6 @@ class Stop(enum.Enum):
     LOST = "lost"  # the lease is gone: never settle
     SHUTDOWN = "shutdown"  # past grace: hand back to pending
     FENCED = "fenced"  # a cancel's grace ran out: settled cancelled by the fence; never settle
-
-
-class Lane:
-    """A slot task's shared cancel scope (rule 5): entered by the slot task, left by it or,
-    once cancelled, by the runner of the job it was cancelled for."""
-
-    __slots__ = ("cancelled", "scope")
-
-    def __init__(self) -> None:
-        self.scope: trio.CancelScope | None = None
-        self.cancelled = False  # the scope was cancelled (only :meth:`cancel` does that)
-
-    def enter(self) -> trio.CancelScope:
-        """Enter a fresh scope (the current task's innermost from now on)."""
-        scope = self.scope = trio.CancelScope()
-        self.cancelled = False
-        scope.__enter__()
-        return scope
-
-    def cancel(self) -> None:
-        """Cancel the scope (its deadline is never set: this is the one way it is)."""
-        if self.scope is not None:
-            self.cancelled = True
-            self.scope.cancel()
-
-    def leave(self, exc: BaseException | None = None) -> bool:
-        """Leave the scope, as a ``with`` block would with ``exc`` propagating; True when
-        the scope caught it (a ``Cancelled`` of its own)."""
-        scope = self.scope
-        assert scope is not None
-        self.scope = None
-        if exc is None:
-            return scope.__exit__(None, None, None)
-        return scope.__exit__(type(exc), exc, exc.__traceback__)
 
 
 @attrs.define(eq=False)
@@ -110,8 +82,8 @@ class Held:
 
     @property
     def scope(self) -> trio.CancelScope:
-        """The job's own scope (rule 5; made when first asked for: a plain job runs in its
-        slot task's lane scope instead, unless it was stopped before it started)."""
+        """The job's own scope (rule 5; made when first asked for: the runner runs a job in
+        its slot task's lane scope instead)."""
         scope = self._scope
         if scope is None:
             scope = self._scope = trio.CancelScope()

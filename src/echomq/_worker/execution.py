@@ -1,16 +1,17 @@
-"""Run one claimed job in its own ``trio.CancelScope`` and settle its outcome.
+"""Run one claimed job in its slot task's lane scope and settle its outcome.
 
-Rule 1: one job, one scope (a plain job's is its slot task's lane scope while its handler
-runs: ``cancellation.py`` rule 5). Only :mod:`.cancellation` cancels it, for a remote reason:
-a cancel request (the job completes with ``cancelled:<reason>``, never retried), a lost
-lease (the outcome is never settled: a newer holder owns the job), a fence (a cancel's
-grace ran out: Redis settled it cancelled; never settled here), a shutdown past grace
-(the job is handed back to pending by the worker, in one batch).
+Rule 1: one job, one scope: its slot task's lane scope while its handler runs
+(``cancellation.py`` rule 5, ``slots.py`` rule 4). Only :mod:`.cancellation` cancels it,
+for a remote reason: a cancel request (the job completes with ``cancelled:<reason>``,
+never retried), a lost lease (the outcome is never settled: a newer holder owns the job),
+a fence (a cancel's grace ran out: Redis settled it cancelled; never settled here), a
+shutdown past grace (the job is handed back to pending by the worker, in one batch).
 Rule 1b: time limits (docs/runtime.md, "Time limits"). ``soft_timeout`` raises
-``SoftTimeLimit`` inside the job (``timelimits.py``); ``timeout`` stops it hard: an async
-task's scope is cancelled, a thread task abandoned, a process task's child killed; the
-attempt fails with ``TimeoutError``. A handler that returns past its timeout without a
-checkpoint (it blocked the event loop) fails the same way: its value is not committed.
+``SoftTimeLimit`` inside the job (``timelimits.py``); ``timeout`` stops it hard: it is the
+lane's deadline (an async task is cancelled), a thread task is abandoned, a process task's
+child killed; the attempt fails with ``TimeoutError``. A handler that returns past its
+timeout without a checkpoint (it blocked the event loop) fails the same way: its value is
+not committed.
 Stopping a thread or a child hard is logged and counted (``abandoned``, ``terminated``).
 Rule 2: the outcome is settled under a shielded scope with a bounded timeout;
 ``ConnectionLost`` and ``Unavailable`` (``errors.TRANSIENT``: the wire gave up after
@@ -24,7 +25,11 @@ that is refused, the lease lapses and recovery counts the job as stalled.
 Rule 3: a job's failure is never the worker's. Whatever leaves user code (any exception,
 ``SystemExit`` and ``KeyboardInterrupt`` included, alone or in an exception group), the
 codec (a payload it cannot decode, a result it cannot encode) or a retry delay that
-cannot be scheduled ends as that job's failure; only trio's own ``Cancelled`` passes.
+cannot be scheduled ends as that job's failure; only trio's ``Cancelled`` of a real
+cancellation passes (a stop's: settled by rule 1; the worker's own: it goes on). What the
+lane finds once the handler is out (``slots.Lane.end``: a scope left open, a ``Cancelled``
+nothing asked for, its slot's nursery cancelled) is that job's failure too, settled like
+any other, with what the code did as ``last_error``.
 ``last_error`` is ``Type: message``, at most :data:`MAX_ERROR_TEXT` bytes; the traceback
 goes to the worker's log and to the job's log list, at most one log line (head and tail
 kept). A cut says where: ``... [truncated 12,345 chars]``.
@@ -68,6 +73,7 @@ from .context import Job, bind, unbind
 from .processes import ProcessPool
 from .protocols import QueueSpec, TaskSpec
 from .settling import Completions, Item
+from .slots import Ending, Lane
 from .tally import Tally
 from .timelimits import ThreadCall, soft_limited
 
@@ -192,7 +198,7 @@ class JobRunner:
                     settlement = plan
                 elif plan[3]:
                     # the common case: an async task with no time limits, not a flow
-                    # parent. The same steps as _execute (rule 1: its scope; rule 3),
+                    # parent. The same steps as _execute (rule 1: its lane; rule 3),
                     # inline (no coroutine of its own), fewer objects: the ``Job`` of a
                     # task that does not take it is made only if ``current_job()`` asks
                     task, call = plan[0], plan[1]
@@ -203,55 +209,27 @@ class JobRunner:
                     else:
                         args = call.args
                         bound = bind(_Deferred(self, task, claimed, held))
-                    settlement = None
                     started = perf_counter()
                     lane = held.lane
+                    assert lane is not None  # (a slot task's: slots.py)
                     try:
-                        if lane is not None and lane.scope is not None and held.stop is None:
-                            # rule 1: its slot task's lane scope (entered by the slot task:
-                            # the innermost) is its scope while it runs; the stops cancel it
-                            # only while ``held.running`` is set. Found cancelled once the
-                            # handler is out (a Cancelled it caught, or a cancel after its
-                            # last checkpoint), it is left here, before any checkpoint: the
-                            # cancellation reaches neither the settling nor the next job
-                            held.running = lane
-                            try:
-                                value = await task.fn(*args, **call.kwargs)
-                            except BaseException as exc:  # rule 3: only Cancelled passes
-                                held.running = None
-                                failure = _failure_of(exc)
-                                if failure is None:
-                                    if not lane.leave(exc):  # not its own cancellation
-                                        raise
-                                else:
-                                    if lane.cancelled:
-                                        lane.leave()
-                                    settlement = self._outcome(
-                                        task, claimed, held, failure, exc, None
-                                    )
-                            else:
-                                held.running = None
-                                if lane.cancelled:
-                                    lane.leave()
+                        if held.stop is not None:  # a cancel request reached it before it ran
+                            lane.cancel()
+                        held.running = lane
+                        try:
+                            value = await task.fn(*args, **call.kwargs)
+                        except BaseException as exc:  # rule 3: only trio's Cancelled passes
+                            held.running = None
+                            settlement = self._ended(task, claimed, held, lane, exc, None)
+                        else:
+                            held.running = None
+                            if lane.clean():  # (slots.py rule 5: nothing to look at)
                                 settlement = self._encode(claimed, value)
-                        else:  # stopped before it started (or no lane): its own scope
-                            with held.scope:
-                                try:
-                                    value = await task.fn(*args, **call.kwargs)
-                                except BaseException as exc:  # rule 3: only Cancelled passes
-                                    failure = _failure_of(exc)
-                                    if failure is None:
-                                        raise
-                                    settlement = self._outcome(
-                                        task, claimed, held, failure, exc, None
-                                    )
-                                else:
-                                    settlement = self._encode(claimed, value)
+                            else:
+                                settlement = self._ended(task, claimed, held, lane, None, value)
                     finally:
                         unbind(bound)
                         held.ran = perf_counter() - started
-                    if settlement is None:  # its scope caught a cancellation
-                        settlement = _cancelled(held)
                 else:
                     settlement = await self._execute(claimed, held, plan)
             if held.stop is Stop.FENCED:
@@ -398,41 +376,73 @@ class JobRunner:
             elif feed is Feed.ALL:
                 args = (list(results), *args)
         job = self._job(task, claimed, held, results)
-        settlement: Settlement | bytes | None = None
         timeout, soft = task.options.timeout, task.options.soft_timeout
         start = trio.current_time()
-        deadline = math.inf if timeout is None else start + timeout
-        limit = None if timeout is None else deadline
+        limit = None if timeout is None else start + timeout
         soft_at = None if soft is None else start + soft
+        lane = held.lane
+        assert lane is not None  # (a slot task's: slots.py)
         started = perf_counter()
         bound = bind(job)
         try:
-            with held.scope:
-                try:
-                    if limit is None:  # no timeout: no second scope
-                        value = await self._invoke(
-                            task, held, job, args, call.kwargs, None, soft_at
-                        )
-                    else:
-                        with trio.fail_at(deadline):
-                            value = await self._invoke(
-                                task, held, job, args, call.kwargs, limit, soft_at
-                            )
-                            if trio.current_time() >= deadline:  # rule 1b: it blocked past it
-                                raise trio.TooSlowError
-                except BaseException as exc:  # rule 3: only trio's Cancelled passes
-                    failure = _failure_of(exc)
-                    if failure is None:
-                        raise
-                    settlement = self._outcome(task, claimed, held, failure, exc, limit)
-                else:
-                    settlement = self._encode(claimed, value)
+            if held.stop is not None:  # stopped before its handler ran
+                lane.cancel()
+            if limit is not None:  # rule 1b: its timeout is the lane's deadline
+                lane.limit(limit)
+            held.running = lane
+            try:
+                value = await self._invoke(task, held, job, args, call.kwargs, limit, soft_at)
+            except BaseException as exc:  # rule 3: only trio's Cancelled passes
+                held.running = None
+                return self._ended(task, claimed, held, lane, exc, None, limit)
+            held.running = None
+            return self._ended(task, claimed, held, lane, None, value, limit)
         finally:
             unbind(bound)
             held.ran = perf_counter() - started
-        if settlement is None:  # the scope caught a cancellation (ours, or the worker's)
+
+    def _ended(
+        self,
+        task: TaskSpec,
+        claimed: Claimed,
+        held: Held,
+        lane: Lane,
+        exc: BaseException | None,
+        value: Any,
+        deadline: float | None = None,
+    ) -> Settlement | bytes | None:
+        """How a run ends once its handler returned ``value`` or raised ``exc`` (rule 3):
+        what the lane found (``slots.py`` rule 5) first, then what the handler did.
+        Called before any checkpoint, in the ``except`` block of ``exc``."""
+        failure = None if exc is None else _failure_of(exc)
+        ending = lane.end(exc, exc is not None and failure is None)
+        if ending is Ending.HANDLER:
+            if failure is not None:
+                assert exc is not None
+                return self._outcome(task, claimed, held, failure, exc, deadline)
+            if deadline is not None and trio.current_time() >= deadline:
+                return self._timed_out(task, claimed)  # rule 1b: it blocked past it
+            return self._encode(claimed, value)
+        if ending is Ending.STOPPED:
             return _cancelled(held)
-        return settlement
+        if ending is Ending.TIMED_OUT:
+            return self._timed_out(task, claimed)
+        if ending is Ending.PASSED:
+            assert exc is not None
+            raise exc
+        # the job broke trio's rules (slots.py rule 5): its failure, what it raised noted
+        error = ending.value
+        tb = None
+        if failure is not None:
+            error = _with_reason(error, f"it raised {error_text(failure, _REASON_ROOM)}")
+        if exc is not None:
+            tb = _traceback_line(exc)
+        log.warning("job %s (%s): %s%s", claimed.id, task.name, error, f"\n{tb}" if tb else "")
+        return self._failure(task, claimed, error, tb)
+
+    def _timed_out(self, task: TaskSpec, claimed: Claimed) -> Settlement:
+        error = f"TimeoutError: ran longer than {task.options.timeout:g} s"
+        return self._failure(task, claimed, error, None)
 
     def _job(
         self, task: TaskSpec, claimed: Claimed, held: Held, children: list[Any] | None = None
@@ -507,8 +517,7 @@ class JobRunner:
             and deadline is not None
             and trio.current_time() >= deadline
         ):
-            error = f"TimeoutError: ran longer than {task.options.timeout:g} s"
-            return self._failure(task, claimed, error, None)
+            return self._timed_out(task, claimed)
         tb = _traceback_line(raised)
         log.warning("job %s (%s) raised:\n%s", claimed.id, task.name, tb)
         return self._failure(task, claimed, error_text(failure), tb)

@@ -20,14 +20,42 @@ Rule 3: :meth:`Slots.close` ends the idle slot tasks, and each busy one once its
 done, so the jobs nursery can exit; a cancelled jobs nursery ends them too (a parked
 slot task takes the cancellation; a busy one ends with its job's ``Cancelled``).
 Rule 4: a slot task holds one cancel scope, its :class:`Lane` (``cancellation.py`` rule 5),
-entered before its first job and left when it ends: a plain job runs its handler in it (the
-job's scope while it runs), so a run of jobs enters one scope, not one per job. A job
-cancelled in it leaves it (the runner does, at once); the next job gets a fresh one.
+entered before its first job and left when it ends: a job runs its handler in it (the job's
+scope while it runs), so a run of jobs enters one scope, not one per job. A job cancelled in
+it leaves it (the runner does, at once); the next job gets a fresh one.
+Rule 5 (isolation): a job's trio mistakes stay the job's. Sharing a scope across jobs is
+only sound because, once each handler is out, :meth:`Lane.end` checks that the job left the
+slot task as it found it, before any checkpoint (what it finds is that job's failure; the
+runner settles it, ``execution.py`` rule 3):
+- the task's innermost cancel scope must be the lane again. A scope the job left open
+  (entered by hand, or held by an async generator suspended at its ``yield``) is closed by
+  closing the lane: trio's own repair (``CancelScope._close`` on a misnested exit: the
+  inner scopes are abandoned, left cancelled and detached, and a ``RuntimeError`` says so,
+  which is caught here); the next job gets a fresh lane. A stack trio cannot bring back to
+  where the lane was entered, or a nursery left open (trio fails the task when it exits),
+  makes the slot task unusable: it ends and the pool replaces it (rule 6).
+- a ``Cancelled`` out of the handler belongs to the lane's own cancellation (a stop: the
+  lane catches it), to the lane's deadline (a timed job's timeout), to the worker's (an
+  enclosing scope is cancelled: it passes), or to nothing: a stray one (re-raised outside
+  the scope that caught it, made by hand) is the job's failure, not a reason to end the
+  slot task, which would take the worker down.
+- the slot task's own nursery (rule 6) must not be cancelled: only a job can do that.
+These checks read trio internals (``Task._cancel_status``, ``CancelStatus``,
+``Task._child_nurseries``): they live here, next to the hand-entered scope they guard, and
+nowhere else. ``benchmarks/cpu_per_job.py`` guards the cost of sharing the scope.
+Rule 6: each slot task runs in a nursery of its own, opened by a small host task in the
+jobs nursery, so a job's ``current_task().parent_nursery`` is its slot's: cancelling it
+ends that slot task only (the job fails, rule 5), and the pool starts another for the
+queued jobs. A slot task a job made unusable ends the same way; what trio raises when it
+exits (a nursery it left open) is logged by its host, never raised into the jobs nursery.
 """
 
 from __future__ import annotations
 
 import contextvars
+import enum
+import logging
+import math
 import types
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Generator
@@ -38,11 +66,139 @@ import outcome
 import trio
 
 from .._model.job import Claimed
-from .cancellation import Held, Lane
+from .cancellation import Held
 
-__all__ = ["Slots"]
+__all__ = ["Ending", "Lane", "Slots"]
+
+log = logging.getLogger("echomq.worker")
 
 Run = Callable[[Claimed, Held], Coroutine[Any, Any, None]]
+
+
+class Ending(enum.Enum):
+    """How a job's run in its lane ended, once its handler is out (rule 5)."""
+
+    HANDLER = "handler"  # nothing wrong: what the handler returned or raised decides
+    STOPPED = "stopped"  # a stop of the worker's cancelled the lane: it caught the Cancelled
+    TIMED_OUT = "timed out"  # the lane's deadline (the job's timeout) caught the Cancelled
+    PASSED = "passed"  # the worker itself is cancelled: the Cancelled goes on
+    # the job's failures (the value is its reason)
+    LEFT_OPEN = (
+        "RuntimeError: the task left a cancel scope open when it ended (one entered by hand, "
+        "a nursery's, or one an async generator holds at its yield: iterate such a "
+        "generator under 'async with contextlib.aclosing(...)'); the worker closed it"
+    )
+    STRAY = (
+        "RuntimeError: the task raised trio.Cancelled that no cancellation of this job asked "
+        "for (one re-raised outside the scope that caught it, or made by hand)"
+    )
+    SLOT_CANCELLED = (
+        "RuntimeError: the task cancelled its slot task's nursery "
+        "(trio.lowlevel.current_task().parent_nursery belongs to the worker)"
+    )
+
+
+class Lane:
+    """A slot task's shared cancel scope (rule 4): entered by the slot task, left by it or,
+    once cancelled or misused, by the runner of the job it ended for (:meth:`end`)."""
+
+    __slots__ = ("_outer", "_status", "_task", "broken", "cancelled", "host", "scope")
+
+    def __init__(self, host: trio.CancelScope | None = None) -> None:
+        self.scope: trio.CancelScope | None = None
+        self.cancelled = False  # :meth:`cancel` cancelled the scope (a stop; not a deadline)
+        self.host = host  # the scope of the slot task's own nursery (rule 6)
+        self.broken = False  # a job left the slot task unusable: it ends (rule 5)
+        self._task: Any = None  # (trio.lowlevel.Task: its private fields are read)
+        self._status: Any = None  # the scope's CancelStatus (trio's)
+        self._outer: Any = None  # the task's CancelStatus outside the scope
+
+    def enter(self) -> trio.CancelScope:
+        """Enter a fresh scope (the current task's innermost from now on)."""
+        task = self._task = trio.lowlevel.current_task()
+        scope = self.scope = trio.CancelScope()
+        self.cancelled = False
+        self._outer = task._cancel_status
+        scope.__enter__()
+        self._status = task._cancel_status
+        return scope
+
+    def cancel(self) -> None:
+        """Cancel the scope (stopping the job that runs in it)."""
+        if self.scope is not None:
+            self.cancelled = True
+            self.scope.cancel()
+
+    def limit(self, deadline: float) -> None:
+        """The job that runs next in the scope is cancelled at ``deadline`` (its timeout;
+        :meth:`end` lifts it again)."""
+        assert self.scope is not None
+        self.scope.deadline = deadline
+
+    def leave(self, exc: BaseException | None = None) -> bool:
+        """Leave the scope, as a ``with`` block would with ``exc`` propagating; True when
+        the scope caught it (a ``Cancelled`` of its own)."""
+        scope = self.scope
+        assert scope is not None
+        self.scope = None
+        if exc is None:
+            return scope.__exit__(None, None, None)
+        return scope.__exit__(type(exc), exc, exc.__traceback__)
+
+    def clean(self) -> bool:
+        """Whether the job that just ran left nothing for :meth:`end` to look at: the scope
+        is the task's innermost again, and not cancelled (from inside or outside; its own
+        cancel and its host's make it effectively cancelled too)."""
+        status = self._status
+        return self._task._cancel_status is status and not status.effectively_cancelled
+
+    def end(self, exc: BaseException | None, cancelled: bool) -> Ending:
+        """Rule 5, once a job's handler returned (``exc`` None) or raised ``exc``
+        (``cancelled``: nothing but trio's ``Cancelled``); before any checkpoint. A scope
+        that was cancelled or misused is left (the slot task enters a fresh one); one that
+        was not is kept for the next job, its deadline lifted."""
+        scope = self.scope
+        assert scope is not None
+        if self._task._cancel_status is not self._status:
+            return self._repair()
+        host = self.host
+        if host is not None and host.cancel_called:  # only a job of this slot does that
+            self.broken = True
+            self.leave()
+            return Ending.SLOT_CANCELLED
+        if scope.cancel_called:  # a stop of the worker's, or the job's deadline
+            stopped = self.cancelled
+            if not cancelled:
+                self.leave()
+                return Ending.HANDLER
+            if not self.leave(exc):  # the worker is cancelled as well
+                return Ending.PASSED
+            return Ending.STOPPED if stopped else Ending.TIMED_OUT
+        if cancelled:
+            if self._status.effectively_cancelled:  # the worker's: it goes on
+                self.leave(exc)
+                return Ending.PASSED
+            ending = Ending.STRAY
+        else:
+            ending = Ending.HANDLER
+        if scope.deadline != math.inf:
+            scope.deadline = math.inf
+        return ending
+
+    def _repair(self) -> Ending:
+        """The task's innermost scope is not the lane: close the lane, so trio closes what
+        the job left open inside it (and raises RuntimeError for it, caught here)."""
+        scope = self.scope
+        assert scope is not None
+        self.scope = None
+        try:
+            scope.__exit__(None, None, None)
+        except RuntimeError:  # "Cancel scope stack corrupted": trio repaired it
+            pass
+        task = self._task
+        if task._cancel_status is not self._outer or task._child_nurseries:
+            self.broken = True  # beyond repair in place: the slot task ends
+        return Ending.LEFT_OPEN
 
 
 @attrs.define(eq=False)
@@ -92,7 +248,7 @@ class Slots:
             trio.lowlevel.reschedule(self._idle.pop(), outcome.Value(True))
             return
         self.started += 1
-        self._base.run(self.nursery.start_soon, self._slot)
+        self._base.run(self.nursery.start_soon, self._host)
 
     def _off_duty(self) -> None:
         """The running job waits: another slot task takes the queue (rule 1)."""
@@ -106,7 +262,29 @@ class Slots:
         while self._idle:
             trio.lowlevel.reschedule(self._idle.pop(), outcome.Value(False))
 
-    async def _slot(self) -> None:
+    async def _host(self) -> None:
+        """Rule 6: a slot task in a nursery of its own."""
+        lane = Lane()
+        try:
+            async with trio.open_nursery() as own:
+                lane.host = own.cancel_scope
+                own.start_soon(self._slot, lane)
+        except BaseExceptionGroup as group:
+            if not lane.broken:
+                raise
+            # what trio raised as the broken slot task exited (a nursery a job left open)
+            cancelled, rest = group.split(trio.Cancelled)
+            if rest is not None:
+                first = rest.exceptions[0] if len(rest.exceptions) == 1 else rest
+                log.error(
+                    "a slot task a job had made unusable ended (%s: %s); another replaces it",
+                    type(first).__name__,
+                    str(first).split("\n", 1)[0],
+                )
+            if cancelled is not None:
+                raise cancelled from None
+
+    async def _slot(self, lane: Lane) -> None:
         task = trio.lowlevel.current_task()
         base = task.context.copy()  # rule 2: each job starts from this one
         queue, idle, run = self._queue, self._idle, self.run
@@ -116,7 +294,6 @@ class Slots:
             idle.remove(task)
             return trio.lowlevel.Abort.SUCCEEDED
 
-        lane = Lane()  # rule 4
         on_duty = True
         try:
             while True:
@@ -127,6 +304,10 @@ class Slots:
                         lane.enter()
                     held.lane = lane
                     await _in_context(base.copy(), run(job, held), self)
+                    if lane.broken:  # rule 5: unusable now; the queue goes to another
+                        on_duty = False
+                        self._off_duty()
+                        return
                 on_duty = False
                 self._on_duty -= 1
                 if self._closed:

@@ -5,7 +5,8 @@ Layout::
     serve
     ├── queue.open()              the command connection (shared) + the event feed
     ├── wake connection           the claims (BLPOP and the claim behind it when idle)
-    ├── jobs nursery              one task per held job (execution.py), outlives helpers
+    ├── jobs nursery              slot tasks (slots.py), each in a nursery of its own, that
+    │                             run the held jobs (execution.py); outlives the helpers
     └── helpers nursery           each supervised: crash -> logged -> restarted with backoff
         ├── claim loop            consumer.py
         ├── lease keeper          lease.py
@@ -29,7 +30,9 @@ fenced ``release``; then stop the helpers. A second ``shutdown(grace=0)`` cuts t
 
 A worker that fails (an error leaves ``serve``) is a crash: its started jobs are not handed
 back uncounted, their leases are cut so that recovery collects them as stalls at once; its
-prefetched jobs never started (not what failed it) and are handed back uncounted.
+prefetched jobs never started (not what failed it) and are handed back uncounted. Only a
+stop asked for ends ``serve`` quietly: its jobs or helpers ending without one (a scope of
+the worker's cancelled by code running in it) is such a failure too.
 """
 
 from __future__ import annotations
@@ -366,6 +369,8 @@ class Worker:
                     await self._drain()
                     consumer.slots.close()
                     helpers.cancel_scope.cancel()
+                self._asked_to_stop()
+            self._asked_to_stop()
         except BaseException as exc:
             crashed = is_crash(exc)
             raise
@@ -387,6 +392,16 @@ class Worker:
             else:
                 await self._release(conn, runner)
             await runner.processes.aclose()
+
+    def _asked_to_stop(self) -> None:
+        """A nursery of the worker's ended quietly: only a stop asked for may end it. A
+        scope of the worker's cancelled by anything else (user code reaching past its
+        slot) is a failure, never a clean stop (which would hand its jobs back uncounted
+        and exit 0)."""
+        if not self._stop.is_set():
+            raise RuntimeError(
+                "the worker's jobs were cancelled from inside, and no shutdown was asked for"
+            )
 
     def _prefetch(self) -> int:
         """The prefetch bound (``WorkerConfig.prefetch``; default: half the concurrency)."""

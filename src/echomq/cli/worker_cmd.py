@@ -6,8 +6,9 @@ worker``) imports ``attr`` from ``module`` (a :class:`~echomq.Queue`, or a ready
 ``trio.open_signal_receiver``: the first SIGINT/SIGTERM is a graceful shutdown (stop
 claiming, wait ``grace``, hand the rest back to pending); the second cuts the wait short.
 Exit codes: 0 after a clean stop (also while still waiting for Redis), 1 when the worker
-failed (a refused password, an ACL refusal or a TLS failure: one line, no traceback), 2
-when the target cannot be loaded.
+failed (a refused password, an ACL refusal or a TLS failure: one line, no traceback), or
+stopped serving without a stop asked for (a signal or ``Worker.shutdown``), 2 when the
+target cannot be loaded.
 
 The URL: ``--url``, else ``$ECHOMQ_URL``, else the queue's own ``Queue(url=...)``, else
 ``redis://127.0.0.1:6379/0``. The worker's options: one flag per field of
@@ -158,6 +159,9 @@ def run_worker(
             log.error("cannot serve %r: %s", worker.queue.name, leaf)
             return 1
         log.exception("worker failed")
+        return 1
+    if not worker.stopping:  # (serve raises then; this is the last fence before exit 0)
+        log.error("the worker stopped serving although no shutdown was asked for")
         return 1
     return 0
 
