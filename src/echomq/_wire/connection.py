@@ -97,13 +97,21 @@ def pack(args: Sequence[Arg]) -> bytes:
 
 
 async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:
-    """Open the byte stream (TCP, unix socket, or TLS over TCP) for ``config``."""
+    """Open the byte stream (TCP, unix socket, or TLS over TCP) for ``config``.
+
+    Raises:
+        TLSError: the TLS settings are unusable (a missing or bad file: before any I/O),
+            or the handshake failed for good (a certificate nobody trusts...).
+    """
+    # a TLS configuration error is raised before the socket: not an outage, even when
+    # nothing listens there yet
+    context = config.make_ssl_context() if config.tls and not config.unix_path else None
     with trio.fail_after(config.connect_timeout):
         if config.unix_path:
             return await trio.open_unix_socket(config.unix_path)
         stream: trio.abc.Stream = await trio.open_tcp_stream(config.host, config.port)
-        if config.tls:
-            tls = trio.SSLStream(stream, config.make_ssl_context(), server_hostname=config.host)
+        if context is not None:
+            tls = trio.SSLStream(stream, context, server_hostname=config.host)
             try:
                 await tls.do_handshake()
             except trio.BrokenResourceError as exc:
