@@ -17,6 +17,10 @@ removed: the waiter answers None and ``TaskHandle.result()`` raises ``JobGone`` 
 Rule 4 (removal is not an outcome): ``remove_job``, ``drain`` and ``obliterate`` write no
 entry, so the reader checks the rows of its waiters every ``gone_check`` seconds (one
 pipelined read for all of them): a removed job's waiter learns it within that time.
+Rule 5 (a refusal is not an outage): an ACL refusal of the reads (``PermissionDenied``: the
+user lacks ``XREAD``...) is not retried for the waiters: each waiting ``result()`` raises it,
+logged once (again only when it changes); later waiters read again, so an ACL fixed
+meanwhile works at once.
 The builders and readers (no I/O) are in ``result_reads.py``, shared
 with the blocking producer (``echomq.sync``), which waits with its own ``XREAD``; the
 waiters' bookkeeping (no I/O) is in ``result_waiters.py``, shared with the asyncio feed.
@@ -44,7 +48,7 @@ from ._scripts.keyspace import keyspace
 from ._wire.dial import connect
 from ._wire.interface import RedisConnection
 from .config import ConnectionConfig
-from .errors import ConnectionLost, ServerError
+from .errors import ConnectionLost, PermissionDenied, ServerError
 
 __all__ = [
     "BATCH",
@@ -111,7 +115,7 @@ class ResultFeed:
 
         Raises:
             InvalidKey: before any I/O. ConnectionLost, ServerError: the row could not be
-                read (nothing waits then).
+                read (nothing waits then). PermissionDenied: the reads were refused (rule 5).
         """
         keyspace(self.queue).job(job_id)  # the id's gate, before any I/O
         waiter = self._waiters.add(job_id)
@@ -126,6 +130,8 @@ class ResultFeed:
                 return outcome
             self._waiters.start(waiter, probe.after)
             await waiter.done.wait()
+            if waiter.error is not None:  # rule 5: a refusal of the reads
+                raise waiter.error
             return waiter.outcome
         finally:
             self._waiters.remove(waiter)
@@ -140,6 +146,7 @@ class ResultFeed:
             task_status.started(self)
             position: str | None = None
             recheck = False
+            refused: str | None = None  # the refusal last logged (rule 5)
             next_check = trio.current_time() + self.gone_check
             while True:
                 if not waiters.by_job:
@@ -168,6 +175,14 @@ class ResultFeed:
                         await self._check_rows(conn, everyone=False)
                         next_check = trio.current_time() + self.gone_check
                     backoff.reset()
+                except PermissionDenied as exc:  # rule 5
+                    stats.redis_errors += 1
+                    if str(exc) != refused:
+                        refused = str(exc)
+                        log.error("results of %s: %s", self.queue, exc)
+                    waiters.fail_all(exc)
+                    recheck = True
+                    await trio.sleep(backoff.next())
                 except (ConnectionLost, ServerError) as exc:
                     stats.redis_errors += 1
                     recheck = True

@@ -24,7 +24,7 @@ from .._jitter import Backoff
 from .._scripts.keyspace import keyspace
 from .._wire.drivers.aio import AsyncioClusterConnection, AsyncioConnection, asyncio_connection
 from ..config import ConnectionConfig
-from ..errors import ConnectionLost, ServerError
+from ..errors import ConnectionLost, PermissionDenied, ServerError
 from ..results import BATCH, BLOCK, GONE_CHECK
 from .result_reads import (
     Outcome,
@@ -109,6 +109,9 @@ class AsyncioResultFeed:
             await self._read_loop()
         except asyncio.CancelledError:
             raise
+        except PermissionDenied as exc:  # not an outage: every waiter raises it (results.py)
+            log.error("results of %s: %s", self.queue, exc)
+            self._waiters.fail_all(exc)
         except Exception as exc:  # a bug: every waiter learns it rather than hanging
             log.exception("results of %s: the reader stopped", self.queue)
             self._waiters.fail_all(exc)
@@ -152,6 +155,8 @@ class AsyncioResultFeed:
                     await self._check_rows(conn, everyone=False)
                     next_check = _now() + self.gone_check
                 backoff.reset()
+            except PermissionDenied:
+                raise  # not retried: _run hands it to the waiters
             except (ConnectionLost, ServerError) as exc:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():  # a driver turned the cancel

@@ -131,6 +131,18 @@ async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:
         return stream
 
 
+def _name(word: Arg) -> str:
+    """A command's name, upper case (for an error that names it)."""
+    text = word.decode(errors="replace") if isinstance(word, bytes) else str(word)
+    return text.upper()
+
+
+def _packed_name(packed: bytes) -> str | None:
+    """The name of the first command in RESP bytes (``*N\r\n$L\r\nNAME\r\n``)."""
+    parts = packed.split(b"\r\n", 3)
+    return _name(parts[2]) if len(parts) > 2 else None
+
+
 def _detach(stream: trio.abc.Stream) -> socket.socket | None:
     """The plain socket under ``stream`` (now owned by the caller), or None for TLS."""
     if isinstance(stream, trio.SocketStream):
@@ -520,7 +532,10 @@ class Connection:
             replies = [await session.request(packed)]
         else:
             replies = await session.request(packed, len(commands))
-        return [server_error(str(r)) if isinstance(r, ReplyError) else r for r in replies]
+        return [
+            server_error(str(r), command=_name(c[0])) if isinstance(r, ReplyError) else r
+            for r, c in zip(replies, commands, strict=True)
+        ]
 
     async def execute_packed(self, packed: bytes) -> Any:
         """Like :meth:`execute`, for a command already packed with :func:`pack`."""
@@ -549,7 +564,7 @@ class Connection:
             if not isinstance(reply, ReplyError):
                 return reply
             message = str(reply)
-        raise server_error(message)
+        raise server_error(message, command=_packed_name(packed))
 
     async def _connect(self) -> _Session:
         attempt = self._attempts
