@@ -7,8 +7,9 @@ tests/operator/test_acl.py (docs/operations.md, "Redis ACLs").
   delayed job, a dedup window, a flow, a chord whose members run on B (the outbox relay),
   a cooperative cancel and one fenced when its grace runs out (the heartbeat's fence), a
   decorated repeatable and one added by the producer, logs and progress, recovery sweeps;
-- producer: enqueues all that (the trio wire and the blocking producer), waits every
-  result (``result()``, ``result_sync()``), cancels two jobs, adds a repeatable;
+- producer: enqueues all that (the trio wire, the blocking and the asyncio producers),
+  waits every result (``result()``, ``result_sync()``, ``aresult()``), cancels two jobs,
+  adds a repeatable;
 - operator: the CLI's commands (status, workers, job, explain, retention, limits, groups,
   repeat list/add/pause/resume/remove, enqueue, cancel, remove, reprocess, pause,
   resume, drain, obliterate of a third queue), run as ``echomq ... --url``;
@@ -21,6 +22,7 @@ Every role must finish its work; a refusal anywhere fails the scenario with the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -148,6 +150,17 @@ async def producer(url: str, a: str, b: str, done: dict[str, Any]) -> None:
 
         assert await trio.to_thread.run_sync(blocking) == 42
         qa.close_sync()
+
+    qs, ts = make_app(a, url)  # the asyncio producer (redis-py's asyncio client)
+
+    async def in_asyncio() -> Any:
+        try:
+            handle = await ts["add"].adelay(40, 2)
+            return await handle.aresult(timeout=10)
+        finally:
+            await qs.aclose()
+
+    assert await trio.to_thread.run_sync(asyncio.run, in_asyncio()) == 42
 
 
 async def operator(url: str, a: str, c: str, dead: str, chatty: str) -> None:
