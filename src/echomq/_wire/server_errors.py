@@ -101,12 +101,11 @@ def permission_denied(
     one line: what was sent, what the user lacks, where the rules are, the server's words
     (``calls``: the commands a script calls, named when the server does not say which)."""
     missing = missing_permission(message) or "a permission"
-    sent = f" to {command}" if command and command.upper() not in missing.upper() else ""
     named = f" (it calls {calls})" if calls and missing == "a command the script calls" else ""
     first = " ".join(message.split())  # one line
     return PermissionDenied(
-        f"NOPERM: the ACL user lacks {missing}{sent}{named}: not retried "
-        f'(docs/operations.md, "Redis ACLs"): {first}',
+        f"NOPERM: {command or 'a call'} refused: the ACL user lacks {missing}{named}; not "
+        f'retried (docs/operations.md, "Redis ACLs"): {first}',
         command=command,
         missing=missing,
     )
