@@ -37,7 +37,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import attrs
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, TLSError
 
 __all__ = [
     "ConnectionConfig",
@@ -129,16 +129,42 @@ class ConnectionConfig:
         return f"{scheme}://{self.host}:{self.port}/{self.db}"
 
     def make_ssl_context(self) -> ssl.SSLContext:
-        """The TLS context: the one given, or one built from the ssl_* settings."""
+        """The TLS context: the one given, or one built from the ssl_* settings.
+
+        Raises:
+            TLSError: a file the settings name is missing or unreadable, or holds no
+                certificate or key it should (or a key that does not match the
+                certificate): a configuration error, not an outage (never retried).
+        """
         if self.ssl_context is not None:
             return self.ssl_context
-        ctx = ssl.create_default_context(cafile=self.ssl_ca_certs)
+        try:
+            ctx = ssl.create_default_context(cafile=self.ssl_ca_certs)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise self._tls_error("ssl_ca_certs", self.ssl_ca_certs, exc) from None
         if self.ssl_certfile:
-            ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+            try:
+                ctx.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+            except (OSError, ssl.SSLError, ValueError) as exc:
+                names = "ssl_certfile" + (" / ssl_keyfile" if self.ssl_keyfile else "")
+                files = self.ssl_certfile + (f" / {self.ssl_keyfile}" if self.ssl_keyfile else "")
+                raise self._tls_error(names, files, exc) from None
+        elif self.ssl_keyfile:
+            raise TLSError(
+                f"TLS configuration for {self.display}: ssl_keyfile needs ssl_certfile too"
+            )
         if not self.ssl_verify:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         return ctx
+
+    def _tls_error(self, name: str, path: str | None, exc: BaseException) -> TLSError:
+        """One line: which setting, which file, and the reason (an OS error's strerror)."""
+        if isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError) and exc.strerror:
+            why = exc.strerror.lower()
+        else:
+            why = str(exc) or type(exc).__name__
+        return TLSError(f"TLS configuration for {self.display}: {name} {path!r}: {why}")
 
 
 def _int(value: str, what: str) -> int:

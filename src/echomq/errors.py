@@ -11,7 +11,7 @@
     ├── ServerError          Redis answered an error we do not map
     │   ├── ScriptError      a script answered a reply we cannot decode
     │   ├── AuthenticationError  wrong or missing credentials (WRONGPASS, NOAUTH); not retried
-    │   ├── PermissionDenied an ACL user may not run that command or touch that key (NOPERM)
+    │   ├── PermissionDenied an ACL user lacks a command, key or channel (NOPERM); not retried
     │   ├── Unavailable      not run, "try later" (LOADING, BUSY, TRYAGAIN...) past connect_timeout
     │   └── ClusterError     a Redis Cluster could not serve the command
     │       ├── NotACluster  a redis+cluster:// URL names a node with cluster mode off
@@ -137,7 +137,28 @@ class AuthenticationError(ServerError):
 
 
 class PermissionDenied(ServerError):
-    """The ACL user may not run that command, or touch that key or channel (``NOPERM``)."""
+    """The ACL user may not run that command, or touch that key or channel (``NOPERM``;
+    inside a script, Redis 7.0 words it "The user executing the script can't ...").
+
+    Not transient: retrying cannot grant a permission. ``command`` is what was sent (a
+    command's name, or ``script <name>``), ``missing`` what the user lacks, in words (the
+    command, "a key", "a channel", or "a command the script calls"); the message has both,
+    in one line (docs/operations.md, "Redis ACLs", has each role's rule).
+    """
+
+    def __init__(
+        self, message: str, *, command: str | None = None, missing: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.command = command
+        self.missing = missing
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_permission_denied, (str(self), self.command, self.missing))
+
+
+def _permission_denied(message: str, command: str | None, missing: str | None) -> PermissionDenied:
+    return PermissionDenied(message, command=command, missing=missing)
 
 
 class CrossSlot(InvalidArgument):

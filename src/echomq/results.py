@@ -17,6 +17,10 @@ removed: the waiter answers None and ``TaskHandle.result()`` raises ``JobGone`` 
 Rule 4 (removal is not an outcome): ``remove_job``, ``drain`` and ``obliterate`` write no
 entry, so the reader checks the rows of its waiters every ``gone_check`` seconds (one
 pipelined read for all of them): a removed job's waiter learns it within that time.
+Rule 5 (a refusal is not an outage): an ACL refusal of the reads (``PermissionDenied``: the
+user lacks ``XREAD``...) is not retried for the waiters: each waiting ``result()`` raises it,
+logged once (again only when it changes); later waiters read again, so an ACL fixed
+meanwhile works at once.
 The rules' bookkeeping, commands and readers (no I/O) are ``_client/waiting.Waiters``;
 this is its trio loop (the asyncio one is ``_client/aio_results.py``, the blocking one
 ``SyncConnection.wait_outcome``).
@@ -40,7 +44,7 @@ from ._model.completion import FinishState
 from ._wire.dial import connect
 from ._wire.interface import RedisConnection
 from .config import ConnectionConfig
-from .errors import ConnectionLost, ServerError
+from .errors import ConnectionLost, PermissionDenied, ServerError
 
 __all__ = [
     "BATCH",
@@ -90,7 +94,7 @@ class ResultFeed:
 
         Raises:
             InvalidKey: before any I/O. ConnectionLost, ServerError: the row could not be
-                read (nothing waits then).
+                read (nothing waits then). PermissionDenied: the reads were refused (rule 5).
         """
         answered = trio.Event()
         waiter = self.waiters.add(job_id, answered.set)
@@ -122,5 +126,7 @@ class ResultFeed:
                         conn.drop()
                         raise ConnectionLost("no reply to a blocking XREAD")
                     waiters.read(reply)
+                except PermissionDenied as exc:  # rule 5
+                    await trio.sleep(waiters.refused(exc))
                 except (ConnectionLost, ServerError) as exc:
                     await trio.sleep(waiters.failed(exc))

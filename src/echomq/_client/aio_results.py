@@ -15,7 +15,7 @@ import logging
 
 from .._wire.drivers.aio import AsyncioClusterConnection, AsyncioConnection, asyncio_connection
 from ..config import ConnectionConfig
-from ..errors import ConnectionLost, ServerError
+from ..errors import ConnectionLost, PermissionDenied, ServerError
 from .waiting import BATCH, BLOCK, GONE_CHECK, Outcome, Waiters, check_rows, first_read
 
 __all__ = ["AsyncioResultFeed"]
@@ -77,6 +77,8 @@ class AsyncioResultFeed:
             await self._read_loop()
         except asyncio.CancelledError:
             raise
+        except PermissionDenied as exc:  # not an outage: every waiter raises it (results.py)
+            self.waiters.refused(exc)
         except Exception as exc:  # a bug: every waiter learns it rather than hanging
             log.exception("results of %s: the reader stopped", self.queue)
             self.waiters.fail_all(exc)
@@ -108,6 +110,8 @@ class AsyncioResultFeed:
                 # have to cancel (redis.asyncio's cluster client may then leak its node's
                 # connection)
                 await asyncio.sleep(0)
+            except PermissionDenied:
+                raise  # not retried: _run hands it to the waiters
             except (ConnectionLost, ServerError) as exc:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():  # a driver turned the cancel

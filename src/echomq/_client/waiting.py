@@ -27,7 +27,7 @@ from .._model.completion import CorruptEntry, FinishState, parse_entry
 from .._model.states import CANCELLED_PREFIX, TERMINAL_STATES, JobState
 from .._scripts.keyspace import keyspace
 from .._wire.connection import Arg
-from ..errors import ScriptError, ServerError
+from ..errors import PermissionDenied, ScriptError, ServerError
 from ..jobs.lifecycle import JobInfo, read_job
 
 __all__ = [
@@ -190,6 +190,7 @@ class Waiters:
         self._recheck = False  # after a Redis error: every waiter's row is read again
         self._next_check: float | None = None  # the first due() sets it
         self._backoff = Backoff(0.05, 5.0)
+        self._refused: str | None = None  # the refusal last logged (rule 5)
 
     @property
     def count(self) -> int:
@@ -317,8 +318,21 @@ class Waiters:
         log.warning("results of %s: %s; reading again in %.2f s", self.queue, exc, delay)
         return delay
 
+    def refused(self, exc: PermissionDenied) -> float:
+        """An ACL refusal of the reads (rule 5): not an outage, so not retried for the
+        waiters: each one raises it, logged once (again only when it changes). Answers the
+        seconds to wait before reading again for later waiters (an ACL fixed meanwhile
+        works at once)."""
+        self.statistics.redis_errors += 1
+        self._recheck = True
+        if str(exc) != self._refused:
+            self._refused = str(exc)
+            log.error("results of %s: %s", self.queue, exc)
+        self.fail_all(exc)
+        return self._backoff.next()
+
     def fail_all(self, error: BaseException) -> None:
-        """The reader stopped on a bug: every waiter raises it."""
+        """The reader stopped on a bug, or its reads were refused: every waiter raises it."""
         for waiters in list(self.by_job.values()):
             for waiter in waiters:
                 waiter.fail(error)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 import zoneinfo
 from typing import Literal
 
@@ -62,26 +63,49 @@ def duration_ms(name: str, value: object) -> int:
         raise InvalidArgument(f"{name} must be a timedelta or seconds, not {value!r}")
     if not math.isfinite(seconds) or seconds <= 0:
         raise InvalidArgument(f"{name} must be > 0, not {value!r}")
+    # compared in seconds first: a huge finite value (1e308) has no millisecond int
+    if seconds > limits.MAX_MS / 1000 or round(seconds * 1000) > limits.MAX_MS:
+        raise InvalidArgument(f"{name} must be at most 2^40 ms (~34.8 years), not {value!r}")
     ms = round(seconds * 1000)
     if ms < 1:
         raise InvalidArgument(f"{name} must be at least 1 ms, not {value!r}")
-    if ms > limits.MAX_MS:
-        raise InvalidArgument(f"{name} must be at most 2^40 ms (~34.8 years), not {value!r}")
     return ms
 
 
+#: names a tz database may hold that are not IANA zones: their meaning is the machine's
+#: (``localtime`` is its own zone, ``posixrules`` its POSIX-TZ default, ``Factory`` a
+#: placeholder); ``posix/`` and ``right/`` are copies of the tree (``right/`` counts leap
+#: seconds, which Python's clocks do not)
+_NOT_IANA = frozenset({"localtime", "posixrules", "Factory"})
+_NOT_IANA_PREFIXES = ("posix/", "right/")
+#: an IANA name's characters: ``Europe/Berlin``, ``Etc/GMT+5``, ``America/Port-au-Prince``
+_IANA_NAME = re.compile(r"[A-Za-z0-9_+-]+(?:/[A-Za-z0-9_+-]+)*")
+
+
 def check_tz(name: object) -> zoneinfo.ZoneInfo:
-    """The time zone named ``name`` (an IANA name: ``Europe/Berlin``, ``UTC``).
+    """The time zone named ``name``: an IANA name (``Europe/Berlin``, ``UTC``), which every
+    machine reads the same. The rule: segments of ``[A-Za-z0-9_+-]`` joined by ``/``, found
+    in the tz database, and not ``localtime``, ``posixrules``, ``Factory`` or a name under
+    ``posix/`` or ``right/`` (their meaning, or their clock, is the machine's).
 
     Raises:
-        InvalidArgument: not a str, or no such zone in this machine's tz database.
+        InvalidArgument: not a str, not an IANA name, or no such zone in this machine's
+            tz database.
     """
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"tz must be an IANA time zone name, not {name!r}")
+    if name in _NOT_IANA or name.startswith(_NOT_IANA_PREFIXES):
+        raise InvalidArgument(
+            f"tz {name!r} is not an IANA time zone name: its meaning depends on the "
+            "machine (give the zone itself: Europe/Berlin, UTC)"
+        )
+    unknown = f"unknown time zone {name!r} (an IANA name: Europe/Berlin)"
+    if len(name) > 64 or _IANA_NAME.fullmatch(name) is None:
+        raise InvalidArgument(unknown)
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        raise InvalidArgument(f"unknown time zone {name!r} (an IANA name: Europe/Berlin)") from None
+        raise InvalidArgument(unknown) from None
 
 
 def check_missed(value: object) -> MissedPolicy:

@@ -16,6 +16,7 @@ the loader's, importable from here too.)
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, Protocol, TypeVar
@@ -23,7 +24,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import attrs
 
 from .._wire.connection import Connection, pack
-from ..errors import EchoMQError, ServerError
+from .._wire.server_errors import permission_denied
+from ..errors import EchoMQError, PermissionDenied, ServerError
 from .loader import REPEAT_FORMAT, SCHEMA_VERSION, SCRIPTS, Script, sharded_source
 from .replies import translate
 
@@ -114,13 +116,29 @@ async def evaluate(conn: Executor, sc: ScriptCall[T]) -> T:
                 raise
             reply = await conn.execute(*sc.eval_args(is_sharded(conn)))
     except ServerError as exc:
-        raise _typed(exc) from None
+        raise _typed(exc, sc.script) from None
     return sc.read(reply)
 
 
-def _typed(exc: ServerError) -> ServerError | EchoMQError:
-    """A script's refusal as its typed error; the wire already typed the server's own."""
+def _typed(exc: ServerError, script: Script | None = None) -> ServerError | EchoMQError:
+    """A script's refusal as its typed error; the wire already typed the server's own (an
+    ACL refusal of a script is named for the script, with the commands it calls)."""
+    if isinstance(exc, PermissionDenied) and script is not None:
+        return permission_denied(str(exc), f"script {script.name}", calls_of(script))
     return translate(str(exc)) if type(exc) is ServerError else exc
+
+
+_CALL = re.compile(r"redis\.p?call\(\s*'([A-Za-z]+)'(?:,\s*'([A-Za-z]+)')?")
+_CONTAINERS = frozenset({"OBJECT", "PUBSUB", "XGROUP", "XINFO", "CLIENT", "CLUSTER"})
+
+
+def calls_of(script: Script) -> str:
+    """The commands ``script`` calls, as ACL rules name them (``hget``, ``pubsub|numsub``)."""
+    found: set[str] = set()
+    for name, sub in _CALL.findall(script.source):
+        word = name.upper()
+        found.add(f"{word}|{sub.upper()}".lower() if word in _CONTAINERS and sub else word.lower())
+    return " ".join(sorted(found))
 
 
 async def evaluate_reply(conn: Executor, sc: ScriptCall[T], reply: Any) -> T:
@@ -132,7 +150,7 @@ async def evaluate_reply(conn: Executor, sc: ScriptCall[T], reply: Any) -> T:
     if isinstance(reply, ServerError):
         if str(reply).startswith("NOSCRIPT"):
             return await evaluate(conn, sc)
-        raise _typed(reply)
+        raise _typed(reply, sc.script)
     return sc.read(reply)
 
 
@@ -180,4 +198,8 @@ def evaluate_sync(
         except redis.exceptions.NoScriptError:
             return client.execute_command(*sc.eval_args(sharded))
 
-    return sc.read(retry_sync(run, retry_for))
+    try:
+        reply = retry_sync(run, retry_for)
+    except PermissionDenied as exc:
+        raise _typed(exc, sc.script) from None
+    return sc.read(reply)

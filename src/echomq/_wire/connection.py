@@ -99,13 +99,21 @@ def pack(args: Sequence[Arg]) -> bytes:
 
 
 async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:
-    """Open the byte stream (TCP, unix socket, or TLS over TCP) for ``config``."""
+    """Open the byte stream (TCP, unix socket, or TLS over TCP) for ``config``.
+
+    Raises:
+        TLSError: the TLS settings are unusable (a missing or bad file: before any I/O),
+            or the handshake failed for good (a certificate nobody trusts...).
+    """
+    # a TLS configuration error is raised before the socket: not an outage, even when
+    # nothing listens there yet
+    context = config.make_ssl_context() if config.tls and not config.unix_path else None
     with trio.fail_after(config.connect_timeout):
         if config.unix_path:
             return await trio.open_unix_socket(config.unix_path)
         stream: trio.abc.Stream = await trio.open_tcp_stream(config.host, config.port)
-        if config.tls:
-            tls = trio.SSLStream(stream, config.make_ssl_context(), server_hostname=config.host)
+        if context is not None:
+            tls = trio.SSLStream(stream, context, server_hostname=config.host)
             try:
                 await tls.do_handshake()
             except trio.BrokenResourceError as exc:
@@ -123,6 +131,18 @@ async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:
                 raise
             stream = tls
         return stream
+
+
+def _name(word: Arg) -> str:
+    """A command's name, upper case (for an error that names it)."""
+    text = word.decode(errors="replace") if isinstance(word, bytes) else str(word)
+    return text.upper()
+
+
+def _packed_name(packed: bytes) -> str | None:
+    """The name of the first command in RESP bytes (``*N\r\n$L\r\nNAME\r\n``)."""
+    parts = packed.split(b"\r\n", 3)
+    return _name(parts[2]) if len(parts) > 2 else None
 
 
 def _detach(stream: trio.abc.Stream) -> socket.socket | None:
@@ -587,7 +607,10 @@ class Connection:
             replies = [await session.request(packed)]
         else:
             replies = await session.request(packed, len(commands))
-        return [server_error(str(r)) if isinstance(r, ReplyError) else r for r in replies]
+        return [
+            server_error(str(r), command=_name(c[0])) if isinstance(r, ReplyError) else r
+            for r, c in zip(replies, commands, strict=True)
+        ]
 
     async def execute_packed(self, packed: bytes) -> Any:
         """Like :meth:`execute`, for a command already packed with :func:`pack`."""
@@ -616,7 +639,7 @@ class Connection:
             if not isinstance(reply, ReplyError):
                 return reply
             message = str(reply)
-        raise server_error(message)
+        raise server_error(message, command=_packed_name(packed))
 
     async def _connect(self) -> _Session:
         attempt = self._attempts

@@ -2,8 +2,10 @@
 
 Rule 1: an error reply from Redis becomes :class:`~echomq.errors.ServerError`, except
 credentials (``WRONGPASS``, ``NOAUTH``: :class:`~echomq.errors.AuthenticationError`) and ACL
-permissions (``NOPERM``: :class:`~echomq.errors.PermissionDenied`), which retrying cannot
-fix. The scripts' own refusals are not known here: ``replies.py`` maps them.
+permissions (``NOPERM``, and inside a script Redis 7.0's "The user executing the script
+can't ...": :class:`~echomq.errors.PermissionDenied`, naming the command sent and what the
+user lacks), which retrying cannot fix. The scripts' own refusals are not known here:
+``replies.py`` maps them.
 Rule 2 (the one place that says what is transient): a reply whose first word is in
 :data:`TRANSIENT` says the command did not run and may be sent later. Both wires send it
 again with backoff until ``connect_timeout`` (``connection.py``, ``cluster.py``; the sync
@@ -14,9 +16,19 @@ above (the worker's settle, claim, lease and recovery loops try again within the
 
 from __future__ import annotations
 
+import re
+
 from ..errors import AuthenticationError, ClusterDown, PermissionDenied, ServerError, Unavailable
 
-__all__ = ["NON_LOCAL", "TRANSIENT", "first_word", "is_transient", "server_error"]
+__all__ = [
+    "NON_LOCAL",
+    "TRANSIENT",
+    "first_word",
+    "is_transient",
+    "missing_permission",
+    "permission_denied",
+    "server_error",
+]
 
 #: A script refused mid-migration: it met a per-job key the node does not hold (moved
 #: already, or not created yet). Every script reads each per-job key before its first write
@@ -59,12 +71,53 @@ _AUTH_REFUSED = (
 )
 
 
-def server_error(message: str, context: str = "") -> ServerError:
+# An ACL refusal: the server's own words (NOPERM ...), or a script's call refused (Redis
+# 7.0 answers "ERR The user executing the script can't run this command or subcommand
+# script: <sha>, on @user_script:<line>." without naming the command)
+_SCRIPT_ACL = "The user executing the script can't"
+_NAMED = re.compile(r"permissions to run the '([^']+)' command")
+
+
+def missing_permission(message: str) -> str | None:
+    """What an ACL refusal says the user lacks, in words; None: not an ACL refusal."""
+    if not (message.startswith("NOPERM") or _SCRIPT_ACL in message or " NOPERM " in message):
+        return None
+    named = _NAMED.search(message)
+    if named:
+        return f"the command {named[1].upper()}"
+    if "keys" in message:
+        return "access to a key it names (the user's key patterns, ~emq:*)"
+    if "channel" in message:
+        return "access to a channel it names (the user's channel patterns, &emq:*)"
+    if _SCRIPT_ACL in message:
+        return "a command the script calls"
+    return "a permission"
+
+
+def permission_denied(
+    message: str, command: str | None = None, calls: str | None = None
+) -> PermissionDenied:
+    """The :class:`~echomq.errors.PermissionDenied` for an ACL refusal of ``command``, in
+    one line: what was sent, what the user lacks, where the rules are, the server's words
+    (``calls``: the commands a script calls, named when the server does not say which)."""
+    missing = missing_permission(message) or "a permission"
+    named = f" (it calls {calls})" if calls and missing == "a command the script calls" else ""
+    first = " ".join(message.split())  # one line
+    return PermissionDenied(
+        f"NOPERM: {command or 'a call'} refused: the ACL user lacks {missing}{named}; not "
+        f'retried (docs/operations.md, "Redis ACLs"): {first}',
+        command=command,
+        missing=missing,
+    )
+
+
+def server_error(message: str, context: str = "", command: str | None = None) -> ServerError:
     """The error for a server's error reply: ``AuthenticationError`` for wrong or missing
     credentials, ``PermissionDenied`` for an ACL refusal, ``Unavailable`` (``ClusterDown``)
     for a transient refusal (:data:`TRANSIENT`), else ``ServerError``.
 
-    ``context`` (e.g. ``"redis://host:6379/0: AUTH failed"``) prefixes the message.
+    ``context`` (e.g. ``"redis://host:6379/0: AUTH failed"``) prefixes the message;
+    ``command`` (the command sent, when known) is named in a ``PermissionDenied``.
     """
     text = f"{context}: {message}" if context else message
     first = message.split(" ", 1)[0]
@@ -74,8 +127,8 @@ def server_error(message: str, context: str = "") -> ServerError:
         return AuthenticationError(f"NOAUTH: {_NOAUTH_HINT} ({text})")
     if first == "WRONGPASS" or message.startswith(_AUTH_REFUSED):
         return AuthenticationError(text)
-    if first == "NOPERM":
-        return PermissionDenied(text)
+    if missing_permission(message) is not None:
+        return permission_denied(text, command)
     word = first_word(message)
     if word == "CLUSTERDOWN":
         return ClusterDown(text)

@@ -6,10 +6,11 @@ waits: one connection attempt (connect, AUTH, PING), then a pause that doubles f
 step), and one log line per failed attempt: ``waiting for redis at <url> (attempt N): <reason>``.
 Rule 2: only what may pass by itself is waited for: nothing listening, a dropped socket,
 a server still loading its data, a cluster whose slots are not all served yet
-(``ConnectionLost``, ``Unavailable``: ``errors.TRANSIENT``). Wrong or missing credentials, an ACL
-refusal or a TLS certificate nobody trusts (``AuthenticationError``, ``PermissionDenied``,
-``TLSError``) raise at once: retrying cannot fix them and a worker that looks alive but
-never works hides the mistake (docs/wire.md).
+(``ConnectionLost``, ``Unavailable``: ``errors.TRANSIENT``). Wrong or missing credentials,
+an ACL refusal, a TLS certificate nobody trusts or a TLS setting whose file is missing or
+bad (``AuthenticationError``, ``PermissionDenied``, ``TLSError``) raise at once: retrying
+cannot fix them and a worker that looks alive but never works hides the mistake
+(docs/wire.md).
 Rule 3: a stop asked while waiting ends the wait at once (``None``: nothing was opened).
 """
 

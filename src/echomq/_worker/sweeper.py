@@ -15,6 +15,8 @@ Rule 5: the worker that sweeps also relays the queue's outbox (flow children who
 parent is on another queue, docs/flows.md "Across queues"): entries another relay took
 and left unacknowledged for 10 intervals first, then new ones; a failed relay is logged
 and retried at the next sweep (nothing is acknowledged before the parent's script answered).
+An ACL refusal of the relay (``PermissionDenied``) is logged once as an error (again only
+when it changes), not at every sweep.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import trio
 from .. import admin, flows, jobs, stalled
 from .._scripts.calls import Executor
 from ..config import Recovery
-from ..errors import TRANSIENT
+from ..errors import TRANSIENT, PermissionDenied
 from ..stalled import take_sweep_guard
 
 __all__ = ["Recovery", "Sweeper"]  # (Recovery lives in config.py; re-exported)
@@ -55,6 +57,7 @@ class Sweeper:
     _nudged: trio.Event = attrs.field(factory=trio.Event, init=False)
     capped: admin.Capped | None = None  # the count-guard counters last read
     _capped_warned: float = -math.inf
+    _refused: str | None = None  # the relay's ACL refusal last logged
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -126,9 +129,15 @@ class Sweeper:
                 )
             except TRANSIENT:  # as the sweep: retried next interval
                 raise
+            except PermissionDenied as exc:  # configuration: said once, tried each sweep
+                if str(exc) != self._refused:
+                    self._refused = str(exc)
+                    log.error("flows: relaying the outbox of %s refused: %s", self.queue, exc)
+                return
             except Exception as exc:  # a refused relay: logged, retried at the next sweep
                 log.warning("flows: relaying the outbox of %s failed: %s", self.queue, exc)
                 return
+            self._refused = None
             self.relayed += relayed
             if relayed < _PAGE:
                 return

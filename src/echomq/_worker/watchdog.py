@@ -21,6 +21,16 @@ holder whose lease was taken over cannot settle.
 Rule 4: the thread never touches the worker's trio objects: it copies the held jobs'
 ids, tokens and leases (plain values; one copy of the map, atomic under the GIL) and reads
 the counters (ints); it talks to Redis on its own connection.
+Rule 5: an outage is not a block. The beats run in a task of their own, beside the
+checks, and a probe's time is read when it is sent: a beat waiting ``_CALL_TIMEOUT`` on a
+Redis that does not answer neither makes the loop's answer look late nor hides a block
+that happens meanwhile. A beat that fails, or takes longer than
+``SLOW_BEAT``, marks Redis unreachable (``unreachable_since``, ``stalls``; logged once,
+and once when it answers again): the beats that get through say how long it lasted
+(``unreachable_ms``) and how long ago it ended, for ``RECENT_OUTAGE`` seconds after, and
+the readers (``echomq workers``, ``explain``, the dashboard) show "Redis unreachable", never
+"blocked", for it. A loop blocked during an outage is still a block (logged; its record
+says so once a beat gets through).
 ``block_threshold=inf`` turns the watchdog off (no probes beyond one per beat, no
 renewals); the heartbeat goes on.
 """
@@ -51,7 +61,7 @@ from .._wire.dial import connect
 from .._wire.interface import RedisConnection
 from ..admin import workers
 from ..config import WorkerConfig
-from ..errors import EchoMQError
+from ..errors import TRANSIENT, EchoMQError
 from .cancellation import InFlight, Stop
 
 __all__ = ["Watchdog", "make_worker_id"]
@@ -61,6 +71,8 @@ log = logging.getLogger("echomq.worker")
 _CALL_TIMEOUT = 2.0  # seconds one Redis call of the watchdog may take (a frozen server)
 _STOP_TIMEOUT = 5.0  # seconds the worker waits for the thread at the end
 _MAX_STACK = 16 * 1024  # characters of a blocked stack logged
+SLOW_BEAT = 1.0  # seconds: a beat slower than this is a stall on Redis's side (rule 5)
+RECENT_OUTAGE = 60.0  # seconds the records carry an outage after it ended (rule 5)
 
 Held = tuple[str, int, int, str | None]  # id, token, lease ms, task name
 
@@ -141,8 +153,13 @@ class Watchdog:
         self.blocks = 0
         self.renewals = 0
         self.fenced = 0
+        self.stalls = 0  # outages seen: beats failing or slower than SLOW_BEAT (rule 5)
+        self.unreachable_since: float | None = None  # monotonic: the first beat not through
+        self._outage: tuple[float, float] | None = None  # the last one: (since, until)
         self._failing = False
         self._renewing = False
+        self._beat_now = trio.Event()  # set by a check: beat at once (a block began or ended)
+        self._renewal_running = False  # one renewal at a time (a slow Redis: no pile-up)
         self._main_token: trio.lowlevel.TrioToken | None = None
         self._main_ident: int | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -236,22 +253,41 @@ class Watchdog:
                     log.warning("watchdog: could not remove the heartbeat record (%s)", exc)
 
     async def _watch(self, conn: RedisConnection) -> None:
-        next_beat = next_renew = 0.0
+        """The beats and the checks run side by side (rule 5): a beat waiting on a Redis
+        that does not answer delays no probe, so a block meanwhile is still seen."""
+        self._beat_now = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._beats, conn)
+            await self._checks(conn, nursery)
+
+    async def _beats(self, conn: RedisConnection) -> None:
+        """A beat every ``beat`` seconds, and one at once when the loop blocks or runs again
+        (``_beat_now``); one after another, never two at once."""
+        while True:
+            started = time.monotonic()
+            await self._beat(conn, started)
+            # beats keep their interval: a due fence waits at most one beat
+            with trio.move_on_after(max(0.0, self.beat - (time.monotonic() - started))):
+                await self._beat_now.wait()
+            self._beat_now = trio.Event()
+
+    async def _checks(self, conn: RedisConnection, nursery: trio.Nursery) -> None:
+        next_renew = 0.0
         watching = math.isfinite(self.threshold)
         while True:
             now = time.monotonic()
             lag = 0.0 if self._probe_sent is None else now - self._probe_sent
-            changed = False
             if watching and lag > self.threshold and self.blocked_since is None:
                 self._on_block(now)
-                changed = True
+                self._beat_now.set()
             elif self.blocked_since is not None and lag <= self.threshold:
                 self._on_run(now)
-                changed = True
+                self._beat_now.set()
             if watching and self.hold > 0 and lag > self.keeper_period / 2:
                 silent = now - self._alive_at
-                if silent < self.hold and now >= next_renew:
-                    await self._renew(conn, silent)
+                if silent < self.hold and now >= next_renew and not self._renewal_running:
+                    self._renewal_running = True
+                    nursery.start_soon(self._renew, conn, silent)
                     next_renew = now + self.keeper_period
                 elif silent >= self.hold and self._renewing:
                     self._renewing = False
@@ -263,14 +299,9 @@ class Watchdog:
                     )
             elif self._renewing:
                 self._renewing = False
-            if now >= next_beat or changed:
-                await self._beat(conn, now)
-                next_beat = now + self.beat
             if self._probe_sent is None:
-                self._probe(now)
-            # wake for the next check or the next beat, whichever comes first (beats keep
-            # their interval: a due fence waits at most one beat)
-            await trio.sleep(max(0.0, min(self.check, next_beat - time.monotonic())))
+                self._probe(time.monotonic())
+            await trio.sleep(self.check)
 
     def _probe(self, now: float) -> None:
         token = self._main_token
@@ -313,6 +344,12 @@ class Watchdog:
 
     async def _renew(self, conn: RedisConnection, silent: float) -> None:
         """Rule 3: renew the snapshot's leases (answers are the keeper's to act on)."""
+        try:
+            await self._renew_held(conn, silent)
+        finally:
+            self._renewal_running = False
+
+    async def _renew_held(self, conn: RedisConnection, silent: float) -> None:
         groups: dict[int, list[tuple[str, int]]] = defaultdict(list)
         held = self._held()
         for job_id, token, lease_ms, _ in held:
@@ -338,11 +375,41 @@ class Watchdog:
                     except EchoMQError as exc:
                         log.warning("watchdog: renewing leases failed (%s)", exc)
 
+    def _outage_ms(self, now: float) -> tuple[int | None, int | None]:
+        """Rule 5: (how long Redis has been or was unreachable, how long ago it ended: 0
+        while it lasts), or (None, None): no outage lately."""
+        if self.unreachable_since is not None:
+            return max(0, round((now - self.unreachable_since) * 1000)), 0
+        if self._outage is not None and now - self._outage[1] < RECENT_OUTAGE:
+            since, until = self._outage
+            return round((until - since) * 1000), max(0, round((now - until) * 1000))
+        return None, None
+
+    def _unreachable(self, started: float, why: str) -> None:
+        if self.unreachable_since is not None:
+            return
+        self.unreachable_since = started
+        self.stalls += 1
+        log.warning(
+            "watchdog: Redis unreachable (%s): an outage on Redis's side, not a blocked "
+            "event loop; the heartbeat is retried every beat",
+            why,
+        )
+
+    def _reachable(self, until: float) -> None:
+        since = self.unreachable_since
+        if since is None:
+            return
+        self.unreachable_since = None
+        self._outage = (since, until)
+        log.info("watchdog: Redis answered again after %.1f s; heartbeat written", until - since)
+
     async def _beat(self, conn: RedisConnection, now: float) -> None:
         snapshot = self._held()
         blocked_ms = None
         if self.blocked_since is not None:
             blocked_ms = max(0, round((now - self.blocked_since) * 1000))
+        unreachable_ms, unreachable_ago_ms = self._outage_ms(now)
         beat = workers.WorkerBeat(
             host=self.host,
             pid=os.getpid(),
@@ -356,8 +423,12 @@ class Watchdog:
             counters=self.counters(),
             blocked_task=self.blocked_task if blocked_ms is not None else None,
             blocked_job=self.blocked_job if blocked_ms is not None else None,
+            unreachable_ms=unreachable_ms,
+            unreachable_ago_ms=unreachable_ago_ms,
         )
         up_ms = round((now - self._started) * 1000)
+        started = time.monotonic()
+        fenced: list[str] | None = None
         with trio.move_on_after(_CALL_TIMEOUT):
             try:
                 await workers.beat(
@@ -371,18 +442,28 @@ class Watchdog:
                 )
                 self.beats += 1
                 fenced = await cancel.fence_due(conn, self.queue)
-            except EchoMQError as exc:
+            except TRANSIENT as exc:
+                self._unreachable(started, str(exc))
+                return
+            except EchoMQError as exc:  # not an outage: a refusal (an ACL...), said once
                 if not self._failing:
-                    log.warning("watchdog: heartbeat failed (%s); retrying every beat", exc)
+                    log.error("watchdog: heartbeat failed (%s); retrying every beat", exc)
                 self._failing = True
                 return
-            if self._failing:
-                log.info("watchdog: heartbeat written again")
-                self._failing = False
-            if fenced:
-                self.fenced += len(fenced)
-                log.warning(
-                    "heartbeat: fenced %d cancel(s) whose grace ran out: %s",
-                    len(fenced),
-                    ", ".join(fenced),
-                )
+        ended = time.monotonic()
+        if fenced is None:
+            self._unreachable(started, f"no answer within {_CALL_TIMEOUT:.0f} s")
+            return
+        if ended - started > SLOW_BEAT:
+            self._unreachable(started, f"a heartbeat took {ended - started:.1f} s")
+        self._reachable(ended)
+        if self._failing:
+            log.info("watchdog: heartbeat written again")
+            self._failing = False
+        if fenced:
+            self.fenced += len(fenced)
+            log.warning(
+                "heartbeat: fenced %d cancel(s) whose grace ran out: %s",
+                len(fenced),
+                ", ".join(fenced),
+            )

@@ -101,6 +101,8 @@ class WorkerStatistics:
     fenced: int = 0  # cancels whose grace ran out, fenced by this worker (any holder's)
     blocks: int = 0  # times the watchdog saw this worker's event loop blocked
     heartbeats: int = 0  # heartbeat records written
+    redis_stalls: int = 0  # outages the watchdog saw (heartbeats failing or slow): not blocks
+    redis_unreachable: bool = False  # the watchdog's last heartbeat did not get through in time
 
 
 async def _control_feed(url: str, queue: str, *, task_status: trio.TaskStatus[EventFeed]) -> None:
@@ -211,6 +213,8 @@ class Worker:
             + (self._watchdog.fenced if self._watchdog else 0),
             blocks=self._watchdog.blocks if self._watchdog else 0,
             heartbeats=self._watchdog.beats if self._watchdog else 0,
+            redis_stalls=self._watchdog.stalls if self._watchdog else 0,
+            redis_unreachable=bool(self._watchdog and self._watchdog.unreachable_since is not None),
         )
 
     # -- serving -----------------------------------------------------------------------

@@ -64,6 +64,8 @@ class WorkerBeat:
     """What a worker says of itself in one heartbeat (no times: the server adds them).
 
     ``blocked_task`` / ``blocked_job``: what its event loop is stuck in, when blocked.
+    ``unreachable_ms`` / ``unreachable_ago_ms``: how long Redis did not answer its
+    heartbeats, and how long ago that ended (0: it goes on), after an outage lately.
     """
 
     host: str
@@ -78,6 +80,8 @@ class WorkerBeat:
     counters: Mapping[str, int] = attrs.field(factory=dict)
     blocked_task: str | None = None
     blocked_job: str | None = None
+    unreachable_ms: int | None = None
+    unreachable_ago_ms: int | None = None
 
     def fields(self) -> list[str]:
         """The record's field, value pairs, flat."""
@@ -98,6 +102,9 @@ class WorkerBeat:
             pairs["blocked_task"] = self.blocked_task
         if self.blocked_job is not None:
             pairs["blocked_job"] = self.blocked_job
+        if self.unreachable_ms is not None:
+            pairs["unreachable_ms"] = self.unreachable_ms
+            pairs["unreachable_ago_ms"] = self.unreachable_ago_ms or 0
         return [str(x) for pair in pairs.items() for x in pair]
 
 
@@ -125,6 +132,8 @@ class WorkerRecord:
 
     ``alive``: its record exists (it beat within its TTL, a few heartbeats). A gone
     worker (``alive`` False) has only ``id`` and ``last_beat_ms``.
+    ``unreachable_ms`` / ``unreachable_until_ms``: an outage its watchdog saw lately (Redis
+    did not answer its heartbeats for that long, until then): not a block.
     """
 
     id: str
@@ -144,6 +153,8 @@ class WorkerRecord:
     blocked_since_ms: int | None = None
     blocked_task: str | None = None
     blocked_job: str | None = None
+    unreachable_ms: int | None = None
+    unreachable_until_ms: int | None = None
 
     @property
     def blocked(self) -> bool:
@@ -160,6 +171,7 @@ class WorkerRecord:
         if not flat:
             return cls(id=worker_id, alive=False, last_beat_ms=last_beat_ms)
         row = {text(k): text(x) for k, x in zip(flat[::2], flat[1::2], strict=True)}
+        unreachable_ms, unreachable_until_ms = _outage(row)
         return cls(
             id=worker_id,
             alive=True,
@@ -178,7 +190,19 @@ class WorkerRecord:
             blocked_since_ms=_opt_int(row, "blocked_since"),
             blocked_task=row.get("blocked_task"),
             blocked_job=row.get("blocked_job"),
+            unreachable_ms=unreachable_ms,
+            unreachable_until_ms=unreachable_until_ms,
         )
+
+
+def _outage(row: Mapping[str, str]) -> tuple[int | None, int | None]:
+    """The record's last outage: how long, and until when on the server clock (its
+    ``last_beat`` minus how long ago it ended)."""
+    lasted, ago = _opt_int(row, "unreachable_ms"), _opt_int(row, "unreachable_ago_ms")
+    last_beat = _opt_int(row, "last_beat")
+    if lasted is None or last_beat is None:
+        return None, None
+    return lasted, last_beat - (ago or 0)
 
 
 @attrs.frozen(kw_only=True)

@@ -71,7 +71,11 @@ def holder(w: WorkerRecord, now_ms: int, lease_ms: int | None = None) -> str:
             f"{span(now_ms - w.blocked_since_ms)} in task {task}"
         )
     where = f" ({w.host}, pid {w.pid})" if w.host and w.pid is not None else ""
-    return f"worker {w.id}{where} is running it"
+    outage = ""
+    if w.unreachable_ms is not None and w.unreachable_until_ms is not None:
+        ago = span(max(0, now_ms - w.unreachable_until_ms))
+        outage = f" (Redis was unreachable from it for {span(w.unreachable_ms)}, {ago} ago)"
+    return f"worker {w.id}{where} is running it{outage}"
 
 
 def _cancel_note(e: Explanation) -> str:

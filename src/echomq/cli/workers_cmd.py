@@ -26,6 +26,9 @@ def _status(w: WorkerRecord, now_ms: int) -> str:
         return f"gone (no heartbeat for {span(w.silent_ms(now_ms))})"
     if w.blocked_since_ms is not None:
         return f"blocked {span(now_ms - w.blocked_since_ms)} in {w.blocked_task or '?'}"
+    if w.unreachable_ms is not None and w.unreachable_until_ms is not None:
+        ago = span(max(0, now_ms - w.unreachable_until_ms))
+        return f"running (Redis unreachable from it for {span(w.unreachable_ms)}, {ago} ago)"
     return "running"
 
 
@@ -46,6 +49,8 @@ def _plain(queue: str, w: WorkerRecord, now_ms: int) -> dict[str, Any]:
         "blocked_since_ms": w.blocked_since_ms,
         "blocked_task": w.blocked_task,
         "blocked_job": w.blocked_job,
+        "unreachable_ms": w.unreachable_ms,
+        "unreachable_until_ms": w.unreachable_until_ms,
         "counters": dict(w.counters),
     }
 

@@ -158,6 +158,8 @@ class WorkerInfo:
 
     ``status``: ``running``, ``blocked`` (its event loop has not run since
     ``blocked_since_ms``, in ``blocked_task``) or ``gone`` (no heartbeat lately).
+    ``unreachable_ms`` / ``unreachable_until_ms``: an outage of Redis it saw lately (not a
+    block).
     """
 
     id: str
@@ -174,6 +176,8 @@ class WorkerInfo:
     blocked_since_ms: int | None
     blocked_task: str | None
     blocked_job: str | None
+    unreachable_ms: int | None = None
+    unreachable_until_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -132,6 +132,8 @@ def _worker(w: admin.WorkerRecord) -> WorkerInfo:
         blocked_since_ms=w.blocked_since_ms,
         blocked_task=w.blocked_task,
         blocked_job=w.blocked_job,
+        unreachable_ms=w.unreachable_ms,
+        unreachable_until_ms=w.unreachable_until_ms,
     )
 
 

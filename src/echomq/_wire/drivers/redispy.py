@@ -152,9 +152,12 @@ def client_options(config: ConnectionConfig) -> dict[str, Any]:
     Raises:
         InvalidArgument: an ``ssl_context`` object, which redis-py cannot take (use the
             ``ssl_*`` URL parameters).
+        TLSError: the ``ssl_*`` files are unusable (as on the trio wire, before any I/O).
     """
     if config.ssl_context is not None:
         raise InvalidArgument("redis-py cannot use an ssl_context; use the ssl_* settings")
+    if config.tls and not config.unix_path:
+        config.make_ssl_context()  # a missing or bad file is a TLSError, not an outage
     options: dict[str, Any] = {
         "username": config.username,
         "password": config.password,

@@ -759,6 +759,9 @@
       return `blocked ${(since / 1000).toFixed(1)} s in ${w.blocked_task || "?"}`;
     }
     if (w.status === "gone") return `gone (no heartbeat for ${ago(w.last_beat_ms).replace(/ ago$/, "")})`;
+    if (w.unreachable_ms != null && w.unreachable_until_ms != null) {
+      return `running (Redis unreachable from it for ${(w.unreachable_ms / 1000).toFixed(1)} s, ${ago(w.unreachable_until_ms)})`;
+    }
     return "running";
   }
 
