@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import admin
 from .._wire.connection import Connection
 from ..config import parse_url
-from .common import DONE, Commands, url_of, utc
+from .common import DONE, Commands, checked, url_of, utc
 from .explain_text import span
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def register(commands: Commands) -> None:
     p = commands.add(
         "workers",
         "the workers serving a queue (alive, blocked or gone), from their heartbeats",
-        run=cmd_workers,
+        run=checked(cmd_workers),  # an optional queue
     )
     p.add_argument("queue", nargs="?", help="one queue (default: every queue found)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
