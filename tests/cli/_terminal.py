@@ -22,12 +22,14 @@ import trio
 
 __all__ = ["Terminal", "in_terminal", "visible"]
 
-_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]|\r(?!\n)")
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07|\x1b[()][A-Z0-9]")
 
 
 def visible(raw: str) -> str:
-    """What a person sees of ``raw`` (escape sequences dropped, line ends plain)."""
-    return _ESCAPES.sub("", raw.replace("\r\n", "\n"))
+    """What a person sees of ``raw``: escape sequences dropped, line ends plain, and of a
+    line redrawn in place (a carriage return, as a live progress bar does) its last draw."""
+    lines = _ESCAPES.sub("", raw.replace("\r\n", "\n")).split("\n")
+    return "\n".join(line.rsplit("\r", 1)[-1] for line in lines)
 
 
 @attrs.frozen
@@ -68,7 +70,8 @@ def _run(argv: list[str], env: dict[str, str], columns: int, rows: int) -> Termi
     finally:
         os.close(master)
     assert proc.stderr is not None
-    stderr = proc.stderr.read().decode()
+    with proc.stderr:  # a line or two: read once stdout is done
+        stderr = proc.stderr.read().decode()
     code = proc.wait(timeout=30)
     return Terminal(code, visible(b"".join(chunks).decode()), stderr)
 
