@@ -90,7 +90,13 @@ def _add_commands(command: Command) -> None:
     p.add_argument("-q", "--queue", dest="queues", action="append", required=True,
                    help="a queue whose completions to record (repeat for several)")  # fmt: skip
     p.add_argument("--to", dest="store", help=store_help)
-    p.add_argument("--consumer", help="this archiver's name in the group (default: host name)")
+    p.add_argument("--consumer",
+                   help="this archiver's name in its group (default: HOST:PID)")  # fmt: skip
+    p.add_argument(
+        "--group",
+        help="the consumer group (default: the store's own, archive:sqlite:HOST:PATH or "
+        "archive:postgresql:HOST:PORT/DB; archivers of one store share it)",
+    )
     p.add_argument("--batch", type=positive_int, help="entries per slice (default 500)")
     p.add_argument("--claim-idle", type=_seconds,
                    help="take over entries another consumer held this long (60s)")  # fmt: skip
@@ -144,7 +150,7 @@ async def _archive_until_signalled(args: argparse.Namespace, config: ArchiveConf
             nursery.start_soon(
                 partial(
                     serve_archive, _url(args), args.queues, args.store or default_store_url(),
-                    consumer=args.consumer, config=config,
+                    consumer=args.consumer, group=args.group, config=config,
                 )
             )  # fmt: skip
             async for signum in signals:
