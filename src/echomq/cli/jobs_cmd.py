@@ -94,10 +94,9 @@ async def cmd_jobs(conn: Connection, args: argparse.Namespace, out: Console) -> 
     else:
         now_ms = await admin.server_now_ms(conn)
         order = "oldest first" if args.oldest else "newest first"
+        title = f"{which} of {where}, {order}"
         table = Table(
-            title=f"{escape(which)} of {escape(where)}, {order}",
-            box=box.SIMPLE_HEAD,
-            show_edge=False,
+            title=escape(title), box=box.SIMPLE_HEAD, show_edge=False, min_width=len(title)
         )
         widest = max(len(r.id) for r in page.rows)
         table.add_column("id", overflow="fold", min_width=min(32, widest))

@@ -113,7 +113,8 @@ def _table(rows: list[admin.QueueStats], where: str, minutes: int, wide: bool) -
     from rich import box
     from rich.table import Table
 
-    table = Table(title=f"echomq at {where}", box=box.SIMPLE_HEAD, show_edge=False)
+    title = f"echomq at {where}"
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, min_width=len(title))
     table.add_column("queue", overflow="fold", min_width=5)
     table.add_column("state", no_wrap=True)
     for header, _ in _WIDE if wide else _NARROW:
