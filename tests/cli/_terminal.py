@@ -2,8 +2,8 @@
 
 stdout is the terminal (a pty whose window size is set with ``TIOCSWINSZ``, and
 ``COLUMNS``/``LINES`` agree), so rich draws for that width with colours and live
-progress; stderr is a pipe, read apart. The output comes back with the terminal's
-escape sequences removed and ``\\r\\n`` as ``\\n``.
+progress; stderr is a pipe, read apart (or the terminal too, when asked). The output
+comes back with the terminal's escape sequences removed and ``\\r\\n`` as ``\\n``.
 """
 
 from __future__ import annotations
@@ -45,13 +45,15 @@ class Terminal:
         return self.screen.splitlines()
 
 
-def _run(argv: list[str], env: dict[str, str], columns: int, rows: int) -> Terminal:
+def _run(
+    argv: list[str], env: dict[str, str], columns: int, rows: int, stderr_tty: bool
+) -> Terminal:
     master, slave = os.openpty()
     try:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         proc = subprocess.Popen(
-            argv, stdin=slave, stdout=slave, stderr=subprocess.PIPE, env=env,
-            start_new_session=True,
+            argv, stdin=slave, stdout=slave, stderr=slave if stderr_tty else subprocess.PIPE,
+            env=env, start_new_session=True,
         )  # fmt: skip
     finally:
         os.close(slave)
@@ -69,18 +71,24 @@ def _run(argv: list[str], env: dict[str, str], columns: int, rows: int) -> Termi
             chunks.append(chunk)
     finally:
         os.close(master)
-    assert proc.stderr is not None
-    with proc.stderr:  # a line or two: read once stdout is done
-        stderr = proc.stderr.read().decode()
+    stderr = ""
+    if proc.stderr is not None:
+        with proc.stderr:  # a line or two: read once stdout is done
+            stderr = proc.stderr.read().decode()
     code = proc.wait(timeout=30)
     return Terminal(code, visible(b"".join(chunks).decode()), stderr)
 
 
-async def in_terminal(url: str, *args: str, columns: int = 80, rows: int = 50) -> Terminal:
-    """``python -m echomq ARGS`` (ECHOMQ_URL=url) on a terminal ``columns`` wide."""
+async def in_terminal(
+    url: str, *args: str, columns: int = 80, rows: int = 50, stderr_tty: bool = False
+) -> Terminal:
+    """``python -m echomq ARGS`` (ECHOMQ_URL=url) on a terminal ``columns`` wide (with
+    ``stderr_tty`` stderr goes to the terminal too, and ``stderr`` is empty)."""
     env = {**os.environ, "ECHOMQ_URL": url, "COLUMNS": str(columns), "LINES": str(rows)}
     env.setdefault("TERM", "xterm-256color")
     env.pop("NO_COLOR", None)
     argv = [sys.executable, "-m", "echomq", *args]
     with trio.fail_after(60):
-        return await trio.to_thread.run_sync(_run, argv, env, columns, rows, abandon_on_cancel=True)
+        return await trio.to_thread.run_sync(
+            _run, argv, env, columns, rows, stderr_tty, abandon_on_cancel=True
+        )

@@ -5,12 +5,15 @@ than the terminal), and the figures are the ones Redis holds."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from _terminal import Terminal, in_terminal
 
 import echomq
 from echomq import admin, jobs
+from echomq._model.completion import FinishedJob, FinishState
 from echomq.admin import workers
+from echomq.archive.store import now_ms, open_store
 
 COLUMNS = 80
 STATUS_HEADERS = ("queue", "state", "pending", "active", "scheduled", "dead", "done/min")
@@ -31,6 +34,16 @@ def assert_uncut(t: Terminal, headers: tuple[str, ...] = (), *, width: int = COL
     if headers:
         header_lines = [line for line in t.lines if all(h in line for h in headers)]
         assert header_lines, (headers, t.screen)
+
+
+def column(t: Terminal, header: str, next_header: str) -> str:
+    """The text of a left-aligned column, from its header's offset to the next one's, its
+    lines joined: what a folded cell reads as whole."""
+    line_no, line = next(
+        (i, ln) for i, ln in enumerate(t.lines) if header in ln and next_header in ln
+    )
+    start, end = line.index(header), line.index(next_header)
+    return "".join(ln[start:end].strip() for ln in t.lines[line_no + 1 :])
 
 
 def row_of(t: Terminal, first: str) -> list[str]:
@@ -78,7 +91,7 @@ async def test_status_fits_80_columns_with_its_figures(
     assert_uncut(t, STATUS_HEADERS)
     assert row_of(t, queue) == [queue, "running", "8", "2", "1", "1", "1"]
     assert long_name not in t.screen  # folded over lines, each piece whole
-    assert long_name in "".join(line.strip().split("  ")[0] for line in t.lines)
+    assert long_name in column(t, "queue", "state")
 
 
 async def test_status_wide_prints_every_column_uncut(
@@ -171,7 +184,58 @@ async def test_reprocess_all_dead_on_a_terminal_ends_with_its_count(
     assert (stats.dead, stats.pending) == (0, 7)
 
 
+async def test_a_refusal_is_one_line_on_a_terminal_too(redis_url: str, queue: str) -> None:
+    """stderr on the terminal: the reason is one logical line, never wrapped by rich."""
+    t = await in_terminal(redis_url, "pause", queue + "-typo", columns=COLUMNS, stderr_tty=True)
+    assert t.code == 1
+    [line] = t.screen.strip().splitlines()
+    assert line.startswith(f"echomq pause: no queue '{queue}-typo' at redis://")
+
+
 async def test_version(redis_url: str) -> None:
     for args in (["--version"], ["version"]):
         t = await in_terminal(redis_url, *args, columns=COLUMNS)
         assert (t.code, t.screen.strip()) == (0, f"echomq {echomq.__version__}")
+
+
+async def test_workers_and_groups_fit_80_columns(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """A long worker id, a blocked task and a long group name fold; the numbers stay whole."""
+    await admin.ensure_schema(conn, queue)  # as the worker does at its start
+    beat = workers.WorkerBeat(
+        host="build-server-01.internal.example.com", pid=12345, version="0.2.0",
+        queues=(queue,), concurrency=64, lease_ms=30_000, beat_ms=1000, held=3,
+        blocked_task="app.images.resize_image_in_the_background",
+    )  # fmt: skip
+    await workers.beat(conn, queue, "build-server-01-12345-abcdef", beat, ttl_ms=60_000,
+                       up_ms=1, blocked_ms=2300)  # fmt: skip
+    t = await in_terminal(redis_url, "workers", queue, columns=COLUMNS)
+    assert_uncut(t, ("worker", "status", "held", "done", "failed", "last beat"))
+    assert "3/64" in t.screen and "blocked" in t.screen
+    t = await in_terminal(redis_url, "workers", queue, "--wide", columns=COLUMNS)
+    assert t.code == 0 and "…" not in t.screen
+    assert "12345" in t.screen and "build-server-01.internal.example.com" in t.screen
+    group = "acme-corporation-international-holdings"
+    await admin.set_group_concurrency(conn, queue, 1, group=group)
+    await jobs.enqueue(conn, queue, b"{}", group=group)
+    t = await in_terminal(redis_url, "groups", queue, columns=COLUMNS)
+    assert_uncut(t, ("group", "waiting", "active", "limit", "rate", "now"))
+    assert group in column(t, "group", "waiting") and "has a turn" in t.screen
+
+
+async def test_history_fits_80_columns(redis_url: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    job = FinishedJob(
+        queue="mail", id="3f0c9b1e0a8d4c55a1f1b0c0f6a3d2e1", attempts=1,
+        state=FinishState.DEAD, finished_at=now_ms(), stream_id="1-0",
+        task="app.a.rather.long.module.path.to.send_welcome_mail", error=ERROR,
+        created_at=1, claimed_at=now_ms() - 1500,
+    )  # fmt: skip
+    store = open_store(url)
+    store.write([job])
+    store.close()
+    t = await in_terminal(redis_url, "history", "mail", "--to", url, columns=COLUMNS)
+    assert_uncut(t, ("finished", "job", "task", "state", "attempt", "ran"))
+    assert job.id in column(t, "job", "task") and job.task in column(t, "task", "state")
+    assert "ValueError:" in t.screen and "domain" in t.screen

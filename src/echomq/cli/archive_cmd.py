@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any, Literal
 
 import trio
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -133,10 +134,10 @@ def _leaf(exc: BaseException) -> BaseException:
 def _fail(err: Console, name: str, exc: BaseException) -> int | None:
     """The exit code for an error of ours (printed), or None for anything else."""
     if isinstance(exc, InvalidKey | InvalidArgument):
-        err.print(f"echomq {name}: {escape(str(exc))}")
+        err.print(f"echomq {name}: {escape(str(exc))}", soft_wrap=True)
         return USAGE
     if isinstance(exc, EchoMQError | OSError):
-        err.print(f"echomq {name}: {escape(str(exc))}")
+        err.print(f"echomq {name}: {escape(str(exc))}", soft_wrap=True)
         return REFUSED
     return None
 
@@ -232,13 +233,13 @@ def _table(args: argparse.Namespace, page: HistoryPage) -> Table:
         if value
     ]  # fmt: skip
     title = f"history of {escape(args.queue)}" + (f" ({', '.join(filters)})" if filters else "")
-    table = Table(title=title)
-    table.add_column("finished")
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False)  # nothing is cut: it folds
+    table.add_column("finished", overflow="fold")
     table.add_column("job", overflow="fold")
-    table.add_column("task")
-    table.add_column("state")
-    table.add_column("attempt", justify="right")
-    table.add_column("ran", justify="right")
+    table.add_column("task", overflow="fold")
+    table.add_column("state", no_wrap=True)
+    table.add_column("attempt", justify="right", no_wrap=True)
+    table.add_column("ran", justify="right", overflow="fold")
     table.add_column("result / error / reason", overflow="fold", max_width=60)
     styles = {
         FinishState.COMPLETED: "green",
@@ -281,7 +282,8 @@ def run_history_command(args: argparse.Namespace, err: Console) -> int:
     except Exception as group:
         exc = _leaf(group)
         if isinstance(exc, StoreUnavailable):
-            err.print(f"echomq history: the archive cannot be reached: {escape(str(exc))}")
+            reason = f"the archive cannot be reached: {escape(str(exc))}"
+            err.print(f"echomq history: {reason}", soft_wrap=True)
             return REFUSED
         code = _fail(err, "history", exc)
         if code is None:

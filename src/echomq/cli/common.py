@@ -163,13 +163,13 @@ def run_with_connection(command: Command, args: argparse.Namespace) -> int:
     except Exception as group:  # unwrap nursery groups; re-raise what is not ours
         exc = leaf(group)
         if isinstance(exc, UsageError | InvalidKey | InvalidArgument | SerializationError):
-            err.print(f"echomq {args.command}: {escape(str(exc))}")
+            err.print(f"echomq {args.command}: {escape(str(exc))}", soft_wrap=True)
             return USAGE
         if isinstance(exc, EchoMQError):
-            err.print(f"echomq {args.command}: {escape(refusal(exc, args))}")
+            err.print(f"echomq {args.command}: {escape(refusal(exc, args))}", soft_wrap=True)
             return REFUSED
         if isinstance(exc, OSError):
-            err.print(f"echomq {args.command}: {escape(str(exc))}")
+            err.print(f"echomq {args.command}: {escape(str(exc))}", soft_wrap=True)
             return REFUSED
         raise
 
