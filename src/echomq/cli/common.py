@@ -6,9 +6,10 @@ Rule 1: every command is a thin shell over a verb (``echomq.admin``, ``echomq.jo
 Rule 2: exit codes: 0 done, 1 refused (a typed refusal or an unreachable server; the reason
 in plain words on stderr, never a traceback), 2 usage (bad flags, names or JSON).
 Rule 3: no command creates a queue by naming it. A command that names its queue (``queue=``
-in :meth:`Commands.add`, or :func:`require_queue` for one that names it its own way) first
-asks ``admin.queue_exists``: an unknown queue is exit 1 with one line on stderr (a typo
-never makes a ghost queue). ``enqueue`` and ``repeat add`` create one with ``--create``.
+in :meth:`Commands.add`, or a ``run`` wrapped in :func:`checked` for one that names it its
+own way) first asks ``admin.queue_exists``: an unknown queue is exit 1 with one line on
+stderr (a typo never makes a ghost queue). ``enqueue`` and ``repeat add`` create one with
+``--create``.
 Bad input still wins (exit 2 whatever the server holds): on an unknown queue the command
 is rehearsed against a :class:`Rehearsal`, which answers no command, so input that its
 gates refuse before their first I/O says so instead.
@@ -335,8 +336,8 @@ class Commands:
         Args:
             queue: how the command names its queue: ``"positional"`` (``echomq pause q``),
                 ``"option"`` (``-q/--queue``, default ``$ECHOMQ_QUEUE`` or ``default``),
-                or None (it names none, or does it its own way: it calls
-                :func:`require_queue` itself).
+                or None (it names none, or does it its own way: its ``run`` is
+                wrapped in :func:`checked`, which reads ``args.queue``).
             run: an async ``(conn, args, out) -> exit code``, handed an open connection
                 to ``--url``; typed refusals become exit code 1, bad input 2. With a
                 ``queue``, it runs only if the queue exists (Rule 3).

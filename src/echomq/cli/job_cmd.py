@@ -117,18 +117,17 @@ def _reprocess_queue(args: argparse.Namespace) -> None:
 
 async def cmd_reprocess(conn: Connection, args: argparse.Namespace, out: Console) -> int:
     if args.all_dead:
-        return await _reprocess_dead(conn, args, out, args.queue)
+        return await _reprocess_dead(conn, args, out)
     await jobs.reprocess_job(conn, args.queue, args.id)
     out.print(f"reprocessed {args.id}: back in pending on {args.queue}")
     return DONE
 
 
-async def _reprocess_dead(
-    conn: Connection, args: argparse.Namespace, out: Console, queue: str
-) -> int:
+async def _reprocess_dead(conn: Connection, args: argparse.Namespace, out: Console) -> int:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    queue = args.queue
     with Progress(
         TextColumn(f"reprocessing the dead jobs of {escape(queue)}"),
         BarColumn(),
@@ -193,6 +192,7 @@ _checked_reprocess = checked(cmd_reprocess)
 
 
 async def cmd_reprocess_checked(conn: Connection, args: argparse.Namespace, out: Console) -> int:
+    """``reprocess``, once its queue is read from its arguments (either form)."""
     _reprocess_queue(args)
     return await _checked_reprocess(conn, args, out)
 
