@@ -17,6 +17,7 @@
     │       ├── NotACluster  a redis+cluster:// URL names a node with cluster mode off
     │       └── ClusterDown  slots not covered (CLUSTERDOWN) past connect_timeout; an Unavailable
     ├── JobGone              no such row (also LookupError)
+    ├── QueueNotFound        no such queue (no meta hash): never used, or obliterated
     ├── StaleToken           the caller's fencing token is not the row's attempts
     ├── NotActive            the id has left the active set (a reaped lease is not revived)
     ├── NotCancellable       cancel asked of a job that is completed or dead
@@ -67,6 +68,7 @@ __all__ = [
     "NotACluster",
     "ClusterDown",
     "JobGone",
+    "QueueNotFound",
     "StaleToken",
     "NotActive",
     "NotCancellable",
@@ -206,6 +208,18 @@ TRANSIENT: tuple[type[EchoMQError], ...] = (ConnectionLost, Unavailable)
 
 class JobGone(EchoMQError, LookupError):
     """The job has no row (it never existed, was removed, or was trimmed)."""
+
+
+class QueueNotFound(EchoMQError, LookupError):
+    """The queue does not exist: it has no meta hash (``emq:{q}:meta``), so no worker,
+    enqueue or operator verb has used it yet, or it was obliterated. ``queue`` names it."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"no queue {queue!r}")
+        self.queue = queue
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (QueueNotFound, (self.queue,))
 
 
 class StaleToken(EchoMQError):

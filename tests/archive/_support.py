@@ -80,10 +80,14 @@ async def stored_async(store_url: str, queue: str) -> int:
     return await trio.to_thread.run_sync(stored, store_url, queue)
 
 
-async def pending(conn: echomq.Connection, queue: str, group: str = "archive") -> int:
-    """Entries delivered to ``group`` and not yet acknowledged."""
+async def pending(conn: echomq.Connection, queue: str, group: str | None = None) -> int:
+    """Entries delivered to ``group`` (None: to any group of the stream) and not yet
+    acknowledged."""
+    key = Keyspace(queue).completions
     try:
-        reply = await conn.execute("XPENDING", Keyspace(queue).completions, group)
+        if group is not None:
+            return int((await conn.execute("XPENDING", key, group))[0])
+        groups = await conn.execute("XINFO", "GROUPS", key)
     except echomq.errors.ServerError:
         return 0
-    return int(reply[0])
+    return sum(int(dict(zip(g[::2], g[1::2], strict=True))[b"pending"]) for g in groups)

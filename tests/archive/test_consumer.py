@@ -20,6 +20,7 @@ from echomq.archive import (
     Archiver,
     ArchiveStatistics,
     SchemaMismatch,
+    group_name,
     history,
     serve_archive,
 )
@@ -93,12 +94,10 @@ async def test_a_slice_committed_but_not_acknowledged_is_stored_once_after_resta
 ) -> None:
     """The crash between commit and XACK: the entries come back (own pending, id 0) and
     the store keeps each job once."""
-    key = Keyspace(queue).completions
-    await conn.execute("XGROUP", "CREATE", key, "archive", "0", "MKSTREAM")
+    key, group = Keyspace(queue).completions, group_name(sqlite_url)
+    await conn.execute("XGROUP", "CREATE", key, group, "0", "MKSTREAM")
     await xadd_jobs(conn, queue, 6)
-    reply = await conn.execute(
-        "XREADGROUP", "GROUP", "archive", "c1", "COUNT", 10, "STREAMS", key, ">"
-    )
+    reply = await conn.execute("XREADGROUP", "GROUP", group, "c1", "COUNT", 10, "STREAMS", key, ">")
     jobs = [parse_entry(queue, i.decode(), f) for i, f in reply[0][1]]
     store = open_store(sqlite_url)
     assert store.write(jobs) == 6  # committed; never acknowledged
@@ -117,10 +116,10 @@ async def test_a_dead_consumers_pending_entries_are_taken_over(
     redis_url: str, conn: echomq.Connection, queue: str, sqlite_url: str
 ) -> None:
     """Entries another consumer read and never acknowledged: XAUTOCLAIM after claim_idle."""
-    key = Keyspace(queue).completions
-    await conn.execute("XGROUP", "CREATE", key, "archive", "0", "MKSTREAM")
+    key, group = Keyspace(queue).completions, group_name(sqlite_url)
+    await conn.execute("XGROUP", "CREATE", key, group, "0", "MKSTREAM")
     await xadd_jobs(conn, queue, 4)
-    await conn.execute("XREADGROUP", "GROUP", "archive", "gone", "COUNT", 10, "STREAMS", key, ">")
+    await conn.execute("XREADGROUP", "GROUP", group, "gone", "COUNT", 10, "STREAMS", key, ">")
     with trio.fail_after(10):
         async with archiving(redis_url, [queue], sqlite_url, consumer="alive") as archiver:
             await until(lambda: _count_is(sqlite_url, queue, 4))
@@ -303,10 +302,10 @@ async def test_a_pending_entry_trimmed_away_is_reported_lost(
     """Delivered to this consumer, then trimmed before it was archived (a crash held it):
     re-reading the pending list finds it empty: logged, counted, acknowledged."""
     caplog.set_level(logging.ERROR, logger="echomq.archive")
-    key = Keyspace(queue).completions
-    await conn.execute("XGROUP", "CREATE", key, "archive", "0", "MKSTREAM")
+    key, group = Keyspace(queue).completions, group_name(sqlite_url)
+    await conn.execute("XGROUP", "CREATE", key, group, "0", "MKSTREAM")
     await xadd_jobs(conn, queue, 3)
-    await conn.execute("XREADGROUP", "GROUP", "archive", "c1", "COUNT", 10, "STREAMS", key, ">")
+    await conn.execute("XREADGROUP", "GROUP", group, "c1", "COUNT", 10, "STREAMS", key, ">")
     await conn.execute("XTRIM", key, "MAXLEN", 1)
     with trio.fail_after(10):
         async with archiving(redis_url, [queue], sqlite_url, consumer="c1") as archiver:

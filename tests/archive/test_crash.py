@@ -21,6 +21,7 @@ import trio
 
 import echomq
 from echomq._scripts.keyspace import Keyspace
+from echomq.archive import group_name
 from echomq.archive.store import open_store
 from echomq.errors import ServerError
 
@@ -74,9 +75,11 @@ async def archiver_process(
             await proc.wait()
 
 
-async def consumer_pending(conn: echomq.Connection, queue: str, consumer: str) -> int:
+async def consumer_pending(
+    conn: echomq.Connection, queue: str, consumer: str, store_url: str
+) -> int:
     try:
-        reply = await conn.execute("XPENDING", Keyspace(queue).completions, "archive")
+        reply = await conn.execute("XPENDING", Keyspace(queue).completions, group_name(store_url))
     except ServerError:  # NOGROUP: the archiver has not made its group yet
         return 0
     for name, count in reply[3] or []:
@@ -105,7 +108,7 @@ async def test_kill_9_mid_slice_loses_nothing_and_stores_nothing_twice(
         # 1. killed between its read and its commit
         release = hold_write_lock(store_url)
         async with archiver_process(redis_url, queue, store_url, "a", log) as proc:
-            await until(lambda: _pending_is(conn, queue, "a", BATCH), within=20)
+            await until(lambda: _pending_is(conn, queue, "a", BATCH, store_url), within=20)
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
         release()
@@ -114,7 +117,7 @@ async def test_kill_9_mid_slice_loses_nothing_and_stores_nothing_twice(
         # 2. killed between its commit and its XACK
         release = hold_write_lock(store_url)
         async with archiver_process(redis_url, queue, store_url, "b", log) as proc:
-            await until(lambda: _pending_is(conn, queue, "b", BATCH), within=20)
+            await until(lambda: _pending_is(conn, queue, "b", BATCH, store_url), within=20)
             await conn.execute("CLIENT", "PAUSE", 20_000, "WRITE")
             try:
                 release()
@@ -123,7 +126,8 @@ async def test_kill_9_mid_slice_loses_nothing_and_stores_nothing_twice(
                 await proc.wait()
             finally:
                 await conn.execute("CLIENT", "UNPAUSE")
-        assert await consumer_pending(conn, queue, "b") == BATCH  # committed, not acknowledged
+        # committed, not acknowledged
+        assert await consumer_pending(conn, queue, "b", store_url) == BATCH
 
         # 3. restarted ("b" again: it re-reads its own pending slice, and takes over a's)
         async with archiver_process(redis_url, queue, store_url, "b", log) as proc:
@@ -138,8 +142,10 @@ async def test_kill_9_mid_slice_loses_nothing_and_stores_nothing_twice(
     assert set(counts.values()) == {1}
 
 
-async def _pending_is(conn: echomq.Connection, queue: str, consumer: str, n: int) -> bool:
-    return await consumer_pending(conn, queue, consumer) == n
+async def _pending_is(
+    conn: echomq.Connection, queue: str, consumer: str, n: int, store_url: str
+) -> bool:
+    return await consumer_pending(conn, queue, consumer, store_url) == n
 
 
 async def _stored_is(store_url: str, queue: str, n: int) -> bool:

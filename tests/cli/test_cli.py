@@ -58,9 +58,12 @@ async def queue_keys(conn: echomq.Connection, queue: str) -> list[bytes]:
 async def test_enqueue_prints_id_and_writes_payload(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
-    """enqueue prints the new id; the row holds {task, args, kwargs} and the options."""
+    """enqueue prints the new id; the row holds {task, args, kwargs}, the task's name and
+    the options; --create makes the queue."""
     options = ["--kwargs", '{"subject": "hi"}', "--priority", "3", "--max-attempts", "4"]
-    p = await run(redis_url, "enqueue", "app.send", '["a@b.c", 2]', "-q", queue, *options)
+    p = await run(
+        redis_url, "enqueue", "app.send", '["a@b.c", 2]', "-q", queue, *options, "--create"
+    )
     assert p.returncode == 0, err(p)
     job_id = out(p).strip()
     info = await jobs.get_job(conn, queue, job_id)
@@ -71,6 +74,7 @@ async def test_enqueue_prints_id_and_writes_payload(
         "kwargs": {"subject": "hi"},
     }
     assert (info.priority, info.max_attempts) == (3, 4)
+    assert await conn.execute("HGET", Keyspace(queue).job(job_id), "task") == b"app.send"
 
 
 async def test_enqueue_with_delay_and_job_id_then_duplicate_is_refused(
@@ -78,7 +82,7 @@ async def test_enqueue_with_delay_and_job_id_then_duplicate_is_refused(
 ) -> None:
     """--delay schedules, --job-id names the job; the same id again exits 1 with the reason."""
     p = await run(redis_url, "enqueue", "t", '{"k": 1}', "-q", queue, "--delay", "60",
-                  "--job-id", "j-1")  # fmt: skip
+                  "--job-id", "j-1", "--create")  # fmt: skip
     assert (p.returncode, out(p).strip()) == (0, "j-1")
     info = await jobs.get_job(conn, queue, "j-1")
     assert info is not None and info.state == "scheduled"
@@ -139,6 +143,7 @@ async def test_retention_shows_and_sets_the_settings(
 ) -> None:
     """retention QUEUE shows the settings (default or set); flags set them (spans, counts);
     --reset goes back to the default; a bad span is bad input (exit 2)."""
+    await admin.ensure_schema(conn, queue)
     p = await run(redis_url, "retention", queue)
     assert p.returncode == 0 and "keep_result" in out(p) and "1d" in out(p)
     p = await run(
@@ -285,6 +290,7 @@ async def test_workers_lists_the_records_or_says_there_are_none(
     """`echomq workers Q` prints a table of the records (running, blocked, gone); --json."""
     from echomq.admin import workers
 
+    await admin.ensure_schema(conn, queue)
     p = await run(redis_url, "workers", queue)
     assert p.returncode == 0 and "no workers" in out(p)
     beat = workers.WorkerBeat(
@@ -368,8 +374,11 @@ async def test_watch_plain_lines_until_count(
     ]
 
 
-async def test_watch_stops_after_duration(redis_url: str, queue: str) -> None:
+async def test_watch_stops_after_duration(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
     """watch --duration exits 0 by itself when no event arrives."""
+    await admin.ensure_schema(conn, queue)
     p = await run(redis_url, "watch", queue, "--duration", "0.3")
     assert p.returncode == 0 and out(p).startswith(f"watching {queue}: 0 active")
 
@@ -408,6 +417,7 @@ async def test_job_explain_and_watch_show_undecodable_data_raw(
 async def test_limits_show_and_change_at_run_time(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
+    await admin.ensure_schema(conn, queue)
     p = await run(redis_url, "limits", queue, "--rate", "100/s")
     assert p.returncode == 0, err(p)
     assert "queue rate               100 per 1.0 s" in out(p)

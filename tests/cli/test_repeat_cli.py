@@ -41,7 +41,7 @@ async def test_add_list_pause_resume_remove(
 ) -> None:
     p = await run(
         redis_url, "repeat", "add", queue, "nightly", "app.report", '["eu"]',
-        "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--missed", "skip",
+        "--cron", "30 2 * * *", "--tz", "Europe/Berlin", "--missed", "skip", "--create",
     )  # fmt: skip
     assert p.returncode == 0, err(p)
     assert "added nightly" in out(p) and "next run at" in out(p)

@@ -14,22 +14,26 @@ before any I/O, and either answers a value or raises a typed error from
   kept, and the count caps that guard memory (docs/results.md).
 - ``ensure_schema``: the queue's data layout version, written if absent, refused
   (``SchemaMismatch``) if not this echomq's; every worker calls it at start.
-- ``list_queues``: every queue (a queue exists when it has ``emq:{q}:meta``), every master.
+- ``list_queues``: every queue (a queue exists when it has ``emq:{q}:meta``), every master;
+  ``queue_exists`` / ``require_queue`` (raises ``QueueNotFound``): one queue, one ``EXISTS``.
 - ``active_jobs`` / ``dead_jobs``: typed rows of the jobs held now / dead-lettered;
+  ``list_jobs``: the ids a state holds, newest first, with a few fields (``JobRow``);
   ``server_now_ms``: the server's clock, the one every lease is scored on.
 - ``list_workers``: the workers serving the queue, from their heartbeat records
   (``WorkerRecord``: alive or gone, blocked or running, what they hold).
+- ``reprocess_dead``: dead jobs back to pending in bulk (``reprocess_job`` per id, a
+  pipelined batch per round trip, bounded by the dead count at the start).
 - ``set_group_concurrency`` / ``set_rate_limit`` / ``limits``: the group lanes' limits and
   the rate limits, changed at run time; ``groups`` / ``group``: per-group counts and
   standing (docs/lanes.md).
 
 The package's modules: ``queues`` (the queue-scope verbs), ``discovery``, ``views``,
-``workers`` and ``limits``.
+``reprocess``, ``workers`` and ``limits``.
 """
 
 from __future__ import annotations
 
-from .discovery import list_queues
+from .discovery import list_queues, queue_exists, require_queue
 from .limits import (
     Limits,
     RateLimit,
@@ -70,15 +74,26 @@ from .queues import pause_call as pause_call
 from .queues import resume_call as resume_call
 from .queues import set_retention_call as set_retention_call
 from .queues import stats_call as stats_call
+from .reprocess import (
+    DEFAULT_REPROCESS_BATCH,
+    MAX_REPROCESS_BATCH,
+    Reprocessed,
+    reprocess_dead,
+)
 from .views import (
+    JOB_STATES,
+    MAX_SCAN,
     MAX_VIEW,
     ActiveRow,
     DeadRow,
     GroupRow,
+    JobPage,
+    JobRow,
     active_jobs,
     dead_jobs,
     group,
     groups,
+    list_jobs,
     server_now_ms,
 )
 from .workers import WorkerList, WorkerRecord, list_workers
@@ -86,7 +101,11 @@ from .workers import list_workers_call as list_workers_call
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "DEFAULT_REPROCESS_BATCH",
+    "JOB_STATES",
     "MAX_BUDGET",
+    "MAX_REPROCESS_BATCH",
+    "MAX_SCAN",
     "MAX_STATS_MINUTES",
     "MAX_VIEW",
     "THROUGHPUT_WINDOW_MS",
@@ -95,11 +114,14 @@ __all__ = [
     "DeadRow",
     "DrainStep",
     "GroupRow",
+    "JobPage",
+    "JobRow",
     "Limits",
     "ObliterateStep",
     "QueueStats",
     "Retention",
     "RateLimit",
+    "Reprocessed",
     "WorkerList",
     "WorkerRecord",
     "active_jobs",
@@ -112,12 +134,16 @@ __all__ = [
     "groups",
     "is_paused",
     "limits",
+    "list_jobs",
     "list_queues",
     "list_workers",
     "obliterate",
     "obliterate_all",
     "obliterate_step",
     "pause",
+    "queue_exists",
+    "reprocess_dead",
+    "require_queue",
     "resume",
     "retention",
     "server_now_ms",

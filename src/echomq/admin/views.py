@@ -1,13 +1,15 @@
-"""Read-only views of a queue's jobs for people: what runs now, what died.
+"""Read-only views of a queue's jobs for people: what runs now, what died, which ids a
+state holds.
 
 Rule 1: nothing here writes. A view is one range read of a state set and one pipelined
 read of the rows it names (the rows and logs share the queue's slot, so on a cluster the
 pipeline goes to one master); keys come from the key builder only.
 Rule 2: a view is not a snapshot: a job that settles between the two reads still shows,
 with what its row says now (``None`` for fields of a row that is gone).
-Rule 3: the answers are typed rows (:class:`ActiveRow`, :class:`DeadRow`): the payload as
-stored bytes, numbers, and the row's texts (progress, errors, log lines) decoded without
-ever failing (bytes that are not UTF-8 show escaped); the CLI and the dashboard format them.
+Rule 3: the answers are typed rows (:class:`ActiveRow`, :class:`DeadRow`, :class:`JobRow`):
+the payload as stored bytes, numbers, and the row's texts (progress, errors, log lines)
+decoded without ever failing (bytes that are not UTF-8 show escaped); the CLI and the
+dashboard format them.
 """
 
 from __future__ import annotations
@@ -20,22 +22,30 @@ from .._model.caps import positive_int
 from .._model.text import raw_text
 from .._scripts.keyspace import Keyspace, check_group
 from .._wire.interface import RedisConnection
-from ..errors import ServerError
+from ..errors import InvalidArgument, ServerError
 from .limits import RateLimit
 
 __all__ = [
+    "JOB_STATES",
+    "MAX_SCAN",
     "MAX_VIEW",
     "ActiveRow",
     "DeadRow",
     "GroupRow",
+    "JobPage",
+    "JobRow",
     "active_jobs",
     "dead_jobs",
     "group",
     "groups",
+    "list_jobs",
     "server_now_ms",
 ]
 
 MAX_VIEW = 1000  # rows (and log lines per row) one view call reads
+MAX_SCAN = 10_000  # ids ``list_jobs`` looks at, at most, for a page filtered by task
+#: the states ``list_jobs`` lists, each held by one sorted set of the queue
+JOB_STATES = ("pending", "waiting", "scheduled", "active", "dead", "completed")
 
 
 @attrs.frozen(kw_only=True)
@@ -62,6 +72,51 @@ class DeadRow:
     died_at_ms: int  # the row's finished_at (the dead set's score is when its retention ends)
     logs: list[str]
     expires_at_ms: int | None = None  # when the dead retention deletes the row
+
+
+@attrs.frozen(kw_only=True)
+class JobRow:
+    """One id of a state set (:func:`list_jobs`), with the few fields people list.
+
+    ``score`` is the id's score in its set (pending: the claim order; scheduled: when it
+    is due; active: its lease deadline; dead, completed: when the row's retention ends;
+    waiting: when it began to wait). The other fields are the row's, ``None`` when absent
+    (a row that left between the two reads has them all ``None``).
+    """
+
+    id: str
+    state: str  # the state asked for (the set that held the id)
+    score: int
+    task: str | None
+    created_at_ms: int | None
+    claimed_at_ms: int | None
+    finished_at_ms: int | None
+    failures: int | None
+    last_error: str | None
+
+    @property
+    def when_ms(self) -> int | None:
+        """The time that tells this state: created (pending), due (scheduled), claimed
+        (active), finished (dead, completed), began to wait (waiting)."""
+        if self.state == "scheduled" or self.state == "waiting":
+            return self.score
+        if self.state == "active":
+            return self.claimed_at_ms
+        if self.state in ("dead", "completed"):
+            return self.finished_at_ms
+        return self.created_at_ms
+
+
+@attrs.frozen(kw_only=True)
+class JobPage:
+    """What :func:`list_jobs` found: the rows, newest first (or oldest, as asked); ``total``
+    ids in the set; ``examined`` of them read; ``complete`` when the read reached the end
+    of the set (False: a task filter stopped at ``MAX_SCAN`` ids, or the page is full)."""
+
+    rows: list[JobRow]
+    total: int
+    examined: int
+    complete: bool
 
 
 @attrs.frozen(kw_only=True)
@@ -182,6 +237,90 @@ async def dead_jobs(
             )
         )
     return rows
+
+
+_ROW_FIELDS = ("task", "created_at", "claimed_at", "finished_at", "failures", "last_error")
+
+
+def _state_key(ks: Keyspace, state: str, group: str | None) -> str:
+    if state not in JOB_STATES:
+        raise InvalidArgument(f"state must be one of {', '.join(JOB_STATES)}, not {state!r}")
+    if group is not None:
+        if state != "pending":
+            raise InvalidArgument("group names a lane of pending jobs: give state='pending'")
+        return ks.lane(group)
+    key: str = getattr(ks, "schedule" if state == "scheduled" else state)
+    return key
+
+
+async def list_jobs(
+    conn: RedisConnection,
+    queue: str,
+    state: str,
+    *,
+    task: str | None = None,
+    group: str | None = None,
+    limit: int = 50,
+    oldest: bool = False,
+) -> JobPage:
+    """The ids ``state`` holds, newest first (by their score in the state's set: the end of
+    the claim order, the latest due, the latest lease deadline, the latest retention end),
+    or with ``oldest`` from the other end (pending: the next to be claimed); at most
+    ``limit`` (1..1000).
+
+    ``state`` is one of :data:`JOB_STATES`; ``group`` lists one group's lane (pending jobs
+    of a group wait there, not in ``pending``: docs/lanes.md). ``task`` keeps the rows
+    whose ``task`` field is that name. It is filtered here, not on the server: each round
+    reads a window of ids (one ``ZRANGE`` with the ``ZCARD``) and then their rows (one
+    pipelined ``HMGET`` per id, one round trip), so a page costs two round trips per
+    window of up to 1000 ids, and a filtered page looks at :data:`MAX_SCAN` ids at most
+    (``JobPage.complete`` False when it stopped there). A job enqueued without a task name
+    (a raw verb's) has no ``task`` and never matches one.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    ks = Keyspace(queue)
+    key = _state_key(ks, state, group)
+    positive_int("limit", limit, MAX_VIEW)
+    if task is not None and (not isinstance(task, str) or not task):
+        raise InvalidArgument("task must be a non-empty str")
+    window = limit if task is None else MAX_VIEW
+    order = "ZRANGE" if oldest else "ZREVRANGE"
+    rows: list[JobRow] = []
+    examined = total = 0
+    while True:
+        card, flat = await _read_many(
+            conn,
+            [("ZCARD", key), (order, key, examined, examined + window - 1, "WITHSCORES")],
+        )
+        total = int(card)
+        members = _members(flat)
+        replies = await _read_many(conn, [("HMGET", ks.job(j), *_ROW_FIELDS) for j, _ in members])
+        examined += len(members)
+        for (job_id, score), fields in zip(members, replies, strict=True):
+            name, created, claimed, finished, failures, error = fields
+            if task is not None and _text(name) != task:
+                continue
+            rows.append(
+                JobRow(
+                    id=job_id,
+                    state=state,
+                    score=score,
+                    task=_text(name),
+                    created_at_ms=_int(created),
+                    claimed_at_ms=_int(claimed),
+                    finished_at_ms=_int(finished),
+                    failures=_int(failures),
+                    last_error=_text(error),
+                )
+            )
+            if len(rows) == limit:
+                return JobPage(rows=rows, total=total, examined=examined, complete=False)
+        if len(members) < window:
+            return JobPage(rows=rows, total=total, examined=examined, complete=True)
+        if task is None or examined >= MAX_SCAN:
+            return JobPage(rows=rows, total=total, examined=examined, complete=False)
 
 
 async def _group_rows(conn: RedisConnection, queue: str, names: list[str]) -> list[GroupRow]:

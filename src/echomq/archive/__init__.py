@@ -1,8 +1,8 @@
 """The durable archive: finished jobs folded from the completions streams into SQL.
 
-Layout (imports point down):
-    commands          ``echomq archive`` and ``echomq history`` (the CLI's logic)
-    consumer          serve_archive: the recording consumer (a Trio service)
+Layout (imports point down; the commands are ``cli/archive_cmd.py``):
+    recorder          serve_archive: the recording consumer (a Trio service)
+    groups            a consumer group per store, the consumers' names
     history           history / open_archive: reading it back, newest first, paged
     store             the store interface, URLs and errors
       sqlite_store    SQLite (the default): one embedded file
@@ -15,8 +15,9 @@ docs/results.md describes the stream (the contract), the table and the decisions
 from __future__ import annotations
 
 from .._model.completion import FinishedJob, FinishState
+from .groups import LEGACY_GROUP, default_consumer, group_name
 from .history import ArchiveReader, HistoryPage, history, open_archive, parse_since
-from .recorder import ARCHIVE_GROUP, ArchiveConfig, Archiver, ArchiveStatistics, serve_archive
+from .recorder import ArchiveConfig, Archiver, ArchiveStatistics, serve_archive
 from .store import (
     ArchiveError,
     EntryRejected,
@@ -26,7 +27,7 @@ from .store import (
 )
 
 __all__ = [
-    "ARCHIVE_GROUP",
+    "LEGACY_GROUP",
     "ArchiveConfig",
     "ArchiveError",
     "ArchiveReader",
@@ -38,7 +39,9 @@ __all__ = [
     "HistoryPage",
     "SchemaMismatch",
     "StoreUnavailable",
+    "default_consumer",
     "default_store_url",
+    "group_name",
     "history",
     "open_archive",
     "parse_since",

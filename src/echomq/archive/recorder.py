@@ -1,7 +1,8 @@
 """The recording consumer: completions streams -> the durable archive, losing nothing.
 
 ``serve_archive(url, queues, store_url)`` runs one task per queue, each with a connection
-of its own (its reads block), in the stream's consumer group ``archive``.
+of its own (its reads block), in the store's own consumer group on each stream
+(``archive/groups.py``: ``archive:sqlite:<host>:<path>``, ``archive:postgresql:...``).
 
 Rule 1 (commit, then acknowledge): a slice (one XREADGROUP, at most ``batch`` entries) is
 written to the store in one transaction, and XACKed only after the commit. A crash
@@ -23,7 +24,6 @@ from __future__ import annotations
 import logging
 import math
 import random
-import socket
 from collections.abc import Sequence
 
 import attrs
@@ -33,17 +33,27 @@ from .._model.completion import CorruptEntry, FinishedJob, parse_entry
 from .._scripts.keyspace import check_queue
 from .._wire.connection import Connection
 from .._wire.dial import connect
+from ..admin import queue_exists
 from ..completions import (
     Backlog,
     GroupMissing,
     StreamEntry,
     group_ack,
     group_autoclaim,
-    group_create,
     group_read,
     stream_backlog,
 )
 from ..errors import ConnectionLost, InvalidArgument, ServerError
+from .groups import (
+    FORGET_IDLE_S,
+    LEGACY_GROUP,
+    check_group_name,
+    consumers,
+    create_group,
+    default_consumer,
+    forget_idle_consumers,
+    group_name,
+)
 from .store import (
     EntryRejected,
     Store,
@@ -54,7 +64,6 @@ from .store import (
 )
 
 __all__ = [
-    "ARCHIVE_GROUP",
     "ArchiveConfig",
     "ArchiveStatistics",
     "Archiver",
@@ -63,7 +72,6 @@ __all__ = [
 
 log = logging.getLogger("echomq.archive")
 
-ARCHIVE_GROUP = "archive"
 DEFAULT_RETENTION = 24 * 3600.0  # the scripts' default time retention of the stream
 
 
@@ -201,6 +209,7 @@ class Archiver:
         store_url: str,
         *,
         consumer: str | None = None,
+        group: str | None = None,
         config: ArchiveConfig | None = None,
     ) -> None:
         if isinstance(queues, str):
@@ -216,7 +225,8 @@ class Archiver:
         self.url = url
         self.queues = names
         self.store_url = store_url
-        self.consumer = consumer or socket.gethostname() or "archive"
+        self.group = check_group_name(group) if group is not None else group_name(store_url)
+        self.consumer = consumer or default_consumer()
         self.config = config or ArchiveConfig()
         self._store = _StoreHandle(store_url)
         self._counters = {q: _Counters() for q in names}
@@ -241,8 +251,8 @@ class Archiver:
         """Archive until cancelled; started once every queue's consumer group exists (so
         every job finished from then on will be archived), before any backlog is read."""
         log.info(
-            "archiving %s into %s as consumer %r",
-            ", ".join(self.queues), display_url(self.store_url), self.consumer,
+            "archiving %s into %s in group %r as consumer %r",
+            ", ".join(self.queues), display_url(self.store_url), self.group, self.consumer,
         )  # fmt: skip
         try:
             await self._store.open_early()
@@ -266,8 +276,9 @@ class Archiver:
             while True:
                 try:
                     if recover:
-                        await group_create(conn, queue, ARCHIVE_GROUP)
+                        await self._make_group(conn, queue)
                         if not started:  # the group exists: what is finished from now on is kept
+                            await self._look_around(conn, queue)
                             started = True
                             task_status.started()
                         await self._recover(conn, queue)
@@ -287,7 +298,7 @@ class Archiver:
                     entries: list[StreamEntry] = []
                     with trio.move_on_after(config.block + 10.0) as guard:
                         entries = await group_read(
-                            conn, queue, ARCHIVE_GROUP, self.consumer,
+                            conn, queue, self.group, self.consumer,
                             count=count, block_ms=block_ms,
                         )  # fmt: skip
                     if guard.cancelled_caught:  # a half-open socket: no reply to a BLOCK read
@@ -312,13 +323,53 @@ class Archiver:
                     recover = True
                     await trio.sleep(delay)
 
+    async def _make_group(self, conn: Connection, queue: str) -> None:
+        made = await create_group(conn, queue, self.group)
+        if made.inherited:
+            log.warning(
+                "archive of %s: group %r made where the group %r stood (%s, less its "
+                "pending entries): nothing is skipped or read twice; remove %r once no "
+                "archiver of an older echomq reads it",
+                queue, self.group, LEGACY_GROUP, made.at, LEGACY_GROUP,
+            )  # fmt: skip
+        elif made.created:
+            log.info("archive of %s: group %r made at the stream's start", queue, self.group)
+
+    async def _look_around(self, conn: Connection, queue: str) -> None:
+        """At start: warn of a missing queue and of a consumer name in use; forget the
+        consumers earlier processes left idle (archive/groups.py, Rule 3)."""
+        if not await queue_exists(conn, queue):
+            log.warning(
+                "archive of %s: there is no queue %r yet (no worker or producer has used "
+                "it): archiving what it will finish; check the name if that is a typo",
+                queue, queue,
+            )  # fmt: skip
+        claim_idle_ms = self.config.claim_idle * 1000
+        for c in await consumers(conn, queue, self.group):
+            if c.name == self.consumer and c.idle_ms < claim_idle_ms:
+                log.warning(
+                    "archive of %s: consumer %r was active in group %r %.1f s ago: another "
+                    "archiver has this name (give each a --consumer of its own), or this "
+                    "one restarted within --claim-idle",
+                    queue, self.consumer, self.group, c.idle_ms / 1000,
+                )  # fmt: skip
+        idle_s = max(FORGET_IDLE_S, 10 * self.config.claim_idle)
+        gone = await forget_idle_consumers(
+            conn, queue, self.group, keep=self.consumer, idle_s=idle_s
+        )
+        if gone:
+            log.info(
+                "archive of %s: removed %d idle consumers holding nothing from group %r: %s",
+                queue, len(gone), self.group, ", ".join(gone[:5]),
+            )  # fmt: skip
+
     async def _recover(self, conn: Connection, queue: str) -> None:
         """Report losses; settle our own pending entries, then a dead consumer's."""
         await self._probe(conn, queue)
         after = "0"
         while True:
             entries = await group_read(
-                conn, queue, ARCHIVE_GROUP, self.consumer, count=self.config.batch, after=after
+                conn, queue, self.group, self.consumer, count=self.config.batch, after=after
             )
             if not entries:
                 break
@@ -331,7 +382,7 @@ class Archiver:
         start = "0-0"
         while True:
             page = await group_autoclaim(
-                conn, queue, ARCHIVE_GROUP, self.consumer,
+                conn, queue, self.group, self.consumer,
                 min_idle_ms=round(self.config.claim_idle * 1000), start=start,
                 count=self.config.batch,
             )  # fmt: skip
@@ -351,7 +402,7 @@ class Archiver:
     async def _probe(self, conn: Connection, queue: str) -> Backlog:
         """Read the backlog; warn near the trim horizon; report entries trimmed unread."""
         counters, config = self._counters[queue], self.config
-        backlog = await stream_backlog(conn, queue, ARCHIVE_GROUP)
+        backlog = await stream_backlog(conn, queue, self.group)
         counters.backlog = backlog
         lost = backlog.lost_unread
         if lost > counters.lost_seen:
@@ -408,7 +459,7 @@ class Archiver:
                 log.info(
                     "archive of %s: %d re-delivered entries were archived already", queue, again
                 )
-        await group_ack(conn, queue, ARCHIVE_GROUP, [entry.id for entry in entries])
+        await group_ack(conn, queue, self.group, [entry.id for entry in entries])
         counters.slices += 1
 
     async def _store_slice(
@@ -472,6 +523,7 @@ async def serve_archive(
     store_url: str,
     *,
     consumer: str | None = None,
+    group: str | None = None,
     config: ArchiveConfig | None = None,
     task_status: trio.TaskStatus[Archiver] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -486,8 +538,11 @@ async def serve_archive(
         url: the Redis URL (as for :func:`echomq.connect`).
         queues: queue names; each gets its own task and connection.
         store_url: ``sqlite:///path.db`` (or a path) or ``postgresql://...``.
-        consumer: this archiver's name in the group (default: the host name). Keep it
-            stable across restarts: a restart re-reads the entries it had pending.
+        consumer: this archiver's name in the group (default ``<host>:<pid>``). A
+            restart under another name leaves its pending entries to XAUTOCLAIM (after
+            ``claim_idle``); one under the same name re-reads them at once.
+        group: the consumer group (default: the store's own, ``archive/groups.py``).
+            Archivers of one store share a group; each store needs its own.
         config: batch size, waits, retention and warning knobs (:class:`ArchiveConfig`).
 
     Raises:
@@ -495,5 +550,5 @@ async def serve_archive(
         InvalidArgument: a bad store URL, an empty queue list (before any I/O).
         ArchiveError: the store is unusable (a newer schema, a missing driver).
     """
-    archiver = Archiver(url, queues, store_url, consumer=consumer, config=config)
+    archiver = Archiver(url, queues, store_url, consumer=consumer, group=group, config=config)
     await archiver.serve(task_status=task_status)

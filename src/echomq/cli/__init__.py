@@ -8,7 +8,8 @@ lists those functions in help order. To add a command: write ``cli/<topic>_cmd.p
 ``--url`` (or ``$ECHOMQ_URL``, else redis://127.0.0.1:6379/0) picks the server; job
 commands take ``--queue`` (or ``$ECHOMQ_QUEUE``, else ``default``). ``echomq worker
 module:queue`` tries the queue's own ``Queue(url=...)`` before that default.
-Exit codes: 0 done, 1 refused (the reason on stderr), 2 usage.
+Exit codes: 0 done, 1 refused (the reason on stderr; an unknown queue too), 2 usage.
+``echomq --version`` (or ``echomq version``) prints ``echomq <version>``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from collections.abc import Callable, Sequence
 from . import (
     archive_cmd,
     job_cmd,
+    jobs_cmd,
     lanes_cmd,
     queue_cmd,
     repeat_cmd,
     serve_cmd,
+    version_cmd,
     watch_cmd,
     worker_cmd,
     workers_cmd,
@@ -38,6 +41,7 @@ __all__ = ["REGISTRARS", "build_parser", "main"]
 REGISTRARS: tuple[Callable[[Commands], None], ...] = (
     queue_cmd.register,
     lanes_cmd.register,  # limits, groups (docs/lanes.md)
+    jobs_cmd.register,  # jobs: the ids a state holds
     job_cmd.register,
     repeat_cmd.register,
     watch_cmd.register,
@@ -45,6 +49,7 @@ REGISTRARS: tuple[Callable[[Commands], None], ...] = (
     workers_cmd.register,
     serve_cmd.register,
     archive_cmd.register,  # archive, history (echomq.archive)
+    version_cmd.register,
 )
 
 
@@ -55,9 +60,10 @@ def build_parser() -> Parser:
         prog="echomq",
         description="Operate echomq queues: status, jobs, pause/resume, drain, obliterate, "
         "repeatables, watch; run a worker, the dashboard or the demo.",
-        epilog="Exit codes: 0 done, 1 refused (reason on stderr), 2 usage.",
+        epilog="Exit codes: 0 done, 1 refused (reason on stderr; an unknown queue too), 2 usage.",
     )
     parser.add_argument("--url", help="Redis URL (default: $ECHOMQ_URL or " + DEFAULT_URL + ")")
+    parser.add_argument("--version", action="version", version=version_cmd.version_line())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
     commands = Commands(sub)

@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any, Literal
 
 import trio
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -90,7 +91,13 @@ def _add_commands(command: Command) -> None:
     p.add_argument("-q", "--queue", dest="queues", action="append", required=True,
                    help="a queue whose completions to record (repeat for several)")  # fmt: skip
     p.add_argument("--to", dest="store", help=store_help)
-    p.add_argument("--consumer", help="this archiver's name in the group (default: host name)")
+    p.add_argument("--consumer",
+                   help="this archiver's name in its group (default: HOST:PID)")  # fmt: skip
+    p.add_argument(
+        "--group",
+        help="the consumer group (default: the store's own, archive:sqlite:HOST:PATH or "
+        "archive:postgresql:HOST:PORT/DB; archivers of one store share it)",
+    )
     p.add_argument("--batch", type=positive_int, help="entries per slice (default 500)")
     p.add_argument("--claim-idle", type=_seconds,
                    help="take over entries another consumer held this long (60s)")  # fmt: skip
@@ -127,10 +134,10 @@ def _leaf(exc: BaseException) -> BaseException:
 def _fail(err: Console, name: str, exc: BaseException) -> int | None:
     """The exit code for an error of ours (printed), or None for anything else."""
     if isinstance(exc, InvalidKey | InvalidArgument):
-        err.print(f"echomq {name}: {escape(str(exc))}")
+        err.print(f"echomq {name}: {escape(str(exc))}", soft_wrap=True)
         return USAGE
     if isinstance(exc, EchoMQError | OSError):
-        err.print(f"echomq {name}: {escape(str(exc))}")
+        err.print(f"echomq {name}: {escape(str(exc))}", soft_wrap=True)
         return REFUSED
     return None
 
@@ -144,7 +151,7 @@ async def _archive_until_signalled(args: argparse.Namespace, config: ArchiveConf
             nursery.start_soon(
                 partial(
                     serve_archive, _url(args), args.queues, args.store or default_store_url(),
-                    consumer=args.consumer, config=config,
+                    consumer=args.consumer, group=args.group, config=config,
                 )
             )  # fmt: skip
             async for signum in signals:
@@ -226,13 +233,13 @@ def _table(args: argparse.Namespace, page: HistoryPage) -> Table:
         if value
     ]  # fmt: skip
     title = f"history of {escape(args.queue)}" + (f" ({', '.join(filters)})" if filters else "")
-    table = Table(title=title)
-    table.add_column("finished")
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False)  # nothing is cut: it folds
+    table.add_column("finished", overflow="fold")
     table.add_column("job", overflow="fold")
-    table.add_column("task")
-    table.add_column("state")
-    table.add_column("attempt", justify="right")
-    table.add_column("ran", justify="right")
+    table.add_column("task", overflow="fold")
+    table.add_column("state", no_wrap=True)
+    table.add_column("attempt", justify="right", no_wrap=True)
+    table.add_column("ran", justify="right", overflow="fold")
     table.add_column("result / error / reason", overflow="fold", max_width=60)
     styles = {
         FinishState.COMPLETED: "green",
@@ -275,7 +282,8 @@ def run_history_command(args: argparse.Namespace, err: Console) -> int:
     except Exception as group:
         exc = _leaf(group)
         if isinstance(exc, StoreUnavailable):
-            err.print(f"echomq history: the archive cannot be reached: {escape(str(exc))}")
+            reason = f"the archive cannot be reached: {escape(str(exc))}"
+            err.print(f"echomq history: {reason}", soft_wrap=True)
             return REFUSED
         code = _fail(err, "history", exc)
         if code is None:

@@ -5,7 +5,15 @@ Rule 1: every command is a thin shell over a verb (``echomq.admin``, ``echomq.jo
 ``echomq.cancel``); no command writes Redis by itself, and none builds a key.
 Rule 2: exit codes: 0 done, 1 refused (a typed refusal or an unreachable server; the reason
 in plain words on stderr, never a traceback), 2 usage (bad flags, names or JSON).
-Rule 3: a command is declared once, with :meth:`Commands.add`: either ``run`` (an async
+Rule 3: no command creates a queue by naming it. A command that names its queue (``queue=``
+in :meth:`Commands.add`, or a ``run`` wrapped in :func:`checked` for one that names it its
+own way) first asks ``admin.queue_exists``: an unknown queue is exit 1 with one line on
+stderr (a typo never makes a ghost queue). ``enqueue`` and ``repeat add`` create one with
+``--create``.
+Bad input still wins (exit 2 whatever the server holds): on an unknown queue the command
+is rehearsed against a :class:`Rehearsal`, which answers no command, so input that its
+gates refuse before their first I/O says so instead.
+Rule 4: a command is declared once, with :meth:`Commands.add`: either ``run`` (an async
 function handed an open connection, a stdout console and the parsed arguments) or
 ``entry`` (a blocking function that runs its own loop and answers an exit code: the
 worker, the dashboard, the demo). ``rich`` is imported only by commands that print with
@@ -21,10 +29,11 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 
 import trio
 
+from .. import admin
 from .._model.text import show_bytes
 from .._wire.connection import Connection
 from .._wire.dial import connect
@@ -41,6 +50,7 @@ from ..errors import (
     NotCancellable,
     NotDead,
     NotPaused,
+    QueueNotFound,
     SerializationError,
     ServerError,
 )
@@ -58,10 +68,12 @@ __all__ = [
     "Entry",
     "UsageError",
     "call_args",
+    "checked",
     "lazy",
     "positive_int",
     "port",
     "refusal",
+    "require_queue",
     "show",
     "url_of",
     "utc",
@@ -100,6 +112,13 @@ def refusal(exc: EchoMQError, args: argparse.Namespace) -> str:
     """The reason for a refusal, in plain words."""
     queue = getattr(args, "queue", None)
     job = getattr(args, "id", None)
+    if isinstance(exc, QueueNotFound):
+        where = parse_url(url_of(args)).display
+        create = "; pass --create to make it" if hasattr(args, "create") else ""
+        return (
+            f"no queue {exc.queue!r} at {where} (a queue exists once a worker or a producer "
+            f"has used it; `echomq status` lists them){create}"
+        )
     if isinstance(exc, JobGone):
         return f"no job {job!r} in queue {queue!r}"
     if isinstance(exc, JobLocked):
@@ -145,15 +164,77 @@ def run_with_connection(command: Command, args: argparse.Namespace) -> int:
     except Exception as group:  # unwrap nursery groups; re-raise what is not ours
         exc = leaf(group)
         if isinstance(exc, UsageError | InvalidKey | InvalidArgument | SerializationError):
-            err.print(f"echomq {args.command}: {escape(str(exc))}")
+            err.print(f"echomq {args.command}: {escape(str(exc))}", soft_wrap=True)
             return USAGE
         if isinstance(exc, EchoMQError):
-            err.print(f"echomq {args.command}: {escape(refusal(exc, args))}")
+            err.print(f"echomq {args.command}: {escape(refusal(exc, args))}", soft_wrap=True)
             return REFUSED
         if isinstance(exc, OSError):
-            err.print(f"echomq {args.command}: {escape(str(exc))}")
+            err.print(f"echomq {args.command}: {escape(str(exc))}", soft_wrap=True)
             return REFUSED
         raise
+
+
+async def require_queue(conn: Connection, args: argparse.Namespace, queue: str) -> None:
+    """Refuse (``QueueNotFound``, exit 1) a queue that does not exist, unless the command
+    was given ``--create``."""
+    if not getattr(args, "create", False):
+        await admin.require_queue(conn, queue)
+
+
+class _Reached(Exception):
+    """A rehearsed command got as far as its first command to Redis."""
+
+
+class Rehearsal:
+    """A connection that answers no command (each raises :class:`_Reached`): a command run
+    against it stops at its first I/O, having run every gate of its input on the way.
+    Only :func:`checked` makes one, for a queue that does not exist."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.config = conn.config
+        self.sharded_pubsub = conn.sharded_pubsub
+
+    async def execute(self, *args: object) -> Any:
+        raise _Reached
+
+    async def execute_pipeline(self, commands: object) -> list[Any]:
+        raise _Reached
+
+    async def execute_packed(self, packed: bytes) -> Any:
+        raise _Reached
+
+    async def every_master(self) -> list[Any]:
+        raise _Reached
+
+    def drop(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+
+def checked(run: Command) -> Command:
+    """``run`` if ``args.queue`` exists (or ``--create`` was given, or it names none);
+    else the refusal ``QueueNotFound``, after a rehearsal that lets bad input say so
+    first (Rule 3)."""
+
+    async def command(conn: Connection, args: argparse.Namespace, out: Console) -> int:
+        queue = getattr(args, "queue", None)
+        if queue is None:
+            return await run(conn, args, out)
+        try:
+            await require_queue(conn, args, queue)
+        except QueueNotFound:
+            try:  # the handlers take a Connection; a rehearsal answers what they call of one
+                await run(cast(Connection, Rehearsal(conn)), args, out)
+            except Exception as exc:  # (inside a nursery it comes in a group)
+                if not isinstance(leaf(exc), _Reached):
+                    raise
+            raise
+        return await run(conn, args, out)
+
+    return command
 
 
 def say(args: argparse.Namespace, message: str) -> None:
@@ -255,9 +336,11 @@ class Commands:
         Args:
             queue: how the command names its queue: ``"positional"`` (``echomq pause q``),
                 ``"option"`` (``-q/--queue``, default ``$ECHOMQ_QUEUE`` or ``default``),
-                or None (it names none, or does it its own way).
+                or None (it names none, or does it its own way: its ``run`` is
+                wrapped in :func:`checked`, which reads ``args.queue``).
             run: an async ``(conn, args, out) -> exit code``, handed an open connection
-                to ``--url``; typed refusals become exit code 1, bad input 2.
+                to ``--url``; typed refusals become exit code 1, bad input 2. With a
+                ``queue``, it runs only if the queue exists (Rule 3).
             entry: a blocking ``(args) -> exit code`` that runs its own loop instead.
         """
         if (run is None) == (entry is None):
@@ -272,7 +355,8 @@ class Commands:
                 help=f"the queue (default: $ECHOMQ_QUEUE or {DEFAULT_QUEUE!r})",
             )  # fmt: skip
         if run is not None:
-            p.set_defaults(handler=lambda args: run_with_connection(run, args))
+            command = checked(run) if queue is not None else run
+            p.set_defaults(handler=lambda args: run_with_connection(command, args))
         else:
             p.set_defaults(handler=entry)
         return p

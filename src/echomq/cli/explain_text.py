@@ -8,7 +8,9 @@ Rule 2: durations read as people say them (``850 ms``, ``4.2 s``, ``3 min 5 s``)
 are the server's clock, printed in UTC.
 Rule 3: an active job's holder is read from its heartbeat record (docs/runtime.md,
 "Workers"): alive and running it, alive but its event loop blocked (in which task, for how
-long), or gone (no heartbeat for so long: the process died or lost Redis).
+long), or gone (no heartbeat for so long: the process died or lost Redis). Only an active
+job has a holder: for any other the row's worker is the one that claimed it last (a
+finished job says when it finished and how).
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from ..jobs.rows import Explanation, LaneFacts, OpenChild, RateWindow
 
 __all__ = [
     "facts",
+    "finished_text",
     "holder",
+    "last_claimed_by",
     "lane_text",
     "open_child_text",
     "parent_text",
@@ -76,6 +80,29 @@ def holder(w: WorkerRecord, now_ms: int, lease_ms: int | None = None) -> str:
         ago = span(max(0, now_ms - w.unreachable_until_ms))
         outage = f" (Redis was unreachable from it for {span(w.unreachable_ms)}, {ago} ago)"
     return f"worker {w.id}{where} is running it{outage}"
+
+
+def last_claimed_by(w: WorkerRecord) -> str:
+    """The worker that claimed a job that is not active now (it holds nothing of it)."""
+    where = f" ({w.host}, pid {w.pid})" if w.host and w.pid is not None else ""
+    return f"worker {w.id}{where}" + ("" if w.alive else ", whose heartbeat has stopped")
+
+
+def finished_text(e: Explanation) -> str | None:
+    """When and how a dead or completed job finished, or None for any other."""
+    job = e.job
+    if job.state not in (JobState.DEAD, JobState.COMPLETED):
+        return None
+    at = (
+        f"{utc(job.finished_at)} ({span(e.now_ms - job.finished_at)} ago)"
+        if job.finished_at is not None
+        else "at an unknown time"
+    )
+    if job.state is JobState.DEAD:
+        return f"{at}: dead" + ("" if job.last_error else " (no error recorded)")
+    if job.cancelled:
+        return f"{at}: cancelled ({cancelled_reason(job.result) or 'no reason given'})"
+    return f"{at}: completed"
 
 
 def _cancel_note(e: Explanation) -> str:
@@ -216,14 +243,16 @@ def summary(e: Explanation) -> str:
         else:
             why = holder(w, e.now_ms, lease_ms)
         return f"lease expired {span(left)} ago: {why}; {recovery}{cancel}"
+    finished = f" {span(e.now_ms - job.finished_at)} ago" if job.finished_at is not None else ""
     if state is JobState.DEAD:
         if job.last_error == "stalled":
-            return f"dead: its lease lapsed {job.stalled} time(s); reprocess runs it again"
+            return (
+                f"dead{finished}: its lease lapsed {job.stalled} time(s); reprocess runs it again"
+            )
         return (
-            f"dead after {job.failures} failure(s) of {job.max_attempts} allowed: "
+            f"dead{finished} after {job.failures} failure(s) of {job.max_attempts} allowed: "
             f"{job.last_error}; reprocess runs it again"
         )
-    finished = f" {span(e.now_ms - job.finished_at)} ago" if job.finished_at is not None else ""
     if job.cancelled:
         how = (
             " (fenced: it did not stop within its cancel grace)"
@@ -271,8 +300,13 @@ def facts(e: Explanation) -> list[tuple[str, str]]:
     if job.lease_epoch is not None:
         current = "current run" if e.epoch_current else "another server run"
         out.append(("lease epoch", f"{job.lease_epoch} ({current})"))
-    if e.holder is not None:
+    finished = finished_text(e)
+    if finished is not None:
+        out.append(("finished", finished))
+    if e.holder is not None and job.state is JobState.ACTIVE:
         out.append(("holder", holder(e.holder, e.now_ms, e.holder.lease_ms)))
+    elif e.holder is not None:
+        out.append(("last claimed by", last_claimed_by(e.holder)))
     if job.cancel_requested_at is not None:
         when = f"requested {utc(job.cancel_requested_at)}"
         if job.cancel_fenced_at is not None:

@@ -109,6 +109,7 @@ def _group_json(row: admin.GroupRow) -> dict[str, object]:
 
 
 async def cmd_groups(conn: Connection, args: argparse.Namespace, out: Console) -> int:
+    from rich import box
     from rich.table import Table
 
     rows = await admin.groups(conn, args.queue, after=args.after or "", limit=args.limit)
@@ -118,12 +119,13 @@ async def cmd_groups(conn: Connection, args: argparse.Namespace, out: Console) -
     if not rows:
         out.print(f"no group of {args.queue} has waiting or active jobs")
         return DONE
-    table = Table(title=f"groups of {args.queue}")
-    table.add_column("group")
+    title = f"groups of {args.queue}"
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, min_width=len(title))
+    table.add_column("group", overflow="fold")
     for name in ("waiting", "active", "limit"):
-        table.add_column(name, justify="right")
-    table.add_column("rate")
-    table.add_column("now")
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("rate", overflow="fold")
+    table.add_column("now", overflow="fold")
     for r in rows:
         if r.at_limit:
             now = "[yellow]at its limit[/]"

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .. import admin
 from .._model.spans import span_ms
 from .._wire.connection import Connection
 from ..config import parse_url
 from ..errors import NotPaused
-from .common import DONE, Commands, positive_int, url_of
+from .common import DONE, Commands, checked, positive_int, url_of
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 __all__ = ["register"]
 
@@ -36,86 +38,139 @@ def _budget(text: str) -> int:
     return value
 
 
-async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -> int:
+def _status_json(s: admin.QueueStats) -> dict[str, Any]:
+    return {
+        "queue": s.queue,
+        "paused": s.paused,
+        "pending": s.pending,
+        "grouped": s.grouped,
+        "groups": s.groups,
+        "scheduled": s.scheduled,
+        "waiting": s.waiting,
+        "active": s.active,
+        "dead": s.dead,
+        "completed": s.completed,
+        "completed_total": s.completed_total,
+        "failed_total": s.failed_total,
+        "cancelled_total": s.cancelled_total,
+        "completed_last_minute": s.completed_last_minute,
+        "failed_last_minute": s.last_minute("dead"),
+        "per_minute": {
+            "completed": list(s.completed_per_minute),
+            "dead": list(s.dead_per_minute),
+            "cancelled": list(s.cancelled_per_minute),
+        },
+        "capped": {
+            "completed": s.capped.completed,
+            "dead": s.capped.dead,
+            "completions": s.capped.completions,
+        },
+        "repeats": s.repeats,
+        "repeats_paused": s.repeats_paused,
+    }
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _state(s: admin.QueueStats) -> str:
+    return "[yellow]paused[/]" if s.paused else "[green]running[/]"
+
+
+def _repeats(s: admin.QueueStats) -> str:
+    return f"{s.repeats} ({s.repeats_paused} paused)" if s.repeats_paused else str(s.repeats)
+
+
+#: the table's columns: (header, the figure of a queue); ``--wide`` adds the rest
+_NARROW: tuple[tuple[str, Callable[[admin.QueueStats, int], str]], ...] = (
+    ("pending", lambda s, m: _n(s.pending)),
+    ("active", lambda s, m: _n(s.active)),
+    ("scheduled", lambda s, m: _n(s.scheduled)),
+    ("dead", lambda s, m: f"[red]{_n(s.dead)}[/]" if s.dead else "0"),
+    ("done/min", lambda s, m: _n(s.completed_last_minute)),
+)
+_WIDE: tuple[tuple[str, Callable[[admin.QueueStats, int], str]], ...] = (
+    ("pending", lambda s, m: _n(s.pending)),
+    ("scheduled", lambda s, m: _n(s.scheduled)),
+    ("waiting", lambda s, m: _n(s.waiting)),
+    ("active", lambda s, m: _n(s.active)),
+    ("dead", lambda s, m: f"[red]{_n(s.dead)}[/]" if s.dead else "0"),
+    ("completed", lambda s, m: _n(s.completed)),
+    ("done (total)", lambda s, m: _n(s.completed_total)),
+    ("failed (total)", lambda s, m: _n(s.failed_total)),
+    ("done/min", lambda s, m: _n(s.completed_last_minute)),
+    ("failed/min", lambda s, m: f"[red]{_n(f)}[/]" if (f := s.last_minute("dead")) else "0"),
+    ("done/min ({m}m)", lambda s, m: f"{s.rate('completed'):.1f}"),
+    ("repeat", lambda s, m: _repeats(s)),
+    ("groups", lambda s, m: _n(s.groups) if s.groups else "-"),
+)
+
+
+def _table(rows: list[admin.QueueStats], where: str, minutes: int, wide: bool) -> Table:
+    """One line per queue. The numbers never wrap and the headers are never cut: the
+    queue's name folds when the terminal is narrow (``--wide`` prints at its full width)."""
+    from rich import box
     from rich.table import Table
 
+    title = f"echomq at {where}"
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, min_width=len(title))
+    table.add_column("queue", overflow="fold", min_width=5)
+    table.add_column("state", no_wrap=True)
+    for header, _ in _WIDE if wide else _NARROW:
+        header = header.format(m=minutes)
+        table.add_column(header, justify="right", no_wrap=True, min_width=len(header))
+    for s in rows:
+        figures = [figure(s, minutes) for _, figure in (_WIDE if wide else _NARROW)]
+        table.add_row(s.queue, _state(s), *figures)
+    return table
+
+
+def _vertical(s: admin.QueueStats, minutes: int) -> list[tuple[str, str]]:
+    """Every figure of one queue, one per line."""
+    lanes = f" ({_n(s.grouped)} in {_n(s.groups)} group lanes)" if s.grouped else ""
+    return [
+        ("queue", s.queue),
+        ("state", _state(s)),
+        ("pending", _n(s.pending) + lanes),
+        ("scheduled", _n(s.scheduled)),
+        ("waiting", f"{_n(s.waiting)} (flow parents with open children)"),
+        ("active", _n(s.active)),
+        ("dead", f"[red]{_n(s.dead)}[/]" if s.dead else "0"),
+        ("completed", f"{_n(s.completed)} (rows kept by the retention)"),
+        ("done (total)", _n(s.completed_total)),
+        ("failed (total)", _n(s.failed_total)),
+        ("cancelled (total)", _n(s.cancelled_total)),
+        ("done/min", f"{_n(s.completed_last_minute)} (the last 60 s)"),
+        ("failed/min", f"{_n(s.last_minute('dead'))} (the last 60 s)"),
+        ("done/min avg", f"{s.rate('completed'):.1f} (the last {minutes} full minutes)"),
+        ("repeatables", _repeats(s)),
+        ("groups", f"{_n(s.groups)} with waiting or active jobs"),
+    ]
+
+
+async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -> int:
     queues = [args.queue] if args.queue else await admin.list_queues(conn)
     minutes = args.minutes + 1  # the full minutes asked, and the current one
     rows = [await admin.stats(conn, q, minutes=minutes) for q in queues]
     if args.json:
-        out.print_json(
-            json.dumps(
-                [
-                    {
-                        "queue": s.queue,
-                        "paused": s.paused,
-                        "pending": s.pending,
-                        "grouped": s.grouped,
-                        "groups": s.groups,
-                        "scheduled": s.scheduled,
-                        "waiting": s.waiting,
-                        "active": s.active,
-                        "dead": s.dead,
-                        "completed": s.completed,
-                        "completed_total": s.completed_total,
-                        "failed_total": s.failed_total,
-                        "cancelled_total": s.cancelled_total,
-                        "completed_last_minute": s.completed_last_minute,
-                        "failed_last_minute": s.last_minute("dead"),
-                        "per_minute": {
-                            "completed": list(s.completed_per_minute),
-                            "dead": list(s.dead_per_minute),
-                            "cancelled": list(s.cancelled_per_minute),
-                        },
-                        "capped": {
-                            "completed": s.capped.completed,
-                            "dead": s.capped.dead,
-                            "completions": s.capped.completions,
-                        },
-                        "repeats": s.repeats,
-                        "repeats_paused": s.repeats_paused,
-                    }
-                    for s in rows
-                ]
-            )
-        )
+        out.print_json(json.dumps([_status_json(s) for s in rows]))
         return DONE
     where = parse_url(url_of(args)).display
     if not rows:
         out.print(f"no queues at {where}")
         return DONE
-    table = Table(title=f"echomq at {where}")
-    table.add_column("queue")
-    table.add_column("state")
-    for name in ("pending", "scheduled", "waiting", "active", "dead", "completed"):
-        table.add_column(name, justify="right")
-    table.add_column("done (total)", justify="right")
-    table.add_column("failed (total)", justify="right")
-    table.add_column("done/min", justify="right")
-    table.add_column("failed/min", justify="right")
-    table.add_column(f"done/min ({args.minutes}m)", justify="right")
-    table.add_column("repeat", justify="right")
-    table.add_column("groups", justify="right")
-    for s in rows:
-        failed = s.last_minute("dead")
-        table.add_row(
-            s.queue,
-            "[yellow]paused[/]" if s.paused else "[green]running[/]",
-            str(s.pending),
-            str(s.scheduled),
-            str(s.waiting),
-            str(s.active),
-            f"[red]{s.dead}[/]" if s.dead else "0",
-            str(s.completed),
-            str(s.completed_total),
-            str(s.failed_total),
-            str(s.completed_last_minute),
-            f"[red]{failed}[/]" if failed else "0",
-            f"{s.rate('completed'):.1f}",
-            f"{s.repeats} ({s.repeats_paused} paused)" if s.repeats_paused else str(s.repeats),
-            str(s.groups) if s.groups else "-",
-        )
-    out.print(table)
+    if args.queue:
+        for label, value in _vertical(rows[0], args.minutes):
+            out.print(f"{label:<18} {value}")
+    else:
+        table = _table(rows, where, args.minutes, args.wide)
+        if args.wide:  # as wide as the columns need: a narrow terminal wraps the lines
+            from rich.measure import Measurement
+
+            needed = Measurement.get(out, out.options.update_width(10_000), table).maximum
+            out.width = max(out.width, needed)
+        out.print(table)
     for s in rows:
         if s.capped.total:
             out.print(
@@ -246,10 +301,16 @@ async def cmd_obliterate(conn: Connection, args: argparse.Namespace, out: Consol
 
 def register(commands: Commands) -> None:
     p = commands.add(
-        "status", "counts per state, the pause gate, throughput and repeatables", run=cmd_status
+        "status",
+        "counts per state and throughput: a line per queue (QUEUE: its every figure)",
+        run=checked(cmd_status),  # an optional queue
     )
-    p.add_argument("queue", nargs="?", help="one queue (default: every queue found)")
+    p.add_argument("queue", nargs="?", help="one queue, every figure (default: every queue)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument(
+        "--wide", action="store_true",
+        help="every column (totals, failed/min, repeatables, groups) at its full width",
+    )  # fmt: skip
     p.add_argument(
         "--minutes", type=_minutes, default=5,
         help="the window of the average done/min, in full minutes (default %(default)s)",

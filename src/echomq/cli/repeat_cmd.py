@@ -12,7 +12,7 @@ from .._model.codec import JSON
 from .._wire.connection import Connection
 from ..repeat import RepeatInfo
 from . import explain_text
-from .common import DONE, Commands, Parser, UsageError, call_args, positive_int
+from .common import DONE, Commands, Parser, UsageError, call_args, checked, positive_int
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -161,7 +161,7 @@ async def cmd_repeat(conn: Connection, args: argparse.Namespace, out: Console) -
 def register(commands: Commands) -> None:
     p = commands.add(
         "repeat", "repeatable jobs: list, add, remove, pause, resume (docs/repeat.md)",
-        run=cmd_repeat,
+        run=checked(cmd_repeat),  # its queue is each action's argument
     )  # fmt: skip
     sub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser)
     sub.required = True
@@ -196,6 +196,7 @@ def register(commands: Commands) -> None:
     )  # fmt: skip
     a.add_argument("--priority", type=int, default=0, help="of its runs (-4095..4095)")
     a.add_argument("--max-attempts", type=positive_int, default=1, help="of its runs")
+    a.add_argument("--create", action="store_true", help="make the queue if it does not exist")
 
     action("remove", "delete a repeatable (its runs already enqueued stay)")
     action("pause", "stop a repeatable's runs until resumed")

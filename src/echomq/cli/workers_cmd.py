@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from .. import admin
 from .._wire.connection import Connection
 from ..config import parse_url
-from .common import DONE, Commands, url_of, utc
+from .common import DONE, Commands, checked, url_of, utc
 from .explain_text import span
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ def _plain(queue: str, w: WorkerRecord, now_ms: int) -> dict[str, Any]:
 
 
 async def cmd_workers(conn: Connection, args: argparse.Namespace, out: Console) -> int:
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
@@ -71,28 +72,45 @@ async def cmd_workers(conn: Connection, args: argparse.Namespace, out: Console) 
         scope = f"queue {args.queue!r}" if args.queue else "any queue"
         out.print(f"no workers of {escape(scope)} at {where}")
         return DONE
-    table = Table(title=f"echomq workers at {where}")
-    for column in ("queue", "worker", "status", "host", "pid", "version", "held", "done", "failed"):
-        table.add_column(column, justify="right" if column in ("pid", "held") else "left")
-    table.add_column("started")
-    table.add_column("last beat", justify="right")
+    title = f"echomq workers at {where}"
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, min_width=len(title))
+    many = len(listed) > 1
+    table.add_column("worker", overflow="fold")
+    if many:
+        table.add_column("queue", overflow="fold")
+    table.add_column("status", overflow="fold")
+    for name in ("held", "done", "failed"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("last beat", justify="right", overflow="fold")
+    if args.wide:
+        for name in ("host", "pid", "version", "started"):
+            table.add_column(name, overflow="fold", justify="right" if name == "pid" else "left")
     for queue, found in listed:
         for w in found.workers:
             status = _status(w, found.now_ms)
             style = "green" if status == "running" else "red" if not w.alive else "yellow"
-            table.add_row(
-                escape(queue),
-                escape(w.id),
+            cells = [escape(w.id)] + ([escape(queue)] if many else [])
+            cells += [
                 f"[{style}]{escape(status)}[/]",
-                escape(w.host or "-"),
-                str(w.pid) if w.pid is not None else "-",
-                escape(w.version or "-"),
                 f"{w.held}/{w.concurrency}" if w.alive else "-",
                 str(w.counters.get("completed", 0)) if w.alive else "-",
                 str(w.counters.get("failed", 0)) if w.alive else "-",
-                utc(w.started_at_ms),
                 f"{span(w.silent_ms(found.now_ms))} ago",
-            )
+            ]
+            if args.wide:
+                cells += [
+                    escape(w.host or "-"),
+                    str(w.pid) if w.pid is not None else "-",
+                    escape(w.version or "-"),
+                    utc(w.started_at_ms),
+                ]
+            table.add_row(*cells)
+    if args.wide:  # as wide as the columns need: a narrow terminal wraps the lines
+        from rich.measure import Measurement
+
+        out.width = max(
+            out.width, Measurement.get(out, out.options.update_width(10_000), table).maximum
+        )
     out.print(table)
     return DONE
 
@@ -101,7 +119,8 @@ def register(commands: Commands) -> None:
     p = commands.add(
         "workers",
         "the workers serving a queue (alive, blocked or gone), from their heartbeats",
-        run=cmd_workers,
+        run=checked(cmd_workers),  # an optional queue
     )
     p.add_argument("queue", nargs="?", help="one queue (default: every queue found)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--wide", action="store_true", help="with host, pid, version and start")
