@@ -180,6 +180,7 @@ async def operator(url: str, a: str, c: str, dead: str, chatty: str) -> None:
         ("repeat", "resume", a, "nightly"),
         ("repeat", "remove", a, "nightly"),
         ("reprocess", "-q", a, dead),
+        ("enqueue", "-q", c, "add", "[0]", "--job-id", "zero", "--create"),  # C is new
         ("pause", c),
         ("enqueue", "-q", c, "add", "[1]", "--job-id", "one"),
         ("cancel", "-q", c, "one"),
