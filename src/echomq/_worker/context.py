@@ -1,6 +1,6 @@
 """The :class:`Job` context a task sees while it runs, and ``current_job()``.
 
-Rule 1: the worker makes one ``Job`` per claim (``execution.py``) and binds it to a context
+Rule 1: the worker makes one ``Job`` per claim (``run.py``) and binds it to a context
 variable for the duration of the handler, so ``current_job()`` answers it from anywhere
 inside the job, a sync task's thread included.
 Rule 2: a ``Job`` reaches Redis only through the verbs (``progress``, ``log``,
