@@ -34,9 +34,8 @@ with one fenced ``release``; wait up to ``grace`` seconds for held jobs (the lea
 keeps renewing them); cancel the rest and hand them back to pending at once with one
 fenced ``release``; then stop the helpers. A second ``shutdown(grace=0)`` cuts the wait short.
 
-A worker that fails (an error leaves ``serve``) is a crash: its started jobs are not handed
-back uncounted, their leases are cut so that recovery collects them as stalls at once; its
-prefetched jobs never started (not what failed it) and are handed back uncounted. Only a
+A worker that fails (an error leaves ``serve``) is a crash: its started jobs go to
+recovery, counted as stalls, its prefetched jobs back to pending (handback.py). Only a
 stop asked for ends ``serve`` quietly: its jobs or helpers ending without one (a scope of
 the worker's cancelled by code running in it) is such a failure too.
 """
@@ -50,15 +49,15 @@ from typing import Any
 import attrs
 import trio
 
-from .. import admin, jobs
+from .. import admin
 from .._model.options import DEFAULT_LEASE, seconds, to_ms
-from .._scripts import validate as v
 from .._trio import open_service_nursery
 from .._wire.dial import connect
 from .._wire.interface import RedisConnection
 from ..config import WorkerConfig, parse_url
-from ..errors import TRANSIENT, InvalidArgument
+from ..errors import InvalidArgument
 from ..events import EventFeed, open_control_feed
+from . import handback
 from .cancellation import InFlight
 from .claims import ClaimLoop
 from .escalation import Escalator
@@ -80,7 +79,6 @@ __all__ = ["Worker", "WorkerStatistics"]
 
 log = logging.getLogger("echomq.worker")
 
-_RELEASE_TIMEOUT = 5.0
 _CONFIG_FIELDS = frozenset(field.name for field in attrs.fields(WorkerConfig))
 
 
@@ -346,7 +344,8 @@ class Worker:
                     task_status.started()
                     await self._stop.wait()
                     await parts.claims.stop()
-                    await self._release(conn, parts.counters)  # the prefetched jobs, at once
+                    # the prefetched jobs, at once
+                    await handback.release(conn, self.queue.name, self.inflight, parts.counters)
                     claiming.cancel()
                     await self._drain()
                     parts.pool.close()
@@ -358,7 +357,9 @@ class Worker:
             raise
         finally:
             if parts is not None:
-                await self._hand_back(conn, parts, crashed)
+                await handback.serve_ended(
+                    conn, self.queue.name, self.inflight, parts.claims, parts.counters, crashed
+                )
                 await parts.runner.processes.aclose()
 
     def _assemble(
@@ -441,22 +442,6 @@ class Worker:
         for name, loop in loops:
             await helpers.start(supervise, name, loop)
 
-    async def _hand_back(self, conn: RedisConnection, parts: _Parts, crashed: bool) -> None:
-        """``serve`` ends: the jobs it still holds go back to pending, or, when the worker
-        failed, to recovery (counted). Prefetched jobs never started, so they are not what
-        took the worker down: handed back uncounted either way."""
-        if crashed:
-            started = self.inflight.take_hand_back()
-            parts.claims.give_back(unstarted=True)
-            try:
-                await self._release(conn, parts.counters)
-            except Exception as exc:  # failing already: their leases lapse instead
-                log.error("worker failed: could not hand back its prefetched jobs (%s)", exc)
-            await self._abandon(conn, started)
-        else:
-            parts.claims.give_back(unstarted=True)  # prefetched jobs: with the others
-            await self._release(conn, parts.counters)
-
     def _asked_to_stop(self) -> None:
         """A nursery of the worker's ended quietly: only a stop asked for may end it. A
         scope of the worker's cancelled by anything else (user code reaching past its
@@ -521,50 +506,3 @@ class Worker:
             log.info("shutdown: cancelling %d job(s) past grace", len(self.inflight))
         self.inflight.shut_down_all()
         await self.inflight.wait_idle()
-
-    async def _release(self, conn: RedisConnection, counters: Counters) -> None:
-        """Hand the held-job table's hand-back list to pending at once (fenced; no count)."""
-        pending = self.inflight.take_hand_back()
-        if not pending:
-            return
-        with trio.CancelScope(shield=True), trio.move_on_after(_RELEASE_TIMEOUT):
-            try:
-                answers: dict[str, str] = {}
-                for start in range(0, len(pending), v.MAX_HELD):  # the verb's cap per call
-                    chunk = pending[start : start + v.MAX_HELD]
-                    answers.update(await jobs.release(conn, self.queue.name, chunk))
-            except TRANSIENT as exc:
-                log.error(
-                    "shutdown: could not hand back %d job(s) (%s); recovery will return them",
-                    len(pending),
-                    exc,
-                )
-                return
-            released = [job_id for job_id, answer in answers.items() if answer == "ok"]
-            counters.released += len(released)
-            log.info("shutdown: handed %d job(s) back to pending", len(released))
-
-    async def _abandon(self, conn: RedisConnection, held: list[tuple[str, int]]) -> None:
-        """The worker failed: leave held jobs to recovery as crashed (counted as stalls).
-
-        Their leases are cut to 1 ms, so the next sweep (any worker's, or this one's when
-        it restarts) collects them at once and counts them, as it would after a SIGKILL:
-        a job that takes its worker down is bounded by ``max_stalled``. Nothing is
-        handed back uncounted.
-        """
-        if not held:
-            return
-        with trio.CancelScope(shield=True), trio.move_on_after(_RELEASE_TIMEOUT):
-            try:
-                await jobs.extend_locks(conn, self.queue.name, held, 1)
-            except Exception as exc:  # the worker is failing already; recovery still runs
-                log.error(
-                    "worker failed: could not cut the leases of %d job(s) (%s); they return "
-                    "when their leases lapse",
-                    len(held),
-                    exc,
-                )
-                return
-        log.error(
-            "worker failed holding %d job(s): left to recovery as stalled (counted)", len(held)
-        )
