@@ -161,7 +161,6 @@ class JobRunner:
                 if plain:
                     value = await task.fn(*args, **call.kwargs)
                 else:
-                    assert job is not None
                     value = await self._invoke(task, held, args, call.kwargs, limit, soft_at)
             except BaseException as exc:  # rule 4: only trio's Cancelled passes
                 held.running = None
