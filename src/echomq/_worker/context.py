@@ -5,7 +5,7 @@ variable for the duration of the handler, so ``current_job()`` answers it from a
 inside the job, a sync task's thread included.
 Rule 2: a ``Job`` reaches Redis only through the verbs (``progress``, ``log``,
 ``checkpoint``); it never settles the job: the worker does.
-Rule 3: a lost lease seen by ``checkpoint()`` goes to the cancellation bridge (``lose``),
+Rule 3: a lost lease seen by ``checkpoint()`` goes to the held-job table (``Held.lose``),
 as if the lease keeper had seen it.
 Rule 4: a task that does not take the ``Job`` may never ask for it: the worker then binds
 a :class:`Deferred` (``bind_deferred``), and ``current_job()`` makes the ``Job`` at its first
