@@ -71,8 +71,8 @@ def test_values_are_frozen() -> None:
 
 
 def test_a_claim_reply_reads_as_claimed_values() -> None:
-    """A claim's reply becomes the same values Claimed(...) makes (built without its
-    __init__): equal, hashable, frozen; the trailing next_due_ms is not a job."""
+    """A claim's reply becomes the same values Claimed(...) makes: equal, hashable,
+    frozen; the trailing next_due_ms is not a job."""
     import attrs
 
     reply = [b"a", b"p", 1, 0, None, "b", b"q", 3, 2, b"t", 25]

@@ -19,8 +19,8 @@ from echomq import jobs
 from echomq._model.backoff import MAX_DELAY
 from echomq._model.codec import JsonCodec
 from echomq._scripts.calls import is_sharded
-from echomq._worker import settling
-from echomq._worker.execution import MAX_ERROR_TEXT
+from echomq._worker import settle
+from echomq._worker.outcome import MAX_ERROR_TEXT
 from echomq.app import Task
 from echomq.errors import InvalidArgument, JobFailed, ScriptError, ServerError
 from echomq.jobs.rows import MAX_LOG_LINE
@@ -429,14 +429,14 @@ async def test_cancel_request_still_cancels_a_task_with_its_own_nursery(
 def refuse_batches_with(monkeypatch: pytest.MonkeyPatch, result: bytes, error: str) -> None:
     """complete_many (the worker's batches) refuses any batch holding ``result``: the worker
     then settles each job of it alone, through ``jobs.complete`` and its fallback."""
-    real = settling.complete_held
+    real = settle.complete_held
 
     async def complete_many(conn: Any, name: str, ids: Any, tokens: Any, results: Any) -> Any:
         if any(r == result for r in results):
             raise ServerError(error)
         return await real(conn, name, ids, tokens, results)
 
-    monkeypatch.setattr(settling, "complete_held", complete_many)
+    monkeypatch.setattr(settle, "complete_held", complete_many)
 
 
 async def test_a_refused_complete_fails_the_job_dead_with_the_reason(

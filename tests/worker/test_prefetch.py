@@ -1,4 +1,4 @@
-"""Prefetch (``_worker/consumer.py`` rule 5): claimed jobs waiting for a slot are held like
+"""Prefetch (``_worker/claims.py`` rule 5): claimed jobs waiting for a slot are held like
 running ones (renewed, reachable by a lost lease), never run once lost, and handed back at
 once when the worker stops."""
 
@@ -13,8 +13,8 @@ import trio
 
 import echomq
 from echomq import jobs, stalled
-from echomq._worker import consumer
-from echomq._worker.settling import Completions
+from echomq._worker import room
+from echomq._worker.settle import Settler
 from echomq.app import Task
 
 from ._runtime import serving, until, wait_state
@@ -23,7 +23,7 @@ from ._runtime import serving, until, wait_state
 @pytest.fixture(autouse=True)
 def _always_fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any turnover counts as fast: the worker prefetches once one cohort freed."""
-    monkeypatch.setattr(consumer, "PREFETCH_TURNOVER", 3600.0)
+    monkeypatch.setattr(room, "PREFETCH_TURNOVER", 3600.0)
 
 
 def _hold(q: echomq.Queue, gate: trio.Event, ran: list[str]) -> Task:
@@ -138,7 +138,7 @@ async def test_a_crash_hands_prefetched_jobs_back_uncounted(
     ran: list[str] = []
     hold = _hold(q, gate, ran)
 
-    async def buggy_record(self: Completions, batch: Any, settled: Any) -> None:
+    async def buggy_record(self: Settler, batch: Any, settled: Any) -> None:
         raise RuntimeError("a bug in the worker")
 
     worker = echomq.Worker(q, concurrency=2, prefetch=2, recovery_interval=60)
@@ -156,7 +156,7 @@ async def test_a_crash_hands_prefetched_jobs_back_uncounted(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(serve)
                 handles = await _two_running_two_waiting(worker, hold)
-                monkeypatch.setattr(Completions, "_record", buggy_record)
+                monkeypatch.setattr(Settler, "_record", buggy_record)
                 gate.set()  # the running two complete; recording their batch fails
             assert len(crashes) == 1 and isinstance(crashes[0], BaseExceptionGroup)
             assert crashes[0].subgroup(RuntimeError) is not None

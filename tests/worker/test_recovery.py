@@ -13,8 +13,7 @@ import trio.testing
 
 import echomq
 from echomq import jobs, stalled
-from echomq._worker.execution import JobRunner
-from echomq._worker.settling import Completions
+from echomq._worker.settle import Settler
 from echomq.errors import JobFailed
 from echomq.stalled import take_sweep_guard
 from echomq.testing import kill_worker, wait_running
@@ -230,14 +229,14 @@ async def test_a_failing_worker_leaves_its_jobs_to_recovery_counted(
         started.set()
         await trio.sleep_forever()
 
-    async def buggy_settle(self: JobRunner, held: Any, settlement: Any) -> bool:
+    async def buggy_settle(self: Settler, held: Any, settlement: Any) -> bool:
         raise RuntimeError("a bug in the worker")
 
-    async def buggy_record(self: Completions, batch: Any, settled: Any) -> None:
+    async def buggy_record(self: Settler, batch: Any, settled: Any) -> None:
         raise RuntimeError("a bug in the worker")
 
-    monkeypatch.setattr(JobRunner, "_settle", buggy_settle)
-    monkeypatch.setattr(Completions, "_record", buggy_record)  # the batched completions
+    monkeypatch.setattr(Settler, "_settle", buggy_settle)
+    monkeypatch.setattr(Settler, "_record", buggy_record)  # the batched completions
     worker = echomq.Worker(q, concurrency=2, recovery_interval=60)
     with trio.fail_after(10):
         async with q.open():

@@ -1,4 +1,4 @@
-"""The batched settle (``_worker/settling.py``): the completions of one scheduler tick go
+"""The batched settle (``_worker/settle.py``): the completions of one scheduler tick go
 to Redis in one ``complete_many`` call, each job fenced by its own token, and a job counts
 as completed (and frees its slot) only once Redis answered for it."""
 
@@ -12,7 +12,7 @@ import trio.testing
 
 import echomq
 from echomq import jobs
-from echomq._worker import settling
+from echomq._worker import settle
 from echomq.errors import ConnectionLost
 
 from ._runtime import serving, until, wait_state
@@ -24,13 +24,13 @@ def record_batches(monkeypatch: pytest.MonkeyPatch) -> Calls:
     """Note the ids of every complete_many call the worker makes (then make it: its
     ids, tokens and results)."""
     calls: Calls = []
-    real = settling.complete_held
+    real = settle.complete_held
 
     async def complete_many(conn: Any, name: str, *done: Any) -> Any:
         calls.append(list(done[0]))
         return await real(conn, name, *done)
 
-    monkeypatch.setattr(settling, "complete_held", complete_many)
+    monkeypatch.setattr(settle, "complete_held", complete_many)
     return calls
 
 
@@ -78,7 +78,7 @@ async def test_a_completion_counts_only_once_redis_has_it(
 ) -> None:
     """While the batch's call is in flight the job still holds its slot and its lease,
     and is not counted; the answer frees it."""
-    real = settling.complete_held
+    real = settle.complete_held
     answer = trio.Event()
     in_flight = trio.Event()
 
@@ -87,7 +87,7 @@ async def test_a_completion_counts_only_once_redis_has_it(
         await answer.wait()
         return await real(conn, name, *done)
 
-    monkeypatch.setattr(settling, "complete_held", complete_many)
+    monkeypatch.setattr(settle, "complete_held", complete_many)
     q = echomq.Queue(queue, url=redis_url)
 
     @q.task()
@@ -113,7 +113,7 @@ async def test_a_batch_whose_reply_was_lost_is_sent_again_and_settles_once(
 ) -> None:
     """ConnectionLost after the call ran: the batch is sent again with the same tokens,
     answered ok (already completed), counted once, one completions entry per job."""
-    real = settling.complete_held
+    real = settle.complete_held
     attempts: list[int] = []
 
     async def complete_many(conn: Any, name: str, *done: Any) -> Any:
@@ -123,7 +123,7 @@ async def test_a_batch_whose_reply_was_lost_is_sent_again_and_settles_once(
             raise ConnectionLost("the reply was lost")
         return answers
 
-    monkeypatch.setattr(settling, "complete_held", complete_many)
+    monkeypatch.setattr(settle, "complete_held", complete_many)
     q = echomq.Queue(queue, url=redis_url)
 
     @q.task()
@@ -148,7 +148,7 @@ async def test_a_stop_while_a_batch_is_in_flight_waits_for_its_answer(
 ) -> None:
     """A shutdown does not hand back a job whose completion is in flight: the shielded
     call finishes, the job is completed, nothing is released."""
-    real = settling.complete_held
+    real = settle.complete_held
     answer = trio.Event()
     in_flight = trio.Event()
 
@@ -157,7 +157,7 @@ async def test_a_stop_while_a_batch_is_in_flight_waits_for_its_answer(
         await answer.wait()
         return await real(conn, name, *done)
 
-    monkeypatch.setattr(settling, "complete_held", complete_many)
+    monkeypatch.setattr(settle, "complete_held", complete_many)
     q = echomq.Queue(queue, url=redis_url)
 
     @q.task()

@@ -1,4 +1,4 @@
-"""A plain job runs its handler in its slot task's lane scope (``cancellation.py`` rule 5):
+"""A plain job runs its handler in its slot task's scope (``cancellation.py`` rule 5):
 one ``trio.CancelScope`` for a run of jobs, the job's scope only while its handler runs.
 What DESIGN promises of a job's own scope still holds: a cancel stops the handler at its
 next checkpoint (not inside ``job.shielded()``), a handler that reaches none completes
@@ -13,7 +13,7 @@ import trio
 
 import echomq
 from echomq._worker.cancellation import Held, Stop
-from echomq._worker.slots import Lane
+from echomq._worker.pool import SlotScope
 from echomq.errors import JobCancelled
 
 from ._runtime import serving, until
@@ -23,27 +23,27 @@ def _slot_task() -> int:
     return id(trio.lowlevel.current_task())
 
 
-async def test_the_stops_cancel_the_lane_scope_only_while_the_handler_runs_in_it() -> None:
-    """Held's guard: ``running`` set, the lane scope is cancelled and its own scope is not;
+async def test_the_stops_cancel_the_slot_scope_only_while_the_handler_runs_in_it() -> None:
+    """Held's guard: ``running`` set, the slot scope is cancelled and its own scope is not;
     before and after, its own scope (the one a job stopped before it starts runs in)."""
-    lane = Lane()
-    shared = lane.enter()
+    slot = SlotScope()
+    shared = slot.enter()
     try:
         before = Held("a", 1, 1000)
         before.cancel("early")  # not started: its own scope
         assert before.scope.cancel_called and not shared.cancel_called
 
         held = Held("b", 1, 1000)
-        held.running = lane
+        held.running = slot
         held.lose()
-        assert shared.cancel_called and lane.cancelled and not held.scope.cancel_called
+        assert shared.cancel_called and slot.cancelled and not held.scope.cancel_called
         assert held.stop is Stop.LOST
         held.running = None
-        held.shut_down()  # its handler is out: the lane is no longer its scope
+        held.shut_down()  # its handler is out: the slot scope is no longer its scope
         assert held.scope.cancel_called
     finally:
-        lane.leave()
-    assert lane.scope is None
+        slot.leave()
+    assert slot.scope is None
 
 
 async def test_a_cancel_after_the_last_checkpoint_reaches_neither_its_settling_nor_the_next_job(
@@ -88,7 +88,7 @@ async def test_a_cancel_after_the_last_checkpoint_reaches_neither_its_settling_n
 async def test_a_stop_that_comes_after_the_handler_returned_reaches_no_other_job(
     redis_url: str, queue: str
 ) -> None:
-    """Once its handler returned, a job's stops no longer reach the lane scope: the next
+    """Once its handler returned, a job's stops no longer reach the slot scope: the next
     job of the same slot task runs in it and is not cancelled by them."""
     q = echomq.Queue(queue, url=redis_url)
     waiting, gate = trio.Event(), trio.Event()
@@ -109,7 +109,7 @@ async def test_a_stop_that_comes_after_the_handler_returned_reaches_no_other_job
             assert await (await step.delay(0)).result(timeout=5) == 0
             second = await step.delay(1)
             await waiting.wait()
-            assert helds[0].lane is helds[1].lane  # the same slot task
+            assert helds[0].slot is helds[1].slot  # the same slot task
             helds[0].cancel("late")  # (as a keeper or an escalator holding it still would)
             helds[0].lose()
             helds[0].fence()
@@ -120,10 +120,10 @@ async def test_a_stop_that_comes_after_the_handler_returned_reaches_no_other_job
 
 
 @pytest.mark.parametrize("stop", ["cancel", "lose", "fence"])
-async def test_a_job_stopped_in_the_lane_scope_settles_as_before_and_the_next_gets_a_fresh_one(
+async def test_a_job_stopped_in_the_slot_scope_settles_as_before_and_the_next_gets_a_fresh_one(
     redis_url: str, queue: str, stop: str
 ) -> None:
-    """(b) The lane scope catches the handler's Cancelled: a cancel request completes it
+    """(b) The slot scope catches the handler's Cancelled: a cancel request completes it
     ``cancelled:<reason>``, a lost lease or a fence leaves it unsettled (as with a scope of
     its own); the same slot task then runs the next jobs, the first one cancelled again."""
     q = echomq.Queue(queue, url=redis_url)
@@ -169,7 +169,7 @@ async def test_a_job_stopped_in_the_lane_scope_settles_as_before_and_the_next_ge
     assert stats.cancelled == (1 if stop == "lose" else 2) and stats.lost == (stop == "lose")
 
 
-async def test_nurseries_scopes_and_shielded_sections_nest_in_the_lane_scope(
+async def test_nurseries_scopes_and_shielded_sections_nest_in_the_slot_scope(
     redis_url: str, queue: str
 ) -> None:
     """(c) An inner scope's own timeout stays inside the job; a cancel reaches a nursery's
@@ -220,7 +220,7 @@ async def test_nurseries_scopes_and_shielded_sections_nest_in_the_lane_scope(
 async def test_a_job_that_waits_keeps_its_slot_tasks_scope_to_itself(
     redis_url: str, queue: str
 ) -> None:
-    """(e) Jobs that wait go off duty, each in its own slot task and lane scope: cancelling
+    """(e) Jobs that wait go off duty, each in its own slot task and slot scope: cancelling
     one stops only it; the other, and the jobs run meanwhile, complete."""
     q = echomq.Queue(queue, url=redis_url)
     gates = {1: trio.Event(), 2: trio.Event()}
@@ -255,7 +255,7 @@ async def test_a_job_cancelled_before_it_starts_runs_in_its_own_cancelled_scope(
 ) -> None:
     """A cancel that reached a job before it started: it runs in its own, cancelled scope
     (a handler with no checkpoint completes normally; one with a checkpoint is cancelled),
-    and the slot task's lane scope is untouched for the next job."""
+    and the slot task's slot scope is untouched for the next job."""
     q = echomq.Queue(queue, url=redis_url)
     waiting, gate = trio.Event(), trio.Event()
 

@@ -1,8 +1,10 @@
-"""The cancellation bridge: the jobs a worker holds, and the one place that cancels them.
+"""The held-job table: the jobs a worker holds, and the one place that cancels them.
 
 Rule 1: every claimed job has a :class:`Held` record (id, token, lease, its
-``trio.CancelScope`` and ``CancelToken``) from the moment the claim answers until its
-outcome is settled or handed back. The lease keeper reads this map; nobody else keeps one.
+``CancelToken``) from the moment the claim answers until its outcome is settled or handed
+back (:meth:`InFlight.finish`). The lease keeper reads this map; nobody else keeps one.
+A job finished without being settled (a shutdown past grace, a worker cancelled from
+outside) joins the table's hand-back list, which the worker releases to pending.
 Rule 2: remote reasons cancel a job's scope only through :class:`InFlight`: a cancel
 request (the job completes as cancelled), a lost lease (the job is never settled), a
 shutdown past grace (the job is handed back to pending), a fence (a cancel whose grace ran
@@ -15,24 +17,20 @@ escalator (``escalation.py``) fences it in Redis then, unless it stopped first. 
 found stale after a cancel request is that fence (done by another worker's heartbeat).
 Stopping hard means: the job's scope and its hard scope are cancelled, so a thread task
 is abandoned (it runs on; its outcome is never used) and a process task's child killed.
-Rule 5: the job's scope. A job runs its handler in its slot task's lane scope
-(``slots.Lane``, one ``trio.CancelScope`` entered once for the jobs that slot task runs back
-to back: entering and leaving a scope per job is much of a job's cost in trio): while its
-handler runs, that scope is the job's and no other job's (``Held.running``). So the stops
-above cancel ``running`` while it is set. Before the job starts they cancel its own scope
-(``Held.scope``, made when first asked for) and set ``stop``: the runner then cancels the
-lane before the handler runs; after its handler is out, its own scope too (which nothing
-runs in: no effect, as for a scope left). A lane scope that was cancelled is never reused:
-the runner leaves it the moment the handler is out (before any checkpoint), and the slot
-task enters a fresh one for its next job. What else a job can do to the lane (leave a scope
-open in it, raise a ``Cancelled`` nothing asked for, cancel its slot) is checked there and
-then too, and is that job's failure (``slots.py`` rule 5).
+Rule 5: which scope a stop cancels. A job runs its handler in its slot task's scope
+(``pool.SlotScope``, shared by the jobs that slot task runs back to back): while its
+handler runs, that scope is the job's and no other job's (``Held.running``), so a stop
+cancels ``running`` while it is set. Before the handler runs (and after it is out), a stop
+cancels the job's own scope (``Held.scope``, made when first asked for) and sets ``stop``:
+the runner cancels the slot scope before the handler starts; after the handler is out, a
+cancel of its own scope, which nothing runs in, has no effect.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import OrderedDict
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 import attrs
@@ -41,7 +39,7 @@ import trio
 from .._model.cancel import CancelToken
 
 if TYPE_CHECKING:
-    from .slots import Lane
+    from .pool import SlotScope
 
 __all__ = ["Held", "InFlight", "Stop"]
 
@@ -66,9 +64,9 @@ class Held:
     token: int
     lease_ms: int
     _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
-    # rule 5: the slot task that carries it; that lane while the handler runs in its scope
-    lane: Lane | None = attrs.field(default=None, init=False)
-    running: Lane | None = attrs.field(default=None, init=False)
+    # rule 5: the scope of the slot task that carries it; the same while its handler runs
+    slot: SlotScope | None = attrs.field(default=None, init=False)
+    running: SlotScope | None = attrs.field(default=None, init=False)
     _cancel_token: CancelToken | None = attrs.field(default=None, init=False)
     stop: Stop | None = None
     settling: bool = False  # the outcome is being recorded: the keeper leaves it alone
@@ -78,12 +76,12 @@ class Held:
     task: str | None = None  # the task's name, once the payload is decoded (the tally's)
     fence_at: float | None = None  # rule 4: when the cancel's grace runs out (trio time)
     ran: float | None = None  # the handler's run time, seconds (None: it did not run)
-    waiting: bool = False  # prefetched: claimed, waiting for a slot (consumer.py rule 5)
+    waiting: bool = False  # prefetched: claimed, waiting for a slot (claims.py rule 5)
 
     @property
     def scope(self) -> trio.CancelScope:
         """The job's own scope (rule 5; made when first asked for: the runner runs a job in
-        its slot task's lane scope instead)."""
+        its slot task's scope instead)."""
         scope = self._scope
         if scope is None:
             scope = self._scope = trio.CancelScope()
@@ -142,6 +140,8 @@ class InFlight:
     """The map ``job_id -> Held`` and the events that change it."""
 
     jobs: dict[str, Held] = attrs.field(factory=dict, init=False)
+    # rule 1: (id, token) of jobs finished unsettled, for the worker to release to pending
+    hand_back: list[tuple[str, int]] = attrs.field(factory=list, init=False)
     _early: OrderedDict[str, tuple[float, str | None, float | None, bool]] = attrs.field(
         factory=OrderedDict, init=False
     )
@@ -165,20 +165,30 @@ class InFlight:
             self._apply(held, reason, None if grace is None else at + grace, fenced)
         return held
 
-    def remove(self, held: Held) -> None:
-        if self.jobs.get(held.id) is held:
-            del self.jobs[held.id]
-            if not self.jobs:
-                self._idle.set()
-
-    def remove_many(self, helds: list[Held]) -> None:
-        """:meth:`remove` each of ``helds``."""
+    def finish(self, helds: list[Held], settled: Collection[Held] | None = None) -> None:
+        """``helds`` are done: they leave the table. ``settled``: those whose outcome the
+        server has (None: every one); the others are handed back, unless recovery or a
+        fence owns them (a lost lease, a fence)."""
         jobs = self.jobs
         for held in helds:
             if jobs.get(held.id) is held:
                 del jobs[held.id]
+        if settled is not None and len(settled) < len(helds):
+            for held in helds:
+                if held not in settled and held.stop not in (Stop.LOST, Stop.FENCED):
+                    self.hand_back.append((held.id, held.token))
         if not jobs:
             self._idle.set()
+
+    def give_back(self, helds: list[Held]) -> None:
+        """Jobs that never started (prefetched, or claimed as the worker stops): out of the
+        table and onto the hand-back list."""
+        self.finish(helds, ())
+
+    def take_hand_back(self) -> list[tuple[str, int]]:
+        """The hand-back list, emptied."""
+        pending, self.hand_back = self.hand_back, []
+        return pending
 
     async def wait_idle(self) -> None:
         """Return once no job is held."""

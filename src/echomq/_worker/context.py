@@ -1,11 +1,11 @@
 """The :class:`Job` context a task sees while it runs, and ``current_job()``.
 
-Rule 1: the worker makes one ``Job`` per claim (``execution.py``) and binds it to a context
+Rule 1: the worker makes one ``Job`` per claim (``run.py``) and binds it to a context
 variable for the duration of the handler, so ``current_job()`` answers it from anywhere
 inside the job, a sync task's thread included.
 Rule 2: a ``Job`` reaches Redis only through the verbs (``progress``, ``log``,
 ``checkpoint``); it never settles the job: the worker does.
-Rule 3: a lost lease seen by ``checkpoint()`` goes to the cancellation bridge (``lose``),
+Rule 3: a lost lease seen by ``checkpoint()`` goes to the held-job table (``Held.lose``),
 as if the lease keeper had seen it.
 Rule 4: a task that does not take the ``Job`` may never ask for it: the worker then binds
 a :class:`Deferred` (``bind_deferred``), and ``current_job()`` makes the ``Job`` at its first

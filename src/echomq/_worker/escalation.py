@@ -1,7 +1,7 @@
 """The escalator: a held job whose cancel grace ran out is fenced, then stopped hard.
 
 Rule 1: a cancel request with a grace arms the job's fence time (``Held.fence_at``; the
-cancellation bridge). When it comes and the job has not stopped, the escalator runs
+held-job table). When it comes and the job has not stopped, the escalator runs
 ``cancel.fence_due`` (the same verb every worker's heartbeat runs): the job is settled
 cancelled in Redis and its token bumped, so whatever the handler does later cannot
 commit. A job it fenced is stopped hard (``Held.fence``: a thread abandoned, a process

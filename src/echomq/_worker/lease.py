@@ -7,7 +7,7 @@ Rule 2: an answer other than ``ok`` / ``cancel`` (stale / not_active / gone) mea
 lease is lost: the job's scope is cancelled and its outcome is never settled (after a
 cancel request it is the cancel's fence: the job is stopped hard, ``Held.lose``).
 Rule 3: ``cancel`` means the lease was renewed and the job's row carries a cancel request
-(``echomq.cancel.request``): the request goes to the cancellation bridge exactly as the
+(``echomq.cancel.request``): the request goes to the held-job table exactly as the
 cancel event would, so a worker that missed the event stops the job at this checkpoint.
 Rule 4: ``ConnectionLost`` and ``Unavailable`` (``errors.TRANSIENT``) are transient: logged,
 and the next tick tries again.

@@ -186,8 +186,7 @@ class WorkerCollector(Collector):
         )
         restarts.add_metric([name], s.helper_restarts)
         yield from (up, held, prefetched, slots, renewals, lost, stalls, sweeps, restarts)
-        runner = worker._runner
-        yield from task_families(name, runner.tally if runner is not None else Tally())
+        yield from task_families(name, worker._tally())
         stats = [self.stats] if self.stats_ok and self.stats is not None else []
         yield from queue_families(stats, self.stats_ok)
 

@@ -1,4 +1,4 @@
-"""What a worker's jobs did, per task: outcomes and run times, counted in plain numbers.
+"""What a worker's jobs did: its counters, and per task the outcomes and run times.
 
 Rule 1 (the hot path): recording one job is a dict lookup, an increment and a bisect on a
 tuple: no lock (one trio thread), no metrics library, no allocation once a task was seen.
@@ -15,7 +15,9 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from typing import Protocol
 
-__all__ = ["BUCKETS", "OUTCOMES", "Run", "Tally", "TaskTally"]
+import attrs
+
+__all__ = ["BUCKETS", "OUTCOMES", "Counters", "Run", "Tally", "TaskTally"]
 
 #: upper bounds (seconds) of the run-time histogram's buckets; the last bucket is +Inf
 BUCKETS: tuple[float, ...] = (
@@ -23,6 +25,21 @@ BUCKETS: tuple[float, ...] = (
     60.0, 300.0,
 )  # fmt: skip
 OUTCOMES = ("completed", "cancelled", "retried", "dead", "lost")
+
+
+@attrs.define
+class Counters:
+    """What this worker did, for ``Worker.statistics()`` and its heartbeat record."""
+
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    retried: int = 0
+    cancelled: int = 0
+    lost: int = 0
+    released: int = 0
+    abandoned: int = 0  # threads left running after a hard stop (their outcome unused)
+    terminated: int = 0  # process children killed by a hard stop (replaced)
 
 
 class Run(Protocol):
@@ -53,7 +70,7 @@ class TaskTally:
 
 
 class Tally:
-    """Every task's numbers for one worker (``JobRunner.tally``)."""
+    """Every task's numbers for one worker (``settle.Settler.tally``)."""
 
     __slots__ = ("tasks",)
 

@@ -1,15 +1,7 @@
-"""Soft time limits: :class:`~echomq.errors.SoftTimeLimit` raised inside a running job.
+"""Soft time limits of thread and process tasks, and the alarm they share.
 
-Rule 1: an async task is driven through :func:`soft_limited`, a trampoline between trio
-and the task's coroutine. Each time the task waits, the trampoline waits for it inside a
-``trio.CancelScope`` whose deadline is the soft limit, entered after the task's code
-yielded and left before it resumes (so the task's own scopes nest as they should). When
-that scope's deadline interrupts a wait, the task gets ``SoftTimeLimit`` there instead of
-``Cancelled``, once: unlike a cancellation it is an ordinary exception, so the task may
-catch it and go on awaiting (to clean up, or to return what it has). A cancellation from
-outside (a cancel request, a hard timeout) passes through untouched. A task that never
-waits is not interrupted (nothing in trio can interrupt it): it meets the limit at its
-next wait.
+Rule 1: an async task's soft limit is the slot pool's (``pool.soft_limited``: a trampoline
+between trio and the task's coroutine, hand-driven trio, so it lives in the pool).
 Rule 2: a sync task's thread gets ``SoftTimeLimit`` asynchronously
 (``PyThreadState_SetAsyncExc``): it is raised at the thread's next Python instruction; a
 blocking C call (``time.sleep``, a socket read) is not interrupted, it raises when it
@@ -24,8 +16,7 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import outcome
@@ -33,51 +24,9 @@ import trio
 
 from ..errors import SoftTimeLimit
 
-__all__ = ["ThreadCall", "run_with_alarm", "soft_limited"]
+__all__ = ["ThreadCall", "run_with_alarm"]
 
 T = TypeVar("T")
-
-
-@types.coroutine
-def _drive(coro: Coroutine[Any, Any, T], deadline: float, message: str) -> Generator[Any, Any, T]:
-    send: Any = None
-    throw: BaseException | None = None
-    fired = False
-    while True:
-        try:
-            if throw is not None:
-                exc, throw = throw, None
-                trap = coro.throw(exc)
-            else:
-                trap = coro.send(send)
-        except StopIteration as stop:
-            value: T = stop.value
-            return value
-        if fired:
-            try:
-                send = yield trap
-            except BaseException as exc:  # (trio sends outcomes; a throw is passed on)
-                throw = exc
-            continue
-        try:
-            with trio.CancelScope(deadline=deadline) as scope:
-                send = yield trap
-        except BaseException as exc:
-            throw = exc
-            continue
-        if (
-            scope.cancel_called
-            and isinstance(send, outcome.Error)
-            and isinstance(send.error, trio.Cancelled)
-            and trio.current_effective_deadline() > trio.current_time()  # not also outside
-        ):
-            fired = True
-            send = outcome.Error(SoftTimeLimit(message))
-
-
-async def soft_limited(coro: Coroutine[Any, Any, T], deadline: float, message: str) -> T:
-    """Await ``coro``; at ``deadline`` (trio time) its current wait raises SoftTimeLimit."""
-    return await _drive(coro, deadline, message)
 
 
 async def run_with_alarm(

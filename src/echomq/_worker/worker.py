@@ -5,70 +5,80 @@ Layout::
     serve
     ├── queue.open()              the command connection (shared) + the event feed
     ├── wake connection           the claims (BLPOP and the claim behind it when idle)
-    ├── jobs nursery              slot tasks (slots.py), each in a nursery of its own, that
-    │                             run the held jobs (execution.py); outlives the helpers
+    ├── jobs nursery              slot tasks (pool.py), each in a nursery of its own, that
+    │                             run the held jobs (run.py), and the batches of
+    │                             completions (settle.py); outlives the helpers
     └── helpers nursery           each supervised: crash -> logged -> restarted with backoff
-        ├── claim loop            consumer.py
+        ├── claim loop            claims.py
         ├── lease keeper          lease.py
         ├── recovery supervisor   sweeper.py
         ├── outbox relay          sweeper.py: flow children's outcomes to parents on other
-        │                         queues, when nudged (``outbox`` on emq:{q}:control)
+        │                         queues, when nudged
         ├── repeat scheduler      repeater.py (fires due repeatable runs; unless scheduler=off)
-        ├── cancel listener       cancel events (emq:{q}:control) -> InFlight.request_cancel
+        ├── listeners             listeners.py: cancel events (emq:{q}:control) ->
+        │                         InFlight.request_cancel; jobs scheduled; outbox nudges
         ├── escalator             a cancel's grace ran out: fence, stop hard (escalation.py)
         └── watchdog              a thread: heartbeat record, blocked loop (watchdog.py)
+
+Wiring: :meth:`Worker._assemble` builds every part once, top down, each given what it
+needs; a finished job goes one way: run (run.py) -> settle (settle.py) -> its slot freed
+(room.py) -> the claim loop, waiting on the room, claims again.
 
 Start: until Redis answers, ``serve`` waits with backoff (startup.py), one log line per
 attempt; a stop asked meanwhile ends it cleanly. Then the queue's data layout must be this
 echomq's (``admin.ensure_schema``: marked if absent, ``SchemaMismatch`` if another).
 
 Shutdown (``shutdown()``, or SIGINT/SIGTERM through ``run_worker``): stop claiming; hand
-the prefetched jobs (claimed, not started: consumer.py rule 5) back to pending at once
+the prefetched jobs (claimed, not started: claims.py rule 5) back to pending at once
 with one fenced ``release``; wait up to ``grace`` seconds for held jobs (the lease keeper
 keeps renewing them); cancel the rest and hand them back to pending at once with one
 fenced ``release``; then stop the helpers. A second ``shutdown(grace=0)`` cuts the wait short.
 
-A worker that fails (an error leaves ``serve``) is a crash: its started jobs are not handed
-back uncounted, their leases are cut so that recovery collects them as stalls at once; its
-prefetched jobs never started (not what failed it) and are handed back uncounted. Only a
+A worker that fails (an error leaves ``serve``) is a crash: its started jobs go to
+recovery, counted as stalls, its prefetched jobs back to pending (handback.py). Only a
 stop asked for ends ``serve`` quietly: its jobs or helpers ending without one (a scope of
 the worker's cancelled by code running in it) is such a failure too.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 import attrs
 import trio
 
-from .. import admin, jobs
+from .. import admin
 from .._model.options import DEFAULT_LEASE, seconds, to_ms
-from .._scripts import validate as v
 from .._trio import open_service_nursery
 from .._wire.dial import connect
 from .._wire.interface import RedisConnection
 from ..config import WorkerConfig, parse_url
-from ..errors import TRANSIENT, InvalidArgument
+from ..errors import InvalidArgument
 from ..events import EventFeed, open_control_feed
+from . import handback
 from .cancellation import InFlight
-from .consumer import Consumer
+from .claims import ClaimLoop
 from .escalation import Escalator
-from .execution import JobRunner
 from .lease import LeaseKeeper
+from .listeners import follow_cancels, follow_outbox, follow_schedule
+from .pool import SlotPool
 from .protocols import QUEUE_ATTRIBUTES, QueueSpec
 from .repeater import Repeater
+from .room import Room
+from .run import JobRunner
+from .settle import Settler
 from .startup import wait_for_redis
-from .supervise import Loop, Supervisor, is_crash
+from .supervise import Supervisor, is_crash
 from .sweeper import Sweeper
+from .tally import Counters, Tally
 from .watchdog import Watchdog, make_worker_id
 
 __all__ = ["Worker", "WorkerStatistics"]
 
 log = logging.getLogger("echomq.worker")
 
-_RELEASE_TIMEOUT = 5.0
 _CONFIG_FIELDS = frozenset(field.name for field in attrs.fields(WorkerConfig))
 
 
@@ -79,19 +89,19 @@ class WorkerStatistics:
     queue: str
     concurrency: int
     held: int
-    claimed: int
-    completed: int
-    failed: int
-    retried: int
-    cancelled: int
-    lost: int
-    released: int
-    sweeps: int
-    recovered: int
-    dead_lettered: int
-    helper_restarts: int
-    claims: int  # claim calls made
-    idle_waits: int  # waits on the wake list (the queue was empty or paused)
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    retried: int = 0
+    cancelled: int = 0
+    lost: int = 0
+    released: int = 0
+    sweeps: int = 0
+    recovered: int = 0
+    dead_lettered: int = 0
+    helper_restarts: int = 0
+    claims: int = 0  # claim calls made
+    idle_waits: int = 0  # waits on the wake list (the queue was empty or paused)
     stopping: bool
     prefetched: int = 0  # claimed jobs waiting for a slot (counted in held too)
     repeats_fired: int = 0  # repeatable runs this worker's scheduler enqueued
@@ -103,6 +113,23 @@ class WorkerStatistics:
     heartbeats: int = 0  # heartbeat records written
     redis_stalls: int = 0  # outages the watchdog saw (heartbeats failing or slow): not blocks
     redis_unreachable: bool = False  # the watchdog's last heartbeat did not get through in time
+
+
+@attrs.frozen
+class _Parts:
+    """What one ``serve`` runs, built once by :meth:`Worker._assemble`."""
+
+    counters: Counters
+    room: Room
+    settler: Settler
+    runner: JobRunner
+    pool: SlotPool
+    claims: ClaimLoop
+    keeper: LeaseKeeper
+    sweeper: Sweeper
+    escalator: Escalator
+    watchdog: Watchdog
+    repeater: Repeater | None
 
 
 async def _control_feed(url: str, queue: str, *, task_status: trio.TaskStatus[EventFeed]) -> None:
@@ -151,13 +178,7 @@ class Worker:
         self.inflight = InFlight()
         self._stop = trio.Event()
         self._hurry = trio.Event()
-        self._runner: JobRunner | None = None
-        self._sweeper: Sweeper | None = None
-        self._keeper: LeaseKeeper | None = None  # reached by echomq.testing.freeze_renewal
-        self._consumer: Consumer | None = None
-        self._repeater: Repeater | None = None
-        self._escalator: Escalator | None = None
-        self._watchdog: Watchdog | None = None
+        self._parts: _Parts | None = None  # while (and after) serving
         self._supervisor = Supervisor()
         self._serving = False
         self.metrics_address: tuple[str, int] | None = None  # (host, port) of /metrics
@@ -184,37 +205,59 @@ class Worker:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def _keeper(self) -> LeaseKeeper | None:
+        """The lease keeper (reached by ``echomq.testing.freeze_renewal`` and the CLI's
+        fault hooks)."""
+        return self._parts.keeper if self._parts is not None else None
+
+    @property
+    def _repeater(self) -> Repeater | None:
+        return self._parts.repeater if self._parts is not None else None
+
+    def _tally(self) -> Tally:
+        """The per-task numbers (``metrics.py``)."""
+        return self._parts.settler.tally if self._parts is not None else Tally()
+
     def statistics(self) -> WorkerStatistics:
-        c = self._runner.counters if self._runner is not None else None
+        p = self._parts
+        if p is None:
+            return WorkerStatistics(
+                queue=self.queue.name,
+                concurrency=self.config.concurrency,
+                held=len(self.inflight),
+                helper_restarts=self._supervisor.restarts,
+                stopping=self.stopping,
+            )
+        c = p.counters
         return WorkerStatistics(
             queue=self.queue.name,
             concurrency=self.config.concurrency,
             held=len(self.inflight),
-            claimed=c.claimed if c else 0,
-            completed=c.completed if c else 0,
-            failed=c.failed if c else 0,
-            retried=c.retried if c else 0,
-            cancelled=c.cancelled if c else 0,
-            lost=c.lost if c else 0,
-            released=c.released if c else 0,
-            sweeps=self._sweeper.sweeps if self._sweeper else 0,
-            recovered=self._sweeper.recovered if self._sweeper else 0,
-            dead_lettered=self._sweeper.dead if self._sweeper else 0,
+            claimed=c.claimed,
+            completed=c.completed,
+            failed=c.failed,
+            retried=c.retried,
+            cancelled=c.cancelled,
+            lost=c.lost,
+            released=c.released,
+            sweeps=p.sweeper.sweeps,
+            recovered=p.sweeper.recovered,
+            dead_lettered=p.sweeper.dead,
             helper_restarts=self._supervisor.restarts,
-            claims=self._consumer.claims if self._consumer else 0,
-            idle_waits=self._consumer.idle_waits if self._consumer else 0,
+            claims=p.claims.claims,
+            idle_waits=p.claims.idle_waits,
             stopping=self.stopping,
-            prefetched=self._consumer.prefetched if self._consumer else 0,
-            repeats_fired=self._repeater.fired if self._repeater else 0,
-            repeats_raced=self._repeater.raced if self._repeater else 0,
-            abandoned=c.abandoned if c else 0,
-            terminated=c.terminated if c else 0,
-            fenced=(self._escalator.fenced if self._escalator else 0)
-            + (self._watchdog.fenced if self._watchdog else 0),
-            blocks=self._watchdog.blocks if self._watchdog else 0,
-            heartbeats=self._watchdog.beats if self._watchdog else 0,
-            redis_stalls=self._watchdog.stalls if self._watchdog else 0,
-            redis_unreachable=bool(self._watchdog and self._watchdog.unreachable_since is not None),
+            prefetched=p.claims.prefetched,
+            repeats_fired=p.repeater.fired if p.repeater else 0,
+            repeats_raced=p.repeater.raced if p.repeater else 0,
+            abandoned=c.abandoned,
+            terminated=c.terminated,
+            fenced=p.escalator.fenced + p.watchdog.fenced,
+            blocks=p.watchdog.blocks,
+            heartbeats=p.watchdog.beats,
+            redis_stalls=p.watchdog.stalls,
+            redis_unreachable=p.watchdog.unreachable_since is not None,
         )
 
     # -- serving -----------------------------------------------------------------------
@@ -282,78 +325,15 @@ class Worker:
         name = self.queue.name
         if not self.queue.tasks:
             log.warning("queue %r has no registered tasks: every job will fail", name)
-        claim_lease_ms, period = self._leases()
-        runner = JobRunner(
-            queue=self.queue,
-            conn=conn,
-            inflight=self.inflight,
-            on_done=lambda n: None,
-            settle_timeout=self.config.settle_timeout,
-        )
-        self._runner = runner
-        keeper = self._keeper = LeaseKeeper(conn, name, self.inflight, period)
-        sweeper = Sweeper(
-            conn, name, self.config.recovery, self.config.recovery_interval, self.config.max_stalled
-        )
-        self._sweeper = sweeper
-        escalator = self._escalator = Escalator(conn, name, self.inflight, retry=period / 2)
-        watchdog = self._watchdog = Watchdog(
-            url=self.queue.url,
-            queue=name,
-            worker_id=self.id,
-            inflight=self.inflight,
-            counters=lambda: attrs.asdict(runner.counters),
-            concurrency=self.config.concurrency,
-            claim_lease_ms=claim_lease_ms,
-            keeper_period=period,
-            config=self.config,
-        )
         crashed = False
-        consumer: Consumer | None = None
+        parts: _Parts | None = None
         try:
             async with trio.open_nursery() as jobs_nursery:
-                consumer = Consumer(
-                    conn=conn,
-                    wake_conn=wake_conn,
-                    queue=name,
-                    inflight=self.inflight,
-                    runner=runner,
-                    jobs_nursery=jobs_nursery,
-                    concurrency=self.config.concurrency,
-                    claim_lease_ms=claim_lease_ms,
-                    worker=self.id,
-                    prefetch=self._prefetch(),
-                )
-                runner.on_done = consumer.slot_freed
-                self._consumer = consumer
+                parts = self._parts = self._assemble(conn, wake_conn, feed, jobs_nursery)
                 async with trio.open_nursery() as helpers:
-                    if self.config.metrics_port is not None:
-                        await self._serve_metrics(helpers)
-                    await helpers.start(
-                        self._supervisor.supervise, "cancel listener", self._listen(feed)
-                    )
-                    await helpers.start(
-                        self._supervisor.supervise,
-                        "schedule listener",
-                        self._watch_schedule(feed, consumer),
-                    )
-                    await helpers.start(self._supervisor.supervise, "lease keeper", keeper.run)
-                    await helpers.start(self._supervisor.supervise, "recovery", sweeper.run)
-                    await helpers.start(
-                        self._supervisor.supervise, "outbox relay", sweeper.run_relay
-                    )
-                    await helpers.start(
-                        self._supervisor.supervise, "outbox listener", self._nudges(feed, sweeper)
-                    )
-                    if self.config.scheduler:
-                        self._repeater = Repeater(conn, self.queue, feed)
-                        await helpers.start(
-                            self._supervisor.supervise, "repeat scheduler", self._repeater.run
-                        )
-                    await helpers.start(self._supervisor.supervise, "escalator", escalator.run)
-                    await helpers.start(self._supervisor.supervise, "watchdog", watchdog.run)
+                    await self._start_helpers(helpers, parts, feed)
                     claiming = trio.CancelScope()
-                    await helpers.start(self._claim_until_stopped, claiming, consumer)
+                    await helpers.start(self._claim_until_stopped, claiming, parts.claims)
                     log.info(
                         "worker serving %r at %s: tasks %s, concurrency %d, "
                         "recovery %s every %.1f s, worker id %s",
@@ -367,11 +347,12 @@ class Worker:
                     )
                     task_status.started()
                     await self._stop.wait()
-                    await consumer.stop()
-                    await self._release(conn, runner)  # the prefetched jobs, at once
+                    await parts.claims.stop()
+                    # the prefetched jobs, at once
+                    await handback.release(conn, self.queue.name, self.inflight, parts.counters)
                     claiming.cancel()
                     await self._drain()
-                    consumer.slots.close()
+                    parts.pool.close()
                     helpers.cancel_scope.cancel()
                 self._asked_to_stop()
             self._asked_to_stop()
@@ -379,23 +360,91 @@ class Worker:
             crashed = is_crash(exc)
             raise
         finally:
-            if crashed and consumer is not None:
-                # prefetched jobs never started, so they are not what took the worker
-                # down: handed back uncounted, the others left to recovery (counted)
-                started, runner.to_release = runner.to_release, []
-                consumer.give_back(unstarted=True)
-                try:
-                    await self._release(conn, runner)
-                except Exception as exc:  # failing already: their leases lapse instead
-                    log.error("worker failed: could not hand back its prefetched jobs (%s)", exc)
-                runner.to_release = started
-            elif consumer is not None:
-                consumer.give_back(unstarted=True)  # prefetched jobs: with the others
-            if crashed:
-                await self._abandon(conn, runner)
-            else:
-                await self._release(conn, runner)
-            await runner.processes.aclose()
+            if parts is not None:
+                await handback.serve_ended(
+                    conn, self.queue.name, self.inflight, parts.claims, parts.counters, crashed
+                )
+                await parts.runner.processes.aclose()
+
+    def _assemble(
+        self,
+        conn: RedisConnection,
+        wake_conn: RedisConnection,
+        feed: EventFeed,
+        jobs_nursery: trio.Nursery,
+    ) -> _Parts:
+        """Build every part of one ``serve``, top down, each given what it needs."""
+        name, config, inflight = self.queue.name, self.config, self.inflight
+        claim_lease_ms, period = self._leases()
+        counters = Counters()
+        room = Room(config.concurrency)
+        settler = Settler(
+            conn=conn,
+            queue=name,
+            inflight=inflight,
+            room=room,
+            nursery=jobs_nursery,
+            settle_timeout=config.settle_timeout,
+            counters=counters,
+        )
+        runner = JobRunner(queue=self.queue, conn=conn, settler=settler, counters=counters)
+        pool = SlotPool(jobs_nursery, runner.run)
+        claims = ClaimLoop(
+            conn=conn,
+            wake_conn=wake_conn,
+            queue=name,
+            inflight=inflight,
+            room=room,
+            pool=pool,
+            counters=counters,
+            claim_lease_ms=claim_lease_ms,
+            worker=self.id,
+            prefetch=self._prefetch(),
+        )
+        return _Parts(
+            counters=counters,
+            room=room,
+            settler=settler,
+            runner=runner,
+            pool=pool,
+            claims=claims,
+            keeper=LeaseKeeper(conn, name, inflight, period),
+            sweeper=Sweeper(
+                conn, name, config.recovery, config.recovery_interval, config.max_stalled
+            ),
+            escalator=Escalator(conn, name, inflight, retry=period / 2),
+            watchdog=Watchdog(
+                url=self.queue.url,
+                queue=name,
+                worker_id=self.id,
+                inflight=inflight,
+                counters=functools.partial(attrs.asdict, counters),
+                concurrency=config.concurrency,
+                claim_lease_ms=claim_lease_ms,
+                keeper_period=period,
+                config=config,
+            ),
+            repeater=Repeater(conn, self.queue, feed) if config.scheduler else None,
+        )
+
+    async def _start_helpers(self, helpers: trio.Nursery, parts: _Parts, feed: EventFeed) -> None:
+        """The supervised helper loops (the claim loop starts last, on its own)."""
+        supervise = self._supervisor.supervise
+        if self.config.metrics_port is not None:
+            await self._serve_metrics(helpers)
+        loops = [
+            ("cancel listener", functools.partial(follow_cancels, feed, self.inflight)),
+            ("schedule listener", functools.partial(follow_schedule, feed, parts.claims)),
+            ("lease keeper", parts.keeper.run),
+            ("recovery", parts.sweeper.run),
+            ("outbox relay", parts.sweeper.run_relay),
+            ("outbox listener", functools.partial(follow_outbox, feed, parts.sweeper)),
+        ]
+        if parts.repeater is not None:
+            loops.append(("repeat scheduler", parts.repeater.run))
+        loops += [("escalator", parts.escalator.run), ("watchdog", parts.watchdog.run)]
+        for name, loop in loops:
+            await helpers.start(supervise, name, loop)
 
     def _asked_to_stop(self) -> None:
         """A nursery of the worker's ended quietly: only a stop asked for may end it. A
@@ -431,12 +480,12 @@ class Worker:
     async def _claim_until_stopped(
         self,
         claiming: trio.CancelScope,
-        consumer: Consumer,
+        claims: ClaimLoop,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         with claiming:
-            await self._supervisor.supervise("claim loop", consumer.run, task_status=task_status)
+            await self._supervisor.supervise("claim loop", claims.run, task_status=task_status)
         log.info("stopped claiming on %r", self.queue.name)
 
     async def _drain(self) -> None:
@@ -461,105 +510,3 @@ class Worker:
             log.info("shutdown: cancelling %d job(s) past grace", len(self.inflight))
         self.inflight.shut_down_all()
         await self.inflight.wait_idle()
-
-    async def _release(self, conn: RedisConnection, runner: JobRunner) -> None:
-        """Hand unsettled jobs back to pending at once (fenced; no count)."""
-        pending = runner.to_release
-        if not pending:
-            return
-        runner.to_release = []
-        with trio.CancelScope(shield=True), trio.move_on_after(_RELEASE_TIMEOUT):
-            try:
-                answers: dict[str, str] = {}
-                for start in range(0, len(pending), v.MAX_HELD):  # the verb's cap per call
-                    chunk = pending[start : start + v.MAX_HELD]
-                    answers.update(await jobs.release(conn, self.queue.name, chunk))
-            except TRANSIENT as exc:
-                log.error(
-                    "shutdown: could not hand back %d job(s) (%s); recovery will return them",
-                    len(pending),
-                    exc,
-                )
-                return
-            released = [job_id for job_id, answer in answers.items() if answer == "ok"]
-            runner.counters.released += len(released)
-            log.info("shutdown: handed %d job(s) back to pending", len(released))
-
-    async def _abandon(self, conn: RedisConnection, runner: JobRunner) -> None:
-        """The worker failed: leave held jobs to recovery as crashed (counted as stalls).
-
-        Their leases are cut to 1 ms, so the next sweep (any worker's, or this one's when
-        it restarts) collects them at once and counts them, as it would after a SIGKILL:
-        a job that takes its worker down is bounded by ``max_stalled``. Nothing is
-        handed back uncounted.
-        """
-        held = runner.to_release
-        if not held:
-            return
-        runner.to_release = []
-        with trio.CancelScope(shield=True), trio.move_on_after(_RELEASE_TIMEOUT):
-            try:
-                await jobs.extend_locks(conn, self.queue.name, held, 1)
-            except Exception as exc:  # the worker is failing already; recovery still runs
-                log.error(
-                    "worker failed: could not cut the leases of %d job(s) (%s); they return "
-                    "when their leases lapse",
-                    len(held),
-                    exc,
-                )
-                return
-        log.error(
-            "worker failed holding %d job(s): left to recovery as stalled (counted)", len(held)
-        )
-
-    def _listen(self, feed: EventFeed) -> Loop:
-        async def listen(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            with feed.listen(events=("cancel",), buffer=4096) as events:
-                task_status.started()
-                async for event in events:
-                    if event.job is not None:
-                        reason = event.fields.get("reason")
-                        grace = event.fields.get("grace_ms")
-                        fenced = event.fields.get("fenced") is True
-                        found = self.inflight.request_cancel(
-                            event.job,
-                            reason if isinstance(reason, str) else None,
-                            grace=grace / 1000 if isinstance(grace, int | float) else None,
-                            fenced=fenced,
-                        )
-                        if found and fenced:
-                            log.warning(
-                                "job %s: fenced (its cancel grace ran out): stopping it hard",
-                                event.job,
-                            )
-                        elif found:
-                            log.info("job %s: cancel requested (%s)", event.job, reason)
-
-        return listen
-
-    def _nudges(self, feed: EventFeed, sweeper: Sweeper) -> Loop:
-        """A flow child whose parent is on another queue finished here: relay it now."""
-
-        async def nudges(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            with feed.listen(events=("outbox",), buffer=64) as events:
-                task_status.started()
-                async for _ in events:
-                    sweeper.relay_soon()
-
-        return nudges
-
-    def _watch_schedule(self, feed: EventFeed, consumer: Consumer) -> Loop:
-        async def watch(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-            with feed.listen(events=("scheduled", "retrying"), buffer=1024) as events:
-                task_status.started()
-                async for event in events:
-                    delay_ms = event.fields.get("delay_ms")
-                    due_in = delay_ms / 1000 if isinstance(delay_ms, int | float) else None
-                    if event.event == "retrying" and not due_in:
-                        continue  # retried at once: the script pushed a wake token
-                    try:
-                        await consumer.scheduled(due_in)
-                    except TRANSIENT:
-                        pass  # the idle cap still bounds the wait
-
-        return watch

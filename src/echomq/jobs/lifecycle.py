@@ -312,23 +312,13 @@ def _claimed(reply: Any) -> list[Claimed]:
     if not isinstance(reply, list) or len(reply) % 5 > 1:
         raise ScriptError(f"claim: unexpected reply {reply!r}")
     n = len(reply) - len(reply) % 5
-    out: list[Claimed] = []
-    new, cls, add = object.__new__, Claimed, out.append
-    for job_id, payload, token, failures, trace in zip(
-        reply[0:n:5], reply[1:n:5], reply[2:n:5], reply[3:n:5], reply[4:n:5], strict=True
-    ):
-        # Claimed(...) without the __init__ call (the same fields, no defaults to apply:
-        # the reply has every one): up to 250 per claim, on the worker's hot path
-        job = new(cls)
-        job.__dict__.update(
-            id=job_id.decode() if type(job_id) is bytes else text(job_id),
-            payload=payload,
-            token=token,
-            failures=failures,
-            trace=trace,
+    columns = zip(reply[0:n:5], reply[1:n:5], reply[2:n:5], reply[3:n:5], reply[4:n:5], strict=True)
+    return [
+        Claimed(
+            job_id.decode() if type(job_id) is bytes else text(job_id), payload, token, f, trace
         )
-        add(job)
-    return out
+        for job_id, payload, token, f, trace in columns
+    ]
 
 
 def _read_claim(reply: Any) -> ClaimBatch:

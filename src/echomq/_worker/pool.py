@@ -1,53 +1,66 @@
-"""Slot tasks: long-lived trio tasks that run claimed jobs, one job at a time each.
+"""The slot pool: long-lived trio tasks that run claimed jobs, one job at a time each.
 
-Rule 1: a claimed job that has a slot joins the slot tasks' queue; an idle slot task is
-woken for it only when none is on duty (on duty: woken and not yet parked, and not
-waiting inside a job), or a new slot task is started in the jobs nursery when none is
-idle. A slot task on duty runs the queued jobs one after another until the queue is
-empty, then parks: a batch of jobs that never wait costs one wakeup, not one per job
-(no task is made per job, and no park and reschedule per job). The moment a job waits
-(its first trio checkpoint) its slot task goes off duty, and another is woken for the
-rest of the queue, so no queued job waits behind a running one. There are at most as
-many slot tasks as jobs running at once (``concurrency``). The job still runs in its
-own ``trio.CancelScope`` (``execution.py``, rule 1): a slot task only carries it (rule 4).
-Fairness: the jobs a slot task runs in one go are the queued ones, at most the free
-slots (``concurrency``): the same jobs that, one task each, ran in one scheduler tick.
-The slot task is named ``job <id>`` while it runs that job (the watchdog reads it).
-Rule 2: each job runs in a fresh copy of the context the slot tasks were made in (the
-consumer's; ``_in_context``): a context variable a job sets is not seen by the next job
-of the same slot task, nor by the tasks this module starts.
-Rule 3: :meth:`Slots.close` ends the idle slot tasks, and each busy one once its job is
-done, so the jobs nursery can exit; a cancelled jobs nursery ends them too (a parked
-slot task takes the cancellation; a busy one ends with its job's ``Cancelled``).
-Rule 4: a slot task holds one cancel scope, its :class:`Lane` (``cancellation.py`` rule 5),
-entered before its first job and left when it ends: a job runs its handler in it (the job's
-scope while it runs), so a run of jobs enters one scope, not one per job. A job cancelled in
-it leaves it (the runner does, at once); the next job gets a fresh one.
+This module is the one room of hand-driven trio in the worker: slot tasks parked and
+rescheduled by hand, a cancel scope entered by hand and shared across a run of jobs, a
+job's coroutine driven step by step, and the reads of trio internals that keep the shared
+scope sound. It is here because a task and a scope per job are most of a no-op job's cost
+in trio; ``python -m benchmarks cpu_per_job`` guards that cost. Outside, the pool is
+``pool.start(claimed, held)``, ``pool.close()``, ``pool.unstarted()``, and
+:func:`soft_limited` for a job's soft time limit.
+
+Rule 1 (slot tasks): a job given a slot joins the pool's queue; an idle slot task is woken
+for it only when none is on duty (woken and not yet parked, and not waiting inside a job),
+or a new slot task is started in the jobs nursery when none is idle. A slot task on duty
+runs the queued jobs one after another until the queue is empty, then parks: a batch of
+jobs that never wait costs one wakeup, not one per job. The moment a job waits (its first
+trio checkpoint) its slot task goes off duty, and another is woken for the rest of the
+queue, so no queued job waits behind a running one. There are at most as many slot tasks
+as jobs running at once (``concurrency``). A slot task is named ``job <id>`` while it runs
+that job (the watchdog reads it).
+Rule 2 (context): each job runs in a fresh copy of the context the slot tasks were made in
+(:func:`_in_context`): a context variable a job sets is not seen by the next job of the
+same slot task.
+Rule 3 (closing): :meth:`SlotPool.close` ends the idle slot tasks, and each busy one once
+its job is done, so the jobs nursery can exit; a cancelled jobs nursery ends them too (a
+parked slot task takes the cancellation; a busy one ends with its job's ``Cancelled``).
+Rule 4 (the slot scope): a slot task holds one cancel scope, its :class:`SlotScope`,
+entered before its first job and left when it ends. A job runs its handler in it: while
+the handler runs, it is that job's scope and no other job's (``Held.running``), so a run
+of jobs enters one scope, not one per job. A scope cancelled for a job (a stop, its
+deadline) is left at once, when the handler is out; the next job gets a fresh one.
 Rule 5 (isolation): a job's trio mistakes stay the job's. Sharing a scope across jobs is
-only sound because, once each handler is out, :meth:`Lane.end` checks that the job left the
-slot task as it found it, before any checkpoint (what it finds is that job's failure; the
-runner settles it, ``execution.py`` rule 3):
-- the task's innermost cancel scope must be the lane again. A scope the job left open
-  (entered by hand, or held by an async generator suspended at its ``yield``) is closed by
-  closing the lane: trio's own repair (``CancelScope._close`` on a misnested exit: the
-  inner scopes are abandoned, left cancelled and detached, and a ``RuntimeError`` says so,
-  which is caught here); the next job gets a fresh lane. A stack trio cannot bring back to
-  where the lane was entered, or a nursery left open (trio fails the task when it exits),
-  makes the slot task unusable: it ends and the pool replaces it (rule 6).
-- a ``Cancelled`` out of the handler belongs to the lane's own cancellation (a stop: the
-  lane catches it), to the lane's deadline (a timed job's timeout), to the worker's (an
+only sound because, once each handler is out, :meth:`SlotScope.end` checks that the job
+left the slot task as it found it, before any checkpoint (what it finds is that job's
+failure: ``outcome.py``):
+- the task's innermost cancel scope must be the slot scope again. A scope the job left
+  open (entered by hand, or held by an async generator suspended at its ``yield``) is
+  closed by closing the slot scope: trio's own repair (``CancelScope._close`` on a
+  misnested exit: the inner scopes are abandoned, left cancelled and detached, and a
+  ``RuntimeError`` says so, which is caught here); the next job gets a fresh scope. A stack
+  trio cannot bring back to where the scope was entered, or a nursery left open (trio
+  fails the task when it exits), makes the slot task unusable: it ends and the pool
+  replaces it (rule 6).
+- a ``Cancelled`` out of the handler belongs to the slot scope's own cancellation (a stop:
+  the scope catches it), to its deadline (a timed job's timeout), to the worker's (an
   enclosing scope is cancelled: it passes), or to nothing: a stray one (re-raised outside
   the scope that caught it, made by hand) is the job's failure, not a reason to end the
   slot task, which would take the worker down.
 - the slot task's own nursery (rule 6) must not be cancelled: only a job can do that.
 These checks read trio internals (``Task._cancel_status``, ``CancelStatus``,
-``Task._child_nurseries``): they live here, next to the hand-entered scope they guard, and
-nowhere else. ``benchmarks/cpu_per_job.py`` guards the cost of sharing the scope.
+``Task._child_nurseries``): they live here, next to the hand-entered scope they guard.
 Rule 6: each slot task runs in a nursery of its own, opened by a small host task in the
 jobs nursery, so a job's ``current_task().parent_nursery`` is its slot's: cancelling it
 ends that slot task only (the job fails, rule 5), and the pool starts another for the
 queued jobs. A slot task a job made unusable ends the same way; what trio raises when it
 exits (a nursery it left open) is logged by its host, never raised into the jobs nursery.
+Rule 7 (soft time limits): an async task with a ``soft_timeout`` is driven through
+:func:`soft_limited`, a trampoline between trio and the task's coroutine. Each time the
+task waits, the trampoline waits for it inside a cancel scope whose deadline is the soft
+limit, entered after the task's code yielded and left before it resumes (so the task's
+own scopes nest as they should). When that scope interrupts a wait, the task gets
+``SoftTimeLimit`` there instead of ``Cancelled``, once: an ordinary exception, which the
+task may catch and go on awaiting. A cancellation from outside passes through untouched.
+A task that never waits meets the limit at its next wait. Only such tasks pay for it.
 """
 
 from __future__ import annotations
@@ -58,29 +71,31 @@ import logging
 import math
 import types
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, TypeVar
 
 import attrs
 import outcome
 import trio
 
 from .._model.job import Claimed
+from ..errors import SoftTimeLimit
 from .cancellation import Held
 
-__all__ = ["Ending", "Lane", "Slots"]
+__all__ = ["Ending", "SlotPool", "SlotScope", "soft_limited"]
 
 log = logging.getLogger("echomq.worker")
 
+T = TypeVar("T")
 Run = Callable[[Claimed, Held], Coroutine[Any, Any, None]]
 
 
 class Ending(enum.Enum):
-    """How a job's run in its lane ended, once its handler is out (rule 5)."""
+    """How a job's run in its slot scope ended, once its handler is out (rule 5)."""
 
     HANDLER = "handler"  # nothing wrong: what the handler returned or raised decides
-    STOPPED = "stopped"  # a stop of the worker's cancelled the lane: it caught the Cancelled
-    TIMED_OUT = "timed out"  # the lane's deadline (the job's timeout) caught the Cancelled
+    STOPPED = "stopped"  # a stop of the worker's cancelled the scope: it caught the Cancelled
+    TIMED_OUT = "timed out"  # the scope's deadline (the job's timeout) caught the Cancelled
     PASSED = "passed"  # the worker itself is cancelled: the Cancelled goes on
     # the job's failures (the value is its reason)
     LEFT_OPEN = (
@@ -98,9 +113,9 @@ class Ending(enum.Enum):
     )
 
 
-class Lane:
-    """A slot task's shared cancel scope (rule 4): entered by the slot task, left by it or,
-    once cancelled or misused, by the runner of the job it ended for (:meth:`end`)."""
+class SlotScope:
+    """A slot task's cancel scope, shared by the jobs it runs (rule 4): entered by the slot
+    task, left by it or, once cancelled or misused, by :meth:`end` for the job it ended."""
 
     __slots__ = ("_outer", "_status", "_task", "broken", "cancelled", "host", "scope")
 
@@ -186,7 +201,7 @@ class Lane:
         return ending
 
     def _repair(self) -> Ending:
-        """The task's innermost scope is not the lane: close the lane, so trio closes what
+        """The task's innermost scope is not the slot scope: close it, so trio closes what
         the job left open inside it (and raises RuntimeError for it, caught here)."""
         scope = self.scope
         assert scope is not None
@@ -202,8 +217,8 @@ class Lane:
 
 
 @attrs.define(eq=False)
-class Slots:
-    """The slot tasks of one consumer."""
+class SlotPool:
+    """The slot tasks of one worker; ``run(claimed, held)`` runs one job."""
 
     nursery: trio.Nursery
     run: Run
@@ -213,7 +228,7 @@ class Slots:
     _idle: list[trio.lowlevel.Task] = attrs.field(factory=list, init=False)
     _on_duty: int = attrs.field(default=0, init=False)
     _closed: bool = attrs.field(default=False, init=False)
-    # rule 2: the context the slot tasks (and spawn()'s tasks) are made in
+    # rule 2: the context the slot tasks are made in
     _base: contextvars.Context = attrs.field(factory=contextvars.copy_context, init=False)
 
     @property
@@ -224,7 +239,7 @@ class Slots:
     def start(self, job: Claimed, held: Held) -> None:
         """Run ``job`` in a slot task (no checkpoint here)."""
         if self._closed:
-            raise RuntimeError("the slots are closed")
+            raise RuntimeError("the slot pool is closed")
         self._queue.append((job, held))
         if not self._on_duty:
             self._wake()
@@ -236,10 +251,11 @@ class Slots:
         self._queue.clear()
         return queued
 
-    def spawn(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
-        """Start ``fn(arg)`` in the jobs nursery, in a copy of the slots' base context
-        (not the context of the job that asked)."""
-        self._base.run(self.nursery.start_soon, fn, arg)
+    def close(self) -> None:
+        """End every slot task once it is idle (rule 3)."""
+        self._closed = True
+        while self._idle:
+            trio.lowlevel.reschedule(self._idle.pop(), outcome.Value(False))
 
     def _wake(self) -> None:
         self._on_duty += 1
@@ -256,21 +272,15 @@ class Slots:
         if self._queue and not self._on_duty:  # (even closing: a queued job still runs)
             self._wake()
 
-    def close(self) -> None:
-        """End every slot task once it is idle (rule 3)."""
-        self._closed = True
-        while self._idle:
-            trio.lowlevel.reschedule(self._idle.pop(), outcome.Value(False))
-
     async def _host(self) -> None:
         """Rule 6: a slot task in a nursery of its own."""
-        lane = Lane()
+        scope = SlotScope()
         try:
             async with trio.open_nursery() as own:
-                lane.host = own.cancel_scope
-                own.start_soon(self._slot, lane)
+                scope.host = own.cancel_scope
+                own.start_soon(self._slot, scope)
         except BaseExceptionGroup as group:
-            if not lane.broken:
+            if not scope.broken:
                 raise
             # what trio raised as the broken slot task exited (a nursery a job left open)
             cancelled, rest = group.split(trio.Cancelled)
@@ -284,7 +294,7 @@ class Slots:
             if cancelled is not None:
                 raise cancelled from None
 
-    async def _slot(self, lane: Lane) -> None:
+    async def _slot(self, scope: SlotScope) -> None:
         task = trio.lowlevel.current_task()
         base = task.context.copy()  # rule 2: each job starts from this one
         queue, idle, run = self._queue, self._idle, self.run
@@ -300,11 +310,11 @@ class Slots:
                 while queue:
                     job, held = queue.popleft()
                     task.name = "job " + job.id  # as a task per job was named (the watchdog's)
-                    if lane.scope is None:  # rule 4: the first job, or one cancelled in it
-                        lane.enter()
-                    held.lane = lane
+                    if scope.scope is None:  # rule 4: the first job, or one cancelled in it
+                        scope.enter()
+                    held.slot = scope
                     await _in_context(base.copy(), run(job, held), self)
-                    if lane.broken:  # rule 5: unusable now; the queue goes to another
+                    if scope.broken:  # rule 5: unusable now; the queue goes to another
                         on_duty = False
                         self._off_duty()
                         return
@@ -316,19 +326,19 @@ class Slots:
                 if not await wait(abort):
                     return
                 on_duty = True  # (start() counted it when it woke it)
-        except BaseException as exc:  # (its lane scope, not cancelled, never catches it)
-            if lane.scope is None or not lane.leave(exc):
+        except BaseException as exc:  # (its slot scope, not cancelled, never catches it)
+            if scope.scope is None or not scope.leave(exc):
                 raise
         finally:
             if on_duty:  # ended by its job's Cancelled (the nursery's queue dies with it)
                 self._on_duty -= 1
-            if lane.scope is not None:  # ended: closed
-                lane.leave()
+            if scope.scope is not None:  # ended: closed
+                scope.leave()
 
 
 @types.coroutine
 def _in_context(
-    ctx: contextvars.Context, coro: Coroutine[Any, Any, None], slots: Slots
+    ctx: contextvars.Context, coro: Coroutine[Any, Any, None], pool: SlotPool
 ) -> Generator[Any, Any, None]:
     """Await ``coro`` with every step of it run in ``ctx`` (rule 2: what a task of its own
     would give the job, without one). Its first wait takes the slot task off duty."""
@@ -336,7 +346,7 @@ def _in_context(
         msg = ctx.run(coro.send, None)
     except StopIteration:
         return  # done without waiting: the common case, no trio step of its own
-    slots._off_duty()
+    pool._off_duty()
     try:
         while True:
             try:
@@ -355,4 +365,49 @@ def _in_context(
                 except StopIteration:
                     return
     finally:
-        slots._on_duty += 1  # back in the loop (or ending: see _slot)
+        pool._on_duty += 1  # back in the loop (or ending: see _slot)
+
+
+@types.coroutine
+def _soft_drive(
+    coro: Coroutine[Any, Any, T], deadline: float, message: str
+) -> Generator[Any, Any, T]:
+    send: Any = None
+    throw: BaseException | None = None
+    fired = False
+    while True:
+        try:
+            if throw is not None:
+                exc, throw = throw, None
+                trap = coro.throw(exc)
+            else:
+                trap = coro.send(send)
+        except StopIteration as stop:
+            value: T = stop.value
+            return value
+        if fired:
+            try:
+                send = yield trap
+            except BaseException as exc:  # (trio sends outcomes; a throw is passed on)
+                throw = exc
+            continue
+        try:
+            with trio.CancelScope(deadline=deadline) as scope:
+                send = yield trap
+        except BaseException as exc:
+            throw = exc
+            continue
+        if (
+            scope.cancel_called
+            and isinstance(send, outcome.Error)
+            and isinstance(send.error, trio.Cancelled)
+            and trio.current_effective_deadline() > trio.current_time()  # not also outside
+        ):
+            fired = True
+            send = outcome.Error(SoftTimeLimit(message))
+
+
+async def soft_limited(coro: Coroutine[Any, Any, T], deadline: float, message: str) -> T:
+    """Await ``coro``; at ``deadline`` (trio time) its current wait raises SoftTimeLimit
+    (rule 7)."""
+    return await _soft_drive(coro, deadline, message)

@@ -1,4 +1,4 @@
-"""Slot tasks (``_worker/slots.py``): jobs run in long-lived tasks, each job in a fresh
+"""The slot pool (``_worker/pool.py``): jobs run in long-lived tasks, each job in a fresh
 copy of the slot's context, and the slots end with the worker."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import trio.testing
 import echomq
 from echomq._model.job import Claimed
 from echomq._worker.cancellation import Held
-from echomq._worker.slots import Slots
+from echomq._worker.pool import SlotPool
 
 from ._runtime import serving
 
@@ -65,7 +65,7 @@ async def test_queued_jobs_run_back_to_back_each_in_its_own_scope_and_context() 
 
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            slots = Slots(nursery, run)
+            slots = SlotPool(nursery, run)
             jobs = [_job(n) for n in range(5)]
             jobs[4][1].scope.cancel()  # a cancel that reached the last before it started
             for claimed, held in jobs:
@@ -91,7 +91,7 @@ async def test_a_job_that_waits_hands_the_queue_to_another_slot_task() -> None:
 
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            slots = Slots(nursery, run)
+            slots = SlotPool(nursery, run)
             for n in range(4):
                 slots.start(*_job(n))
             await trio.testing.wait_all_tasks_blocked()
@@ -117,7 +117,7 @@ async def test_a_cancelled_jobs_nursery_still_starts_each_queued_job() -> None:
 
     with trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            slots = Slots(nursery, run)
+            slots = SlotPool(nursery, run)
             for n in range(3):
                 slots.start(*_job(n))
             nursery.cancel_scope.cancel()
@@ -128,7 +128,7 @@ async def test_a_cancelled_jobs_nursery_still_starts_each_queued_job() -> None:
 async def test_jobs_no_slot_task_started_are_left_for_the_hand_back() -> None:
     """A slot task that fails (never a job's failure: the runner keeps those) takes the
     jobs nursery down; the jobs still queued never started: ``unstarted()`` gives them to
-    the consumer's hand-back."""
+    the claim loop's hand-back."""
     ran: list[str] = []
 
     async def run(job: Claimed, held: Held) -> None:
@@ -137,7 +137,7 @@ async def test_jobs_no_slot_task_started_are_left_for_the_hand_back() -> None:
 
     with pytest.raises(ExceptionGroup), trio.fail_after(5):
         async with trio.open_nursery() as nursery:
-            slots = Slots(nursery, run)
+            slots = SlotPool(nursery, run)
             for n in range(3):
                 slots.start(*_job(n))
     assert ran == ["j0"]

@@ -1,10 +1,9 @@
 """The claim loop: batch claims sized to the free slots; idle waits on the wake list.
 
-Rule 1: at most ``concurrency`` jobs run (or settle) at once, and at most ``prefetch``
-more wait for a slot (rule 5). The loop claims as many jobs as there is room for in one
-script call, and hands each to a slot task (``slots.py``: a long-lived task of the jobs
-nursery, not a task per job).
-Rule 1b: one claim asks for at most half the slots (rounded up; ``cohort``), so that
+Rule 1: at most ``concurrency`` jobs run (or settle) at once (``room.py``), and at most
+``prefetch`` more wait for a slot (rule 5). The loop claims as many jobs as there is room
+for in one script call, and hands each to the slot pool (``pool.py``).
+Rule 1b: one claim asks for at most half the slots (rounded up; ``Room.cohort``), so that
 one half runs while the other half's completions and the next claim are on the server:
 the worker and Redis work side by side instead of taking turns (one claim for every slot
 made the worker wait for Redis twice per batch, and Redis for the worker).
@@ -14,32 +13,30 @@ loop together) frees its slots first, so the next claim is sent before these job
 the server works on it while they do.
 Rule 1d: busy claims go out on the wake connection too (the claim loop is its only user,
 one call at a time), so each is written the moment it is made, by the claim loop itself,
-and answered alone: on the command connection it waited for the writer task (behind the
-jobs of the tick) and came back only with the batch of completions read with it.
-Rule 5 (prefetch): while the slots turn over fast (the last ``cohort`` of them freed
-within ``PREFETCH_TURNOVER``, and recently), the loop claims up to ``prefetch`` jobs more
-than there are free slots, up to ``concurrency`` (at most 250) in one claim (bigger
-claims: fewer script calls and writes per job; rule 1b's halves are for a worker that
-does not prefetch): they wait, claimed, in ``_ready`` and each takes the next slot
-that frees, so the worker always has a batch to run while Redis settles the last one and
-claims the next (Celery's prefetch). A waiting job is held like a running one (in the
-``InFlight`` map: the lease keeper renews it, a cancel request or a lost lease reaches
-it; a job that lost its lease while waiting is never run). Stopping hands the waiting
-jobs back at once (``give_back``; the worker releases them, fenced, before the grace
-starts); a worker that fails starts none once its jobs nursery is cancelled, and hands
-them back uncounted (they never ran: not what failed it). Slow jobs never prefetch:
-a prefetched job would wait behind them while another worker idles.
+and answered alone: on the command connection it would wait for the writer task (behind
+the jobs of the tick) and come back only with the batch of completions read with it.
 Rule 2: when a claim answers fewer jobs than asked, the queue is (for now) empty or
 paused: the next claim waits behind a BLPOP on the wake list (``wait_then_claim``: both
 go out in one write, on a connection of its own), so it runs on the server the moment a
 token arrives, the next scheduled job is due, or the idle cap passes. It never spins.
 Rule 3: a claim is never abandoned once sent: its reply is awaited under a shield (a
-bounded one), and the jobs it brings are run, or handed back when the consumer stops.
-To stop an idle wait at once, the consumer nudges its own wake list.
+bounded one), and the jobs it brings are run, or handed back when the loop stops.
+To stop an idle wait at once, the loop nudges its own wake list.
 Rule 4: ``ConnectionLost`` and ``Unavailable`` (``errors.TRANSIENT``) are transient: the loop
-backs off and tries again. A claim
-whose reply was lost leaves its jobs active on the server: their leases lapse and the
-recovery sweep returns them.
+backs off and tries again. A claim whose reply was lost leaves its jobs active on the
+server: their leases lapse and the recovery sweep returns them.
+Rule 5 (prefetch): while the slots turn over fast (``Room.fast``), the loop claims up to
+``prefetch`` jobs more than there are free slots, up to ``concurrency`` (at most 250) in
+one claim (bigger claims: fewer script calls and writes per job; rule 1b's halves are for
+a worker that does not prefetch): they wait, claimed, in ``_ready`` and each takes the
+next slot that frees, so the worker always has a batch to run while Redis settles the last
+one and claims the next (Celery's prefetch). A waiting job is held like a running one (in
+the held-job table: the lease keeper renews it, a cancel request or a lost lease reaches
+it; a job that lost its lease while waiting is never run). Stopping hands the waiting
+jobs back at once (``give_back``; the worker releases them, fenced, before the grace
+starts); a worker that fails starts none once its jobs nursery is cancelled, and hands
+them back uncounted (they never ran: not what failed it). Slow jobs never prefetch:
+a prefetched job would wait behind them while another worker idles.
 """
 
 from __future__ import annotations
@@ -60,44 +57,34 @@ from ..errors import TRANSIENT, ConnectionLost
 from ..jobs import ClaimBatch
 from ..jobs.wake import nudge, wait_then_claim
 from .cancellation import Held, InFlight
-from .execution import JobRunner
-from .slots import Slots
+from .pool import SlotPool
+from .room import Room
+from .tally import Counters
 
-__all__ = ["Consumer"]
+__all__ = ["ClaimLoop"]
 
 log = logging.getLogger("echomq.worker")
 
 CLAIM_TIMEOUT = 10.0  # a claim with no reply by then is treated as a lost connection
-IDLE_CAP = 1.0  # the longest an idle consumer blocks before claiming again
+IDLE_CAP = 1.0  # the longest an idle loop blocks before claiming again
 _MIN_IDLE = 0.05  # a due-but-unclaimable job (a paused queue) must not make us spin
-# rule 5: prefetch only while a cohort of slots frees within this many seconds (so a
-# prefetched job waits about that long at most for its slot)
-PREFETCH_TURNOVER = 0.05
 
 
 @attrs.define(eq=False)
-class Consumer:
+class ClaimLoop:
     conn: RedisConnection
     wake_conn: RedisConnection
     queue: str
     inflight: InFlight
-    runner: JobRunner
-    jobs_nursery: trio.Nursery
-    concurrency: int
+    room: Room
+    pool: SlotPool
+    counters: Counters
     claim_lease_ms: int
-    id: str = attrs.field(factory=lambda: uuid.uuid4().hex[:16])
+    id: str = attrs.field(factory=lambda: uuid.uuid4().hex[:16])  # its own wake list's
     worker: str | None = None  # written on each claimed row (the holder: explain)
     prefetch: int = 0  # rule 5: the most claimed jobs waiting for a slot (0: none)
-    _free: int = attrs.field(init=False)
     _ready: deque[tuple[Claimed, Held]] = attrs.field(factory=deque, init=False)  # rule 5
-    _turned: int = attrs.field(default=0, init=False)  # slots freed since _turn_start
-    _turn_start: float = attrs.field(default=0.0, init=False)
-    _fast_until: float = attrs.field(default=0.0, init=False)  # rule 5: prefetch until then
-    _slot_for_ready: trio.Event = attrs.field(factory=trio.Event, init=False)
-    _cohort: int = attrs.field(init=False)  # rule 1b: the most one claim asks for
-    _batch: int = attrs.field(init=False)  # rule 5: the same, while prefetching
-    slots: Slots = attrs.field(init=False)
-    _freed: trio.Event = attrs.field(factory=trio.Event, init=False)
+    _batch: int = attrs.field(init=False)  # rule 5: the most one claim asks for
     claims: int = 0
     idle_waits: int = 0
     _idle_until: float | None = attrs.field(default=None, init=False)
@@ -105,67 +92,47 @@ class Consumer:
     _stopped: trio.Event = attrs.field(factory=trio.Event, init=False)
 
     def __attrs_post_init__(self) -> None:
-        self._free = self.concurrency
-        self._cohort = min(v.MAX_COUNT, max(1, (self.concurrency + 1) // 2))
-        self._batch = min(v.MAX_COUNT, self.concurrency)
-        self.slots = Slots(self.jobs_nursery, self.runner.run)
-        self.runner.completions.spawn = self.slots.spawn  # settling.py rule 1b
+        self._batch = min(v.MAX_COUNT, self.room.concurrency)
 
     @property
     def prefetched(self) -> int:
         """Claimed jobs waiting for a slot (rule 5)."""
         return len(self._ready)
 
-    def slot_freed(self, n: int = 1) -> None:
-        """``n`` jobs finished (settled or handed back): that many more slots are free; a
-        prefetched job takes one at once (rule 5)."""
-        self._turned += n
-        if self._turned >= self._cohort:  # rule 5: how fast the slots turn over
-            now = trio.current_time()
-            fast = now - self._turn_start <= PREFETCH_TURNOVER
-            self._fast_until = now + PREFETCH_TURNOVER if fast else 0.0
-            self._turn_start = now
-            self._turned = 0
-        self._free += n
-        if self._ready:
-            self._slot_for_ready.set()
-        self._freed.set()
-
     def _room(self) -> tuple[int, int]:
         """How many jobs the next claim may ask for, and the most one claim asks for: the
         free slots not promised to a prefetched job, at most a cohort (rule 1b); while the
         slots turn over fast (rule 5), the prefetch too, and up to every slot at once."""
-        room = self._free - len(self._ready)
-        if self.prefetch and trio.current_time() < self._fast_until:
-            return room + self.prefetch, self._batch
-        return room, self._cohort
+        room = self.room
+        free = room.available - len(self._ready)
+        if self.prefetch and room.fast:
+            return free + self.prefetch, self._batch
+        return free, room.cohort
 
     async def _start_prefetched(self) -> None:
         """Rule 5: start prefetched jobs in freed slots. A task of its own (not the
         finished batch's): it runs in the tick the claim loop wakes for the same freed
         slots, and the slot task it wakes in the next, so the next claim goes out before
         these jobs run (as rule 1c)."""
-        failing = self.jobs_nursery.cancel_scope  # cancelled: a job task failed (a crash)
+        room, ready, pool = self.room, self._ready, self.pool
+        failing = pool.nursery.cancel_scope  # cancelled: a job task failed (a crash)
         while True:
-            while self._ready and self._free > 0 and not failing.cancel_called:
-                self._free -= 1
-                job, held = self._ready.popleft()
+            while ready and room.available > 0 and not failing.cancel_called:
+                room.take()
+                job, held = ready.popleft()
                 held.waiting = False
-                self.slots.start(job, held)
-            self._slot_for_ready = trio.Event()
-            await self._slot_for_ready.wait()
+                pool.start(job, held)
+            await room.changed()
 
     def give_back(self, *, unstarted: bool = False) -> None:
-        """Move the prefetched jobs (never started) to the runner's hand-back list and out
-        of the held map (rule 5): stopping, or the worker failed. ``unstarted``: the jobs
+        """Move the prefetched jobs (never started) out of the held-job table onto its
+        hand-back list (rule 5): stopping, or the worker failed. ``unstarted``: the jobs
         nursery is gone: the jobs given a slot that no slot task started go back too."""
         gone = [held for _, held in self._ready]
         self._ready.clear()
         if unstarted:
-            gone += [held for _, held in self.slots.unstarted()]
-        for held in gone:
-            self.inflight.remove(held)
-            self.runner.to_release.append((held.id, held.token))
+            gone += [held for _, held in self.pool.unstarted()]
+        self.inflight.give_back(gone)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -177,14 +144,12 @@ class Consumer:
                 nursery.cancel_scope.cancel()
 
     async def _claim_loop(self) -> None:
-        self._turn_start = trio.current_time()
         backoff = Backoff(0.02, 2.0)
         idle_for: float | None = None  # set: the last claim was under-filled
         try:
             while not self._stopping:
                 while (room := self._room())[0] <= 0 and not self._stopping:
-                    self._freed = trio.Event()
-                    await self._freed.wait()  # a finished job, or stop()
+                    await self.room.changed()  # a finished job, or stop()
                 if self._stopping:
                     break
                 want = min(*room)
@@ -213,23 +178,23 @@ class Consumer:
         """Start each claimed job (no checkpoint here: nothing claimed is dropped)."""
         self.claims += 1
         add, lease = self.inflight.add, self.claim_lease_ms
-        start, ready = self.slots.start, self._ready
+        room, start, ready = self.room, self.pool.start, self._ready
         taken = 0
         for job in batch.jobs:
             if self._stopping:  # claimed as we stop: straight back to pending
-                self.runner.to_release.append((job.id, job.token))
+                self.inflight.hand_back.append((job.id, job.token))
                 continue
             held = add(job.id, job.token, lease)
             taken += 1
-            if self._free > 0 and not ready:
-                self._free -= 1
+            if room.available > 0 and not ready:
+                room.take()
                 start(job, held)
             else:  # rule 5: prefetched, it takes the next slot that frees
                 held.waiting = True
                 ready.append((job, held))
-                if self._free > 0:
-                    self._slot_for_ready.set()
-        self.runner.counters.claimed += taken
+                if room.available > 0:
+                    room.wake()
+        self.counters.claimed += taken
 
     @staticmethod
     def _idle_time(batch: ClaimBatch) -> float:
@@ -278,7 +243,7 @@ class Consumer:
         must start now, not when a job happens to finish.
         """
         self._stopping = True
-        self._freed.set()
+        self.room.wake()
         self.give_back()  # rule 5: the worker releases them before the grace starts
         if self._idle_until is not None:
             try:
