@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
-import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -34,7 +33,7 @@ from ._trio import open_service_nursery
 from ._wire.connection import Connection
 from ._wire.dial import connect
 from ._worker.context import Job
-from .config import DEFAULT_URL
+from .config import resolve_url
 from .errors import InvalidArgument, InvalidKey
 from .events import EventFeed, open_event_feed
 from .handle import TaskHandle
@@ -76,14 +75,16 @@ class Queue:
 
     Args:
         name: the queue's name (1..128 of ``[A-Za-z0-9._~-]``).
-        url: the Redis URL; default ``$ECHOMQ_URL`` or ``redis://127.0.0.1:6379/0``.
+        url: the Redis URL. None: ``$ECHOMQ_URL`` (read when the queue connects), else
+            ``redis://127.0.0.1:6379/0``; a worker's ``--url`` wins over both
+            (:func:`~echomq.config.resolve_url`, the one rule).
         codec: how payloads and results are encoded (JSON).
     """
 
     def __init__(self, name: str, url: str | None = None, *, codec: Codec = JSON) -> None:
         #: the one enqueue path of this queue (gating, tracing, the trio coalescer)
         self.producer = Producer(check_queue(name), codec)
-        self.url = url if url is not None else os.environ.get("ECHOMQ_URL", DEFAULT_URL)
+        self._url = url
         self.tasks: dict[str, Task[..., Any]] = {}
         self._conn: Connection | None = None
         self._nursery: trio.Nursery | None = None
@@ -105,6 +106,16 @@ class Queue:
     @name.setter
     def name(self, name: str) -> None:
         self.producer.queue = check_queue(name)
+
+    @property
+    def url(self) -> str:
+        """The URL this queue connects to: its own ``url`` (given, or set since), else
+        ``$ECHOMQ_URL``, else the default (:func:`~echomq.config.resolve_url`)."""
+        return resolve_url(self._url)
+
+    @url.setter
+    def url(self, url: str | None) -> None:
+        self._url = url
 
     @property
     def codec(self) -> Codec:
