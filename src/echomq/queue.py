@@ -190,8 +190,11 @@ class Queue:
           arguments; ``missed`` (``"once"`` or ``"skip"``) says what a slot that came due
           while no worker ran does (docs/repeat.md).
         - ``group``: the jobs' group (docs/lanes.md): a name, or a callable of each job's
-          arguments that picks one (``group=lambda customer, **_: customer``). Groups take
-          fair turns; each may have a concurrency and a rate limit.
+          arguments that picks one (``group=lambda customer, **_: customer``). The
+          callable gets the arguments by parameter name, as the function receives them
+          (defaults filled in), so ``send.delay("big", 1)`` and
+          ``send.delay(customer="big", n=1)`` pick the same group. Groups take fair turns;
+          each may have a concurrency and a rate limit.
         - ``group_concurrency``: the group's concurrency limit, set when the group has
           none yet (``admin.set_group_concurrency`` changes it at run time).
 
