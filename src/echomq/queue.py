@@ -183,7 +183,9 @@ class Queue:
         - ``priority``: default priority of this task's jobs (higher runs first).
         - ``process``: run a CPU-bound plain function in the worker's process pool
           (``spawn``: a module-level function; no ``Job`` parameter; arguments and result
-          cross by pickle). Default: plain functions run in a thread.
+          cross by pickle). Each child imports the main module again: a script that runs
+          its own worker (``trio.run(worker.serve)``) puts that call under ``if __name__
+          == "__main__":``. Default: plain functions run in a thread.
         - ``cron`` (with ``tz``, default UTC) or ``every`` (a timedelta or seconds): a
           repeatable task. Every worker of the queue registers it at start under the
           task's name (the repeat key), and one run per slot is enqueued, with no
