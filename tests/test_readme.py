@@ -25,18 +25,11 @@ import pytest
 import trio
 from benchmarks import report
 
+from _readme import FILE, README, ROOT, RUN, commands, files, write_files
 from echomq.config import DEFAULT_URL, URL_VARIABLE
 from echomq.testing import RedisServer, open_worker_process
 
-ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
-FILE = re.compile(r"<!-- file: (\S+) -->\n```python\n(.*?)^```", re.S | re.M)
-RUN = re.compile(r"<!-- run -->\n```sh\n(.*?)^```", re.S | re.M)
 ECHOMQ = Path(sys.executable).parent / "echomq"  # the console script of this install
-
-
-def files() -> dict[str, str]:
-    return {name: body for name, body in FILE.findall(README)}
 
 
 def test_every_python_block_is_a_file_the_test_runs() -> None:
@@ -65,14 +58,12 @@ async def _run(command: list[str], env: dict[str, str], cwd: Path) -> str:
 
 
 async def test_the_first_queue_runs_as_printed(tmp_path: Path) -> None:
-    for name, body in files().items():
-        (tmp_path / name).write_text(body)
-    (commands,) = RUN.findall(README)
+    write_files(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != URL_VARIABLE}
     ran: list[str] = []
     with RedisServer() as server:
         async with AsyncExitStack() as background:
-            for line in filter(None, (raw.strip() for raw in commands.splitlines())):
+            for line in commands():
                 words = shlex.split(line, comments=True)
                 if words[0] == "export":
                     name, _, value = words[1].partition("=")
