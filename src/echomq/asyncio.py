@@ -30,14 +30,13 @@ Rule 3: a connection belongs to the loop that made it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 from ._client.aio_results import AsyncioResultFeed
 from ._wire.drivers.aio import AsyncioClusterConnection, AsyncioConnection, asyncio_connection
-from .config import DEFAULT_URL, ConnectionConfig
+from .config import ConnectionConfig, resolve_url
 
 __all__ = [
     "AsyncioClusterConnection",
@@ -62,7 +61,7 @@ async def connect(
         InvalidArgument: a bad URL, or an ``ssl_context`` (use the ``ssl_*`` parameters).
     """
     if url is None:
-        url = os.environ.get("ECHOMQ_URL", DEFAULT_URL)
+        url = resolve_url()
     conn = asyncio_connection(url, **options)
     try:
         yield conn

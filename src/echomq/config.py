@@ -14,6 +14,11 @@ Accepted forms::
 Any form also takes ``?connect_timeout=SECONDS`` and ``?client_name=NAME``. User and
 password are percent-decoded (``redis://user:p%40ss@host``).
 
+Which URL: :func:`resolve_url` is the one rule, for workers, producers and the CLI alike:
+the explicit argument (``--url``, ``connect(url)``), else the queue's own
+``Queue(url=...)``, else ``$ECHOMQ_URL``, else :data:`DEFAULT_URL` (docs/wire.md, "Which
+URL").
+
 ``embedded://`` is not a connection: it is resolved by :mod:`echomq.testing` (a private
 redis-server child process) before it reaches here.
 
@@ -44,7 +49,9 @@ __all__ = [
     "Recovery",
     "WorkerConfig",
     "parse_url",
+    "resolve_url",
     "DEFAULT_URL",
+    "URL_VARIABLE",
     "DEFAULT_MAX_PAYLOAD",
     "MAX_BATCH_BYTES",
     "max_payload",
@@ -52,6 +59,24 @@ __all__ = [
 ]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
+URL_VARIABLE = "ECHOMQ_URL"  # the environment's URL, below every URL given in code
+
+
+def resolve_url(*given: str | None, environ: Mapping[str, str] | None = None) -> str:
+    """The URL to connect to: the first of ``given`` that is set (pass them strongest
+    first: the explicit argument, then ``Queue(url=...)``), else ``$ECHOMQ_URL``, else
+    :data:`DEFAULT_URL`. An empty string counts as not set.
+
+    The one rule of every surface (a worker, a producer, ``echomq`` commands, the asyncio
+    and blocking connections): a URL written in code or on a command line wins over the
+    environment, and the environment over the default.
+    """
+    for url in given:
+        if url:
+            return url
+    env = os.environ if environ is None else environ
+    return env.get(URL_VARIABLE) or DEFAULT_URL
+
 
 DEFAULT_MAX_PAYLOAD = 64 * 2**20  # bytes; well below Redis's proto-max-bulk-len (512 MiB)
 _HIGHEST_MAX_PAYLOAD = 512 * 2**20  # Redis's default proto-max-bulk-len

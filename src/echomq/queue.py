@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
-import os
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -34,7 +33,7 @@ from ._trio import open_service_nursery
 from ._wire.connection import Connection
 from ._wire.dial import connect
 from ._worker.context import Job
-from .config import DEFAULT_URL
+from .config import resolve_url
 from .errors import InvalidArgument, InvalidKey
 from .events import EventFeed, open_event_feed
 from .handle import TaskHandle
@@ -76,14 +75,16 @@ class Queue:
 
     Args:
         name: the queue's name (1..128 of ``[A-Za-z0-9._~-]``).
-        url: the Redis URL; default ``$ECHOMQ_URL`` or ``redis://127.0.0.1:6379/0``.
+        url: the Redis URL. None: ``$ECHOMQ_URL`` (read when the queue connects), else
+            ``redis://127.0.0.1:6379/0``; a worker's ``--url`` wins over both
+            (:func:`~echomq.config.resolve_url`, the one rule).
         codec: how payloads and results are encoded (JSON).
     """
 
     def __init__(self, name: str, url: str | None = None, *, codec: Codec = JSON) -> None:
         #: the one enqueue path of this queue (gating, tracing, the trio coalescer)
         self.producer = Producer(check_queue(name), codec)
-        self.url = url if url is not None else os.environ.get("ECHOMQ_URL", DEFAULT_URL)
+        self._url = url
         self.tasks: dict[str, Task[..., Any]] = {}
         self._conn: Connection | None = None
         self._nursery: trio.Nursery | None = None
@@ -105,6 +106,16 @@ class Queue:
     @name.setter
     def name(self, name: str) -> None:
         self.producer.queue = check_queue(name)
+
+    @property
+    def url(self) -> str:
+        """The URL this queue connects to: its own ``url`` (given, or set since), else
+        ``$ECHOMQ_URL``, else the default (:func:`~echomq.config.resolve_url`)."""
+        return resolve_url(self._url)
+
+    @url.setter
+    def url(self, url: str | None) -> None:
+        self._url = url
 
     @property
     def codec(self) -> Codec:
@@ -172,15 +183,20 @@ class Queue:
         - ``priority``: default priority of this task's jobs (higher runs first).
         - ``process``: run a CPU-bound plain function in the worker's process pool
           (``spawn``: a module-level function; no ``Job`` parameter; arguments and result
-          cross by pickle). Default: plain functions run in a thread.
+          cross by pickle). Each child imports the main module again: a script that runs
+          its own worker (``trio.run(worker.serve)``) puts that call under ``if __name__
+          == "__main__":``. Default: plain functions run in a thread.
         - ``cron`` (with ``tz``, default UTC) or ``every`` (a timedelta or seconds): a
           repeatable task. Every worker of the queue registers it at start under the
           task's name (the repeat key), and one run per slot is enqueued, with no
           arguments; ``missed`` (``"once"`` or ``"skip"``) says what a slot that came due
           while no worker ran does (docs/repeat.md).
         - ``group``: the jobs' group (docs/lanes.md): a name, or a callable of each job's
-          arguments that picks one (``group=lambda customer, **_: customer``). Groups take
-          fair turns; each may have a concurrency and a rate limit.
+          arguments that picks one (``group=lambda customer, **_: customer``). The
+          callable gets the arguments by parameter name, as the function receives them
+          (defaults filled in), so ``send.delay("big", 1)`` and
+          ``send.delay(customer="big", n=1)`` pick the same group. Groups take fair turns;
+          each may have a concurrency and a rate limit.
         - ``group_concurrency``: the group's concurrency limit, set when the group has
           none yet (``admin.set_group_concurrency`` changes it at run time).
 

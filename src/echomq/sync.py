@@ -31,7 +31,6 @@ waiter; docs/results.md). No pub/sub, no polling.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
@@ -47,7 +46,7 @@ from ._scripts.calls import sync_errors
 from ._wire.drivers.blocking import BlockingConnection, run_sync
 from ._wire.drivers.redispy import make_client as make_client
 from .cancel import CancelOutcome
-from .config import DEFAULT_URL, ConnectionConfig, parse_url
+from .config import ConnectionConfig, parse_url, resolve_url
 from .errors import InvalidArgument
 from .jobs.lifecycle import NewJob
 from .jobs.lifecycle import enqueue_many as _enqueue_many
@@ -232,10 +231,10 @@ async def _wait(
 
 def connect(url: str | ConnectionConfig | None = None, **options: Any) -> SyncConnection:
     """A blocking connection for ``url`` (parsed by :func:`echomq.config.parse_url`);
-    default ``$ECHOMQ_URL``, else ``redis://127.0.0.1:6379/0`` (as ``Queue`` and the CLI).
+    default ``$ECHOMQ_URL``, else ``redis://127.0.0.1:6379/0`` (:func:`~echomq.config.resolve_url`).
 
     ``options`` override fields of :class:`~echomq.config.ConnectionConfig`.
     """
     if url is None:
-        url = os.environ.get("ECHOMQ_URL", DEFAULT_URL)
+        url = resolve_url()
     return SyncConnection(parse_url(url, **options))

@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import trio
 
-from echomq.testing import free_port, open_worker_process
+import echomq
+from echomq.testing import free_port, open_worker_process, wait_running
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "fastapi"
 
@@ -79,3 +80,41 @@ async def test_fastapi_app_enqueues_and_awaits_a_worker(redis_url: str) -> None:
             many = [await http.post("/add", params={"a": i, "b": 1}) for i in range(5)]
             assert [r.json()["result"] for r in many] == [i + 1 for i in range(5)]
             assert (await http.get("/jobs/never-was")).status_code == 404
+
+
+async def test_fastapi_app_answers_a_cancelled_job_409_and_a_gone_one_404(
+    redis_url: str,
+) -> None:
+    """The outcomes that are not a result, as docs/asyncio.md documents them: a job
+    cancelled while it ran is a 409 (waiting or not), cancelling it again too; a job that
+    was removed, or never was, is a 404 (waiting or not), and so is an id that cannot name
+    a job."""
+    example = echomq.Queue("fastapi-example", url=redis_url)  # the test's own look at it
+    with trio.fail_after(60):
+        async with (
+            open_worker_process("tasks:queue", url=redis_url, cwd=EXAMPLE, concurrency=8),
+            uvicorn(redis_url) as base,
+            httpx.AsyncClient(base_url=base, timeout=20) as http,
+            example.open(),
+        ):
+            job = (await http.post("/upper", params={"text": "x", "seconds": 60})).json()["job"]
+            await wait_running(example.handle(job))
+            assert (await http.get(f"/jobs/{job}")).json() == {"job": job, "state": "active"}
+            cancelled = await http.delete(f"/jobs/{job}", params={"reason": "changed my mind"})
+            assert cancelled.json() == {"job": job, "cancel": "signalled"}, cancelled.text
+            for params in ({"wait": 10}, {}):
+                answer = await http.get(f"/jobs/{job}", params=params)
+                assert answer.status_code == 409, (params, answer.text)
+                assert "changed my mind" in answer.json()["detail"]
+            again = await http.delete(f"/jobs/{job}")
+            assert again.status_code == 409 and "already finished" in again.text
+
+            done = (await http.post("/upper", params={"text": "x"})).json()["job"]
+            assert (await http.get(f"/jobs/{done}", params={"wait": 10})).status_code == 200
+            await echomq.jobs.remove_job(example.connection, example.name, done)
+            for job_id in (done, "never-was"):
+                for params in ({}, {"wait": 1}):
+                    answer = await http.get(f"/jobs/{job_id}", params=params)
+                    assert answer.status_code == 404, (job_id, params, answer.text)
+            assert (await http.delete("/jobs/never-was")).status_code == 404
+            assert (await http.get("/jobs/no{such}id")).status_code == 404

@@ -1,11 +1,13 @@
-"""Which Redis a worker dials: ``--url``, else ``$ECHOMQ_URL``, else the queue's own
-``Queue(url=...)``, else redis://127.0.0.1:6379/0 (``echomq worker``, run as
-``python -m echomq worker``). Run as subprocesses; the worker names the server it
-serves (or waits for) in its log."""
+"""Which Redis a worker dials: ``--url``, else the queue's own ``Queue(url=...)``, else
+``$ECHOMQ_URL``, else redis://127.0.0.1:6379/0 (``echomq worker``, run as ``python -m
+echomq worker``): the rule producers follow too (``config.resolve_url``; the other
+surfaces are in tests/test_url_rule.py). Run as subprocesses; the worker names the server
+it serves (or waits for) in its log."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -26,8 +28,8 @@ async def noop() -> None:
     return None
 """
 
-ENTRIES = {
-    "echomq worker": ["-m", "echomq", "worker"],  # the one front end (docs/operations.md)
+ENTRIES = {  # before the global flags and "worker"
+    "echomq worker": ["-m", "echomq"],  # the one front end (docs/operations.md)
 }
 
 
@@ -40,6 +42,7 @@ async def _dialled(
     env_url: str | None,
     flag_url: str | None,
     expect: str,
+    leading: Sequence[str] = (),
 ) -> str:
     """Start the worker, wait until its log names ``expect``'s address; answer the log."""
     (tmp_path / "urlapp.py").write_text(APP)
@@ -56,7 +59,7 @@ async def _dialled(
             grace=0,
             env=env,
             cwd=tmp_path,
-            entry=[sys.executable, *ENTRIES[entry]],
+            entry=[sys.executable, *ENTRIES[entry], *leading, "worker"],
             wait_serving=False,  # it may wait for a server that is not there
         ) as worker:
             await worker.wait_for_log(f"at {display}")
@@ -79,12 +82,35 @@ async def test_the_queues_own_url_wins_over_the_default(
     assert f"worker serving {queue!r} at {parse_url(redis_url).display}" in text
 
 
-async def test_echomq_url_wins_over_the_queues_own(
+async def test_the_queues_own_url_wins_over_echomq_url(
+    redis_url: str, queue: str, tmp_path: Path
+) -> None:
+    """As a producer of that queue does: a URL written in code wins over the environment."""
+    text = await _dialled(
+        tmp_path, queue, "echomq worker",
+        queue_url=redis_url, env_url=_nowhere(), flag_url=None, expect=redis_url,
+    )  # fmt: skip
+    assert "waiting for redis" not in text
+
+
+async def test_echomq_url_serves_a_queue_that_names_no_url(
     redis_url: str, queue: str, tmp_path: Path
 ) -> None:
     text = await _dialled(
         tmp_path, queue, "echomq worker",
-        queue_url=_nowhere(), env_url=redis_url, flag_url=None, expect=redis_url,
+        queue_url=None, env_url=redis_url, flag_url=None, expect=redis_url,
+    )  # fmt: skip
+    assert "waiting for redis" not in text
+
+
+async def test_the_url_flag_before_the_command_wins_too(
+    redis_url: str, queue: str, tmp_path: Path
+) -> None:
+    """``echomq --url URL worker ...``: the top-level flag is the same explicit argument."""
+    text = await _dialled(
+        tmp_path, queue, "echomq worker",
+        queue_url=_nowhere(), env_url=_nowhere(), flag_url=None, expect=redis_url,
+        leading=["--url", redis_url],
     )  # fmt: skip
     assert "waiting for redis" not in text
 

@@ -153,3 +153,37 @@ print("ok")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="_worker/execution.py sets a failed run's outcome before fail.lua decides "
+    "(retry or dead): every failed attempt reads 'retried'",
+)
+async def test_a_failed_runs_span_says_whether_the_job_is_retried_or_dead(
+    redis_url: str, queue: str, spans: InMemorySpanExporter
+) -> None:
+    """Attempt 1 of 2 fails and is retried; attempt 2 fails and the job is dead: the run
+    spans say so, as the worker's counters do (``echomq_jobs_total``'s outcomes)."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task(name="twice", max_attempts=2, backoff=0)
+    async def twice() -> None:
+        raise ValueError("no luck")
+
+    worker = echomq.Worker(q, concurrency=2, grace=0)
+    with trio.fail_after(20):
+        async with q.open(), trio.open_nursery() as nursery:
+            await nursery.start(worker.serve)
+            handle = await twice.delay()
+            with pytest.raises(echomq.JobFailed):
+                await handle.result(timeout=10)
+            nursery.cancel_scope.cancel()
+    runs = sorted(
+        (s for s in spans.get_finished_spans() if s.name == f"process {queue}"),
+        key=lambda s: s.attributes["echomq.attempt"],
+    )
+    assert [(s.attributes["echomq.attempt"], s.attributes["echomq.outcome"]) for s in runs] == [
+        (1, "retried"),
+        (2, "dead"),
+    ]

@@ -8,6 +8,11 @@ Rule 2: the common call (positional arguments only, as many as the function take
 keyword-only parameter without a default) needs no bind: a count comparison answers it
 (the same answer: Python's positional parameters with defaults come after those without).
 The arguments are not rewritten: the worker calls the function with them as given.
+Rule 3 (group keys): a group callable is called with the call's arguments bound to the
+function's parameters, each by its parameter's name, as the function receives them
+(:meth:`CallShape.named`: defaults filled in, ``*args`` a tuple and ``**kwargs`` a dict
+under their own names). So ``group=lambda customer, **_: customer`` picks the same group
+for ``send.delay("big", 1)`` and ``send.delay(customer="big", n=1)`` (docs/lanes.md).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Any
 __all__ = ["CallShape"]
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_FED = object()  # stands for a flow step's previous result, passed by the worker
 
 
 class CallShape:
@@ -59,3 +65,30 @@ class CallShape:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}(): {exc}") from None
+
+    def named(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], *, fed: bool = False
+    ) -> dict[str, Any] | None:
+        """The call's arguments by parameter name, as the function receives them (rule 3):
+        what a group callable is called with, as keywords. ``fed``: a flow step whose first
+        argument, the previous step's result, is not known yet (it is left out). None: the
+        function has no readable signature (the callable is then called as the task is).
+
+        Raises:
+            TypeError: the function does not take these arguments (as :meth:`check`).
+        """
+        if self.signature is None:
+            return None
+        try:
+            bound = self.signature.bind(*((_FED, *args) if fed else args), **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}(): {exc}") from None
+        bound.apply_defaults()
+        named = dict(bound.arguments)
+        if fed:  # the first parameter's value is the worker's to pass
+            first = next(iter(self.signature.parameters.values()))
+            if first.kind is first.VAR_POSITIONAL:
+                named[first.name] = named[first.name][1:]
+            else:
+                del named[first.name]
+        return named

@@ -133,6 +133,11 @@ class Producer:
             raise InvalidArgument("kwargs must be a mapping")
         task.shape.check((None, *args) if fed else args, kwargs)
         payload = self.codec.encode_call(task.name, args, kwargs)
+        choice = chosen.group if chosen.group is not None else task.options.group
+        if callable(choice):  # called with the arguments by name (binding.py rule 3)
+            named = task.shape.named(args, kwargs, fed=fed)
+            if named is not None:
+                return chosen.new_job(payload, task.options, task.name, kwargs=named)
         return chosen.new_job(payload, task.options, task.name, args=args, kwargs=kwargs)
 
     def gate(

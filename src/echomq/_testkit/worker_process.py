@@ -270,7 +270,7 @@ async def open_worker_process(
     Args:
         target: ``module:attribute`` naming an ``echomq.Queue`` (or a ``Worker``); the
             module is imported in the child (``cwd`` is importable, as for ``python -m``).
-        url: ``--url``; None leaves it to ``$ECHOMQ_URL`` or the queue's own URL.
+        url: ``--url``; None leaves it to the queue's own URL, else ``$ECHOMQ_URL``.
         concurrency: the worker's ``--concurrency`` (None: the worker's default; the
             same for the next four).
         recovery: ``--recovery``.

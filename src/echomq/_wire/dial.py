@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from .._trio import open_service_nursery
-from ..config import ConnectionConfig, parse_url
+from ..config import ConnectionConfig, parse_url, resolve_url
 from .cluster import open_cluster
 from .cluster_pubsub import ClusterPubSub
 from .connection import Connection, open_connection
@@ -48,15 +48,16 @@ async def probe(url: str | ConnectionConfig, **options: Any) -> None:
 
 @asynccontextmanager
 async def connect(
-    url: str | ConnectionConfig = "redis://127.0.0.1:6379/0", **options: Any
+    url: str | ConnectionConfig | None = None, **options: Any
 ) -> AsyncIterator[Connection]:
-    """Open a multiplexed connection; no I/O happens until the first command.
+    """Open a multiplexed connection; no I/O happens until the first command. ``url``
+    None: ``$ECHOMQ_URL``, else ``redis://127.0.0.1:6379/0`` (``config.resolve_url``).
 
     ``options`` override fields of :class:`~echomq.config.ConnectionConfig`
     (``connect_timeout``, ``ssl_context``, ``client_name``...).
     A ``redis+cluster://`` URL answers a ``ClusterConnection`` (``_wire/cluster.py``).
     """
-    config = parse_url(url, **options)
+    config = parse_url(resolve_url() if url is None else url, **options)
     if config.cluster:
         async with open_cluster(config) as cluster:
             yield cluster

@@ -37,7 +37,7 @@ from .. import admin
 from .._model.text import show_bytes
 from .._wire.connection import Connection
 from .._wire.dial import connect
-from ..config import DEFAULT_URL, parse_url
+from ..config import parse_url, resolve_url
 from ..errors import (
     ActiveJobs,
     ConnectionLost,
@@ -103,9 +103,9 @@ def consoles() -> tuple[Console, Console]:
 
 
 def url_of(args: argparse.Namespace) -> str:
-    """``--url``, else ``$ECHOMQ_URL``, else the default local Redis."""
-    url: str = getattr(args, "url", None) or os.environ.get("ECHOMQ_URL") or DEFAULT_URL
-    return url
+    """``--url``, else ``$ECHOMQ_URL``, else the default local Redis
+    (:func:`~echomq.config.resolve_url`: a command names no queue object)."""
+    return resolve_url(getattr(args, "url", None))
 
 
 def refusal(exc: EchoMQError, args: argparse.Namespace) -> str:

@@ -10,8 +10,9 @@ failed (a refused password, an ACL refusal or a TLS failure: one line, no traceb
 stopped serving without a stop asked for (a signal or ``Worker.shutdown``), 2 when the
 target cannot be loaded.
 
-The URL: ``--url``, else ``$ECHOMQ_URL``, else the queue's own ``Queue(url=...)``, else
-``redis://127.0.0.1:6379/0``. The worker's options: one flag per field of
+The URL: ``--url``, else the queue's own ``Queue(url=...)``, else ``$ECHOMQ_URL``, else
+``redis://127.0.0.1:6379/0``: :func:`echomq.config.resolve_url`, the rule every producer
+and command follows too (docs/wire.md, "Which URL"). The worker's options: one flag per field of
 :class:`~echomq.config.WorkerConfig` (``--concurrency``...), else its ``$ECHOMQ_<FIELD>``
 variable, else the field's default; nothing here names an option by hand.
 """
@@ -49,7 +50,6 @@ __all__ = [
     "config_from_flags",
     "load_target",
     "register",
-    "resolve_url",
     "run_worker",
 ]
 
@@ -135,8 +135,9 @@ def run_worker(
 
     ``config`` (or ``options``, fields of :class:`~echomq.config.WorkerConfig`) apply when
     ``target`` names a Queue; when it names a Worker, its own options are used and only
-    ``url`` applies. ``url`` None keeps the queue's own (``Queue(url=...)``); see
-    :func:`resolve_url`.
+    ``url`` applies: given (``--url``), it replaces the queue's own; None keeps it (the
+    queue's ``Queue(url=...)``, else ``$ECHOMQ_URL``, else the default:
+    :func:`echomq.config.resolve_url`).
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(
@@ -170,12 +171,6 @@ def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc
-
-
-def resolve_url(flag: str | None) -> str | None:
-    """The URL a worker uses: ``--url``, else ``$ECHOMQ_URL``, else None (the queue's own
-    ``Queue(url=...)``, whose default is ``redis://127.0.0.1:6379/0``)."""
-    return flag or os.environ.get("ECHOMQ_URL") or None
 
 
 def _flag_type(field: attrs.Attribute[Any]) -> Callable[[str], Any]:
@@ -223,7 +218,7 @@ def _run_command(args: argparse.Namespace) -> int:
     except InvalidArgument as exc:
         say(args, str(exc))
         return USAGE
-    return run_worker(args.target, url=resolve_url(getattr(args, "url", None)), config=config)
+    return run_worker(args.target, url=getattr(args, "url", None) or None, config=config)
 
 
 def register(commands: Commands) -> None:

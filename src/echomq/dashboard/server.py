@@ -23,7 +23,6 @@ connection only (the shared server logs it once).
 from __future__ import annotations
 
 import logging
-import os
 import re
 import secrets
 import signal
@@ -53,7 +52,7 @@ from .._scripts.keyspace import check_queue
 from .._wire.connection import Connection
 from .._wire.dial import connect
 from .._worker.metrics import queue_families, render
-from ..config import DEFAULT_URL, ConnectionConfig
+from ..config import DEFAULT_URL, ConnectionConfig, resolve_url
 from ..errors import EchoMQError, InvalidArgument
 from .commands import CommandRefused, not_shown, run_command, token_matches
 from .flow_view import read_flow
@@ -533,7 +532,7 @@ def run_dashboard(
         InvalidKey, InvalidArgument: a bad option (:func:`check_options`), before anything
             starts (the CLI exits 2).
     """
-    url = url or os.environ.get("ECHOMQ_URL") or DEFAULT_URL
+    url = resolve_url(url)
     port = 8000 if port is None else port
     queues = list(queues) if queues else None
     _, _, allowed = check_options(
