@@ -187,7 +187,12 @@ def test_the_cli_commands_follow_the_rule(
     redis_url: str, queue: str, closed_port_url: str, where: str
 ) -> None:
     """``echomq status <queue>``: the flag (either place) wins over the environment; the
-    environment is used when no flag is given."""
+    environment is used when no flag is given (the queue exists: status of an unknown
+    queue is exit 1)."""
+    made = _echomq(
+        "enqueue", "-q", queue, "add", "[1]", "--create", "--url", redis_url, env_url=None
+    )
+    assert made.returncode == 0, made.stderr
     if where == "--url after the command":
         done = _echomq("status", queue, "--url", redis_url, env_url=closed_port_url)
     elif where == "--url before the command":
