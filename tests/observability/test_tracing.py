@@ -155,11 +155,6 @@ print("ok")
     assert done.stdout.strip() == "ok"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_worker/execution.py sets a failed run's outcome before fail.lua decides "
-    "(retry or dead): every failed attempt reads 'retried'",
-)
 async def test_a_failed_runs_span_says_whether_the_job_is_retried_or_dead(
     redis_url: str, queue: str, spans: InMemorySpanExporter
 ) -> None:

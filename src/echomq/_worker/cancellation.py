@@ -76,6 +76,8 @@ class Held:
     task: str | None = None  # the task's name, once the payload is decoded (the tally's)
     fence_at: float | None = None  # rule 4: when the cancel's grace runs out (trio time)
     ran: float | None = None  # the handler's run time, seconds (None: it did not run)
+    # how the settler counted it (completed, retried, dead, cancelled, lost): the run's span
+    recorded: str | None = None
     waiting: bool = False  # prefetched: claimed, waiting for a slot (claims.py rule 5)
 
     @property

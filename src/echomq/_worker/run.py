@@ -92,15 +92,14 @@ class JobRunner:
     async def run(self, claimed: Claimed, held: Held) -> None:
         """Rule 1: run the job, then hand its outcome to the settler."""
         settler = self.settler
+        # lost, fenced or shut down before it started (a prefetched job waits for its
+        # slot: claims.py rule 5): never run
+        runs = held.stop is None or held.stop is Stop.CANCEL
+        if runs and _tracing.ENABLED and _tracing.on():  # docs/observability.md
+            await self._traced(claimed, held)
+            return
         try:
-            if held.stop is not None and held.stop is not Stop.CANCEL:
-                # lost, fenced or shut down before it started (a prefetched job waits
-                # for its slot: claims.py rule 5): never run
-                outcome: Outcome = None
-            elif _tracing.ENABLED and _tracing.on():  # docs/observability.md
-                outcome = await self._traced(claimed, held)
-            else:
-                outcome = await self._execute(claimed, held)
+            outcome: Outcome = await self._execute(claimed, held) if runs else None
         except BaseException:  # the worker's own cancellation (or a bug): not settled
             settler.unsettled(held)
             raise
@@ -108,13 +107,23 @@ class JobRunner:
         if settlement is not None:
             await settler.settle(held, settlement)
 
-    async def _traced(self, claimed: Claimed, held: Held) -> Outcome:
-        """:meth:`_execute` inside the run's span, a child of the enqueue's; its outcome is
-        the one the run asked for (a batched completion is recorded after the span ends)."""
+    async def _traced(self, claimed: Claimed, held: Held) -> None:
+        """:meth:`run`'s steps inside the run's span, a child of the enqueue's. A failure is
+        settled inside it, so its outcome is what the server decided (retried or dead); a
+        batched completion is recorded after the span ends, its outcome the one the run
+        asked for."""
+        settler = self.settler
         with _tracing.processing(
             self.queue.name, claimed.id, claimed.failures + 1, claimed.trace
         ) as span:
-            s = await self._execute(claimed, held)
+            try:
+                s = await self._execute(claimed, held)
+            except BaseException:
+                settler.unsettled(held)
+                raise
+            settlement = settler.take(held, s)
+            if settlement is not None:
+                await settler.settle(held, settlement)
             task = held.task or ""
             if held.stop is Stop.FENCED:
                 span.outcome(task, "cancelled")
@@ -125,8 +134,7 @@ class JobRunner:
             elif s.complete:
                 span.outcome(task, "cancelled" if s.cancelled else "completed")
             else:
-                span.outcome(task, "dead" if s.dead else "retried", s.error)
-            return s
+                span.outcome(task, held.recorded or "retried", s.error)
 
     async def _execute(self, claimed: Claimed, held: Held) -> Outcome:
         """Decode, plan, run the handler in its slot scope; answer how it ends."""

@@ -147,6 +147,7 @@ class Settler:
     # -- counting ----------------------------------------------------------------------
 
     def _count(self, held: Held, outcome: str) -> None:
+        held.recorded = outcome
         c = self.counters
         if outcome == "completed":
             c.completed += 1
