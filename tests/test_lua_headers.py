@@ -50,6 +50,7 @@ CAPPED = {
     "list_workers": "MAX_BATCH",
     "heartbeat": "MAX_BEAT_FIELDS",
     "lanes_rejoin": "MAX_BUDGET",
+    "migrate": "MAX_BUDGET",
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "

@@ -118,7 +118,7 @@ async def test_dead_jobs_carry_last_error_logs_and_show_in_recent_failures(
         assert dead["failures"] == 1
         [failure] = view(snap, queue)["failures"]
         assert (failure["job"], failure["outcome"]) == (job_id, "dead")
-        assert view(snap, queue)["totals"]["failed"] == 1
+        assert view(snap, queue)["totals"]["dead"] == 1
 
 
 async def test_command_without_token_is_refused_and_changes_nothing(

@@ -196,9 +196,9 @@ async def test_entries_keep_the_contracts_field_order(
     names = [[k.decode() for k in fields[::2]] for _, fields in raw]
     times = ["created_at", "claimed_at", "finished_at"]
     assert names == [
-        ["id", "state", "attempts", "task", "result", "failures", *times],
-        ["id", "state", "attempts", "reason", "failures", *times],
-        ["id", "state", "attempts", "reason", "failures", "created_at", "finished_at"],
+        ["id", "state", "token", "task", "result", "failures", *times],
+        ["id", "state", "token", "reason", "failures", *times],
+        ["id", "state", "token", "reason", "failures", "created_at", "finished_at"],
     ]
     assert [fields[1].decode() for _, fields in raw] == [*ids, waiting]
 

@@ -52,7 +52,7 @@ class Enqueued:
 # them per call (``jobs.lifecycle._claimed``), and a keyword per field costs more
 @attrs.frozen(slots=False)
 class Claimed:
-    """A job this caller now holds: ``token`` (the row's attempts) fences every later move.
+    """A job this caller now holds: ``token`` (the row's ``token``) fences every later move.
 
     ``trace``: the row's ``trace`` field (the enqueue span's context), None when absent.
     """
@@ -88,8 +88,8 @@ def _str(value: bytes | None) -> str | None:
 class JobInfo:
     """A job's row as stored. Times are server-clock milliseconds since the epoch.
 
-    ``token`` is the fencing token: the row's ``attempts`` field, grown by one at every
-    claim (the row keeps the contract's field name; ``info.attempts`` still reads it).
+    ``token`` is the fencing token: the row's ``token`` field, grown by one at every
+    claim.
     ``failures`` counts handler failures against ``max_attempts``. A cancel whose grace
     ran out bumps the token too (the fence: the attempt that did not stop is stale).
     """
@@ -121,11 +121,6 @@ class JobInfo:
     group: str | None = None
 
     @property
-    def attempts(self) -> int:
-        """The fencing token under the row field's name (0.1 spelling; prefer ``token``)."""
-        return self.token
-
-    @property
     def cancelled(self) -> bool:
         return (
             self.state is JobState.COMPLETED
@@ -139,7 +134,7 @@ class JobInfo:
             id=job_id,
             state=JobState(row[b"state"].decode()),
             payload=row.get(b"payload", b""),
-            token=_int(row.get(b"attempts")),
+            token=_int(row.get(b"token")),
             failures=_int(row.get(b"failures")),
             stalled=_int(row.get(b"stalled")),
             max_attempts=_int(row.get(b"max_attempts"), 1),

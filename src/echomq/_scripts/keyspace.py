@@ -111,9 +111,9 @@ class Keyspace:
         return self.base + "metrics:completed"
 
     @property
-    def metrics_failed(self) -> str:
-        """Dead-lettered jobs, ever (the name is 0.1's: it counts the ``dead`` outcome)."""
-        return self.base + "metrics:failed"
+    def metrics_dead(self) -> str:
+        """Dead-lettered jobs, ever (the ``dead`` outcome's total)."""
+        return self.base + "metrics:dead"
 
     @property
     def metrics_cancelled(self) -> str:

@@ -28,6 +28,7 @@ from ..errors import (
     NotDead,
     NotPaused,
     RepeatFormatError,
+    SchemaMismatch,
     ScriptError,
     StaleToken,
 )
@@ -51,7 +52,7 @@ class Code(enum.IntEnum):
     ALREADY = 2  # idempotent repeat: e.g. complete again with the same token
     CANCEL = 3  # extended, and the row carries a cancel request (extend_locks only)
     GONE = -1  # no row
-    STALE = -2  # the token is not the row's attempts (single-job and batch replies alike)
+    STALE = -2  # the token is not the row's (single-job and batch replies alike)
     NOT_ACTIVE = -3  # the id has left the active set
 
 
@@ -103,6 +104,7 @@ _ERROR_PREFIXES: tuple[tuple[str, type[EchoMQError]], ...] = (
     ("EMQDUP", DuplicateJob),
     ("EMQGONE", JobGone),
     ("EMQFORMAT", RepeatFormatError),
+    ("EMQSCHEMA", SchemaMismatch),
     ("EMQARG", InvalidArgument),  # a count over its cap reached a script (the verbs gate it)
 )
 

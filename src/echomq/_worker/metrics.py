@@ -68,7 +68,7 @@ def queue_families(stats: Sequence[QueueStats], ok: bool = True) -> list[Metric]
         "echomq_queue_completed", "Jobs completed since the queue's metrics began", labels=["queue"]
     )
     failed = CounterMetricFamily(
-        "echomq_queue_failed",
+        "echomq_queue_dead",
         "Jobs dead-lettered since the queue's metrics began",
         labels=["queue"],
     )
@@ -77,7 +77,7 @@ def queue_families(stats: Sequence[QueueStats], ok: bool = True) -> list[Metric]
             depth.add_metric([s.queue, state], getattr(s, state))
         paused.add_metric([s.queue], 1 if s.paused else 0)
         completed.add_metric([s.queue], s.completed_total)
-        failed.add_metric([s.queue], s.failed_total)
+        failed.add_metric([s.queue], s.dead_total)
     scrape = GaugeMetricFamily(
         "echomq_queue_scrape_ok", "1 when the queue gauges could be read from Redis"
     )

@@ -19,6 +19,8 @@ stats. ``echomq.admin`` is their public face.
   count caps that guard memory.
 - ``ensure_schema``: the queue's data layout version, written if absent, refused if not
   this echomq's (every worker calls it at start).
+- ``migrate`` / ``migrate_step``: a queue of an older layout rewritten to this echomq's,
+  a SCAN page of its keys per script call (idempotent; the version is written last).
 (The lanes' limits at run time are ``admin/limits.py``.)
 """
 
@@ -34,7 +36,7 @@ from .._scripts import validate as v
 from .._scripts.calls import SCHEMA_VERSION, Executor, ScriptCall, evaluate, script_call
 from .._scripts.keyspace import Keyspace, check_group
 from .._scripts.replies import as_int, check_status, text
-from ..errors import InvalidArgument, SchemaMismatch, ScriptError
+from ..errors import InvalidArgument, QueueNotFound, SchemaMismatch, ScriptError
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -52,6 +54,10 @@ __all__ = [
     "drain_step",
     "ensure_schema",
     "ensure_schema_call",
+    "MigrateStep",
+    "migrate",
+    "migrate_call",
+    "migrate_step",
     "is_paused",
     "obliterate",
     "obliterate_all",
@@ -114,7 +120,7 @@ class QueueStats:
     completed: int
     paused: bool
     completed_total: int  # every completion since the metrics began (metrics:completed)
-    failed_total: int  # every dead-lettering since the metrics began (metrics:failed)
+    dead_total: int  # every dead-lettering since the metrics began (metrics:dead)
     completed_last_minute: int  # completions in the last 60 s (two buckets, interpolated)
     now_ms: int
     cancelled_total: int = 0
@@ -173,6 +179,16 @@ class DrainStep:
     @property
     def done(self) -> bool:
         return self.remaining == 0
+
+
+@attrs.frozen(kw_only=True)
+class MigrateStep:
+    """What one migrate call did: the rows it rewrote, whether the queue is done (its
+    version written) and the SCAN cursor the next call goes on from."""
+
+    done: bool
+    rewritten: int
+    cursor: str = "0"
 
 
 @attrs.frozen(kw_only=True)
@@ -239,7 +255,7 @@ def obliterate_call(
         ks.waiting,
         ks.wake,
         ks.metrics_completed,
-        ks.metrics_failed,
+        ks.metrics_dead,
         ks.sweep_guard,
     ]
     extra = list(leftovers or ())
@@ -287,7 +303,7 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
             completed=n[4],
             paused=bool(n[5]),
             completed_total=n[6],
-            failed_total=n[7],
+            dead_total=n[7],
             cancelled_total=n[8],
             now_ms=n[9],
             completed_last_minute=_last_minute(series[0], n[9]),
@@ -330,14 +346,31 @@ def ensure_schema_call(queue: str) -> ScriptCall[int]:
         shown = found if found >= 0 else repr(reply)
         raise SchemaMismatch(
             f"queue {queue!r} has data layout version {shown}, older than this echomq's "
-            f"{SCHEMA_VERSION}: migrate it as CHANGELOG.md says for version "
-            f"{SCHEMA_VERSION} (or drain it with the echomq that wrote it, then obliterate "
-            "it), then start this worker again",
+            f"{SCHEMA_VERSION}: migrate it (`echomq migrate {queue}`, or admin.migrate; "
+            "CHANGELOG.md lists what changed), then start this worker again",
             queue=queue,
             found=reply,
         )
 
     return script_call("ensure_schema", [Keyspace(queue).meta], [], read)
+
+
+def migrate_call(
+    queue: str, *, cursor: str = "0", budget: int = DEFAULT_BUDGET
+) -> ScriptCall[MigrateStep]:
+    ks = Keyspace(queue)
+    if not (cursor.isascii() and cursor.isdigit()):
+        raise InvalidArgument(f"cursor must be a SCAN cursor (decimal digits), not {cursor!r}")
+    argv = [ks.base, cursor, v.int_in("budget", budget, 1, MAX_BUDGET)]
+
+    def read(reply: Any) -> MigrateStep:
+        if not isinstance(reply, list) or len(reply) != 3:
+            raise ScriptError(f"migrate {queue}: unexpected reply {reply!r}")
+        return MigrateStep(
+            done=as_int(reply[0]) == 1, cursor=text(reply[1]), rewritten=as_int(reply[2])
+        )
+
+    return script_call("migrate", [ks.meta], argv, read)
 
 
 # -- verbs ------------------------------------------------------------------------------------
@@ -541,11 +574,51 @@ async def retention(conn: Executor, queue: str) -> Retention:
     return Retention.from_meta(values)
 
 
+async def migrate_step(
+    conn: Executor, queue: str, *, cursor: str = "0", budget: int = DEFAULT_BUDGET
+) -> MigrateStep:
+    """One bounded migrate call: rewrite the rows of one SCAN page (``budget`` keys) of
+    ``queue`` to this echomq's layout; the last page also renames the counters and writes
+    the version.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+        SchemaMismatch: the queue's layout is newer than this echomq's.
+    """
+    return await evaluate(conn, migrate_call(queue, cursor=cursor, budget=budget))
+
+
+async def migrate(conn: Executor, queue: str, *, budget: int = DEFAULT_BUDGET) -> int:
+    """Rewrite ``queue`` to this echomq's data layout (``schema_version``), a page at a
+    time so that no call holds Redis for long; answer the rows rewritten. Idempotent: a
+    queue already of this layout answers 0 and nothing is written; an interrupted
+    migration is run again from the start. Stop the queue's workers of the old layout
+    first: workers of this echomq refuse the queue until it is done (CHANGELOG.md lists
+    what each layout changed).
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+        QueueNotFound: there is no such queue (nothing written).
+        SchemaMismatch: the queue's layout is newer than this echomq's.
+    """
+    meta = Keyspace(queue).meta
+    if not await conn.execute("EXISTS", meta):
+        raise QueueNotFound(queue)
+    rewritten, cursor = 0, "0"
+    while True:
+        step = await migrate_step(conn, queue, cursor=cursor, budget=budget)
+        rewritten += step.rewritten
+        if step.done:
+            return rewritten
+        cursor = step.cursor
+
+
 async def ensure_schema(conn: Executor, queue: str) -> int:
     """Make sure ``queue`` is laid out as this echomq lays it out; answer the version.
 
-    A queue without a ``schema_version`` (one a 0.1 producer created, or a new one) is
-    marked with this echomq's. Every worker calls this at start.
+    A new queue (no ``schema_version`` and no jobs written: no ``seq``) is marked with
+    this echomq's; a queue from before versions (``seq`` but no version) answers 0 and is
+    refused (``migrate`` it). Every worker calls this at start.
 
     Raises:
         InvalidKey: before any I/O.

@@ -54,7 +54,7 @@ class ActiveRow:
 
     id: str
     payload: bytes | None
-    token: int  # the fencing token of the current claim (the row's ``attempts``)
+    token: int  # the fencing token of the current claim (the row's ``token``)
     progress: str | None
     lease_deadline_ms: int
     claimed_at_ms: int | None
@@ -179,7 +179,7 @@ async def active_jobs(conn: RedisConnection, queue: str, *, limit: int = 50) -> 
     ks = Keyspace(queue)
     positive_int("limit", limit, MAX_VIEW)
     members = _members(await conn.execute("ZRANGE", ks.active, 0, limit - 1, "WITHSCORES"))
-    fields = ("payload", "attempts", "progress", "claimed_at")
+    fields = ("payload", "token", "progress", "claimed_at")
     replies = await _read_many(
         conn,
         [("HMGET", ks.job(j), *fields) for j, _ in members]

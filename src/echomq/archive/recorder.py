@@ -480,7 +480,7 @@ class Archiver:
                 self._counters[queue].rejected += 1
                 log.error(
                     "archive of %s: skipped job %s (attempt %d): %s",
-                    queue, job.id, job.attempts, exc,
+                    queue, job.id, job.token, exc,
                 )  # fmt: skip
         return inserted, rejected
 

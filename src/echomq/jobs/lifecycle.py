@@ -645,7 +645,7 @@ async def claim(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) ->
 
     Highest priority first, FIFO within a priority. Empty when the queue is paused (the
     script reads the gate itself: one round trip) or nothing is ready. Due scheduled jobs
-    are promoted first. Each claim grows the row's ``attempts``: the returned ``token``,
+    are promoted first. Each claim grows the row's ``token``: the returned ``token``,
     and stamps ``lease_epoch`` with the server's run id.
 
     Raises:

@@ -247,7 +247,7 @@ class Explanation:
 
     @property
     def token(self) -> int:
-        """The fencing token: the row's ``attempts`` (grows at every claim)."""
+        """The fencing token: the row's ``token`` (grows at every claim)."""
         return self.job.token
 
     @property
@@ -471,7 +471,7 @@ async def remove_job(conn: Executor, queue: str, job_id: str, *, force: bool = F
 async def reprocess_job(conn: Executor, queue: str, job_id: str) -> None:
     """Move a dead job back to pending, first in its priority band, and wake a worker.
 
-    ``last_error`` is cleared; ``attempts``, ``failures`` and ``stalled`` stay. The pause
+    ``last_error`` is cleared; ``token``, ``failures`` and ``stalled`` stay. The pause
     gate is not read: on a paused queue the job waits in pending until resume.
 
     Raises:

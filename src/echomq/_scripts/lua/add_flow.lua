@@ -18,6 +18,7 @@
   Returns  n (the number of nodes added)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
            EMQARG        n or r out of range, or the argument count does not match
+           EMQSCHEMA     the queue's layout version is not this echomq's (nothing written)
            EMQSTATE      a parent outside the call (or one to release) is not a held
                          waiting parent, or a node's parent comes after it
   Events   enqueued (a leaf) | waiting (a parent) | ready (a released parent that may run)
@@ -100,7 +101,7 @@ for k = 4, 3 + r do
 end
 
 local now = now_ms()
-mark_queue(meta)
+open_queue(meta)
 local channel = base .. 'events'
 local seq = 0
 if leaves > 0 then seq = redis.call('HINCRBY', meta, 'seq', leaves) - leaves end
@@ -112,7 +113,7 @@ for i = 0, n - 1 do
   local parent, kids, held, parent_queue = ARGV[j + 7], ARGV[j + 11], ARGV[j + 12], ARGV[j + 8]
   local stub, group = held == 'r', ARGV[j + 13]
   local row = base .. 'job:' .. id
-  local fields = {'payload', payload, 'attempts', 0, 'failures', 0, 'stalled', 0,
+  local fields = {'payload', payload, 'token', 0, 'failures', 0, 'stalled', 0,
     'priority', priority, 'max_attempts', max_attempts, 'created_at', now}
   for k, name in ipairs(OPTIONAL) do
     if ARGV[j + 3 + k] ~= '' then

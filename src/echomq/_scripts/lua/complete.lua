@@ -25,7 +25,7 @@ local id, token, result, base = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include finished
 
 -- checks, in order: row, token, (idempotent repeat), membership
-local fields = redis.call('HMGET', row, 'attempts', 'state', 'group')
+local fields = redis.call('HMGET', row, 'token', 'state', 'group')
 if not fields[1] then return -1 end
 if fields[1] ~= token then return -2 end
 if fields[2] == 'completed' then return 2 end

@@ -46,13 +46,13 @@ end
 -- (membership of every id read at once: one ZMSCORE, not one ZSCORE per job)
 local held = redis.call('ZMSCORE', active, unpack(ids))
 local codes, jobs = {}, {}  -- jobs: finish_read's entries, and each one's result
--- the row's state and group, then finish_read's fields (attempts, the token, among them)
+-- the row's state and group, then finish_read's fields (the token among them)
 local wanted = finish_fields('completed')
 table.insert(wanted, 1, 'group')
 table.insert(wanted, 1, 'state')
-local at = nil  -- where attempts is
+local at = nil  -- where the token is
 for k, name in ipairs(wanted) do
-  if name == 'attempts' and not at then at = k end
+  if name == 'token' and not at then at = k end
 end
 local grouped = false
 for i = 0, n - 1 do
@@ -60,10 +60,10 @@ for i = 0, n - 1 do
   local id, token = ARGV[j], ARGV[j + 1]
   local row = base .. 'job:' .. id
   local fields = redis.call('HMGET', row, unpack(wanted))
-  local attempts = fields[at]
+  local held_token = fields[at]
   local code = 1
-  if not attempts then code = -1
-  elseif attempts ~= token then code = -2
+  if not held_token then code = -1
+  elseif held_token ~= token then code = -2
   elseif fields[1] == 'completed' then code = 2
   elseif not held[i + 1] then code = -3
   end

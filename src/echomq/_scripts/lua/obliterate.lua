@@ -11,7 +11,7 @@
         7 waiting     ZSET  flow parents (docs/flows.md)
         8 wake        LIST
         9 metrics:completed  HASH
-       10 metrics:failed     HASH
+       10 metrics:dead       HASH
        11 sweep_guard STRING
        12.. leftover keys of this queue (found by the caller's SCAN), deleted as found
   ARGV  1 queue base (emq:{q}:)   2 '1' = force (active jobs too)   3 budget (1..MAX_BUDGET jobs)

@@ -7,7 +7,7 @@
   ARGV  1 queue base   2 minutes (1..MAX_MINUTES): how many minutes of counters, the current one
         included
   Returns  {pending, scheduled, active, dead, completed, paused (0|1),
-            completed total, failed (dead) total, cancelled total, server now ms,
+            completed total, dead total, cancelled total, server now ms,
             {capped completed rows, capped dead rows, capped completions entries},
             {completed per minute}, {dead per minute}, {cancelled per minute},
             repeatables registered, repeatables paused, jobs waiting in group lanes,
@@ -51,7 +51,7 @@ return {
   redis.call('ZCARD', KEYS[6]),
   redis.call('HEXISTS', KEYS[1], 'paused'),
   total('completed'),
-  total('failed'),
+  total('dead'),
   total('cancelled'),
   now,
   {tonumber(capped[1] or '0'), tonumber(capped[2] or '0'), tonumber(capped[3] or '0')},

@@ -1,6 +1,6 @@
 -- fence_cancel(k, fin, i, row, id, state, group, reason, now): a cancel whose grace ran
 -- out. The job is settled cancelled and its attempt fenced: the token (the row's
--- `attempts`) grows by one, so a holder that did not stop can no longer complete, fail or
+-- `token`) grows by one, so a holder that did not stop can no longer complete, fail or
 -- extend it (its calls answer stale). The job leaves the structure that holds it by
 -- `state`: active through `leave_active` (a grouped job gives back its group's slot),
 -- pending through `leave_ready` (the flat set or its group's lane), scheduled k.schedule;
@@ -19,7 +19,7 @@ local function fence_cancel(k, fin, i, row, id, state, group, reason, now)
   if state == 'active' then leave_active(k.base, k.active, id, group)
   elseif state == 'pending' then leave_ready(k.base, k.pending, id, group)
   elseif state == 'scheduled' then redis.call('ZREM', k.schedule, id) end
-  redis.call('HINCRBY', row, 'attempts', 1)
+  redis.call('HINCRBY', row, 'token', 1)
   redis.call('HSET', row, 'state', 'completed', 'result', 'cancelled:' .. (reason or ''),
     'finished_at', now, 'cancel_fenced', now)
   redis.call('HDEL', row, 'cancel_deadline')

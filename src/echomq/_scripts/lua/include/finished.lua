@@ -52,7 +52,7 @@ local FINISH_TRIM = 100
 local METRICS_KEEP_MS = MAX_MINUTES * 60000 + 120000
 local FINISH_DETAIL = {completed = 'result', dead = 'error', cancelled = 'reason'}
 local FINISH_TOTALS = {
-  completed = 'metrics:completed', dead = 'metrics:failed', cancelled = 'metrics:cancelled',
+  completed = 'metrics:completed', dead = 'metrics:dead', cancelled = 'metrics:cancelled',
 }
 -- held_dedup(base, row, id): the dedup key (emq:{q}:dedup:<key>) the job `id` holds (named
 -- by its row's `dedup`, still holding this id; one that lapsed and was taken by a later
@@ -114,7 +114,7 @@ end
 -- the row fields finish_read reads of each job (a caller that reads the row anyway may
 -- read these in the same HMGET, after its own, and hand them over: see finish_read)
 local function finish_fields(kept)
-  return {'task', 'attempts', 'failures', 'created_at', 'claimed_at',
+  return {'task', 'token', 'failures', 'created_at', 'claimed_at',
     'keep_' .. (kept == 'dead' and 'dead' or 'result'), 'parent', 'kids', 'parent_queue'}
 end
 local function finish_read(base, kept, now, jobs)
@@ -146,7 +146,7 @@ local function finish_read(base, kept, now, jobs)
     -- the fields every job has, then the rare ones only when present (a record of 8
     -- slots, not 16; an absent field reads nil here, as false did)
     local rec = {id = id, state = state, row = row, task = f[o + 1],
-      attempts = f[o + 2] or '0', created_at = f[o + 4], claimed_at = f[o + 5]}
+      token = f[o + 2] or '0', created_at = f[o + 4], claimed_at = f[o + 5]}
     if logs[i] then rec.logs = logs[i] end
     if f[o + 3] then rec.failures = f[o + 3] end
     if f[o + 6] then rec.keep = tonumber(f[o + 6]) end
@@ -261,7 +261,7 @@ local function finished(fin, i, detail)
   -- (an absent field reads false); one table per call, rewritten job by job: entry[1..n]
   local entry = fin.entry
   entry[1], entry[2], entry[3], entry[4], entry[5], entry[6] =
-    'id', job.id, 'state', job.state, 'attempts', job.attempts
+    'id', job.id, 'state', job.state, 'token', job.token
   local n = 6
   local v = job.task
   if v then entry[7], entry[8], n = 'task', v, 8 end
