@@ -79,7 +79,8 @@ async def test_killed_worker_job_is_recovered_or_dead_lettered(
 
     @q.task(name="sleepy", lease=0.3)
     async def fast(seconds: float) -> str:
-        return "recovered by another worker"
+        job = echomq.current_job()  # the run number counts the stalled run
+        return f"recovered by another worker: run {job.attempt} after {job.failures} failures"
 
     with trio.fail_after(20):
         async with q.open():
@@ -93,7 +94,9 @@ async def test_killed_worker_job_is_recovered_or_dead_lettered(
             )
             async with serving(rescuer):
                 if outcome == "recovered":
-                    assert await handle.result(timeout=5) == "recovered by another worker"
+                    assert await handle.result(timeout=5) == (
+                        "recovered by another worker: run 2 after 0 failures"
+                    )
                 else:
                     with pytest.raises(JobFailed) as caught:
                         await handle.result(timeout=5)

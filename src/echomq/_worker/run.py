@@ -113,9 +113,7 @@ class JobRunner:
         batched completion is recorded after the span ends, its outcome the one the run
         asked for."""
         settler = self.settler
-        with _tracing.processing(
-            self.queue.name, claimed.id, claimed.failures + 1, claimed.trace
-        ) as span:
+        with _tracing.processing(self.queue.name, claimed.id, claimed.token, claimed.trace) as span:
             try:
                 s = await self._execute(claimed, held)
             except BaseException:
@@ -280,8 +278,9 @@ class JobRunner:
             id=claimed.id,
             task=task.name,
             queue=self.queue.name,
-            attempt=claimed.failures + 1,
+            attempt=claimed.token,
             token=claimed.token,
+            failures=claimed.failures,
             cancel_token=held.cancel_token,
             conn=self.conn,
             lease_ms=held.lease_ms,
