@@ -233,6 +233,23 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
         "complete many, trim",
         lambda: jobs.complete_many(rec, queue, [(c.id, c.token, b"r") for c in pair]),
     )
+    # a run settled cancelled: its own state and index, under the same count guard
+    for i in (1, 2, 3):
+        await step(f"enqueue x{i}", new(f"x{i}", priority=9))
+    [x] = await claim()
+    await step(
+        "complete cancelled", lambda: jobs.complete(rec, queue, x.id, x.token, b"cancelled:why")
+    )
+    [x] = await claim()
+    await step(  # the cancelled row of x1 goes
+        "complete cancelled, trim",
+        lambda: jobs.complete(rec, queue, x.id, x.token, b"cancelled:"),
+    )
+    [x] = await claim()
+    await step(  # the worker's batch: the cancelled row of x2 goes
+        "complete many cancelled, trim",
+        lambda: jobs.complete_many(rec, queue, [(x.id, x.token, b"cancelled:no")]),
+    )
     [c] = await claim()
     await step(
         "fail later", lambda: jobs.fail(rec, queue, c.id, c.token, "e", retry_delay_ms=60_000)

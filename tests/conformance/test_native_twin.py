@@ -36,7 +36,7 @@ TIME_FIELDS = {
     b"cancel_requested",
     b"lease_epoch",
 }
-TIME_SETS = ("active", "schedule", "dead", "completed")
+TIME_SETS = ("active", "schedule", "dead", "completed", "cancelled")
 
 
 async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:

@@ -42,7 +42,14 @@ async def test_connect_sends_hello_then_a_snapshot_of_the_queue(
         assert hello["queues"] == [queue]
         snap = await client.next("snapshot", lambda m: view(m, queue)["counts"]["pending"] == 3)
         counts = view(snap, queue)["counts"]
-        assert counts == {"pending": 3, "active": 0, "scheduled": 1, "dead": 0, "completed": 0}
+        assert counts == {
+            "pending": 3,
+            "active": 0,
+            "scheduled": 1,
+            "dead": 0,
+            "completed": 0,
+            "cancelled": 0,
+        }
         assert view(snap, queue)["paused"] is False
 
 

@@ -66,11 +66,15 @@ async def test_complete_many_finishes_each_job_as_complete_does(
         row_one = await jobs.get_job(conn, queue, one)
         row_many = await jobs.get_job(conn, queue, many)
         assert row_one is not None and row_many is not None
-        assert row_many.state is echomq.JobState.COMPLETED
-        assert row_many.result == row_one.result
-        ends = float(await conn.execute("ZSCORE", ks.completed, many))
+        assert row_many.state is row_one.state
+        assert (row_many.result, row_many.cancel_reason) == (row_one.result, row_one.cancel_reason)
+        index = ks.cancelled if row_many.cancelled else ks.completed
+        ends = float(await conn.execute("ZSCORE", index, many))
         assert ends == row_many.finished_at + 86_400_000  # type: ignore[operator]
         assert await conn.execute("PTTL", ks.job(many)) > 0
+    assert [(await jobs.get_job(conn, queue, j)).state for j in batched] == [  # type: ignore[union-attr]
+        "completed", "cancelled", "completed",
+    ]  # fmt: skip
     assert await conn.execute("ZCARD", ks.active) == 0
     assert await conn.execute("HGET", ks.metrics_completed, "count") == b"4"
     assert await conn.execute("HGET", ks.metrics_cancelled, "count") == b"2"

@@ -8,6 +8,8 @@ import pytest
 
 import echomq
 from echomq import admin, jobs
+from echomq._client.waiting import Outcome, row_outcome
+from echomq._model.completion import FinishState
 from echomq._scripts.calls import SCHEMA_VERSION
 from echomq._scripts.keyspace import Keyspace
 from echomq.errors import InvalidArgument, QueueNotFound, SchemaMismatch, StaleToken
@@ -17,7 +19,8 @@ from ._support import server_now_ms, snapshot
 
 async def old_queue(conn: echomq.Connection, ks: Keyspace, pending: int = 3) -> list[str]:
     """A queue as echomq's layout 1 wrote it, by raw commands: ``pending`` jobs waiting,
-    one held (token 1, its lease run out), one completed, two dead counted; the ids."""
+    one held (token 1, its lease run out), one completed, one cancelled (stored completed
+    with the result ``cancelled:<reason>``), two dead counted; the ids."""
     now = await server_now_ms(conn)
     await conn.execute("HSET", ks.meta, "schema_version", "1", "seq", str(pending))
     ids = [f"p{i}" for i in range(pending)]
@@ -40,8 +43,13 @@ async def old_queue(conn: echomq.Connection, ks: Keyspace, pending: int = 3) -> 
     )  # fmt: skip
     await conn.execute("ZADD", ks.completed, str(now + 60_000), "done")
     await conn.execute("RPUSH", ks.job("done") + ":logs", "a log line")
+    await conn.execute(
+        "HSET", ks.job("stopped"), "state", "completed", "payload", "s", "attempts", "1",
+        "failures", "0", "stalled", "0", "result", "cancelled:bye", "finished_at", str(now),
+    )  # fmt: skip
+    await conn.execute("ZADD", ks.completed, str(now + 70_000), "stopped")
     await conn.execute("HSET", ks.base + "metrics:failed", "count", "2")
-    return [*ids, "held", "done"]
+    return [*ids, "held", "done", "stopped"]
 
 
 async def test_a_queue_of_layout_1_is_refused_by_producers_until_migrated(
@@ -69,6 +77,16 @@ async def test_migrate_rewrites_every_row_and_the_counter_then_changes_nothing(
         assert b"attempts" not in fields
         assert fields[b"token"] == (b"0" if job_id.startswith("p") else b"1")
     assert await conn.execute("LRANGE", ks.job("done") + ":logs", 0, -1) == [b"a log line"]
+    stopped = await jobs.get_job(conn, queue, "stopped")
+    assert stopped is not None and stopped.cancelled
+    assert (stopped.state, stopped.cancel_reason, stopped.result) == ("cancelled", "bye", None)
+    assert await conn.execute("ZSCORE", ks.completed, "stopped") is None
+    assert await conn.execute("ZSCORE", ks.cancelled, "stopped") is not None
+    assert row_outcome(stopped) == Outcome(state=FinishState.CANCELLED, reason="bye")
+    done = await jobs.get_job(conn, queue, "done")
+    assert done is not None and (done.state, done.result) == ("completed", b"R")
+    stats = await admin.stats(conn, queue)
+    assert (stats.completed, stats.cancelled) == (1, 1)
     assert await conn.execute("EXISTS", ks.base + "metrics:failed") == 0
     assert await conn.execute("HGET", ks.metrics_dead, "count") == b"2"
     assert (await admin.stats(conn, queue)).dead_total == 2

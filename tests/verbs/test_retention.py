@@ -68,7 +68,14 @@ async def test_a_raw_job_has_no_task_and_a_cancelled_result_finishes_as_cancelle
     )  # fmt: skip
     assert await conn.execute("HGET", ks.metrics_cancelled, "count") == b"1"
     assert await conn.execute("HGET", ks.metrics_completed, "count") is None
-    assert await conn.execute("ZSCORE", ks.completed, job_id) is not None  # the row is kept
+    # the row is kept, in state cancelled, in its own index (the retention of a completed row)
+    assert await conn.execute("ZSCORE", ks.completed, job_id) is None
+    assert await conn.execute("ZSCORE", ks.cancelled, job_id) is not None
+    assert 23 * 3600_000 < await conn.execute("PTTL", ks.job(job_id)) <= DAY_MS
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None and (info.state, info.cancel_reason, info.result) == (
+        "cancelled", "enough", None,
+    )  # fmt: skip
 
 
 async def test_dead_and_cancelled_waiting_jobs_have_entries(

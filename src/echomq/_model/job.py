@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from .states import CANCELLED_PREFIX, JobState
+from .states import JobState
 
 __all__ = ["Claimed", "Enqueued", "JobInfo", "NewJob", "Sweep"]
 
@@ -118,15 +118,13 @@ class JobInfo:
     cancel_requested_at: int | None = None
     cancel_deadline: int | None = None
     cancel_fenced_at: int | None = None
+    cancel_reason: str | None = None  # the cancel's reason ('' when none was given)
     group: str | None = None
 
     @property
     def cancelled(self) -> bool:
-        return (
-            self.state is JobState.COMPLETED
-            and self.result is not None
-            and self.result.startswith(CANCELLED_PREFIX.encode())
-        )
+        """True when the job ended cancelled (its state ``cancelled``)."""
+        return self.state is JobState.CANCELLED
 
     @classmethod
     def from_row(cls, job_id: str, row: Mapping[bytes, bytes]) -> JobInfo:
@@ -153,5 +151,6 @@ class JobInfo:
             cancel_requested_at=_opt_int(row.get(b"cancel_requested")),
             cancel_deadline=_opt_int(row.get(b"cancel_deadline")),
             cancel_fenced_at=_opt_int(row.get(b"cancel_fenced")),
+            cancel_reason=_str(row.get(b"cancel_reason")),
             group=_str(row.get(b"group")),
         )

@@ -63,6 +63,11 @@ class Keyspace:
         return self.base + "completed"
 
     @property
+    def cancelled(self) -> str:
+        """Cancelled rows kept, scored by when their retention ends (as ``completed``)."""
+        return self.base + "cancelled"
+
+    @property
     def waiting(self) -> str:
         """Flow parents with open children (docs/flows.md); score = when they were added."""
         return self.base + "waiting"

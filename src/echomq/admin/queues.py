@@ -91,15 +91,17 @@ def _ok(what: str) -> Any:
 @attrs.frozen(kw_only=True)
 class Capped:
     """What the count caps (the memory guard, docs/results.md) removed before its time, ever:
-    completed and dead rows, completions stream entries. Non-zero: a cap was hit."""
+    completed, cancelled and dead rows, completions stream entries. Non-zero: a cap was
+    hit."""
 
     completed: int = 0
     dead: int = 0
     completions: int = 0
+    cancelled: int = 0
 
     @property
     def total(self) -> int:
-        return self.completed + self.dead + self.completions
+        return self.completed + self.dead + self.completions + self.cancelled
 
 
 @attrs.frozen(kw_only=True)
@@ -133,12 +135,19 @@ class QueueStats:
     grouped: int = 0  # of ``pending``: the jobs waiting in group lanes (docs/lanes.md)
     groups: int = 0  # groups with waiting or active jobs
     waiting: int = 0  # flow parents with open children (docs/flows.md)
+    cancelled: int = 0  # cancelled rows kept by the retention (the state ``cancelled``)
 
     @property
     def jobs(self) -> int:
-        """Jobs held in the six state sets (the lanes counted with pending)."""
+        """Jobs held in the seven state sets (the lanes counted with pending)."""
         return (
-            self.pending + self.scheduled + self.active + self.dead + self.completed + self.waiting
+            self.pending
+            + self.scheduled
+            + self.active
+            + self.dead
+            + self.completed
+            + self.cancelled
+            + self.waiting
         )
 
     @property
@@ -284,11 +293,12 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
         ks.repeat,
         ks.groups,
         ks.waiting,
+        ks.cancelled,
     ]
     v.int_in("minutes", minutes, 1, MAX_STATS_MINUTES)
 
     def read(reply: Any) -> QueueStats:
-        if not isinstance(reply, list) or len(reply) != 19:
+        if not isinstance(reply, list) or len(reply) != 20:
             raise ScriptError(f"stats {queue}: unexpected reply {reply!r}")
         n = [as_int(x) for x in reply[:10]]
         capped = [as_int(x) for x in reply[10]]
@@ -307,7 +317,9 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
             cancelled_total=n[8],
             now_ms=n[9],
             completed_last_minute=_last_minute(series[0], n[9]),
-            capped=Capped(completed=capped[0], dead=capped[1], completions=capped[2]),
+            capped=Capped(
+                completed=capped[0], dead=capped[1], completions=capped[2], cancelled=capped[3]
+            ),
             completed_per_minute=tuple(series[0]),
             dead_per_minute=tuple(series[1]),
             cancelled_per_minute=tuple(series[2]),
@@ -316,6 +328,7 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
             grouped=lanes,
             groups=as_int(reply[17]),
             waiting=as_int(reply[18]),
+            cancelled=as_int(reply[19]),
         )
 
     return script_call("queue_stats", keys, [ks.base, minutes], read)
@@ -539,10 +552,10 @@ async def capped(conn: Executor, queue: str) -> Capped:
         InvalidKey: before any I/O.
     """
     raw = await conn.execute(
-        "HMGET", Keyspace(queue).metrics_capped, "completed", "dead", "completions"
+        "HMGET", Keyspace(queue).metrics_capped, "completed", "dead", "completions", "cancelled"
     )
     n = [int(x) if x is not None else 0 for x in raw]
-    return Capped(completed=n[0], dead=n[1], completions=n[2])
+    return Capped(completed=n[0], dead=n[1], completions=n[2], cancelled=n[3])
 
 
 async def set_retention(conn: Executor, queue: str, **settings: Any) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 
-from .._model.cancel import cancelled_reason
 from .._model.states import JobState
 from ..admin.workers import WorkerRecord
 from ..jobs.rows import Explanation, LaneFacts, OpenChild, RateWindow
@@ -89,9 +88,9 @@ def last_claimed_by(w: WorkerRecord) -> str:
 
 
 def finished_text(e: Explanation) -> str | None:
-    """When and how a dead or completed job finished, or None for any other."""
+    """When and how a dead, completed or cancelled job finished, or None for any other."""
     job = e.job
-    if job.state not in (JobState.DEAD, JobState.COMPLETED):
+    if job.state not in (JobState.DEAD, JobState.COMPLETED, JobState.CANCELLED):
         return None
     at = (
         f"{utc(job.finished_at)} ({span(e.now_ms - job.finished_at)} ago)"
@@ -101,7 +100,7 @@ def finished_text(e: Explanation) -> str | None:
     if job.state is JobState.DEAD:
         return f"{at}: dead" + ("" if job.last_error else " (no error recorded)")
     if job.cancelled:
-        return f"{at}: cancelled ({cancelled_reason(job.result) or 'no reason given'})"
+        return f"{at}: cancelled ({job.cancel_reason or 'no reason given'})"
     return f"{at}: completed"
 
 
@@ -259,7 +258,7 @@ def summary(e: Explanation) -> str:
             if job.cancel_fenced_at is not None
             else ""
         )
-        reason = cancelled_reason(job.result) or ""
+        reason = job.cancel_reason or ""
         return f"cancelled{finished}{how}: {reason}; it will not run again"
     return f"completed{finished}; it will not run again"
 

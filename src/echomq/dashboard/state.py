@@ -51,7 +51,7 @@ __all__ = [
 
 
 #: The states counted per queue, in the order the page shows them.
-COUNT_NAMES = ("pending", "active", "scheduled", "dead", "completed")
+COUNT_NAMES = ("pending", "active", "scheduled", "dead", "completed", "cancelled")
 CALL_PREVIEW = 120
 PER_MINUTE = 60  # minutes of per-minute counts a view carries (the current one included)
 
@@ -282,7 +282,11 @@ async def read_queue(
         name=queue,
         paused=counts.paused,
         counts={name: getattr(counts, name) for name in COUNT_NAMES},
-        totals={"completed": counts.completed_total, "dead": counts.dead_total},
+        totals={
+            "completed": counts.completed_total,
+            "dead": counts.dead_total,
+            "cancelled": counts.cancelled_total,
+        },
         throughput=throughput.series(queue),
         active=active,
         dead=dead,

@@ -133,13 +133,14 @@ def reprocess_job_call(queue: str, job_id: str) -> ScriptCall[None]:
 
 # -- explain -----------------------------------------------------------------------------------
 
-_STATE_SETS = ("pending", "schedule", "active", "dead", "completed", "waiting")
+_STATE_SETS = ("pending", "schedule", "active", "dead", "completed", "waiting", "cancelled")
 _EXPECTED_SET = {
     JobState.PENDING: "pending",
     JobState.SCHEDULED: "schedule",
     JobState.ACTIVE: "active",
     JobState.DEAD: "dead",
     JobState.COMPLETED: "completed",
+    JobState.CANCELLED: "cancelled",
     JobState.WAITING: "waiting",
 }
 
@@ -197,7 +198,7 @@ class OpenChild:
 
     @property
     def finished(self) -> bool:
-        return self.state in (JobState.COMPLETED, JobState.DEAD)
+        return self.state in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
 
 
 @attrs.frozen(kw_only=True)
@@ -295,7 +296,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
     def read(reply: Any) -> Explanation:
         if reply == Code.GONE:
             check_status(reply, f"explain {job_id}")
-        if not isinstance(reply, list) or len(reply) != 18 or not isinstance(reply[0], list):
+        if not isinstance(reply, list) or len(reply) != 19 or not isinstance(reply[0], list):
             raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
         flat = reply[0]
         row = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -306,7 +307,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
         lane = _lane(info.group, reply[13], int(reply[9]))
         in_lane = lane is not None and lane.position is not None
         pending = reply[1] if not in_lane else 0
-        scores = dict(zip(_STATE_SETS, [pending, *reply[3:7], reply[15]], strict=True))
+        scores = dict(zip(_STATE_SETS, [pending, *reply[3:7], reply[15], reply[18]], strict=True))
         lock_field = b"lock" in row
 
         holder = None

@@ -6,7 +6,7 @@
 
 (() => {
   const $ = (id) => document.getElementById(id);
-  const STATES = ["pending", "active", "scheduled", "dead", "completed"];
+  const STATES = ["pending", "active", "scheduled", "dead", "completed", "cancelled"];
   const CONFIRM = new Set(["drain", "remove"]);
 
   const app = {
@@ -564,6 +564,7 @@
     const extra = {
       completed: `${q.totals.completed.toLocaleString()} ever`,
       dead: `${q.totals.dead.toLocaleString()} ever`,
+      cancelled: `${q.totals.cancelled.toLocaleString()} ever`,
     };
     $("counts").replaceChildren(
       ...STATES.map((s) =>

@@ -1,6 +1,7 @@
 -- finish_read / finished: jobs reached a terminal outcome (docs/results.md): one entry each
 -- on the completions stream, the per-minute and total counters, the row's retention (a TTL
--- and its place in the `completed` / `dead` index, scored by when the retention ends) and
+-- and its place in the `completed` / `cancelled` / `dead` index, scored by when the
+-- retention ends) and
 -- the index's bounded cleanup. Two calls, because a script reads every key it touches
 -- before its first write (docs/lua.md, rule 1):
 --   local fin = finish_read(base, kept, now, {{id, state}, ...})  -- with the reads
@@ -9,8 +10,12 @@
 -- and the row's key, when the caller has made it)
 --   ... the script's own writes (the rows' state, finished_at) ...
 --   finished(fin, i, detail)   -- job i; detail: result | error | reason, failures
--- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead),
--- or nil when the script deletes them (a cancelled waiting job). finished(nil, id,
+-- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead |
+-- cancelled: a cancelled row is kept as a completed one is, keep_result and
+-- max_completed), or nil when the script deletes them (a cancelled waiting job).
+-- parents (optional): the flow parents' records of another finish_read of the same call
+-- (complete_many finishes its completed and its cancelled jobs apart: one parent, one
+-- record). finished(nil, id,
 -- held, 'removed'): remove_job's hook; removal is not an outcome, so nothing of the above
 -- is written, only the dedup key its job held (held_dedup, in its read phase) is released.
 -- Dedup (docs/repeat.md): a window is a throttle; a job gives its key back only when its
@@ -117,7 +122,7 @@ local function finish_fields(kept)
   return {'task', 'token', 'failures', 'created_at', 'claimed_at',
     'keep_' .. (kept == 'dead' and 'dead' or 'result'), 'parent', 'kids', 'parent_queue'}
 end
-local function finish_read(base, kept, now, jobs)
+local function finish_read(base, kept, now, jobs, parents)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
     'max_completed', 'max_dead'}
   local s = redis.call('HMGET', base .. 'meta', 'keep_result', 'keep_dead', 'completions_keep',
@@ -125,7 +130,7 @@ local function finish_read(base, kept, now, jobs)
   local no_logs = s[7] == '0'  -- no job of the queue has a log list (include/schema.lua)
   local fin = {base = base, kept = kept, now = now, now_arg = int_arg(now), jobs = {},
     stream = base .. 'completions', drop = {}, migrate = {}, capped = {}, cleaned = false,
-    parents = {}, keep_args = {}, entry = {}}
+    parents = parents or {}, keep_args = {}, entry = {}}
   for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or RETENTION_DEFAULTS[name] end
   fin.keep = fin[kept == 'dead' and 'keep_dead' or 'keep_result']  -- the queue's (a row's own first)
   local minute = math.floor(now / 60000)

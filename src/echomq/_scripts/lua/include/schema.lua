@@ -4,8 +4,9 @@
 -- do the scripts that write rows (open_queue). A meta without a version but with `seq`
 -- was written by an echomq from before versions (its rows are of layout 1): it is not
 -- marked (migrate.lua rewrites it and marks it).
--- Version 2: the fencing token is the row's `token` (was `attempts`), and the dead-letter
--- total is metrics:dead (was metrics:failed).
+-- Version 2: the fencing token is the row's `token` (was `attempts`), a cancelled job is
+-- kept in state `cancelled` (was `completed` with the result `cancelled:<reason>`) and
+-- the `cancelled` index, and the dead-letter total is metrics:dead (was metrics:failed).
 local SCHEMA_VERSION = 2
 local SCHEMA_TEXT = '2'
 -- A queue marked here with nothing else in its meta (a new queue) also gets `logs` = 0: no
