@@ -16,7 +16,7 @@ from __future__ import annotations
 from . import admin, cancel, config, errors, flows, jobs, repeat, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
-from ._scripts.replies import ExtendResult
+from ._scripts.replies import CompleteResult, ExtendResult
 from ._wire.connection import Connection
 from ._wire.dial import connect
 from ._worker.worker import Worker
@@ -74,6 +74,7 @@ __all__ = [
     "Claimed",
     "ClusterDown",
     "ClusterError",
+    "CompleteResult",
     "Connection",
     "ConnectionConfig",
     "ConnectionLost",

@@ -19,7 +19,9 @@ from echomq.jobs.lifecycle import complete_many_call
 from ._support import claim_one, snapshot
 from .test_settle import _refusals
 
-OK, GONE, STALE, NOT_ACTIVE = (jobs.ExtendResult(x) for x in ("ok", "gone", "stale", "not_active"))
+OK, GONE, STALE, NOT_ACTIVE = (
+    jobs.CompleteResult(x) for x in ("ok", "gone", "stale", "not_active")
+)
 
 
 def _entry(fields: list[bytes]) -> dict[str, bytes]:

@@ -35,6 +35,7 @@ from ..errors import (
 
 __all__ = [
     "Code",
+    "CompleteResult",
     "ExtendResult",
     "FlowNotice",
     "translate",
@@ -78,12 +79,31 @@ class ExtendResult(enum.StrEnum):
     NOT_ACTIVE = "not_active"
 
 
+class CompleteResult(enum.StrEnum):
+    """Per-job outcome of ``complete_many``: ``ok`` (finished now, or already finished
+    with this token: a repeat changes nothing), or the refusal that changed nothing for
+    that job (``gone``: no row; ``stale``: another token holds it; ``not_active``)."""
+
+    OK = "ok"
+    GONE = "gone"
+    STALE = "stale"
+    NOT_ACTIVE = "not_active"
+
+
 EXTEND_RESULTS = {
     Code.OK: ExtendResult.OK,
     Code.CANCEL: ExtendResult.CANCEL,
     Code.GONE: ExtendResult.GONE,
     Code.STALE: ExtendResult.STALE,
     Code.NOT_ACTIVE: ExtendResult.NOT_ACTIVE,
+}
+
+COMPLETE_RESULTS = {
+    Code.OK: CompleteResult.OK,
+    Code.ALREADY: CompleteResult.OK,
+    Code.GONE: CompleteResult.GONE,
+    Code.STALE: CompleteResult.STALE,
+    Code.NOT_ACTIVE: CompleteResult.NOT_ACTIVE,
 }
 
 _CODE_ERRORS: dict[int, type[EchoMQError]] = {
