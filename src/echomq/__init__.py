@@ -29,6 +29,7 @@ from .errors import (
     AuthenticationError,
     ClusterDown,
     ClusterError,
+    CodecMismatch,
     ConnectionLost,
     CrossSlot,
     DuplicateJob,
@@ -61,6 +62,7 @@ from .errors import (
     TaskNotRegistered,
     TLSError,
     Unavailable,
+    UnencodableArgument,
 )
 from .flows import ChildFailure
 
@@ -100,6 +102,8 @@ __all__ = [
     "NotDead",
     "NotPaused",
     "PayloadTooLarge",
+    "UnencodableArgument",
+    "CodecMismatch",
     "PermissionDenied",
     "Queue",
     "QueueNotFound",

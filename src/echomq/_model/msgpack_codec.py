@@ -1,0 +1,129 @@
+"""The msgpack codec (``Queue(name, codec="msgpack")``), on the optional ``msgpack`` package.
+
+Rule 1: the same payload shape as JSON's (a map ``{"task", "args", "kwargs"}``) and the
+same types (``_model/tags.py``): bytes are msgpack's own bin type; every other tagged
+value is extension type :data:`~echomq._model.tags.EXT` holding ``[tag, value]``, so a
+msgpack map has no reserved key. A msgpack timestamp (extension -1, as other languages
+write it) decodes as an aware UTC datetime; another extension type comes back as
+``msgpack.ExtType``.
+Rule 2: types are strict (``strict_types``): an int or str subclass that is an enum is
+tagged as an enum, a tuple is written as a list (as in JSON). Integers are msgpack's
+(64 bits): a larger one is refused before any I/O.
+Rule 3: a msgpack call starts with a map's marker byte, never ``{``: a JSON payload given
+to this codec is a :class:`~echomq.errors.CodecMismatch` (``_model/codec.py`` rule 3).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import CodecMismatch, InvalidArgument, SerializationError
+from .codec import MSGPACK_LEADS, Call, argument_error
+from .tags import EXT, reduce, untag
+
+__all__ = ["MsgpackCodec", "msgpack_codec"]
+
+try:
+    import msgpack
+except ImportError:  # the optional extra: Queue(codec="msgpack") says how to get it
+    msgpack = None
+
+
+class MsgpackCodec:
+    """Payloads and results as msgpack (``pip install echomq[msgpack]``)."""
+
+    name = "msgpack"
+
+    def __init__(self) -> None:
+        if msgpack is None:
+            raise InvalidArgument(
+                "codec 'msgpack' needs the msgpack package: pip install 'echomq[msgpack]'"
+            )
+        self._ext_type = msgpack.ExtType
+
+    def _default(self, value: Any) -> Any:
+        tag, carried = reduce(value, bin_native=True)
+        if tag is None:
+            return carried
+        return self._ext_type(EXT, self._pack([tag, carried]))
+
+    def _pack(self, value: Any) -> bytes:
+        """``value`` as msgpack (raises TypeError, ValueError, OverflowError...)."""
+        packed: bytes = msgpack.packb(
+            value, default=self._default, use_bin_type=True, strict_types=True
+        )
+        return packed
+
+    def _ext(self, code: int, data: bytes) -> Any:
+        if code != EXT:
+            return self._ext_type(code, data)
+        tagged = self._unpack(data)
+        if not (isinstance(tagged, list) and len(tagged) == 2):
+            raise SerializationError(f"msgpack extension {EXT} is not [tag, value]")
+        return untag(tagged[0], tagged[1])
+
+    def _unpack(self, data: bytes) -> Any:
+        return msgpack.unpackb(
+            data, ext_hook=self._ext, raw=False, strict_map_key=False, timestamp=3
+        )
+
+    def _encode(self, value: Any, what: str) -> bytes:
+        try:
+            return self._pack(value)
+        except RecursionError:
+            raise SerializationError(
+                f"{what} cannot be encoded as msgpack: nested too deeply"
+            ) from None
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SerializationError(f"{what} cannot be encoded as msgpack: {exc}") from None
+
+    def _decode(self, data: bytes, what: str) -> Any:
+        try:
+            return self._unpack(data)
+        except SerializationError:
+            raise
+        except RecursionError:
+            raise SerializationError(f"{what} is not msgpack: nested too deeply") from None
+        except Exception as exc:  # msgpack's ExtraData, FormatError, StackError, ValueError...
+            raise SerializationError(f"{what} is not msgpack: {exc}") from None
+
+    def encode_call(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
+        if not isinstance(task, str) or not task:
+            raise SerializationError("task name must be a non-empty str")
+        call = {"task": task, "args": list(args), "kwargs": dict(kwargs)}
+        try:
+            return self._encode(call, "arguments")
+        except SerializationError as exc:
+            named = argument_error(self._pack, args, kwargs, self.name)
+            if named is None:
+                raise
+            raise named from exc.__cause__
+
+    def decode_call(self, payload: bytes) -> Call:
+        if payload[:1] == b"{":
+            raise CodecMismatch(self.name, "json")
+        data = self._decode(payload, "payload")
+        if not isinstance(data, dict) or not (payload[:1] and payload[0] in MSGPACK_LEADS):
+            raise SerializationError("payload is not an echomq call: not a map")
+        task, args, kwargs = data.get("task"), data.get("args", []), data.get("kwargs", {})
+        if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise SerializationError("payload is not an echomq call: bad field types")
+        return Call(task=task, args=tuple(args), kwargs=kwargs)
+
+    def encode_result(self, value: Any) -> bytes:
+        return self._encode(value, "result")
+
+    def decode_result(self, data: bytes) -> Any:
+        return self._decode(data, "result")
+
+
+@functools.cache
+def msgpack_codec() -> MsgpackCodec:
+    """The one msgpack codec (it holds no state).
+
+    Raises:
+        InvalidArgument: the msgpack package is not installed.
+    """
+    return MsgpackCodec()
