@@ -97,6 +97,8 @@ def _escaped(value: Any) -> Any:
         return out
     if kind is list or kind is tuple:
         return [_escaped(v) for v in value]
+    if isinstance(value, str | int | float):  # a subclass (an IntEnum...): as the encoder
+        return value  # writes it, its base type's text
     tag, carried = reduce(value)
     if tag is None:
         return _escaped(carried)
