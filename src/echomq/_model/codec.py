@@ -33,10 +33,19 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..errors import CodecMismatch, SerializationError, UnencodableArgument
+from ..errors import CodecMismatch, InvalidArgument, SerializationError, UnencodableArgument
 from .tags import KEY, Refused, reduce, untag
 
-__all__ = ["Call", "Codec", "JsonCodec", "JSON", "MSGPACK_LEADS", "argument_error", "codec_named"]
+__all__ = [
+    "Call",
+    "Codec",
+    "JsonCodec",
+    "JSON",
+    "MSGPACK_LEADS",
+    "argument_error",
+    "codec_named",
+    "peek_call",
+]
 
 _DEEP = "nested too deeply (RecursionError)"
 
@@ -316,6 +325,34 @@ class JsonCodec:
 JSON = JsonCodec()
 
 
+def peek_call(payload: bytes) -> Call:
+    """A call of either codec as stored, for display (the dashboard): tagged values are
+    left as their tag objects ``{"__emq__": tag, "v": value}`` and no class is looked up.
+
+    Raises:
+        SerializationError: not a call of either codec (msgpack one: msgpack missing).
+    """
+    if payload[:1] and payload[0] in MSGPACK_LEADS:
+        from .msgpack_codec import msgpack_codec
+
+        try:
+            return msgpack_codec().peek_call(payload)
+        except InvalidArgument as exc:  # msgpack is not installed here
+            raise SerializationError(str(exc)) from None
+    try:
+        data = _loads(payload)
+        call = Call(
+            task=data["task"], args=tuple(data.get("args", [])), kwargs=data.get("kwargs", {})
+        )
+    except RecursionError:
+        raise SerializationError(f"payload is not an echomq call: {_DEEP}") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise SerializationError(f"payload is not an echomq call: {exc}") from None
+    if not isinstance(call.task, str) or not isinstance(call.kwargs, dict):
+        raise SerializationError("payload is not an echomq call: bad field types")
+    return call
+
+
 def codec_named(codec: Codec | str) -> Codec:
     """The codec ``Queue(codec=...)`` names: ``"json"``, ``"msgpack"`` (the optional
     ``msgpack`` package, ``pip install echomq[msgpack]``), or a codec object as given.
@@ -331,6 +368,4 @@ def codec_named(codec: Codec | str) -> Codec:
         from .msgpack_codec import msgpack_codec
 
         return msgpack_codec()
-    from ..errors import InvalidArgument
-
     raise InvalidArgument(f"codec must be 'json', 'msgpack' or a Codec, not {codec!r:.80}")

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import CodecMismatch, InvalidArgument, SerializationError
 from .codec import MSGPACK_LEADS, Call, argument_error
-from .tags import EXT, reduce, untag
+from .tags import EXT, KEY, reduce, untag
 
 __all__ = ["MsgpackCodec", "msgpack_codec"]
 
@@ -111,6 +111,31 @@ class MsgpackCodec:
         if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise SerializationError("payload is not an echomq call: bad field types")
         return Call(task=task, args=tuple(args), kwargs=kwargs)
+
+    def peek_call(self, payload: bytes) -> Call:
+        """The call as stored, tagged values as ``{"__emq__": tag, "v": value}`` objects,
+        no class looked up (``codec.peek_call``: display)."""
+
+        def ext(code: int, data: bytes) -> Any:
+            if code != EXT:
+                return {KEY: f"ext{code}", "v": data.hex()}
+            tagged = msgpack.unpackb(data, ext_hook=ext, raw=False, strict_map_key=False)
+            if isinstance(tagged, list) and len(tagged) == 2:
+                return {KEY: tagged[0], "v": tagged[1]}
+            return {KEY: "?", "v": tagged}
+
+        try:
+            data = msgpack.unpackb(
+                payload, ext_hook=ext, raw=False, strict_map_key=False, timestamp=3
+            )
+        except Exception as exc:
+            raise SerializationError(f"payload is not msgpack: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("task"), str):
+            raise SerializationError("payload is not an echomq call: not a map")
+        args, kwargs = data.get("args", []), data.get("kwargs", {})
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise SerializationError("payload is not an echomq call: bad field types")
+        return Call(task=data["task"], args=tuple(args), kwargs=kwargs)
 
     def encode_result(self, value: Any) -> bytes:
         return self._encode(value, "result")
