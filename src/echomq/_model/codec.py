@@ -60,11 +60,7 @@ class Call:
 
 
 class Codec(Protocol):
-    """How payloads and results become bytes (and back). ``name`` is how errors and
-    ``Queue(codec=...)`` call it."""
-
-    @property
-    def name(self) -> str: ...
+    """How payloads and results become bytes (and back)."""
 
     def encode_call(self, task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes: ...
 
