@@ -2,10 +2,12 @@
 
 Rule 1: the same payload shape as JSON's (a map ``{"task", "args", "kwargs"}``) and the
 same types (``_model/tags.py``): bytes are msgpack's own bin type; every other tagged
-value is extension type :data:`~echomq._model.tags.EXT` holding ``[tag, value]``, so a
-msgpack map has no reserved key. A msgpack timestamp (extension -1, as other languages
-write it) decodes as an aware UTC datetime; another extension type comes back as
-``msgpack.ExtType``.
+value is a two-item array ``[<tag>, value]`` whose first item is extension type
+:data:`~echomq._model.tags.EXT` holding the tag's name, so a msgpack map has no reserved
+key, and no user value can be taken for a tag. The array is written by the same packer
+(no nested encoding) and read back by the unpacker's ``list_hook``. A msgpack timestamp
+(extension -1, as other languages write it) decodes as an aware UTC datetime; another
+extension type comes back as ``msgpack.ExtType``.
 Rule 2: types are strict (``strict_types``): an int or str subclass that is an enum is
 tagged as an enum, a tuple is written as a list (as in JSON). Integers are msgpack's
 (64 bits): a larger one is refused before any I/O.
@@ -31,6 +33,15 @@ except ImportError:  # the optional extra: Queue(codec="msgpack") says how to ge
     msgpack = None
 
 
+class _Tag:
+    """The extension item that starts a tagged array (its tag's name)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 class MsgpackCodec:
     """Payloads and results as msgpack (``pip install echomq[msgpack]``)."""
 
@@ -42,12 +53,17 @@ class MsgpackCodec:
                 "codec 'msgpack' needs the msgpack package: pip install 'echomq[msgpack]'"
             )
         self._ext_type = msgpack.ExtType
+        self._heads: dict[str, Any] = {}  # tag -> its extension item
+        self._tags: dict[bytes, _Tag] = {}  # an extension's data -> its _Tag
 
     def _default(self, value: Any) -> Any:
         tag, carried = reduce(value, bin_native=True)
         if tag is None:
             return carried
-        return self._ext_type(EXT, self._pack([tag, carried]))
+        head = self._heads.get(tag)
+        if head is None:
+            head = self._heads[tag] = self._ext_type(EXT, tag.encode())
+        return [head, carried]
 
     def _pack(self, value: Any) -> bytes:
         """``value`` as msgpack (raises TypeError, ValueError, OverflowError...)."""
@@ -59,14 +75,32 @@ class MsgpackCodec:
     def _ext(self, code: int, data: bytes) -> Any:
         if code != EXT:
             return self._ext_type(code, data)
-        tagged = self._unpack(data)
-        if not (isinstance(tagged, list) and len(tagged) == 2):
-            raise SerializationError(f"msgpack extension {EXT} is not [tag, value]")
-        return untag(tagged[0], tagged[1])
+        tag = self._tags.get(data)
+        if tag is None:
+            try:
+                tag = _Tag(data.decode())
+            except UnicodeDecodeError:
+                raise SerializationError(f"msgpack extension {EXT} is not a tag name") from None
+            if len(self._tags) < 256:
+                self._tags[data] = tag
+        return tag
+
+    @staticmethod
+    def _list(items: list[Any]) -> Any:
+        if not items or type(items[0]) is not _Tag:
+            return items
+        if len(items) != 2:
+            raise SerializationError(f"a tagged msgpack array has {len(items)} items, not 2")
+        return untag(items[0].name, items[1])
 
     def _unpack(self, data: bytes) -> Any:
         return msgpack.unpackb(
-            data, ext_hook=self._ext, raw=False, strict_map_key=False, timestamp=3
+            data,
+            ext_hook=self._ext,
+            list_hook=self._list,
+            raw=False,
+            strict_map_key=False,
+            timestamp=3,
         )
 
     def _encode(self, value: Any, what: str) -> bytes:
@@ -119,14 +153,21 @@ class MsgpackCodec:
         def ext(code: int, data: bytes) -> Any:
             if code != EXT:
                 return {KEY: f"ext{code}", "v": data.hex()}
-            tagged = msgpack.unpackb(data, ext_hook=ext, raw=False, strict_map_key=False)
-            if isinstance(tagged, list) and len(tagged) == 2:
-                return {KEY: tagged[0], "v": tagged[1]}
-            return {KEY: "?", "v": tagged}
+            return _Tag(data.decode(errors="replace"))
+
+        def shown(items: list[Any]) -> Any:
+            if len(items) == 2 and type(items[0]) is _Tag:
+                return {KEY: items[0].name, "v": items[1]}
+            return items
 
         try:
             data = msgpack.unpackb(
-                payload, ext_hook=ext, raw=False, strict_map_key=False, timestamp=3
+                payload,
+                ext_hook=ext,
+                list_hook=shown,
+                raw=False,
+                strict_map_key=False,
+                timestamp=3,
             )
         except Exception as exc:
             raise SerializationError(f"payload is not msgpack: {exc}") from None

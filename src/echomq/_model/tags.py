@@ -1,8 +1,9 @@
 """The payload types beyond JSON's, as tagged values: one table for both codecs.
 
 Rule 1 (the tag): a value JSON has no type for travels as a reserved single-key object,
-``{"__emq__": <tag>, "v": <value>}`` (the JSON codec) or as msgpack extension type
-:data:`EXT` holding ``[<tag>, <value>]`` (the msgpack codec). The tags:
+``{"__emq__": <tag>, "v": <value>}`` (the JSON codec) or as a msgpack array
+``[<tag>, <value>]`` whose first item is extension type :data:`EXT` holding the tag's
+name (the msgpack codec). The tags:
 
 ======================  ==========================================================
 ``datetime``            ``isoformat()``: naive stays naive, aware keeps its offset
