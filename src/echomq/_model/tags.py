@@ -46,6 +46,7 @@ import dataclasses
 import datetime as dt
 import enum
 import sys
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
@@ -98,6 +99,9 @@ def reduce(value: Any, *, bin_native: bool = False) -> tuple[str | None, Any]:
     Raises:
         Refused: not a carried type.
     """
+    exact = _EXACT.get(type(value))
+    if exact is not None:  # the common types, by their exact type: one lookup
+        return exact(value)
     if isinstance(value, enum.Enum):  # (before the base types: an IntEnum is an int)
         return "enum", [_name(type(value)), value.value]
     if isinstance(value, dt.datetime):
@@ -151,6 +155,14 @@ def reduce(value: Any, *, bin_native: bool = False) -> tuple[str | None, Any]:
         if kind.__module__ != "builtins"
         else kind.__qualname__
     )
+
+
+_EXACT: dict[type, Callable[[Any], tuple[str | None, Any]]] = {
+    dt.datetime: lambda v: ("datetime", v.isoformat()),
+    dt.date: lambda v: ("date", v.isoformat()),
+    UUID: lambda v: ("uuid", str(v)),
+    Decimal: lambda v: ("decimal", str(v)),
+}
 
 
 def _bad(tag: str, value: Any, why: str) -> SerializationError:
