@@ -50,6 +50,8 @@ FIGURE = re.compile(
     r"|~?\d+(?:\.\d+)?\s+of\s+(?:[\w'-]+\s+){0,2}ceiling\b"
     r"|\b(?:median|best)\s+of\s+\d+\s+runs?\b"
     r"|\bheld\s+Redis\s+for\s+~?\d"
+    r"|\bin\s+about\s+\d[\d.,]*\s*(?:µs|ms|s)\b"
+    r"|\d[\d.,]*\s*(?:bytes|KiB|MiB)\s+(?:of\s+Redis\s+memory\s+)?per\s+(?:\w+\s+)?job\b"
     r"|\d[\d.,-]*\s*(?:µs|ms|s)\s+on\s+a\s+\S+-job\s+queue\b"
     r"|\bmeasured\b[:\s][^.\n]*?\d[\d.,]*\s*(?:µs|ms|s|%|x)?(?:\s|$|[,;)])",
     re.IGNORECASE,
@@ -118,6 +120,8 @@ def test_the_readme_names_no_issue_nor_commit() -> None:
         "one call over 200,000 pending jobs held Redis for 1.1 s",
         "a step of 500 takes ~3 ms on a 1M-job queue",
         "Measured: 100/s with 4 worker processes",
+        "runs to its callback's result in about 1 s",
+        "about 580 bytes of Redis memory per waiting job",
     ],
 )
 def test_a_planted_example_is_caught(planted: str) -> None:
