@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from test_layers import ORDER, PACKAGE, layer_of
+from test_layers import FOLDERS, ORDER, PACKAGE, TOP, layer_of
 
 DESIGN = Path(__file__).parent.parent / "docs" / "design.md"
 ROW = re.compile(r"^\|\s*`([^`]+\.py)`\s*\|(.*)\|\s*$")
@@ -91,13 +91,33 @@ def test_the_map_has_one_heading_per_layer_in_order() -> None:
     assert tuple(headings) == ORDER
 
 
-def test_the_layer_diagram_names_the_layers_of_test_layers() -> None:
-    """The diagram in "## Layers" lists the layers of tests/test_layers.py, lowest first."""
-    text = DESIGN.read_text(encoding="utf-8")
+def diagram_blocks(text: str) -> dict[str, set[str]]:
+    """The diagram in "## Layers": each layer's line (and the indented lines under it) as
+    the set of names it shows (``_worker/`` -> ``_worker``)."""
     section = text[text.index("## Layers") :].split("\n## ", 1)[0]
     diagram = section.split("```", 2)[1]
-    first_words = [line.split()[0] for line in diagram.splitlines() if line[:1].isalpha()]
-    assert tuple(first_words) == ORDER
+    blocks: dict[str, set[str]] = {}
+    layer = ""
+    for line in diagram.splitlines():
+        if line[:1].isalpha():
+            layer, line = line.split(None, 1)[0], line.split(None, 1)[1]
+            blocks[layer] = set()
+        if layer:
+            blocks[layer] |= {word.strip("/,()") for word in line.split()}
+    return blocks
+
+
+def test_the_layer_diagram_is_test_layers() -> None:
+    """The diagram lists the layers of tests/test_layers.py, lowest first, and each folder
+    and top-level module of its tables in its layer's lines."""
+    blocks = diagram_blocks(DESIGN.read_text(encoding="utf-8"))
+    assert tuple(blocks) == ORDER
+    wrong = [
+        f"docs/design.md's layer diagram: put {name} in the '{layer}' line"
+        for name, layer in sorted({**FOLDERS, **TOP}.items())
+        if name not in blocks[layer]
+    ]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_the_check_sees_a_missing_a_stale_and_a_misplaced_line() -> None:
