@@ -291,3 +291,31 @@ def test_an_unknown_codec_name_is_refused() -> None:
 
     with pytest.raises(InvalidArgument, match="codec must be"):
         codec_named("pickle")
+
+
+def test_a_class_tag_never_runs_a_modules_getattr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module-level __getattr__ (a lazy importer) is never called: names are looked up
+    in the module's and the classes' own __dict__."""
+    import sys
+    import types
+
+    called: list[str] = []
+    lazy = types.ModuleType("emq_lazy_module")
+
+    def lazy_getattr(name: str) -> Any:
+        called.append(name)
+        return Point
+
+    lazy.__getattr__ = lazy_getattr  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "emq_lazy_module", lazy)
+    with pytest.raises(SerializationError, match=r"emq_lazy_module:Point.*not found"):
+        JSON.decode_result(_dataclass_tag("emq_lazy_module:Point", {"x": 1}))
+    assert called == []
+    nested = JSON.decode_result(JSON.encode_result(Outer.Inner(3)))
+    assert nested == Outer.Inner(3)
+
+
+class Outer:
+    @dataclasses.dataclass
+    class Inner:
+        n: int

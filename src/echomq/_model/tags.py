@@ -46,7 +46,7 @@ import dataclasses
 import datetime as dt
 import enum
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
@@ -181,8 +181,9 @@ def _class(path: Any, kind: str) -> type:
             "process (decoding never imports; import it where the tasks are defined)"
         )
     found: Any = module
-    for part in qual.split("."):
-        found = getattr(found, part, None)
+    for part in qual.split("."):  # through __dict__: no module __getattr__ (a lazy
+        space = getattr(found, "__dict__", None)  # import), no descriptor, runs
+        found = space.get(part) if isinstance(space, Mapping) else None
         if found is None:
             raise SerializationError(f"class {path} cannot be decoded: not found")
     ok = (
