@@ -10,8 +10,8 @@ repetition. CPU seconds (utime + stime, /proc) of the worker and of redis-server
 resume of the paused queue to its last completion; the cost of a step is the difference
 divided by jobs x steps, in µs.
 
-``chaos``: ``--chaos-jobs`` jobs of ``--steps`` steps (each step sleeps 20 ms, then logs
-``effect <step> <token>`` to its job's log list) worked by 3 worker processes, one of them
+``chaos``: ``--chaos-jobs`` jobs of ``--steps`` steps (each step sleeps 50 ms, then logs
+``effect <step> <token>`` to its job's log list) worked by 3 worker processes of concurrency 4, one of them
 SIGKILLed every ``--chaos-kill-every`` seconds and replaced until ``--chaos-kills`` kills
 were made, then the rest drained. Counted per step: its committed record (the token of the
 run that wrote it) and every effect logged. A step ran again after its commit when an
@@ -118,7 +118,7 @@ async def part_chaos(args: argparse.Namespace, res: Results, log: Any) -> None:
         kills = 0
         async with q.open():
             conn = q.connection
-            handles = await task.starmap([(args.steps, 0.02, True)] * args.chaos_jobs)
+            handles = await task.starmap([(args.steps, 0.05, True)] * args.chaos_jobs)
             stops = [trio.Event() for _ in range(3)]
             finished = trio.Event()
 
@@ -128,7 +128,7 @@ async def part_chaos(args: argparse.Namespace, res: Results, log: Any) -> None:
                 while not finished.is_set():
                     life += 1
                     async with open_worker_process(
-                        APP, url=server.url, concurrency=16, recovery_interval=0.1,
+                        APP, url=server.url, concurrency=4, recovery_interval=0.1,
                         max_stalled=1000, cwd=ROOT, env=_env(name, lease),
                         log_path=LOGS / f"steps-chaos-{i}-{life}.log",
                     ) as worker:  # fmt: skip
