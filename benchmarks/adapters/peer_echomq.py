@@ -16,8 +16,13 @@ import trio
 
 import echomq
 import echomq.jobs
-from echomq._scripts import validate
-from echomq._scripts.keyspace import Keyspace
+
+try:
+    from echomq._scripts import validate
+    from echomq._scripts.keyspace import Keyspace
+except ImportError:  # an echomq from before the _scripts layer (a --base run of 0.1)
+    from echomq._redis import validate  # type: ignore[no-redef]
+    from echomq._redis.keyspace import Keyspace  # type: ignore[no-redef]
 
 RUNNER = "trio"
 NAME = "bench"
