@@ -64,6 +64,7 @@ __all__ = [
     "ceilings",
     "enqueue_once",
     "io_capable",
+    "process_cpu",
     "record",
     "run_adapter",
 ]
@@ -263,6 +264,11 @@ def _ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` (utime + stime, all its threads)."""
+    return _ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
 def group_cpu(pgid: int) -> float:
     """CPU seconds of the live processes of process group ``pgid`` (a worker started in a
     session of its own, with any children it forked)."""
@@ -279,10 +285,17 @@ def group_cpu(pgid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-def used_memory(url: str) -> int:
-    """Redis's ``used_memory`` (INFO memory), bytes."""
+MEMORY_FIELDS = ("used_memory", "used_memory_dataset", "mem_clients_normal")
+
+
+def memory(url: str) -> dict[str, int]:
+    """Redis's ``used_memory`` and two of its parts (INFO memory: the dataset, the normal
+    clients' buffers), bytes; and the number of keys."""
     with redis.Redis.from_url(url) as r:
-        return int(r.info("memory")["used_memory"])
+        info = r.info("memory")
+        found = {k: int(info[k]) for k in MEMORY_FIELDS if k in info}
+        found["keys"] = int(r.dbsize())
+    return found
 
 
 async def _drain(
@@ -303,7 +316,7 @@ async def _drain(
     assert server.process is not None
     redis_pid = server.process.pid
     clk = os.sysconf("SC_CLK_TCK")
-    mem0 = used_memory(url)
+    mem0 = memory(url)
     argv = _argv(name, "drain", url, args, jobs)
     LOGS.mkdir(parents=True, exist_ok=True)
     with (LOGS / f"{name}-{tag}-drain.log").open("wb") as errors:
@@ -341,7 +354,9 @@ async def _drain(
                     w = sum(group_cpu(p.pid) for p in workers)
                     marks[key] = (int(msg[key]), w, _ticks(redis_pid) / clk)
                     if key == "last":
-                        figs["mem_b_per_job"] = (used_memory(url) - mem0) / jobs
+                        mem1 = memory(url)
+                        figs["mem_b_per_job"] = (mem1["used_memory"] - mem0["used_memory"]) / jobs
+                        figs["memory"] = {"before": mem0, "after": mem1}
                 else:
                     figs.update(msg)
             code = await proc.wait()
@@ -422,6 +437,8 @@ async def run_adapter(
         for key in ("worker_us_per_job", "redis_us_per_job", "mem_b_per_job"):
             if d.get(key) is not None and math.isfinite(d[key]):
                 out[f"{prefix}_{key}"] = d[key]
+        if "memory" in d:  # INFO memory's parts before the backlog and once all are done
+            out[f"{prefix}_memory"] = d["memory"]
 
     async def drain(size: int) -> None:
         with RedisServer() as server:
