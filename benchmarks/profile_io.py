@@ -15,6 +15,9 @@ adapter's poll that saw the first completion to the one that saw all N.
   add up to 100 % of the worker's non-idle samples; with the worker's CPU per job (from
   /proc over the same window) a share is also µs per job. The top frames by own time and
   by inclusive time follow.
+- ``floor``: what trio alone costs for the same waits, no queue at all: ``--concurrency``
+  tasks that each await ``trio.sleep`` in a loop (``loop``), and a task spawned per job
+  under a semaphore of ``--concurrency`` (``task per job``); CPU per sleep.
 - ``trio``: a worker started with a trio ``Instrument`` that counts, per kind of task
   (a slot task running jobs, the completions batch, the claim loop, the lease keeper, the
   connection's reader and writer, ...), the steps run, the time inside them and the times
@@ -86,9 +89,22 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
         r".",
     ),
     ("settling: completions batching (settle.py, tally, room)", r"_worker/cancellation\.py", r"."),
-    ("settling: completions batching (settle.py, tally, room)", r"jobs/lifecycle\.py", r"."),
-    ("claim loop (claims.py)", r"_worker/claims\.py", r"."),
-    ("claim loop (claims.py)", r"jobs/(claim|wake)", r"."),
+    ("settling: completions batching (settle.py, tally, room)", r"jobs/lifecycle\.py", r"complete"),
+    (
+        "claim loop (claims.py, the claim's reply decoded into Claimed jobs)",
+        r"_worker/claims\.py",
+        r".",
+    ),
+    (
+        "claim loop (claims.py, the claim's reply decoded into Claimed jobs)",
+        r"jobs/lifecycle\.py|echomq\._model\.job\.Claimed",
+        r"claim|Claimed|__init__",
+    ),
+    (
+        "claim loop (claims.py, the claim's reply decoded into Claimed jobs)",
+        r"jobs/(claim|wake)",
+        r".",
+    ),
     ("lease keeper (lease.py, extend_locks)", r"_worker/lease\.py", r"."),
     ("Lua call (the verbs' argument building, script call)", r"(_scripts|jobs)/", r"."),
     ("wire: encode, write, read, decode (_wire)", r"_wire/", r"."),
@@ -370,6 +386,59 @@ def instrumented(out: Path, args: argparse.Namespace) -> dict[str, Any]:
     return {"drain": figs, **per_job(snaps, figs["window_jobs"])}
 
 
+def floor_child(jobs: int, concurrency: int, sleep: float) -> None:
+    """Print the CPU per ``trio.sleep`` of the two shapes (see the module's ``floor``)."""
+    import trio
+
+    async def loop() -> None:
+        async def one(k: int) -> None:
+            for _ in range(k):
+                await trio.sleep(sleep)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(concurrency):
+                nursery.start_soon(one, jobs // concurrency)
+
+    async def per_job() -> None:
+        limit = trio.Semaphore(concurrency)
+
+        async def one() -> None:
+            try:
+                await trio.sleep(sleep)
+            finally:
+                limit.release()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(jobs):
+                await limit.acquire()
+                nursery.start_soon(one)
+
+    out = {}
+    for name, fn in (("loop", loop), ("task per job", per_job)):
+        t0 = time.process_time()
+        trio.run(fn)
+        out[name] = (time.process_time() - t0) / (jobs // concurrency * concurrency) * 1e6
+    print(json.dumps(out))
+
+
+def floor(args: argparse.Namespace) -> dict[str, float]:
+    code = (
+        "import sys; from benchmarks.profile_io import floor_child; "
+        "floor_child(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]))"
+    )
+    line = [sys.executable, "-c", code, str(args.jobs), str(args.concurrency)]
+    done = subprocess.run(
+        [*line, repr(args.sleep_ms / 1000)],
+        cwd=ROOT,
+        env=_env(""),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    found: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
 def _print_spy(prof: dict[str, Any]) -> None:
     d = prof["drain"]
     us = d["worker_us_per_job"]
@@ -415,8 +484,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--what",
         action="append",
-        choices=["spy", "trio"],
-        help="which measurement (repeatable; default both, one drain each)",
+        choices=["spy", "trio", "floor"],
+        help="which measurement (repeatable; default all three, one drain each)",
     )
     p.add_argument("--fold", type=Path, help="only summarise this folder's py-spy file")
     return p
@@ -435,8 +504,12 @@ def main(argv: list[str] | None = None) -> None:
         "args": vars(args) | {"fold": None},
         "load_at_start": os.getloadavg(),
     }
-    for what in args.what or ["spy", "trio"]:
-        if what == "spy":
+    for what in args.what or ["spy", "trio", "floor"]:
+        if what == "floor":
+            summary["floor"] = floor(args)
+            for name, us in summary["floor"].items():
+                print(f"\n## trio alone, {name}: {us:.1f} µs CPU per sleep")
+        elif what == "spy":
             summary["spy"] = spy(out, args)
             _print_spy(summary["spy"])
         else:
