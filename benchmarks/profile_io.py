@@ -23,7 +23,13 @@ adapter's poll that saw the first completion to the one that saw all N.
   connection's reader and writer, ...), the steps run, the time inside them and the times
   it was scheduled; and the scheduler's waits for I/O. Signals at the first and last
   completion take two snapshots; their difference over the jobs done between them is per
-  job. The instrument's own hooks cost time: read the counts exactly, the times as shares.
+  job. Step times are the thread's CPU time (``time.thread_time``); the run loop's own
+  work is the process's CPU outside the steps. The instrument's own hooks cost time: read
+  the counts exactly, the times as shares.
+
+Both also read the server's ``INFO stats`` and ``INFO commandstats`` at the two marks:
+the worker's writes as the server reads them, the replies it wrote, the commands and
+script calls, per job.
 
 The raw py-spy file and a JSON summary land in ``benchmarks/results/scratch/profile_io-<time>/``.
 Needs ``py-spy`` (``pip install py-spy`` in the venv) and ptrace rights.
@@ -45,11 +51,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from echomq.testing import RedisServer
 
 from . import files, harness
 
 ROOT = Path(__file__).resolve().parent.parent
+STATS = ("total_reads_processed", "total_writes_processed", "total_commands_processed")
 ADAPTER = "import _common, peer_echomq as a; "
 
 # (group, file pattern, function pattern): a sample belongs to the group of its deepest
@@ -191,7 +200,7 @@ def serve_instrumented(url: str, sleep: float, concurrency: int, out: str) -> No
 
     peer_echomq.SLEEP = sleep
     peer_echomq.queue.url = url
-    from time import perf_counter
+    from time import perf_counter, thread_time
 
     class Counting(trio.abc.Instrument):
         def __init__(self) -> None:
@@ -205,12 +214,12 @@ def serve_instrumented(url: str, sleep: float, concurrency: int, out: str) -> No
             self._io = 0.0
 
         def before_task_step(self, task: Any) -> None:
-            self._t = perf_counter()
+            self._t = thread_time()
 
         def after_task_step(self, task: Any) -> None:
             k = _kind(task)
             self.steps[k] += 1
-            self.seconds[k] += perf_counter() - self._t
+            self.seconds[k] += thread_time() - self._t
 
         def task_scheduled(self, task: Any) -> None:
             self.scheduled[_kind(task)] += 1
@@ -281,8 +290,8 @@ def per_job(snaps: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
         "wall_s": wall,
         "cpu_us_per_job": cpu / jobs * 1e6,
         "in_steps_us_per_job": steps_s / jobs * 1e6,
-        # the run loop's own work: wall time neither in a step nor waiting for I/O
-        "scheduler_us_per_job": (wall - steps_s - io) / jobs * 1e6,
+        # the run loop's own work: CPU outside the steps (waiting for I/O costs none)
+        "scheduler_us_per_job": (cpu - steps_s) / jobs * 1e6,
         "io_waits_per_job": (b["io_waits"] - a["io_waits"]) / jobs,
         "io_wait_us_per_job": io / jobs * 1e6,
         "kinds": rows,
@@ -299,6 +308,15 @@ def _env(url: str) -> dict[str, str]:
     return env
 
 
+def _server_stats(r: redis.Redis) -> dict[str, float]:
+    """The server's counters: reads and writes it processed, commands, calls per command."""
+    info = r.info("stats")
+    out = {k: float(info[k]) for k in STATS if k in info}
+    for name, c in r.info("commandstats").items():
+        out[name.removeprefix("cmdstat_")] = float(c["calls"])
+    return out
+
+
 def _drain(url: str, args: argparse.Namespace, worker: list[str], on: Any) -> dict[str, Any]:
     """Prefill, start ``worker`` on the prefilled line, call ``on(event, proc)`` at
     ``started``, ``first`` and ``last``; answer the drain's figures and the marks."""
@@ -309,6 +327,8 @@ def _drain(url: str, args: argparse.Namespace, worker: list[str], on: Any) -> di
     assert drain.stdout is not None
     proc: subprocess.Popen[bytes] | None = None
     marks: dict[str, tuple[int, float]] = {}
+    stats: dict[str, dict[str, float]] = {}
+    r = redis.Redis.from_url(url)
     figs: dict[str, Any] = {}
     try:
         for line in drain.stdout:
@@ -321,6 +341,7 @@ def _drain(url: str, args: argparse.Namespace, worker: list[str], on: Any) -> di
                 key = "first" if "first" in msg else "last"
                 assert proc is not None
                 marks[key] = (int(msg[key]), harness.process_cpu(proc.pid))
+                stats[key] = _server_stats(r)
                 on(key, proc)
             else:
                 figs = msg
@@ -335,6 +356,11 @@ def _drain(url: str, args: argparse.Namespace, worker: list[str], on: Any) -> di
     (c0, w0), (c1, w1) = marks["first"], marks["last"]
     figs["window_jobs"] = c1 - c0
     figs["worker_us_per_job"] = (w1 - w0) / (c1 - c0) * 1e6
+    figs["server_per_job"] = {
+        k: round((v - stats["first"].get(k, 0.0)) / (c1 - c0), 4)
+        for k, v in stats["last"].items()
+        if v != stats["first"].get(k, 0.0)
+    }
     return figs
 
 
@@ -444,6 +470,7 @@ def _print_spy(prof: dict[str, Any]) -> None:
     us = d["worker_us_per_job"]
     print(f"\n## py-spy: {prof['samples']} samples; drain {d['drain_per_s']:,.0f} jobs/s, "
           f"worker {us:.1f} µs per job (/proc)")  # fmt: skip
+    print(f"server, per job: {d['server_per_job']}")
     print("groups (deepest frame a group claims):")
     for name, share in prof["groups"]:
         print(f"  {share:6.1%}  {share * us:5.1f} µs  {name}")
@@ -460,9 +487,10 @@ def _print_trio(t: dict[str, Any]) -> None:
     d = t["drain"]
     print(f"\n## trio instrument: drain {d['drain_per_s']:,.0f} jobs/s (instrumented), "
           f"process CPU {t['cpu_us_per_job']:.1f} µs per job; in task steps "
-          f"{t['in_steps_us_per_job']:.1f}, run loop {t['scheduler_us_per_job']:.1f}, "
-          f"I/O wait {t['io_wait_us_per_job']:.1f} µs per job "
+          f"{t['in_steps_us_per_job']:.1f}, run loop {t['scheduler_us_per_job']:.1f} µs per job; "
+          f"I/O wait (wall) {t['io_wait_us_per_job']:.1f} µs per job "
           f"({t['io_waits_per_job']:.3f} waits per job)")  # fmt: skip
+    print(f"  server, per job: {d['server_per_job']}")
     print(f"  {'task kind':56s} {'steps/job':>9s} {'sched/job':>9s} {'spawn/job':>9s} "
           f"{'µs/job':>7s} {'µs/step':>7s} {'share':>6s}")  # fmt: skip
     for r in t["kinds"][:16]:
