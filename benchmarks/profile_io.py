@@ -16,8 +16,10 @@ adapter's poll that saw the first completion to the one that saw all N.
   /proc over the same window) a share is also µs per job. The top frames by own time and
   by inclusive time follow.
 - ``floor``: what trio alone costs for the same waits, no queue at all: ``--concurrency``
-  tasks that each await ``trio.sleep`` in a loop (``loop``), and a task spawned per job
-  under a semaphore of ``--concurrency`` (``task per job``); CPU per sleep.
+  tasks that each await ``trio.sleep`` in a loop (``loop``); the same loop with each sleep
+  run the way the slot pool runs a job (a fresh context copy, ``pool._in_context``'s
+  trampoline); and a task spawned per job under a semaphore of ``--concurrency`` (``task
+  per job``); CPU per sleep.
 - ``trio``: a worker started with a trio ``Instrument`` that counts, per kind of task
   (a slot task running jobs, the completions batch, the claim loop, the lease keeper, the
   connection's reader and writer, ...), the steps run, the time inside them and the times
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextvars
 import datetime as dt
 import json
 import os
@@ -439,8 +442,31 @@ def floor_child(jobs: int, concurrency: int, sleep: float) -> None:
                 await limit.acquire()
                 nursery.start_soon(one)
 
+    from echomq._worker.pool import _in_context
+
+    class Duty:  # what _in_context reads of its pool
+        _on_duty = 0
+
+        def _off_duty(self) -> None:
+            self._on_duty -= 1
+
+    async def sleeper() -> None:
+        await trio.sleep(sleep)
+
+    async def slot_shape() -> None:
+        async def one(k: int) -> None:
+            base, duty = contextvars.copy_context(), Duty()
+            for _ in range(k):
+                await _in_context(base.copy(), sleeper(), duty)  # type: ignore[arg-type]
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(concurrency):
+                nursery.start_soon(one, jobs // concurrency)
+
     out = {}
-    for name, fn in (("loop", loop), ("task per job", per_job)):
+    shapes = (("loop", loop), ("loop, the slot pool's context copy and trampoline", slot_shape),
+              ("task per job", per_job))  # fmt: skip
+    for name, fn in shapes:
         t0 = time.process_time()
         trio.run(fn)
         out[name] = (time.process_time() - t0) / (jobs // concurrency * concurrency) * 1e6
@@ -470,7 +496,7 @@ def _print_spy(prof: dict[str, Any]) -> None:
     us = d["worker_us_per_job"]
     print(f"\n## py-spy: {prof['samples']} samples; drain {d['drain_per_s']:,.0f} jobs/s, "
           f"worker {us:.1f} µs per job (/proc)")  # fmt: skip
-    print(f"server, per job: {d['server_per_job']}")
+    print(f"server, per job: {d.get('server_per_job', '')}")
     print("groups (deepest frame a group claims):")
     for name, share in prof["groups"]:
         print(f"  {share:6.1%}  {share * us:5.1f} µs  {name}")
