@@ -14,7 +14,7 @@ Per adapter and repetition (``run_adapter``), each mode on a fresh private redis
   rate is taken from the first completion seen to the last (10,000, and 100,000 where the
   system's 10,000 prefill + drain of the same repetition projects the 100,000 ones under 2
   minutes). A mode that fails is recorded in the notes; the other modes still count;
-- ``io``: the drain again with a job that awaits a sleep (``--io-sleep``, 10 ms) at a high
+- ``io``: the drain again with a job that awaits a sleep (``--io-sleep-ms``, 10) at a high
   concurrency (``--io-concurrency``, 1,000), ``--io-jobs`` (30,000) jobs; only for the
   adapters that read ``--sleep`` (:data:`IO_SYSTEMS`).
 
