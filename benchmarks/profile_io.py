@@ -19,7 +19,8 @@ adapter's poll that saw the first completion to the one that saw all N.
   tasks that each await ``trio.sleep`` in a loop (``loop``); the same loop with each sleep
   run the way the slot pool runs a job (a fresh context copy, ``pool._in_context``'s
   trampoline); and a task spawned per job under a semaphore of ``--concurrency`` (``task
-  per job``); CPU per sleep.
+  per job``); CPU per sleep, and the part of it inside task steps (the rest is the run
+  loop's: expiring the deadlines, delivering the cancels, rescheduling).
 - ``trio``: a worker started with a trio ``Instrument`` that counts, per kind of task
   (a slot task running jobs, the completions batch, the claim loop, the lease keeper, the
   connection's reader and writer, ...), the steps run, the time inside them and the times
@@ -55,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import trio
 
 from echomq.testing import RedisServer
 
@@ -193,61 +195,62 @@ def _kind(task: Any) -> str:
     return name.rsplit(".", 2)[-2] + "." + name.rsplit(".", 1)[-1] if "." in name else name
 
 
+class Counting(trio.abc.Instrument):
+    """Steps, their thread CPU time, schedulings and spawns per kind of task; I/O waits."""
+
+    def __init__(self) -> None:
+        self.steps: collections.Counter[str] = collections.Counter()
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self.scheduled: collections.Counter[str] = collections.Counter()
+        self.spawned: collections.Counter[str] = collections.Counter()
+        self.io_waits = 0
+        self.io_wait_s = 0.0
+        self._t = 0.0
+        self._io = 0.0
+
+    def before_task_step(self, task: Any) -> None:
+        self._t = time.thread_time()
+
+    def after_task_step(self, task: Any) -> None:
+        k = _kind(task)
+        self.steps[k] += 1
+        self.seconds[k] += time.thread_time() - self._t
+
+    def task_scheduled(self, task: Any) -> None:
+        self.scheduled[_kind(task)] += 1
+
+    def task_spawned(self, task: Any) -> None:
+        self.spawned[_kind(task)] += 1
+
+    def before_io_wait(self, timeout: float) -> None:
+        self._io = time.perf_counter()
+
+    def after_io_wait(self, timeout: float) -> None:
+        self.io_waits += 1
+        self.io_wait_s += time.perf_counter() - self._io
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "t": time.perf_counter(),
+            "cpu": time.process_time(),
+            "steps": dict(self.steps),
+            "seconds": dict(self.seconds),
+            "scheduled": dict(self.scheduled),
+            "spawned": dict(self.spawned),
+            "io_waits": self.io_waits,
+            "io_wait_s": self.io_wait_s,
+        }
+
+
 def serve_instrumented(url: str, sleep: float, concurrency: int, out: str) -> None:
     """The adapter's worker, run with an instrument; SIGUSR1 and SIGUSR2 each take a
     snapshot of its counters, SIGUSR2 also writes them to ``out`` (JSON)."""
     import peer_echomq  # type: ignore[import-not-found]  # (the adapters' folder is on the path)
-    import trio
 
     import echomq
 
     peer_echomq.SLEEP = sleep
     peer_echomq.queue.url = url
-    from time import perf_counter, thread_time
-
-    class Counting(trio.abc.Instrument):
-        def __init__(self) -> None:
-            self.steps: collections.Counter[str] = collections.Counter()
-            self.seconds: collections.Counter[str] = collections.Counter()
-            self.scheduled: collections.Counter[str] = collections.Counter()
-            self.spawned: collections.Counter[str] = collections.Counter()
-            self.io_waits = 0
-            self.io_wait_s = 0.0
-            self._t = 0.0
-            self._io = 0.0
-
-        def before_task_step(self, task: Any) -> None:
-            self._t = thread_time()
-
-        def after_task_step(self, task: Any) -> None:
-            k = _kind(task)
-            self.steps[k] += 1
-            self.seconds[k] += thread_time() - self._t
-
-        def task_scheduled(self, task: Any) -> None:
-            self.scheduled[_kind(task)] += 1
-
-        def task_spawned(self, task: Any) -> None:
-            self.spawned[_kind(task)] += 1
-
-        def before_io_wait(self, timeout: float) -> None:
-            self._io = perf_counter()
-
-        def after_io_wait(self, timeout: float) -> None:
-            self.io_waits += 1
-            self.io_wait_s += perf_counter() - self._io
-
-        def snapshot(self) -> dict[str, Any]:
-            return {
-                "t": perf_counter(),
-                "cpu": time.process_time(),
-                "steps": dict(self.steps),
-                "seconds": dict(self.seconds),
-                "scheduled": dict(self.scheduled),
-                "spawned": dict(self.spawned),
-                "io_waits": self.io_waits,
-                "io_wait_s": self.io_wait_s,
-            }
 
     inst = Counting()
     snaps: list[dict[str, Any]] = []
@@ -416,8 +419,8 @@ def instrumented(out: Path, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def floor_child(jobs: int, concurrency: int, sleep: float) -> None:
-    """Print the CPU per ``trio.sleep`` of the two shapes (see the module's ``floor``)."""
-    import trio
+    """Print the CPU per ``trio.sleep`` of the three shapes (see the module's ``floor``), and
+    for each the thread CPU inside task steps per sleep (the rest is the run loop's)."""
 
     async def loop() -> None:
         async def one(k: int) -> None:
@@ -466,10 +469,13 @@ def floor_child(jobs: int, concurrency: int, sleep: float) -> None:
     out = {}
     shapes = (("loop", loop), ("loop, the slot pool's context copy and trampoline", slot_shape),
               ("task per job", per_job))  # fmt: skip
+    n = jobs // concurrency * concurrency
     for name, fn in shapes:
+        inst = Counting()
         t0 = time.process_time()
-        trio.run(fn)
-        out[name] = (time.process_time() - t0) / (jobs // concurrency * concurrency) * 1e6
+        trio.run(fn, instruments=[inst])
+        out[name] = (time.process_time() - t0) / n * 1e6
+        out[f"{name}: in task steps"] = sum(inst.seconds.values()) / n * 1e6
     print(json.dumps(out))
 
 
@@ -562,7 +568,7 @@ def main(argv: list[str] | None = None) -> None:
         if what == "floor":
             summary["floor"] = floor(args)
             for name, us in summary["floor"].items():
-                print(f"\n## trio alone, {name}: {us:.1f} µs CPU per sleep")
+                print(f"\n## trio alone, {name}: {us:.1f} µs CPU per sleep (instrumented)")
         elif what == "spy":
             summary["spy"] = spy(out, args)
             _print_spy(summary["spy"])
