@@ -34,6 +34,7 @@ BENCHMARKS = (
     "ecosystem",
     "profile_e2e",
     "profile_claim",
+    "profile_io",
     "report",
 )
 
