@@ -174,3 +174,31 @@ async def test_an_unencodable_argument_is_refused_before_any_write(
         assert await q.connection.execute("DBSIZE") == before
         assert await q.connection.execute("KEYS", f"emq:{{{queue}}}*") == keys == []
     q.close_sync()
+
+
+@pytest.mark.parametrize("codec", ["json", "msgpack"])
+async def test_a_steps_stored_value_comes_back_as_its_types(
+    redis_url: str, queue: str, codec: str
+) -> None:
+    """A durable step's value is written by the queue's codec: the run after a retry gets
+    the stored dataclass, Decimal and datetime back as themselves, without calling it."""
+    q = echomq.Queue(queue, url=redis_url, codec=codec)
+    calls: list[int] = []
+
+    def charge() -> list[Any]:
+        calls.append(1)
+        return [Line("sku", 1, Decimal("2.50")), ARGS[0]]
+
+    @q.task(max_attempts=2)
+    async def checkout(job: echomq.Job) -> list[Any]:
+        stored = await job.step("charge", charge)
+        assert isinstance(stored[0], Line) and isinstance(stored[0].price, Decimal)
+        if job.attempt == 1:
+            raise echomq.Retry(delay=0)
+        return [*stored, job.attempt]
+
+    async def body() -> Any:
+        return await (await checkout.delay()).result(timeout=10)
+
+    assert await _run(q, body) == [Line("sku", 1, Decimal("2.50")), ARGS[0], 2]
+    assert calls == [1]
