@@ -21,6 +21,7 @@ BENCHMARKS = (
     "cpu_per_job",
     "lua_cost",
     "producer_cpu",
+    "codecs",
     "floor",
     "bounds",
     "archive",
