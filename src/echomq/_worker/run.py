@@ -8,7 +8,7 @@ A plain task (async, no time limits, not a flow parent) takes the same path with
 objects: no ``Job`` unless the task takes it or asks ``current_job()``, no limits to set.
 Rule 2 (the scope): a job's handler runs in its slot task's scope (``pool.SlotScope``).
 Only the held-job table (``cancellation.py``) cancels it, for a remote reason: a cancel
-request (the job completes with ``cancelled:<reason>``, never retried), a lost lease (the
+request (the job is settled cancelled, never retried), a lost lease (the
 outcome is never settled: a newer holder owns the job), a fence (a cancel's grace ran out:
 Redis settled it cancelled; never settled here), a shutdown past grace (the job is handed
 back to pending by the worker, in one batch).
@@ -204,6 +204,10 @@ class JobRunner:
             known = self._known[call.task] = (task, opts.lease_ms, plain)
         held.lease_ms = known[1]
         held.task = task.name
+        try:
+            call = task.load_call(call)
+        except Exception as exc:  # an argument that does not fit its annotation
+            return undecodable(claimed.id, exc, "the arguments do not fit the task")
         return task, call, is_parent, known[2] and not is_parent
 
     async def _prepare(
@@ -286,6 +290,8 @@ class JobRunner:
             lease_ms=held.lease_ms,
             lose=held.lose,
             children=children,
+            codec=self.queue.codec,
+            slept=held.slept,
         )
 
     def _encode(self, claimed: Claimed, value: Any) -> bytes | Settlement:
