@@ -35,6 +35,7 @@ CAPPED = {
     "claim": "MAX_COUNT",
     "enqueue": "MAX_ENQUEUE",
     "add_flow": "MAX_FLOW",
+    "flow_cancel": "MAX_FLOW",
     "flow_results": "MAX_FLOW_PAGE",
     "extend_locks": "MAX_HELD",
     "release": "MAX_HELD",

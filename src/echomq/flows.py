@@ -14,39 +14,49 @@ another. Its outcome, or its re-run (``reopen``), reaches the parent through its
 outbox, which :func:`relay_outbox` (the worker) relays with ``flow_notify``, idempotent
 and order-safe per child and generation, acknowledging an entry only once the parent's
 script answered.
+Rule 4: cancelling or removing a flow (docs/flows.md "Cancelling a flow") never lets a job
+of it start once the verb returns. Its subtree is read first (parents first); then each
+queue's part goes in ``flow_cancel`` calls: one atomic call when the whole flow is one
+page on one queue (its waiting jobs removed and its running ones signalled together);
+otherwise the first call on each queue holds that queue's claims (a lease in the queue's
+meta that claim reads, renewed by each call), the pages remove the waiting jobs, and only
+once every queue's part is done are the running jobs signalled, each queue's hold
+released by its last call. A canceller that dies leaves the hold to lapse by itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
 
+from ._model.cancel import MAX_REASON
 from ._model.flow import ChildFailure, ChildOutcome, Feed, FlowJob, Policy
+from ._model.text import clip, safe_str
 from ._scripts import validate as v
 from ._scripts.calls import Executor, ScriptCall, evaluate, script_call
 from ._scripts.keyspace import Keyspace, check_group, check_id, keyspace, remote_queue
-from ._scripts.replies import FlowNotice
-from .cancel import request as cancel_request
+from ._scripts.replies import FlowNotice, text
 from .errors import (
     TRANSIENT,
     DuplicateJob,
     EchoMQError,
     InvalidArgument,
     JobGone,
-    JobLocked,
     NotCancellable,
     ScriptError,
 )
-from .jobs.lifecycle import _task_name
-from .jobs.rows import remove_job
+from .jobs.lifecycle import _task_name, new_id
 
 __all__ = [
     "add_flow",
     "add_flow_calls",
     "cancel_flow",
+    "flow_cancel_call",
+    "HOLD_MS",
     "ChildFailure",
     "ChildOutcome",
     "children",
@@ -350,37 +360,189 @@ async def subtree(conn: Executor, queue: str, job_id: str) -> list[tuple[str, st
     return out
 
 
+# -- cancelling and removing a flow (Rule 4) -------------------------------------------------
+
+HOLD_MS = 5_000  # a claim hold's least length; more for a flow of many pages (_hold_ms)
+_PAGE_HOLD_MS = 100  # and this much per page of the whole operation
+
+
+@attrs.frozen
+class _Settled:
+    """What one ``flow_cancel`` call did: jobs removed (or signalled), locked jobs left,
+    running jobs not yet signalled, and the top job's state ('' when not in the call)."""
+
+    done: int
+    locked: int
+    running: list[str]
+    top: str
+
+
+def flow_cancel_call(
+    queue: str,
+    ids: Sequence[str],
+    *,
+    mode: str = "cancel",
+    hold: str = "",
+    token: str = "",
+    hold_ms: int = HOLD_MS,
+    signal: bool = False,
+    reason: str | None = None,
+    top: str = "",
+) -> ScriptCall[_Settled]:
+    """One page of a flow's cancel (or removal) on ``queue`` (no I/O): ``hold`` is
+    ``take`` (hold the queue's claims for ``hold_ms``, or renew that hold), ``release``
+    (end it after this page) or ``''``.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    ks = keyspace(queue)
+    if mode not in ("cancel", "remove"):
+        raise InvalidArgument(f"mode must be cancel or remove, not {mode!r}")
+    if hold not in ("", "take", "release"):
+        raise InvalidArgument(f"hold must be take, release or '', not {hold!r}")
+    v.int_in("ids", len(ids), 0, v.MAX_FLOW)
+    v.non_negative_int("hold_ms", hold_ms, v.MAX_MS)
+    for i in ids:
+        check_id(i)
+    if top:
+        check_id(top)
+    if reason is not None:
+        reason = clip(reason if isinstance(reason, str) else safe_str(reason), MAX_REASON)
+    keys = [ks.pending, ks.schedule, ks.active, ks.waiting, ks.cancels, ks.meta, ks.wake, ks.holds]
+    argv: list[Any] = [
+        ks.base,
+        mode,
+        hold,
+        token,
+        hold_ms,
+        "1" if signal else "",
+        "" if reason is None else "1",
+        reason or "",
+        top,
+        len(ids),
+        *ids,
+    ]
+
+    def read(reply: Any) -> _Settled:
+        if reply == -1:
+            raise JobGone(f"job {top} has no row")
+        if not isinstance(reply, list) or len(reply) != 4 or not isinstance(reply[2], list):
+            raise ScriptError(f"flow_cancel: unexpected reply {reply!r}")
+        return _Settled(int(reply[0]), int(reply[1]), [text(x) for x in reply[2]], text(reply[3]))
+
+    return script_call("flow_cancel", keys, argv, read)
+
+
+def _pages(ids: Sequence[str]) -> list[list[str]]:
+    size = v.MAX_FLOW
+    return [list(ids[i : i + size]) for i in range(0, len(ids), size)]
+
+
+async def _settle_flow(
+    conn: Executor, queue: str, job_id: str, mode: str, reason: str | None
+) -> tuple[int, str]:
+    """Rule 4: the whole subtree's waiting jobs out, queue by queue, while each queue's
+    claims are held; then the running ones signalled (cancel). Answers the jobs removed
+    or signalled, and the top job's state before."""
+    check_id(job_id)
+    members = [(queue, job_id), *await subtree(conn, queue, job_id)]
+    by_queue: dict[str, list[str]] = {}
+    for where, member in members:  # parents first, the top's queue first
+        by_queue.setdefault(where, []).append(member)
+    signal_now = mode == "cancel"
+    if len(by_queue) == 1 and len(members) <= v.MAX_FLOW:  # one atomic call does it all
+        page = await evaluate(
+            conn,
+            flow_cancel_call(
+                queue, by_queue[queue], mode=mode, signal=signal_now, reason=reason, top=job_id
+            ),
+        )
+        return page.done, page.top
+    pages = sum(len(_pages(ids)) for ids in by_queue.values())
+    hold_ms = HOLD_MS + _PAGE_HOLD_MS * 2 * pages  # the pages, and the signals after them
+    token = new_id()
+    try:
+        return await _held_pages(conn, queue, job_id, by_queue, mode, reason, token, hold_ms)
+    except Exception:  # a refusal, a lost connection: release what it held, best effort
+        for where in by_queue:
+            with contextlib.suppress(Exception):
+                await evaluate(conn, flow_cancel_call(where, [], hold="release", token=token))
+        raise
+
+
+async def _held_pages(
+    conn: Executor,
+    queue: str,
+    job_id: str,
+    by_queue: dict[str, list[str]],
+    mode: str,
+    reason: str | None,
+    token: str,
+    hold_ms: int,
+) -> tuple[int, str]:
+    signal_now = mode == "cancel"
+    done, top_state = 0, ""
+    running: dict[str, list[str]] = {}
+    for where, ids in by_queue.items():  # each queue's part, held, before any signal
+        for page_ids in _pages(ids):
+            page = await evaluate(
+                conn,
+                flow_cancel_call(
+                    where,
+                    page_ids,
+                    mode=mode,
+                    hold="take",
+                    token=token,
+                    hold_ms=hold_ms,
+                    reason=reason,
+                    top=job_id if where == queue and job_id in page_ids else "",
+                ),
+            )
+            done += page.done
+            top_state = top_state or page.top
+            running.setdefault(where, []).extend(page.running)
+    for where in by_queue:  # then the running jobs signalled, and each hold released
+        signal_pages = _pages(running.get(where, [])) or [[]]
+        for i, page_ids in enumerate(signal_pages):
+            page = await evaluate(
+                conn,
+                flow_cancel_call(
+                    where,
+                    page_ids,
+                    mode=mode,
+                    hold="release" if i == len(signal_pages) - 1 else "take",
+                    token=token,
+                    hold_ms=hold_ms,
+                    signal=signal_now,
+                    reason=reason,
+                ),
+            )
+            done += page.done
+    return done, top_state
+
+
 async def cancel_flow(conn: Executor, queue: str, job_id: str, reason: str | None = None) -> int:
-    """Cancel a flow: ``job_id`` (removed while it waits, signalled while it runs), then
-    every open job below it, on whichever queue it is; finished ones are left as they
-    are. Answers how many jobs were cancelled (removed or signalled).
+    """Cancel a flow (Rule 4): ``job_id`` and every open job below it, on whichever queue
+    it is; finished ones are left as they are. Waiting jobs (pending, scheduled, a waiting
+    parent) are removed, finished as cancelled, before any running job is signalled, so
+    that no job of the flow starts once this returns. Answers how many jobs were cancelled
+    (removed or signalled).
 
     Raises:
         InvalidKey: before any I/O. JobGone: ``job_id`` has no row.
         NotCancellable: ``job_id`` already finished (its subtree is still cancelled).
     """
-    below = await subtree(conn, queue, job_id)
-    done = 0
-    refused: NotCancellable | None = None
-    try:
-        await cancel_request(conn, queue, job_id, reason)
-        done += 1
-    except NotCancellable as exc:
-        refused = exc
-    for where, child in below:
-        try:
-            await cancel_request(conn, where, child, reason)
-            done += 1
-        except (JobGone, NotCancellable):
-            pass
-    if refused is not None:
-        raise refused
+    done, top = await _settle_flow(conn, queue, job_id, "cancel", reason)
+    if top in ("completed", "dead"):
+        raise NotCancellable(f"not cancellable: the job is {top} (its open subtree is cancelled)")
     return done
 
 
 async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
-    """Remove a flow: ``job_id`` (forced) and every job below it (on whichever queue it
-    is), with their rows and logs. Answers how many rows were removed.
+    """Remove a flow (Rule 4): ``job_id`` (forced) and every job below it (on whichever
+    queue it is), running ones too, with their rows and logs; no job of it starts once
+    this returns. Answers how many rows were removed.
 
     Raises:
         InvalidKey: before any I/O.
@@ -388,15 +550,7 @@ async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
         JobLocked: ``job_id`` is locked (nothing removed); a locked job below it is left
             in place.
     """
-    below = await subtree(conn, queue, job_id)
-    await remove_job(conn, queue, job_id, force=True)
-    done = 1
-    for where, child in below:
-        try:
-            await remove_job(conn, where, child, force=True)
-            done += 1
-        except (JobGone, JobLocked):  # gone already; a locked child stays
-            pass
+    done, _ = await _settle_flow(conn, queue, job_id, "remove", None)
     return done
 
 
