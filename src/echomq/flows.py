@@ -22,6 +22,10 @@ otherwise the first call on each queue holds that queue's claims (a lease in the
 meta that claim reads, renewed by each call), the pages remove the waiting jobs, and only
 once every queue's part is done are the running jobs signalled, each queue's hold
 released by its last call. A canceller that dies leaves the hold to lapse by itself.
+Rule 5: a flow's ids are made before its first page (``canvas`` compiles the tree, ids
+included, before any I/O), and each page counts itself on its root's row (``pages``): a
+producer that stops between pages leaves a held root that :func:`held_roots` lists and
+:func:`remove_held` removes with its flow.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from .errors import (
     TRANSIENT,
     DuplicateJob,
     EchoMQError,
+    FlowStateError,
     InvalidArgument,
     JobGone,
     NotCancellable,
@@ -56,6 +61,10 @@ __all__ = [
     "add_flow_calls",
     "cancel_flow",
     "flow_cancel_call",
+    "flow_held_call",
+    "held_roots",
+    "HeldRoot",
+    "remove_held",
     "HOLD_MS",
     "ChildFailure",
     "ChildOutcome",
@@ -74,6 +83,8 @@ __all__ = [
     "subtree",
     "waiting_parents",
 ]
+
+log = logging.getLogger("echomq.flows")
 
 
 @attrs.frozen
@@ -150,8 +161,11 @@ def _hops(nodes: Sequence[tuple[FlowJob, FlowJob | None]]) -> dict[str, int]:
     return hops
 
 
-def _queue_calls(queue: str, placed_all: list[_Placed]) -> list[ScriptCall[int]]:
-    """One queue's pages (Rule 1): its jobs and the stubs of its jobs' remote children."""
+def _queue_calls(
+    queue: str, placed_all: list[_Placed], root_of: dict[str, str]
+) -> list[ScriptCall[int]]:
+    """One queue's pages (Rule 1): its jobs and the stubs of its jobs' remote children;
+    each page names its first job's root, whose row (on this queue) counts the pages."""
     ks = keyspace(queue)
     size = v.MAX_FLOW
     placed = [attrs.evolve(p, page=i // size) for i, p in enumerate(placed_all)]
@@ -183,6 +197,7 @@ def _queue_calls(queue: str, placed_all: list[_Placed]) -> list[ScriptCall[int]]
             total += len(row[1])
             argv += row
         v.batch_bytes(total)
+        argv.append(root_of[members[0].node.id])
         count = len(members)
         rows = sum(1 for p in members if not p.stub)
 
@@ -222,6 +237,9 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
     # parent (and its stubs) is written before its children on other queues, even when
     # the queues are above and below one another (A over B over A)
     hops = _hops(nodes)
+    root_of: dict[str, str] = {}
+    for node, parent in nodes:  # parents first
+        root_of[node.id] = node.id if parent is None else root_of[parent.id]
     groups: dict[tuple[int, str], list[_Placed]] = {}
     for node, parent in nodes:
         groups.setdefault((hops[node.id], node.queue), []).append(_Placed(node, parent, 0))
@@ -230,7 +248,7 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
             groups.setdefault(where, []).append(_Placed(node, parent, 0, stub=True))
     calls: list[ScriptCall[int]] = []
     for hop, queue in sorted(groups, key=lambda g: g[0]):  # stable: queues as first met
-        calls += _queue_calls(queue, groups[(hop, queue)])
+        calls += _queue_calls(queue, groups[(hop, queue)], root_of)
     return calls
 
 
@@ -246,9 +264,21 @@ async def add_flow(conn: Executor, roots: Sequence[FlowJob]) -> int:
         FlowStateError: a later page found its parent gone (cancelled or removed while
             the flow was being added).
     """
+    calls = add_flow_calls(roots)
+    root = roots[0]
+    if len(calls) > 1:  # Rule 5: the root is named before the first page goes
+        log.info("flows: adding flow %s (queue %s) in %d pages", root.id, root.queue, len(calls))
     written = 0
-    for call in add_flow_calls(roots):
-        written += await evaluate(conn, call)
+    for sent, call in enumerate(calls):
+        try:
+            written += await evaluate(conn, call)
+        except BaseException:
+            if sent:  # earlier pages stand: a held root waits for the rest
+                log.warning("flows: flow %s (queue %s) stopped after %d of %d pages; its root "
+                            "stays held: `echomq flows %s --held` lists it, `--remove-held %s` "
+                            "removes it", root.id, root.queue, sent, len(calls), root.queue,
+                            root.id)  # fmt: skip
+            raise
     return written
 
 
@@ -554,9 +584,92 @@ async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
     return done
 
 
+# -- held roots (Rule 5) ------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class HeldRoot:
+    """A flow root still held for pages of its flow (docs/flows.md "Held roots"): its id,
+    how long it has waited (ms, server clock), the pages of its flow written on its queue
+    and its children written so far."""
+
+    id: str
+    created_at_ms: int
+    age_ms: int
+    pages: int
+    kids: int
+
+
+def flow_held_call(
+    queue: str, offset: int = 0, count: int = v.MAX_FLOW_PAGE
+) -> ScriptCall[tuple[int, list[HeldRoot]]]:
+    """One page of the waiting set read for held roots: (parents read, the held roots)."""
+    ks = keyspace(queue)
+    v.non_negative_int("offset", offset)
+    v.int_in("count", count, 1, v.MAX_FLOW_PAGE)
+
+    def read(reply: Any) -> tuple[int, list[HeldRoot]]:
+        if not isinstance(reply, list) or len(reply) != 3 or not isinstance(reply[2], list):
+            raise ScriptError(f"flow_held: unexpected reply {reply!r}")
+        now, flat = int(reply[0]), reply[2]
+        roots = [
+            HeldRoot(
+                id=text(flat[i]),
+                created_at_ms=int(flat[i + 1]),
+                age_ms=max(0, now - int(flat[i + 1])),
+                pages=int(flat[i + 2]),
+                kids=int(flat[i + 3]),
+            )
+            for i in range(0, len(flat), 4)
+        ]
+        return int(reply[1]), roots
+
+    return script_call("flow_held", [ks.waiting], [ks.base, offset, count], read)
+
+
+async def held_roots(conn: Executor, queue: str, *, limit: int = 100) -> list[HeldRoot]:
+    """Rule 5: ``queue``'s held flow roots, the longest waiting first (at most ``limit``,
+    1..1000): flows whose producer stopped between two pages (killed, cancelled, its
+    connection lost) and that wait for pages that never come. Read in pages of the
+    waiting set.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    v.int_in("limit", limit, 1, 1000)
+    found: list[HeldRoot] = []
+    offset = 0
+    while len(found) < limit:
+        read, roots = await evaluate(conn, flow_held_call(queue, offset))
+        found += roots
+        if read < v.MAX_FLOW_PAGE:
+            break
+        offset += read
+    return found[:limit]
+
+
+async def remove_held(conn: Executor, queue: str, job_id: str) -> int:
+    """Remove a held root's flow (Rule 4's path, as :func:`remove_flow`): answers the rows
+    removed. Refuses a job that is not a held root, so a live flow is not removed by a
+    mistyped id.
+
+    Raises:
+        InvalidKey: before any I/O. JobGone: no row.
+        FlowStateError: the job is not a held root (nothing removed).
+    """
+    check_id(job_id)
+    state, held, parent = await conn.execute(
+        "HMGET", keyspace(queue).job(job_id), "state", "held", "parent"
+    )
+    if state is None:
+        raise JobGone(f"job {job_id} has no row")
+    if state != b"waiting" or held != b"1" or parent is not None:
+        raise FlowStateError(f"job {job_id} is not a held flow root (see flows --held)")
+    return await remove_flow(conn, queue, job_id)
+
+
 # -- across queues: the outbox relay (Rule 3) ---------------------------------------------------
 
-log = logging.getLogger("echomq.flows")
 RELAY_GROUP = "relay"
 MAX_RELAY_TRIES = 5  # deliveries of an entry the parent's queue refuses, then set aside
 # a child's outcomes, and `reopen`: it runs again (reprocessed), its parent waits for it
