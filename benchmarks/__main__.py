@@ -26,6 +26,7 @@ BENCHMARKS = (
     "archive",
     "stream",
     "flows",
+    "steps",
     "lanes",
     "repeat_soak",
     "stopkit",
