@@ -374,7 +374,10 @@ async def remote_children(conn: Executor, queue: str, job_id: str) -> dict[str, 
 
 async def subtree(conn: Executor, queue: str, job_id: str) -> list[tuple[str, str]]:
     """The jobs of a flow below ``job_id`` (not itself) as ``(queue, id)``, parents before
-    their children; a child on another queue, and its own children, on theirs."""
+    their children; a child on another queue, and its own children, on theirs. Walked
+    with a list, never by recursion: any depth. Only parents' children are read (a
+    child's row says whether it is one, read a batch at a time), so a wide flow costs a
+    few round trips, not one per member."""
     out: list[tuple[str, str]] = []
     todo = [(queue, job_id)]
     while todo:
@@ -386,8 +389,35 @@ async def subtree(conn: Executor, queue: str, job_id: str) -> list[tuple[str, st
         remote = await remote_children(conn, where, parent) if kids.ids else {}
         below = [(remote.get(child, where), child) for child in kids.ids]
         out += below
-        todo += below
+        todo += await _parents(conn, below)
     return out
+
+
+async def _parents(conn: Executor, jobs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The flow parents among ``jobs`` (a row with a ``kids`` field), in order; pipelined
+    per queue in batches when the connection can (``execute_pipeline``)."""
+    if not jobs:
+        return []
+    pipeline = getattr(conn, "execute_pipeline", None)
+    found: set[tuple[str, str]] = set()
+    by_queue: dict[str, list[str]] = {}
+    for where, job in jobs:
+        by_queue.setdefault(where, []).append(job)
+    for where, ids in by_queue.items():
+        ks = keyspace(where)
+        for first in range(0, len(ids), v.MAX_FLOW_PAGE):
+            batch = ids[first : first + v.MAX_FLOW_PAGE]
+            commands = [("HEXISTS", ks.job(i), "kids") for i in batch]
+            if pipeline is not None:
+                replies = await pipeline(commands)
+            else:
+                replies = [await conn.execute(*c) for c in commands]
+            for job, reply in zip(batch, replies, strict=True):
+                if isinstance(reply, Exception):
+                    raise reply
+                if reply == 1:
+                    found.add((where, job))
+    return [j for j in jobs if j in found]
 
 
 # -- cancelling and removing a flow (Rule 4) -------------------------------------------------
