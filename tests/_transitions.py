@@ -307,6 +307,8 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     # a flow's cancel or removal (flow_cancel): again one job in each state, each the top
     # of its own subtree, then a cancelled child whose parent it frees
     await step("enqueue r2", new("r2", delay_ms=600_000))
+    for i in range(4, 7):  # claimed next (the highest priority): completed, dead, active
+        await step(f"enqueue r{i}", new(f"r{i}", priority=200))
     [c] = await claim()
     await step("complete r2", lambda: jobs.complete(rec, queue, c.id, c.token, b"r"))
     [c] = await claim()
