@@ -565,9 +565,11 @@ async def _held_pages(
     for where in by_queue:  # then the running jobs signalled, and each hold released
         signal_pages = _pages(running.get(where, [])) or [[]]
         for i, page_ids in enumerate(signal_pages):
-            page = await evaluate(
-                conn,
-                flow_cancel_call(
+            # the top, if it runs, is named again: back in waiting by now (a recovered
+            # lease), it is removed and its parent told; gone by now, it is not named
+            tops = [job_id, ""] if where == queue and job_id in page_ids else [""]
+            for top in tops:
+                call = flow_cancel_call(
                     where,
                     page_ids,
                     mode=mode,
@@ -576,9 +578,14 @@ async def _held_pages(
                     hold_ms=hold_ms,
                     signal=signal_now,
                     reason=reason,
-                ),
-            )
-            done += page.done
+                    top=top,
+                )
+                try:
+                    page = await evaluate(conn, call)
+                except JobGone:  # the top finished and its row went (nothing written)
+                    continue
+                done += page.done
+                break
     return done, top_state
 
 

@@ -181,7 +181,7 @@ for _, job in ipairs(running) do
   end
 end
 if hold ~= '' then
-  if hold == 'release' then redis.call('ZREM', holds, token) end
+  local released = hold == 'release' and redis.call('ZREM', holds, token) == 1
   redis.call('ZREMRANGEBYSCORE', holds, '-inf', now)
   local last = redis.call('ZRANGE', holds, -1, -1, 'WITHSCORES')
   if last[2] then
@@ -189,7 +189,7 @@ if hold ~= '' then
   else
     redis.call('HDEL', meta, 'hold')
   end
-  if hold == 'release' then push_wake(wake, 1) end
+  if released then push_wake(wake, 1) end  -- (a release of no hold of ours writes nothing)
 end
 local done = #remove
 if signal then done = done + #running end
