@@ -369,7 +369,9 @@ async def remote_children(conn: Executor, queue: str, job_id: str) -> dict[str, 
         InvalidKey: before any I/O.
     """
     raw = await conn.execute("HGETALL", keyspace(queue).remote_children(job_id))
-    return {k.decode(): remote_queue(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
+    # a flat list (RESP2, the trio wire); a mapping from the blocking driver (redis-py)
+    pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
+    return {text(k): remote_queue(v) for k, v in pairs}
 
 
 async def subtree(conn: Executor, queue: str, job_id: str) -> list[tuple[str, str]]:

@@ -98,3 +98,21 @@ async def test_a_locked_top_refuses_remove_and_writes_nothing(redis_url: str, qu
         assert await snapshot(conn, Keyspace(queue)) == before
         with pytest.raises(echomq.JobGone):
             await flows.cancel_flow(conn, queue, "no-such-job")
+
+
+@pytest.mark.single_node
+def test_cancel_sync_and_acancel_of_a_big_flow(redis_url: str, queue: str) -> None:
+    """The blocking and asyncio twins take the same path (the blocking driver answers
+    HGETALL as a mapping, the trio wire as a list: both read)."""
+    import asyncio
+
+    _q, t = make_app(queue, redis_url)
+    add, total = t["add"], t["total"]
+    handle = echomq.chord([add.s(i) for i in range(600)], total.s()).apply_sync()
+    assert handle.cancel_sync("stop") == 601
+
+    async def twin() -> int:
+        flow = await echomq.chord([add.s(i) for i in range(600)], total.s()).aapply()
+        return await flow.acancel("stop")
+
+    assert asyncio.run(twin()) == 601
