@@ -71,7 +71,6 @@ def test_a_cycle_in_a_deep_canvas_is_refused(closed_port_url: str) -> None:
         outer.flow_jobs()
 
 
-@pytest.mark.single_node
 @pytest.mark.parametrize("depth", DEPTHS)
 async def test_a_deep_flow_is_added_read_and_cancelled(
     redis_url: str, queue: str, depth: int
@@ -97,7 +96,6 @@ async def test_a_deep_flow_is_added_read_and_cancelled(
         assert await jobs.get_job(conn, queue, leaf) is None
 
 
-@pytest.mark.single_node
 async def test_a_chain_of_chains_a_thousand_deep_runs(redis_url: str, queue: str) -> None:
     """Each step fed the one before: 0 + 1 a thousand times."""
     q, t = make_app(queue, redis_url)

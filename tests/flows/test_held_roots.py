@@ -1,6 +1,7 @@
 """A producer stopped between the pages of a big flow (docs/flows.md "Held roots"): its
 root was named before the first page, so the held root it leaves is listed (``echomq flows
-QUEUE --held``: id, age, pages written) and removed with its flow (``--remove-held``)."""
+QUEUE --held``: id, age, pages written) and removed with its flow (``--remove-held``). On one
+server and on the cluster."""
 
 from __future__ import annotations
 
@@ -59,7 +60,6 @@ async def cli(url: str, *args: str) -> subprocess.CompletedProcess[bytes]:
         )  # fmt: skip
 
 
-@pytest.mark.single_node
 async def test_a_flow_stopped_between_pages_is_listed_and_removed(
     redis_url: str, queue: str
 ) -> None:
@@ -100,7 +100,6 @@ async def test_a_flow_stopped_between_pages_is_listed_and_removed(
         assert await jobs.get_job(conn, queue, root) is None
 
 
-@pytest.mark.single_node
 async def test_a_flow_of_one_page_is_never_held(redis_url: str, queue: str) -> None:
     q, t = make_app(queue, redis_url)
     async with q.open():
