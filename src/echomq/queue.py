@@ -33,6 +33,7 @@ from ._trio import open_service_nursery
 from ._wire.connection import Connection
 from ._wire.dial import connect
 from ._worker.context import Job
+from ._worker.hooks import Hooks
 from .config import resolve_url
 from .errors import InvalidArgument, InvalidKey
 from .events import EventFeed, open_event_feed
@@ -84,6 +85,10 @@ class Queue:
     def __init__(self, name: str, url: str | None = None, *, codec: Codec = JSON) -> None:
         #: the one enqueue path of this queue (gating, tracing, the trio coalescer)
         self.producer = Producer(check_queue(name), codec)
+        #: the queue's hooks (docs/hooks.md): the producer's ``before_enqueue``, the
+        #: worker's ``around_run`` and outcome hooks
+        self.hooks = Hooks()
+        self.producer.hooks = self.hooks
         self._url = url
         self.tasks: dict[str, Task[..., Any]] = {}
         self._conn: Connection | None = None

@@ -79,7 +79,7 @@ def test_a_claim_reply_reads_as_claimed_values() -> None:
     batch = _read_claim(reply)
     assert batch.jobs == [
         Claimed(id="a", payload=b"p", token=1),
-        Claimed(id="b", payload=b"q", token=3, failures=2, trace=b"t"),
+        Claimed(id="b", payload=b"q", token=3, failures=2, headers=b"t"),
     ]
     assert batch.next_due_ms == 25
     assert len({hash(j) for j in batch.jobs}) == 2

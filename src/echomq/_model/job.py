@@ -36,7 +36,9 @@ class NewJob:
     dedup_ms: int = 0
     group: str | None = None  # the group's lane (docs/lanes.md); None: ungrouped
     group_concurrency: int | None = None  # the group's limit, set if it has none yet
-    trace: str | None = None  # the enqueue span's context (W3C trace context as JSON)
+    # the job's headers: string metadata as a JSON object (before_enqueue hooks, the
+    # trace context's carrier), carried in its row to the worker's Job.headers
+    headers: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -54,14 +56,14 @@ class Enqueued:
 class Claimed:
     """A job this caller now holds: ``token`` (the row's attempts) fences every later move.
 
-    ``trace``: the row's ``trace`` field (the enqueue span's context), None when absent.
+    ``headers``: the row's ``headers`` field (a JSON object of strings), None when absent.
     """
 
     id: str
     payload: bytes
     token: int
     failures: int = 0
-    trace: bytes | None = None
+    headers: bytes | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -73,6 +73,8 @@ class Job:
     _lease_ms: int = attrs.field(repr=False)
     _lose: Callable[[], None] = attrs.field(repr=False)
     _children: list[Any] | None = attrs.field(default=None, repr=False)
+    #: the job's headers (``before_enqueue`` hooks', the trace context's): read-only
+    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True)
 
     def children_results(self) -> list[Any]:
         """A flow parent's children's results, in the children's order (docs/flows.md):

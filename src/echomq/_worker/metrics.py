@@ -185,7 +185,17 @@ class WorkerCollector(Collector):
             labels=["queue"],
         )
         restarts.add_metric([name], s.helper_restarts)
+        hook_errors = CounterMetricFamily(
+            "echomq_hook_errors",
+            "Hooks that raised or timed out (their jobs' outcomes unchanged), by hook",
+            labels=["queue", "hook"],
+        )
+        hooks = getattr(worker.queue, "hooks", None)
+        if hooks is not None:
+            for hook, count in sorted(hooks.errors.counts.items()):
+                hook_errors.add_metric([name, hook], count)
         yield from (up, held, prefetched, slots, renewals, lost, stalls, sweeps, restarts)
+        yield hook_errors
         yield from task_families(name, worker._tally())
         stats = [self.stats] if self.stats_ok and self.stats is not None else []
         yield from queue_families(stats, self.stats_ok)

@@ -104,7 +104,7 @@ class GatedJob(NamedTuple):
 # _SET_SENT reorders a set once per distinct set of a call (_enqueue_argv)
 _SET_BUILT = (
     "delay_ms", "priority", "max_attempts", "task", "keep_result", "keep_dead", "dedup",
-    "dedup_ms", "group", "group_concurrency", "trace",
+    "dedup_ms", "group", "group_concurrency", "headers",
 )  # fmt: skip
 if sorted(_SET_BUILT) != sorted(ENQUEUE_SET_FIELDS):
     raise RuntimeError(f"enqueue.lua's SET_FIELDS {ENQUEUE_SET_FIELDS} are not {_SET_BUILT}")
@@ -177,7 +177,7 @@ def gate_job(job: object) -> GatedJob:
         dedup_ms,
         "" if job.group is None else check_group(job.group),
         0 if job.group_concurrency is None else _group_concurrency(job),
-        v.text_arg("trace", job.trace) if job.trace else "",
+        v.text_arg("headers", job.headers) if job.headers else "",
     )
     return GatedJob(job_id, payload, options)
 
@@ -315,9 +315,9 @@ def _claimed(reply: Any) -> list[Claimed]:
     columns = zip(reply[0:n:5], reply[1:n:5], reply[2:n:5], reply[3:n:5], reply[4:n:5], strict=True)
     return [
         Claimed(
-            job_id.decode() if type(job_id) is bytes else text(job_id), payload, token, f, trace
+            job_id.decode() if type(job_id) is bytes else text(job_id), payload, token, f, headers
         )
-        for job_id, payload, token, f, trace in columns
+        for job_id, payload, token, f, headers in columns
     ]
 
 

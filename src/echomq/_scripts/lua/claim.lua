@@ -7,8 +7,8 @@
                           (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`)
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
-  Returns  flat array: id, payload, token (attempts), failures, trace (the row's `trace`
-           field, nil when absent), ... and, when fewer than
+  Returns  flat array: id, payload, token (attempts), failures, headers (the row's
+           `headers` field, nil when absent), ... and, when fewer than
            `count` jobs were claimed, one trailing element: ms until more work may be
            claimable (the earliest scheduled job, a group's or the queue's rate window
            reopening; 0 = now), or -1 when nothing is known | {} when paused
@@ -131,7 +131,7 @@ local rows, keys, taken, from_pending = {}, {}, {}, {}
 for i, id in ipairs(picks) do
   local row = base .. 'job:' .. id
   keys[i] = row
-  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'attempts')
+  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'attempts')
 end
 if #promoted > 0 then
   for _, id in ipairs(picks) do taken[id] = true end
