@@ -8,16 +8,19 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 import echomq
 from echomq import admin
-from echomq.testing import WorkerProcess, open_worker_process
+from echomq.testing import WorkerProcess, free_port, open_worker_process
 
 from ._runtime import HERE, until
 
@@ -126,3 +129,47 @@ async def test_a_child_that_cannot_start_makes_the_supervisor_exit_1(
 
 async def _stub(*args: object) -> None:
     """The producer's side of the children's tasks (only its name is used here)."""
+
+
+def two_free_ports() -> int:
+    """A port P with P + 1 free too (for two children's /metrics)."""
+    for _ in range(50):
+        port = free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two adjacent free ports")
+
+
+async def test_each_child_serves_its_own_metrics_port(
+    redis_url: str, queue: str, tmp_path: Path
+) -> None:
+    """``--metrics-port P``: child i serves /metrics on P + i, with its own process
+    metrics; the jobs each one ran add up to all of them."""
+    q = echomq.Queue(queue, url=redis_url)
+    nap = q.task(name="nap")(_stub)
+    port = two_free_ports()
+    with trio.fail_after(60):
+        async with (
+            q.open(),
+            fleet(
+                redis_url, queue, tmp_path, "--processes", "2", "--metrics-port", str(port)
+            ) as sup,
+        ):
+            await until(lambda: sup.output.count("worker serving ") == 2, 20)
+            for h in [await nap.delay(0.0) for _ in range(10)]:
+                await h.result(timeout=10)
+            texts = [
+                (await trio.to_thread.run_sync(httpx.get, f"http://127.0.0.1:{p}/metrics")).text
+                for p in (port, port + 1)
+            ]
+    done = 0.0
+    for text in texts:
+        samples = [s for f in text_string_to_metric_families(text) for s in f.samples]
+        found = {s.name: s.value for s in samples}
+        assert found["echomq_worker_up"] == 1 and found["process_cpu_seconds_total"] > 0
+        done += sum(s.value for s in samples if s.name == "echomq_jobs_total")
+    assert done == 10

@@ -57,6 +57,8 @@ class Claimed:
     """A job this caller now holds: ``token`` (the row's attempts) fences every later move.
 
     ``headers``: the row's ``headers`` field (a JSON object of strings), None when absent.
+    ``waited_ms``: server milliseconds from the job's due time (its ``run_at``: a delayed
+    job, a retry; else its ``created_at``) to the claim; None when the row has neither.
     """
 
     id: str
@@ -64,6 +66,7 @@ class Claimed:
     token: int
     failures: int = 0
     headers: bytes | None = None
+    waited_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -153,6 +153,9 @@ class JobRunner:
         if isinstance(plan, Settlement):  # it ends before it runs
             return plan
         task, call, is_parent, plain = plan
+        if claimed.waited_ms is not None:  # tally.py rule 3
+            waited = claimed.waited_ms / 1000 + (perf_counter() - held.claimed_at)
+            self.settler.tally.record_wait(task.name, waited)
         limit = soft_at = None
         around: list[Any] = []
         if plain:  # rule 1: the Job made only when asked for
