@@ -27,6 +27,7 @@ BENCHMARKS = (
     "archive",
     "stream",
     "flows",
+    "steps",
     "lanes",
     "repeat_soak",
     "stopkit",

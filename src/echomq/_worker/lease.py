@@ -60,7 +60,7 @@ class LeaseKeeper:
         self.ticks += 1
         groups: dict[int, list[tuple[str, int]]] = defaultdict(list)
         for held in list(self.inflight.jobs.values()):
-            if held.stop is not Stop.LOST and not held.settling:
+            if held.stop not in (Stop.LOST, Stop.SLEPT) and not held.settling:
                 groups[held.lease_ms].append((held.id, held.token))
         for lease_ms, pairs in groups.items():
             for start in range(0, len(pairs), CHUNK):
@@ -77,7 +77,9 @@ class LeaseKeeper:
                         self.renewed += 1
                         continue
                     found = self.inflight.jobs.get(job_id)
-                    if found is None or found.token != token or found.stop is Stop.LOST:
+                    if found is None or found.token != token:
+                        continue
+                    if found.stop in (Stop.LOST, Stop.SLEPT):
                         continue
                     if answer is ExtendResult.CANCEL:
                         self.renewed += 1

@@ -322,6 +322,8 @@ class JobRunner:
             lease_ms=held.lease_ms,
             lose=held.lose,
             children=children,
+            codec=self.queue.codec,
+            slept=held.slept,
             headers=decode_headers(claimed.headers),
         )
 
