@@ -85,10 +85,7 @@ class Queue:
     def __init__(self, name: str, url: str | None = None, *, codec: Codec = JSON) -> None:
         #: the one enqueue path of this queue (gating, tracing, the trio coalescer)
         self.producer = Producer(check_queue(name), codec)
-        #: the queue's hooks (docs/hooks.md): the producer's ``before_enqueue``, the
-        #: worker's ``around_run`` and outcome hooks
-        self.hooks = Hooks()
-        self.producer.hooks = self.hooks
+        self._hooks = self.producer.hooks = Hooks()
         self._url = url
         self.tasks: dict[str, Task[..., Any]] = {}
         self._conn: Connection | None = None
@@ -102,6 +99,18 @@ class Queue:
         self._asyncio: weakref.WeakKeyDictionary[Any, AsyncioQueueClient] = (
             weakref.WeakKeyDictionary()
         )
+
+    @property
+    def hooks(self) -> Hooks:
+        """The queue's hooks (docs/hooks.md): the producer's ``before_enqueue``, the
+        worker's ``around_run`` and outcome hooks. Replacing it replaces the producer's too."""
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, hooks: Hooks) -> None:
+        if not isinstance(hooks, Hooks):
+            raise InvalidArgument(f"queue.hooks must be an echomq.Hooks, not {hooks!r:.80}")
+        self._hooks = self.producer.hooks = hooks
 
     @property
     def name(self) -> str:

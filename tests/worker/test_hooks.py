@@ -213,7 +213,7 @@ async def test_failing_and_slow_hooks_change_nothing(redis_url: str, queue: str)
     every outcome as settled and the worker serving; each failure is counted, and the
     worker's /metrics says so."""
     q = echomq.Queue(queue, url=redis_url)
-    q.hooks.timeout = 0.2
+    q.hooks = echomq.Hooks(timeout=0.2)  # (the producer's too)
     settled: list[str] = []
 
     @q.hooks.before_enqueue

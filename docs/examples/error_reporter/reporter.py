@@ -28,6 +28,7 @@ import inspect
 import json
 import time
 import traceback
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
@@ -65,7 +66,8 @@ class ErrorReporter:
         self.release = release
         self.report_retries = report_retries
         self.clock = clock
-        self.breadcrumbs: list[dict[str, Any]] = []
+        # the latest breadcrumbs (bounded: a worker runs for months)
+        self.breadcrumbs: deque[dict[str, Any]] = deque(maxlen=100)
 
     # -- the application's side ------------------------------------------------------------
 

@@ -104,6 +104,9 @@ class Hooks:
         self.before: list[BeforeEnqueue] = []
         self.around: list[AroundRun] = []
         self.settled: dict[str, list[OnOutcome]] = {name: [] for name in _ON}
+        #: whether any worker-side hook is registered (the run then makes its ``Job``);
+        #: kept by the registering methods, read once per job
+        self.runs = False
 
     def __repr__(self) -> str:
         counts = {name: len(self.hooks(name)) for name in HOOKS}
@@ -120,17 +123,13 @@ class Hooks:
                 return self.settled[outcome]
         raise InvalidArgument(f"no hook named {name!r}; the hooks are {', '.join(HOOKS)}")
 
-    @property
-    def runs(self) -> bool:
-        """Whether any worker-side hook is registered (the run then makes its ``Job``)."""
-        return bool(self.around) or any(self.settled.values())
-
     def _add(self, name: str, fn: F) -> F:
         if not callable(fn):
             raise InvalidArgument(f"a {name} hook must be callable, not {fn!r:.80}")
         hooks = self.hooks(name)
         assert isinstance(hooks, list)
         hooks.append(fn)
+        self.runs = bool(self.around) or any(self.settled.values())
         return fn
 
     def before_enqueue(self, fn: Callable[[Enqueueing], Any]) -> Callable[[Enqueueing], Any]:
