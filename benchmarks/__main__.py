@@ -22,6 +22,7 @@ BENCHMARKS = (
     "processes",
     "lua_cost",
     "producer_cpu",
+    "codecs",
     "floor",
     "bounds",
     "archive",
@@ -35,6 +36,7 @@ BENCHMARKS = (
     "ecosystem",
     "profile_e2e",
     "profile_claim",
+    "profile_io",
     "report",
 )
 

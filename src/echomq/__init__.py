@@ -30,6 +30,7 @@ from .errors import (
     AuthenticationError,
     ClusterDown,
     ClusterError,
+    CodecMismatch,
     ConnectionLost,
     CrossSlot,
     DuplicateJob,
@@ -64,6 +65,7 @@ from .errors import (
     TaskNotRegistered,
     TLSError,
     Unavailable,
+    UnencodableArgument,
 )
 from .flows import ChildFailure
 
@@ -77,6 +79,7 @@ __all__ = [
     "Claimed",
     "ClusterDown",
     "ClusterError",
+    "CodecMismatch",
     "Connection",
     "ConnectionConfig",
     "ConnectionLost",
@@ -127,6 +130,7 @@ __all__ = [
     "TaskNotRegistered",
     "TaskOptions",
     "Unavailable",
+    "UnencodableArgument",
     "Worker",
     "WorkerConfig",
     "__version__",
