@@ -3,15 +3,20 @@
   KEYS  1 pending   ZSET  ready ids; score = -priority * 2^40 + seq (higher priority first)
         2 active    ZSET  claimed ids; score = lease deadline ms (server clock)
         3 schedule  ZSET  delayed ids; score = run-at ms
-        4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter; the limits
-                          (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`)
+        4 meta      HASH  `paused` = the claim gate; `hold` = a flow cancel's claim hold
+                          (its end, server ms: flow_cancel.lua); `seq` = the FIFO counter;
+                          the limits (`rate_max`, `rate_ms`, `group_rate_max`,
+                          `group_rate_ms`)
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
-  Returns  flat array: id, payload, token (the row's `token`, grown by one), failures,
-           trace (the row's `trace` field, nil when absent), ... and, when fewer than
+  Returns  flat array: id, payload, token (the row's `token`, grown by one), failures, headers (the row's
+           `headers` field, nil when absent), waited (ms from the job's due time, its
+           `run_at` or else its `created_at`, to now; nil when the row has neither), ...
+           and, when fewer than
            `count` jobs were claimed, one trailing element: ms until more work may be
            claimable (the earliest scheduled job, a group's or the queue's rate window
-           reopening; 0 = now), or -1 when nothing is known | {} when paused
+           reopening; 0 = now), or -1 when nothing is known | {} when paused | {ms} while
+           a flow cancel holds the queue's claims (ms until the hold ends)
   Errors   EMQARG   count is not 1..MAX_COUNT (nothing written; the verb refuses it first)
   Events   promoted (per due scheduled job); active (per claimed job, with its token);
            only while the channel has a listener (include/events.lua)
@@ -20,7 +25,10 @@
            MAX_PROMOTE promoted, MAX_TURNS ring members (groups served) and MAX_REOPEN
            groups whose rate window reopened per call
   The pause gate is read here, first, in the same round trip (not a separate HGET): a
-  paused queue answers {} and nothing is written, not even a promotion.
+  paused queue answers {} and nothing is written, not even a promotion. A claim hold
+  (meta `hold` in the future: a big flow being cancelled or removed, page by page, so that
+  none of its jobs is claimed between the pages; docs/flows.md) answers {ms until it ends}
+  and writes nothing either; one that lapsed (its canceller died) is ignored.
   The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
   server clock; docs/lanes.md): a full window answers {ms until it reopens} and writes
   nothing; otherwise at most what the window has left is claimed.
@@ -66,10 +74,11 @@ end
 
 -- the gate: any `paused` field means paused; the backlog is untouched
 local gate = redis.call('HMGET', meta, 'paused', 'rate_max', 'rate_ms', 'group_rate_max',
-  'group_rate_ms', 'group_concurrency')
+  'group_rate_ms', 'group_concurrency', 'hold')
 if gate[1] then return {} end
 
 local now = now_ms()
+if gate[7] and tonumber(gate[7]) > now then return {tonumber(gate[7]) - now} end
 local channel = base .. 'events'
 
 -- the queue's rate window: a full one answers when it reopens; else it bounds the claim
@@ -131,7 +140,8 @@ local rows, keys, taken, from_pending = {}, {}, {}, {}
 for i, id in ipairs(picks) do
   local row = base .. 'job:' .. id
   keys[i] = row
-  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'token')
+  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'token',
+    'run_at', 'created_at')
 end
 if #promoted > 0 then
   for _, id in ipairs(picks) do taken[id] = true end
@@ -201,9 +211,11 @@ for i, fields in ipairs(rows) do
       redis.call('PUBLISH', channel,
         '{"event":"active","job":"' .. id .. '","token":' .. stamp .. '}')
     end
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
-      id, fields[1], token, tonumber(fields[2] or '0'), fields[3]
-    n = n + 5
+    local due = tonumber(fields[5] or fields[6])  -- (a missing field reads as false)
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] =
+      id, fields[1], token, tonumber(fields[2] or '0'), fields[3],
+      due and math.max(now - due, 0) or false
+    n = n + 6
     if group then started[group] = (started[group] or 0) + 1 end
   end
 end
@@ -230,7 +242,7 @@ end
 if flat_left and redis.call('ZCARD', pending) > 0 then push_wake(wake, #promoted) end
 
 -- under-filled: tell an idle consumer how long it may block before more may be claimable
-if #out < count * 5 then
+if #out < count * 6 then
   local wait = -1
   if qwin and qwin[2] + #picks >= qwin[3] then
     wait = qwin[4]
