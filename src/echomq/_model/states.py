@@ -49,7 +49,7 @@ TRANSITIONS: dict[str, Moves] = {
     "enqueue": {None: frozenset({JobState.PENDING, JobState.SCHEDULED})},
     # flows (docs/flows.md): a tree in one call; a held parent released by the last page
     "add_flow": {
-        None: frozenset({JobState.PENDING, JobState.WAITING}),
+        None: frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.WAITING}),
         JobState.WAITING: frozenset({JobState.PENDING}),
     },
     "claim": {
