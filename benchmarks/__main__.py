@@ -25,6 +25,7 @@ BENCHMARKS = (
     "bounds",
     "archive",
     "stream",
+    "idle",
     "flows",
     "lanes",
     "repeat_soak",
