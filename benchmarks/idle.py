@@ -9,7 +9,7 @@ every 5 s) runs them all. Nothing more is enqueued: the queue is idle. Every 0.5
 ``--idle`` seconds it samples ``INFO memory`` ``used_memory``, ``DBSIZE``, the
 ``completed`` index's members, the completions stream's entries and ``admin.stats``'
 completed count, and reports the last sample (and the names of the keys left, when
-few) beside the server's used_memory before the
+few, with their ``MEMORY USAGE``) beside the server's used_memory before the
 first job (the empty queue), and when the index and the stream were first found empty.
 
 ``--src PATH`` runs the worker from another echomq's ``src/`` (a checkout of main, say):
@@ -94,8 +94,10 @@ async def run_idle(args: argparse.Namespace) -> dict[str, Any]:
                     last = samples[-1]
                     if clean_at is None and last["completed_index"] == last["stream"] == 0:
                         clean_at = last["t"]
-            names = await conn.execute("SCAN", 0, "COUNT", 1000)
-            left = sorted(k.decode() for k in names[1]) if samples[-1]["keys"] <= 100 else []
+                names = await conn.execute("SCAN", 0, "COUNT", 1000)
+                left = sorted(k.decode() for k in names[1]) if samples[-1]["keys"] <= 100 else []
+                sizes = [await conn.execute("MEMORY", "USAGE", k, "SAMPLES", 0) for k in left]
+                key_bytes = sum(int(n or 0) for n in sizes)
     last = samples[-1]
     doc = {
         "src": str(args.src) if args.src is not None else "this tree",
@@ -108,6 +110,7 @@ async def run_idle(args: argparse.Namespace) -> dict[str, Any]:
         "bytes_left": last["used_memory"] - empty,
         "clean_after_s": clean_at,
         "keys_left": left,  # their names, when few
+        "keys_left_bytes": key_bytes,  # MEMORY USAGE of those keys (the rest: clients, scripts)
         "samples": samples,
     }
     return doc
@@ -124,7 +127,8 @@ def main(argv: list[str]) -> None:
         f"used_memory {last['used_memory']:,} B ({doc['bytes_left']:,} B over the empty "
         f"queue's {doc['used_memory_empty']:,}), keys {last['keys']:,}, completed index "
         f"{last['completed_index']:,}, stream {last['stream']:,}, stats completed "
-        f"{last['stats_completed']:,}; index and stream empty after "
+        f"{last['stats_completed']:,}; the keys' own bytes {doc['keys_left_bytes']:,}; "
+        f"index and stream empty after "
         f"{doc['clean_after_s'] if doc['clean_after_s'] is not None else 'never'} s"
     )
     files.save("idle", doc, args)
