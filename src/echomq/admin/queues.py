@@ -126,7 +126,10 @@ class QueueStats:
     Throughput comes from the per-minute counters (``metrics:<outcome>:<minute>``), not
     from the retained rows: ``completed_per_minute`` (and ``dead_``, ``cancelled_``) hold
     the last ``minutes`` minutes, oldest first, the last one being the current minute
-    (partial). The totals count since the metrics began.
+    (partial). The totals count since the metrics began. ``dead`` and ``completed`` count
+    the jobs whose retention has not ended (the index members scored now or later): a job
+    whose row Redis has deleted is not counted, whether or not the retention sweep has
+    reached its index entry yet.
     """
 
     queue: str
