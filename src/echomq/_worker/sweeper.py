@@ -21,8 +21,9 @@ Rule 6: the worker that sweeps also runs the retention sweep (``admin.sweep_rete
 the finished-state indexes and the completions stream lose what retention has ended,
 ``MAX_SWEEP`` entries per call, called again at once while a call says ``more`` (so an idle
 queue is clean one tick after its retention ends; with nothing to do it is one cheap
-call per tick). A refused sweep (not transient) is logged and tried at the next tick; it
-never stops the stall sweep or the worker.
+call per tick). A refused sweep (not transient) is logged and tried at the next tick; an
+ACL refusal (a rule from before the sweep, without ``+xrange``) is logged once as an
+error, as the relay's is; neither stops the stall sweep or the worker.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ class Sweeper:
     capped: admin.Capped | None = None  # the count-guard counters last read
     _capped_warned: float = -math.inf
     _refused: str | None = None  # the relay's ACL refusal last logged
+    _sweep_refused: str | None = None  # the retention sweep's ACL refusal last logged
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -115,9 +117,17 @@ class Sweeper:
                 step = await admin.sweep_retention(self.conn, self.queue, limit=_RETENTION_PAGE)
             except TRANSIENT:  # as the sweep: retried next interval
                 raise
+            except PermissionDenied as exc:  # configuration: said once, tried each tick
+                # by what was refused: the text differs between EVAL and EVALSHA
+                refused = f"{exc.command}: {exc.missing}"
+                if refused != self._sweep_refused:
+                    self._sweep_refused = refused
+                    log.error("retention sweep of %s refused: %s", self.queue, exc)
+                return
             except Exception as exc:  # a refused sweep: logged, tried at the next tick
                 log.warning("retention sweep of %s failed: %s", self.queue, exc)
                 return
+            self._sweep_refused = None
             self.swept += step.work
             if not step.more:
                 return
