@@ -27,6 +27,7 @@ BENCHMARKS = (
     "stream",
     "idle",
     "flows",
+    "steps",
     "lanes",
     "repeat_soak",
     "stopkit",
@@ -34,6 +35,7 @@ BENCHMARKS = (
     "ecosystem",
     "profile_e2e",
     "profile_claim",
+    "profile_io",
     "report",
 )
 

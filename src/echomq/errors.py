@@ -5,6 +5,7 @@
     EchoMQError
     ├── InvalidKey           bad job id / queue name (also ValueError), before any I/O
     ├── InvalidArgument      a bad lease, count, priority... (also ValueError), before any I/O
+    │   ├── DuplicateStep    a durable step's name used twice in one run
     │   └── CrossSlot        a cluster pipeline whose keys span slots, refused before any I/O
     ├── ConnectionLost       the wire dropped a command in flight, or could not connect
     ├── TLSError             the TLS handshake failed (certificate, protocol); not retried
@@ -36,7 +37,8 @@
     │   └── PayloadTooLarge  a payload or result over the size limit, before any write
     ├── JobFailed            from handle.result(): the job is dead; carries the error text
     ├── JobCancelled         from handle.result() and CancelToken.check()
-    └── SoftTimeLimit        raised inside a job that ran past its soft_timeout (it may clean up)
+    ├── SoftTimeLimit        raised inside a job that ran past its soft_timeout (it may clean up)
+    └── StepFailed           a durable step replayed with the error an earlier run kept
 
     Retry(delay=...)         raised by a task to ask for a retry; not an error
 
@@ -56,6 +58,7 @@ __all__ = [
     "EchoMQError",
     "InvalidKey",
     "InvalidArgument",
+    "DuplicateStep",
     "CrossSlot",
     "ConnectionLost",
     "TLSError",
@@ -88,6 +91,7 @@ __all__ = [
     "JobFailed",
     "JobCancelled",
     "SoftTimeLimit",
+    "StepFailed",
     "Retry",
 ]
 
@@ -339,6 +343,24 @@ class JobCancelled(EchoMQError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_cancelled, (type(self), self.reason, self.job_id))
+
+
+class DuplicateStep(InvalidArgument):
+    """A durable step's name was used twice in one run of a job (docs/steps.md)."""
+
+
+class StepFailed(EchoMQError):
+    """A durable step whose committed outcome is an error: an earlier run kept it
+    (``job.step(..., keep_errors=...)``), so this run raises it without running the step.
+    ``error`` is the kept ``Type: message`` text."""
+
+    def __init__(self, name: str, error: str) -> None:
+        super().__init__(f"step {name!r} failed in an earlier run: {error}")
+        self.name = name
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.error))
 
 
 class SoftTimeLimit(EchoMQError):

@@ -99,6 +99,8 @@ TRANSITIONS: dict[str, Moves] = {
         JobState.COMPLETED: frozenset({None}),
         JobState.DEAD: frozenset({None}),
     },
+    # a durable sleep (docs/steps.md): the job schedules itself, nothing counted
+    "sleep": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},
     # the operator plane (docs/operations.md)
     # a dead flow child reprocessed re-opens its parent's wait (dead | pending -> waiting)
     "reprocess_job": {

@@ -287,6 +287,8 @@ class JobRunner:
             lease_ms=held.lease_ms,
             lose=held.lose,
             children=children,
+            codec=self.queue.codec,
+            slept=held.slept,
         )
 
     def _encode(self, claimed: Claimed, value: Any) -> bytes | Settlement:

@@ -11,6 +11,7 @@ from .. import admin, cancel, jobs
 from .._model.codec import JSON
 from .._wire.connection import Connection
 from ..errors import JobGone
+from ..jobs.steps import read_steps
 from . import explain_text
 from .common import (
     DONE,
@@ -44,6 +45,7 @@ async def cmd_job(conn: Connection, args: argparse.Namespace, out: Console) -> i
     if info is None:
         raise JobGone(args.id)
     logs = await jobs.get_job_logs(conn, args.queue, args.id)
+    steps = await read_steps(conn, args.queue, args.id)
     table = Table(title=f"job {escape(args.id)} in {escape(args.queue)}", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
@@ -64,6 +66,11 @@ async def cmd_job(conn: Connection, args: argparse.Namespace, out: Console) -> i
     ):
         table.add_row(label, escape(value))
     out.print(table)
+    if steps:
+        out.print(f"steps ({len(steps)}):")
+        ordered = sorted(steps.values(), key=lambda r: (r.at_ms, r.name))
+        for line in explain_text.step_lines(ordered):
+            out.print(f"  {escape(line)}")
     out.print(f"logs ({len(logs)}):" if logs else "logs: none")
     for line in logs:
         out.print(f"  {escape(line)}")
