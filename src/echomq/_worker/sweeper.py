@@ -48,7 +48,7 @@ log = logging.getLogger("echomq.worker")
 _PAGE = 100
 _MAX_PAGES = 10
 _RETENTION_PAGE = admin.MAX_SWEEP
-_MAX_RETENTION_PAGES = 1000  # 500,000 entries per tick at most (each call ~ms)
+_MAX_RETENTION_PAGES = 1000  # calls per tick at most (each within the scripts' bound)
 
 
 @attrs.define(eq=False)
