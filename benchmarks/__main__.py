@@ -27,6 +27,7 @@ BENCHMARKS = (
     "bounds",
     "archive",
     "stream",
+    "idle",
     "flows",
     "steps",
     "lanes",

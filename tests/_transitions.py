@@ -292,6 +292,13 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     deadline = await conn.execute("ZSCORE", Keyspace(queue).cancels, fenced[-1])
     await clock_past(conn, float(deadline), Keyspace(queue).meta)
     await step("fence due cancels", lambda: cancel.fence_due(rec, queue))
+    # the retention sweep: rows of echomq 0.1 (no TTL) whose retention ended long ago
+    ks = Keyspace(queue)
+    for job_id, state in (("v1", "completed"), ("v2", "dead")):
+        ids.append(job_id)
+        await conn.execute("HSET", ks.job(job_id), "state", state, "finished_at", 1)
+        await conn.execute("ZADD", ks.base + state, 1, job_id)
+    await step("retention sweep", lambda: admin.sweep_retention(rec, queue))
     # remove: one job in each state
     await step("enqueue r1", new("r1", delay_ms=600_000))
     [c] = await claim()

@@ -93,6 +93,12 @@ TRANSITIONS: dict[str, Moves] = {
         **_PARENT,
     },
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
+    # the retention sweep: an index entry whose row is gone leaves; a row of echomq 0.1
+    # (no TTL) whose time is up is deleted
+    "retention_sweep": {
+        JobState.COMPLETED: frozenset({None}),
+        JobState.DEAD: frozenset({None}),
+    },
     # a durable sleep (docs/steps.md): the job schedules itself, nothing counted
     "sleep": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},
     # the operator plane (docs/operations.md)
