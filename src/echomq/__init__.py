@@ -61,6 +61,7 @@ from .errors import (
     TaskNotRegistered,
     TLSError,
     Unavailable,
+    WrongEventLoop,
 )
 from .flows import ChildFailure
 
@@ -121,6 +122,7 @@ __all__ = [
     "Unavailable",
     "Worker",
     "WorkerConfig",
+    "WrongEventLoop",
     "__version__",
     "admin",
     "cancel",

@@ -199,8 +199,10 @@ class Chain(Canvas):
     def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
         _enter(self, stack)
         roots, was_group = self.steps[0]._roots(policy, stack)
-        for step in self.steps[1:]:
-            assert isinstance(step, Signature)
+        for i, step in enumerate(self.steps[1:], 2):
+            if not isinstance(step, Signature):  # the steps were changed after __init__
+                _enter(step, stack)  # itself (or an enclosing canvas): the cycle's refusal
+                raise InvalidArgument(f"chain step {i} must be a task signature, not {step!r:.80}")
             feed = Feed.ALL if was_group else Feed.ONE
             roots, was_group = [step.node(roots, policy, feed)], False
         stack.discard(id(self))
