@@ -112,3 +112,30 @@ def test_a_bind_host_is_checked_in_code_too() -> None:
     with pytest.raises(echomq.InvalidArgument, match="not an IPv4 address"):
         echomq.WorkerConfig(metrics_host="999.1.1.1")
     assert echomq.WorkerConfig(metrics_host="0.0.0.0").metrics_host == "0.0.0.0"
+
+
+@pytest.mark.parametrize("create", [False, True])
+async def test_enqueue_json_past_the_depth_limit_is_refused_before_any_write(
+    redis_url: str, conn: echomq.Connection, queue: str, create: bool
+) -> None:
+    deep = "[" * 5000 + "]" * 5000
+    argv = ["enqueue", "app.t", deep, "-q", queue] + (["--create"] if create else [])
+    p = await run(redis_url, *argv)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "deeper than 100 levels" in one_line(p)
+    assert await keys_of(conn, queue) == []
+    at_limit = "[" * 100 + "]" * 100
+    p = await run(redis_url, "enqueue", "app.t", at_limit, "-q", queue, "--create")
+    assert p.returncode == 0, p.stderr
+    assert await keys_of(conn, queue) != []
+
+
+@pytest.mark.parametrize("since", ["99999999999d", "3000000d", "9" * 30 + "w"])
+async def test_history_since_before_the_year_1_is_one_line_exit_2(
+    redis_url: str, tmp_path: Path, since: str
+) -> None:
+    store = f"sqlite:///{tmp_path / 'history.db'}"
+    for flag in ("--since", "--until"):
+        p = await run(redis_url, "history", "q", "--to", store, flag, since)
+        assert p.returncode == 2, (p.stdout, p.stderr)
+        assert "reaches back before the year 1" in one_line(p)
