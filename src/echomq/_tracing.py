@@ -42,7 +42,7 @@ else:
 __all__ = ["ENABLED", "Sending", "on", "processing", "sending"]
 
 
-# ``get_tracer_provider()`` reads os.environ on every call while no provider is set (3 µs,
+# ``get_tracer_provider()`` reads os.environ on every call while no provider is set (once
 # per job): while the API's module global says none was set, and none is named in the
 # environment, the answer is known without it. A provider, once set, cannot change.
 _FAST = (

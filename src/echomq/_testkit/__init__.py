@@ -11,7 +11,7 @@ chaos tests, and the demo.
     waiting.py          wait until a job is running (its row is active)
     server_faults.py    crash, drop or freeze a private redis-server
     fault_proxy.py      FaultProxy: a TCP proxy that cuts, refuses or delays connections
-    _testkit/demo.py             ``echomq demo``: a worker, a producer and the dashboard
+    demo.py             ``echomq demo``: a worker, a producer and the dashboard
 
 Everything here waits on observable state (a log line, a row, a counter), never on time.
 The queue's own code (the worker, the verbs, the client) never imports this package.

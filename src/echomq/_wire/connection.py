@@ -175,7 +175,7 @@ class Rendezvous(Generic[T]):
     to double the collections a concurrent producer triggers, full ones included. Here a
     waiter is one small object (its own abort function) and trio's own wait coroutine.
     ``benchmarks/producer_cpu.py`` (mode ``concurrent``: 100 concurrent ``delay()``
-    callers; CPU per job, against the previous tree) guards it.
+    callers; CPU per job) guards it.
     """
 
     __slots__ = ("_parked",)

@@ -1,1 +1,1 @@
-"""The Trio runtime: the worker, its loops, and the per-job cancel scopes."""
+"""The Trio runtime: the worker, its loops, and the slot pool that runs the jobs."""

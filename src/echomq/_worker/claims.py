@@ -6,7 +6,7 @@ for in one script call, and hands each to the slot pool (``pool.py``).
 Rule 1b: one claim asks for at most half the slots (rounded up; ``Room.cohort``), so that
 one half runs while the other half's completions and the next claim are on the server:
 the worker and Redis work side by side instead of taking turns (one claim for every slot
-made the worker wait for Redis twice per batch, and Redis for the worker).
+makes the worker wait for Redis twice per batch, and Redis for the worker).
 Rule 1c: the jobs a claim brings start one scheduler tick after its reply: a batch of
 completions answered in the same read (Redis writes the replies of one turn of its event
 loop together) frees its slots first, so the next claim is sent before these jobs run, and

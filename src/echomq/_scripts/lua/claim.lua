@@ -145,8 +145,8 @@ else
 end
 local run_id = #rows > 0 and server_run_id() or nil
 -- active's encoding: a zset born small is a listpack, where every ZADD member and every
--- completion's ZMSCORE / ZREM scans the whole set (~1.7 us a member at 100 leases, vs
--- ~0.25 in a skiplist); a member longer than zset-max-listpack-value (64) turns it into
+-- completion's ZMSCORE / ZREM scans the whole set (at a hundred leases, several times a
+-- skiplist's cost: benchmarks/lua_cost.py); a member longer than zset-max-listpack-value (64) turns it into
 -- a skiplist, which Redis keeps until the set empties. So a claim of SKIPLIST_FROM jobs
 -- or more adding to a listpack (or creating active) adds SKIPLIST_MARK first and removes
 -- it in the same call (a smaller claim, a worker's few leases, does not ask): no

@@ -27,7 +27,7 @@
 -- call). One EXISTS reads every job's logs key (a job's logs get its TTL only when some job
 -- of the call has logs: PEXPIRE on a missing key is a no-op), unless the queue's meta says
 -- `logs` 0 (no job of it has a log list, include/schema.lua): then no logs key is read or
--- touched (at 100,000 retained rows the EXISTS of absent keys cost ~0.7 us a job); one XADD
+-- touched (with many retained rows the EXISTS of absent keys is a cost per job); one XADD
 -- per job (the first
 -- with MINID ~, the stream's time retention: once per call, as the counters; the call's
 -- other entries are as new). Numbers go to redis.call as strings made once (int_arg).
