@@ -29,6 +29,7 @@ BENCHMARKS = (
     "lanes",
     "repeat_soak",
     "stopkit",
+    "poison_mix",
     "cluster",
     "ecosystem",
     "profile_e2e",
