@@ -21,11 +21,13 @@ BENCHMARKS = (
     "cpu_per_job",
     "lua_cost",
     "producer_cpu",
+    "codecs",
     "floor",
     "bounds",
     "archive",
     "stream",
     "flows",
+    "steps",
     "lanes",
     "repeat_soak",
     "stopkit",
@@ -34,6 +36,7 @@ BENCHMARKS = (
     "ecosystem",
     "profile_e2e",
     "profile_claim",
+    "profile_io",
     "report",
 )
 

@@ -21,6 +21,7 @@ from echomq._model.job import NewJob
 from echomq._model.states import TRANSITIONS, JobState
 from echomq._scripts.calls import SCRIPTS, evaluate, script_call
 from echomq._scripts.keyspace import Keyspace
+from echomq.jobs import steps as step_verbs
 
 BY_SHA = {s.variant(bool(v)).sha: name for name, s in SCRIPTS.items() for v in (0, 1)}
 BY_SOURCE = {s.variant(bool(v)).source: name for name, s in SCRIPTS.items() for v in (0, 1)}
@@ -258,6 +259,8 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await step("fail dead, trim", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
     [c] = await claim()
     await step("release", lambda: jobs.release(rec, queue, [(c.id, c.token)]))
+    [c] = await claim()
+    await step("sleep", lambda: step_verbs.sleep(rec, queue, c.id, c.token, "nap", 600_000))
     [dead_one] = await conn.execute("ZRANGE", Keyspace(queue).dead, 0, -1)
     await step("reprocess", lambda: jobs.reprocess_job(rec, queue, dead_one.decode()))
     await step("cancel scheduled", lambda: cancel.request(rec, queue, "s3"))

@@ -245,14 +245,15 @@ async def test_option_sets_that_do_not_add_up_are_refused(
 def _every_option() -> jobs.NewJob:
     return jobs.NewJob(
         payload=b"p", delay_ms=11, priority=12, max_attempts=13, task="t.x", keep_result_ms=14,
-        keep_dead_ms=15, dedup="k", dedup_ms=16, group="g", group_concurrency=17, trace="tr",
+        keep_dead_ms=15, dedup="k", dedup_ms=16, dedup_mode="debounce", group="g",
+        group_concurrency=17, trace="tr",
     )  # fmt: skip
 
 
 SENT = {
     "delay_ms": 11, "priority": 12, "max_attempts": 13, "task": "t.x", "keep_result": 14,
-    "keep_dead": 15, "dedup": "k", "dedup_ms": 16, "group": "g", "group_concurrency": 17,
-    "trace": "tr",
+    "keep_dead": 15, "dedup": "k", "dedup_ms": 16, "dedup_mode": "d", "group": "g",
+    "group_concurrency": 17, "trace": "tr",
 }  # fmt: skip
 
 

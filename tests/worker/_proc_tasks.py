@@ -18,3 +18,19 @@ queue = echomq.Queue(os.environ["EMQ_TEST_QUEUE"])
 async def sleepy(seconds: float) -> str:
     await trio.sleep(seconds)
     return "slept"
+
+
+@queue.task(name="stepped", lease=float(os.environ.get("EMQ_TEST_LEASE", "30")))
+async def stepped(job: echomq.Job, block: bool) -> list[str]:
+    """Three durable steps; each logs its side effect to the job's log list. With
+    ``block``, the first run waits between steps two and three (for a kill -9)."""
+
+    async def effect(name: str) -> str:
+        await job.log(f"effect {name}")
+        return name
+
+    done = [await job.step("one", effect, "one"), await job.step("two", effect, "two")]
+    if block and job.token == 1:
+        await trio.sleep(60)
+    done.append(await job.step("three", effect, "three"))
+    return done

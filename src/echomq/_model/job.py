@@ -3,12 +3,41 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 import attrs
 
+from ..errors import InvalidArgument
 from .states import CANCELLED_PREFIX, JobState
 
-__all__ = ["Claimed", "Enqueued", "JobInfo", "NewJob", "Sweep"]
+__all__ = [
+    "DEDUP_MODES",
+    "Claimed",
+    "DedupMode",
+    "Enqueued",
+    "JobInfo",
+    "NewJob",
+    "Sweep",
+    "check_dedup_mode",
+]
+
+
+DedupMode = Literal["throttle", "until_finished", "debounce"]
+DEDUP_MODES: tuple[DedupMode, ...] = ("throttle", "until_finished", "debounce")
+
+
+def check_dedup_mode(mode: object) -> DedupMode:
+    """``mode`` (None: ``"throttle"``) when it is one of :data:`DEDUP_MODES`.
+
+    Raises:
+        InvalidArgument: any other value.
+    """
+    if mode is None:
+        return "throttle"
+    for known in DEDUP_MODES:
+        if mode == known:
+            return known
+    raise InvalidArgument(f"dedup_mode is one of {', '.join(DEDUP_MODES)}, not {mode!r}")
 
 
 # no slots: a frozen class with a __dict__ gets an __init__ that fills the dict directly,
@@ -33,7 +62,8 @@ class NewJob:
     keep_result_ms: int | None = None
     keep_dead_ms: int | None = None
     dedup: str | None = None  # a dedup key: held for ``dedup_ms`` by the job that takes it
-    dedup_ms: int = 0
+    dedup_ms: int = 0  # 0: no window (mode until_finished only)
+    dedup_mode: DedupMode = "throttle"
     group: str | None = None  # the group's lane (docs/lanes.md); None: ungrouped
     group_concurrency: int | None = None  # the group's limit, set if it has none yet
     trace: str | None = None  # the enqueue span's context (W3C trace context as JSON)

@@ -24,7 +24,7 @@ import attrs
 from ..errors import InvalidArgument
 from . import caps as limits
 from .backoff import MAX_DELAY, Backoff, check_backoff
-from .job import NewJob
+from .job import DedupMode, NewJob, check_dedup_mode
 from .names import check_dedup_key, check_group, check_id
 from .retention import keep_ms
 from .schedule import MissedPolicy, Schedule, check_missed, duration_ms
@@ -200,10 +200,14 @@ class EnqueueOptions:
             (7 days).
         dedup: a dedup key (the id rule): while a job enqueued with it holds it, an enqueue
             with the same key answers that job (``handle.deduplicated``) and writes
-            nothing. Needs ``dedup_for``.
+            nothing. Needs ``dedup_for``, except in mode ``until_finished``.
         dedup_for: how long the key is held (a timedelta or seconds, > 0): from the
-            enqueue, whatever becomes of the job; removing the job releases it early
-            (docs/repeat.md, "Dedup windows").
+            enqueue; removing the job releases it early (docs/repeat.md, "Dedup windows").
+        dedup_mode: ``"throttle"`` (the default: the key is held for ``dedup_for``, whatever
+            becomes of the job), ``"until_finished"`` (held until the job completes, dies
+            or is cancelled or removed; ``dedup_for``, when given, bounds it too) or
+            ``"debounce"`` (a second enqueue while the holder still waits replaces the
+            holder's arguments, restarts its delay, and extends the window).
         group: the job's group (its lane: fair turns between groups, per-group limits;
             docs/lanes.md): a name, or a callable of the job's arguments that picks one.
         group_concurrency: the group's concurrency limit, set when the group has none
@@ -222,15 +226,22 @@ class EnqueueOptions:
     keep_dead: float | None = None
     dedup: str | None = None
     dedup_for: dt.timedelta | float | None = None
+    dedup_mode: DedupMode | None = None
     group: GroupChoice = None
     group_concurrency: int | None = None
 
     def __attrs_post_init__(self) -> None:
         _check_keeps(self.keep_result, self.keep_dead)
-        if (self.dedup is None) != (self.dedup_for is None):
+        mode = check_dedup_mode(self.dedup_mode)
+        if self.dedup_mode is not None and self.dedup is None:
+            raise InvalidArgument("dedup_mode needs a dedup key")
+        if self.dedup is not None and self.dedup_for is None and mode != "until_finished":
             raise InvalidArgument("give dedup (a key) and dedup_for (its window) together")
+        if self.dedup is None and self.dedup_for is not None:
+            raise InvalidArgument("dedup_for needs a dedup key")
         if self.dedup is not None:
             check_dedup_key(self.dedup)
+        if self.dedup_for is not None:
             duration_ms("dedup_for", self.dedup_for)
         if self.delay is not None and self.at is not None:
             raise InvalidArgument("give delay or at, not both")
@@ -294,6 +305,7 @@ class EnqueueOptions:
             keep_dead_ms=None if keep_dead is None else keep_ms("keep_dead", keep_dead),
             dedup=self.dedup,
             dedup_ms=0 if self.dedup_for is None else duration_ms("dedup_for", self.dedup_for),
+            dedup_mode=check_dedup_mode(self.dedup_mode),
             group=group,
             group_concurrency=concurrency if group is not None else None,
         )

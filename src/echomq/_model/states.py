@@ -93,6 +93,8 @@ TRANSITIONS: dict[str, Moves] = {
         **_PARENT,
     },
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
+    # a durable sleep (docs/steps.md): the job schedules itself, nothing counted
+    "sleep": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},
     # the operator plane (docs/operations.md)
     # a dead flow child reprocessed re-opens its parent's wait (dead | pending -> waiting)
     "reprocess_job": {

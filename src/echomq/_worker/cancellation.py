@@ -41,7 +41,7 @@ from .._model.cancel import CancelToken
 if TYPE_CHECKING:
     from .pool import SlotScope
 
-__all__ = ["Held", "InFlight", "Stop"]
+__all__ = ["SETTLED_ELSEWHERE", "Held", "InFlight", "Stop"]
 
 _EARLY_CANCELS = 1024  # cancel requests kept for jobs not (yet) registered here
 _EARLY_CANCEL_TTL = 30.0
@@ -54,6 +54,12 @@ class Stop(enum.Enum):
     LOST = "lost"  # the lease is gone: never settle
     SHUTDOWN = "shutdown"  # past grace: hand back to pending
     FENCED = "fenced"  # a cancel's grace ran out: settled cancelled by the fence; never settle
+    SLEPT = "slept"  # the job moved itself to the schedule (a durable sleep): never settle
+
+
+# stops after which the server already has the job's next state: nothing settles or hands
+# it back
+SETTLED_ELSEWHERE = (Stop.LOST, Stop.FENCED, Stop.SLEPT)
 
 
 @attrs.define(eq=False)
@@ -106,6 +112,8 @@ class Held:
     def lose(self) -> None:
         """The lease is gone: stop it hard; the outcome will not be settled. After a cancel
         request, a stale token is the cancel's fence (rule 4)."""
+        if self.stop is Stop.SLEPT:  # it left active by itself
+            return
         if self.stop in (Stop.CANCEL, Stop.FENCED):
             self.fence()
             return
@@ -121,8 +129,13 @@ class Held:
         self._cancel_hard()
         self._cancel_scope()
 
+    def slept(self) -> None:
+        """The job moved itself to the schedule (``sleep.lua``): stop it; never settle."""
+        self.stop = Stop.SLEPT
+        self._cancel_scope()
+
     def shut_down(self) -> None:
-        if self.stop not in (Stop.LOST, Stop.FENCED):
+        if self.stop not in SETTLED_ELSEWHERE:
             self.stop = Stop.SHUTDOWN
         self._cancel_hard()
         self._cancel_scope()
@@ -177,7 +190,7 @@ class InFlight:
                 del jobs[held.id]
         if settled is not None and len(settled) < len(helds):
             for held in helds:
-                if held not in settled and held.stop not in (Stop.LOST, Stop.FENCED):
+                if held not in settled and held.stop not in SETTLED_ELSEWHERE:
                     self.hand_back.append((held.id, held.token))
         if not jobs:
             self._idle.set()

@@ -16,20 +16,27 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import attrs
 import trio
 
 from .. import jobs
 from .._model.cancel import CancelToken
+from .._model.codec import Codec
+from .._model.steps import check_name, step_key
 from .._scripts.calls import Executor
 from ..errors import TRANSIENT, JobGone, NotActive, StaleToken
+from .steps import Steps
 
 __all__ = ["Deferred", "Job", "bind", "current_job", "unbind"]
 
 log = logging.getLogger("echomq")
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 _current: contextvars.ContextVar[Job | Deferred] = contextvars.ContextVar("echomq_current_job")
 
@@ -73,6 +80,9 @@ class Job:
     _lease_ms: int = attrs.field(repr=False)
     _lose: Callable[[], None] = attrs.field(repr=False)
     _children: list[Any] | None = attrs.field(default=None, repr=False)
+    _codec: Codec | None = attrs.field(default=None, repr=False)
+    _slept: Callable[[], None] | None = attrs.field(default=None, repr=False)
+    _steps: Steps | None = attrs.field(default=None, init=False, repr=False)
 
     def children_results(self) -> list[Any]:
         """A flow parent's children's results, in the children's order (docs/flows.md):
@@ -98,6 +108,84 @@ class Job:
     async def log(self, line: str, *, keep: int | None = None) -> int:
         """Append a line to the job's log list; answer the number of lines kept."""
         return await jobs.add_log(self._conn, self.queue, self.id, line, keep=keep)
+
+    def _step_log(self) -> Steps:
+        steps = self._steps
+        if steps is None:
+            if self._codec is None or self._slept is None:
+                raise RuntimeError("durable steps need a job run by a worker")
+            steps = self._steps = Steps(
+                conn=self._conn,
+                queue=self.queue,
+                job_id=self.id,
+                token=self.token,
+                codec=self._codec,
+                lose=self._lose,
+                defer=self._slept,
+                first_claim=self.token == 1,
+                cancel_token=self.cancel_token,
+            )
+        return steps
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[P, Awaitable[T]] | Callable[P, T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Run ``fn(*args, **kwargs)`` once per job, across retries and recoveries
+        (docs/steps.md).
+
+        The first run that gets past it commits its value, fenced by this claim's token,
+        before this returns; every later run of the job answers that value without calling
+        ``fn``. ``fn`` may be a coroutine function or a plain one (a plain one runs here, on
+        the event loop: keep it quick, or make it async). A step that raises commits
+        nothing, so a retry runs it again; see :meth:`step_keeping_errors` to keep an error.
+
+        Raises:
+            InvalidArgument: a bad name; DuplicateStep: the name was used in this run.
+            PayloadTooLarge, SerializationError: a value the codec cannot store.
+            StaleToken, NotActive, JobGone: the lease is gone (the job stops).
+        """
+        return await self._step_log().run(name, fn, args, kwargs, ())
+
+    async def step_keeping_errors(
+        self,
+        name: str,
+        errors: tuple[type[BaseException], ...],
+        fn: Callable[P, Awaitable[T]] | Callable[P, T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """:meth:`step`, and an exception of one of ``errors`` is committed as the step's
+        outcome too: later runs raise :class:`~echomq.errors.StepFailed` for it without
+        calling ``fn`` (an answer that a retry cannot change, such as a declined card)."""
+        return await self._step_log().run(name, fn, args, kwargs, tuple(errors))
+
+    def step_sync(self, name: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """:meth:`step` for a sync task (``def`` rather than ``async def``): ``fn`` runs in
+        the task's thread; its record is committed the same way."""
+        return self._step_log().run_sync(name, fn, args, kwargs, ())
+
+    async def sleep(self, name: str, duration: timedelta | float) -> None:
+        """A durable sleep (docs/steps.md): the job goes back to the schedule for
+        ``duration`` (a timedelta, or seconds) on the server's clock, its slot freed, and
+        the next run goes on after this step. The code after it runs in that next run.
+
+        Raises:
+            InvalidArgument: a bad name or duration; DuplicateStep: the name was used in
+            this run. JobCancelled: a cancel was requested before it slept.
+        """
+        await self._step_log().sleep(name, duration)
+
+    def step_key(self, name: str) -> str:
+        """An idempotency key for step ``name``, the same in every run of this job: pass it
+        to the APIs the step calls that take one, so a step repeated after a crash does
+        its side effect once."""
+        return step_key(self.queue, self.id, check_name(name))
 
     def shielded(self) -> trio.CancelScope:
         """A section a cancel request waits for: ``with job.shielded(): ...``."""

@@ -62,7 +62,7 @@ from .._wire.interface import RedisConnection
 from ..admin import workers
 from ..config import WorkerConfig
 from ..errors import TRANSIENT, EchoMQError
-from .cancellation import InFlight, Stop
+from .cancellation import SETTLED_ELSEWHERE, InFlight
 
 __all__ = ["Watchdog", "make_worker_id"]
 
@@ -201,7 +201,7 @@ class Watchdog:
             return tuple(
                 (h.id, h.token, h.lease_ms, h.task)
                 for h in found
-                if h.stop not in (Stop.LOST, Stop.FENCED) and not h.settling
+                if h.stop not in SETTLED_ELSEWHERE and not h.settling
             )
         return ()
 
@@ -216,7 +216,7 @@ class Watchdog:
             running = (
                 h.id
                 for h in found
-                if h.stop not in (Stop.LOST, Stop.FENCED) and not h.settling and not h.waiting
+                if h.stop not in SETTLED_ELSEWHERE and not h.settling and not h.waiting
             )
             return tuple(itertools.islice(running, workers.MAX_RUNNING_LISTED))
         return ()

@@ -16,9 +16,11 @@ finished job says when it finished and how).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 
 from .._model.cancel import cancelled_reason
 from .._model.states import JobState
+from .._model.steps import StepRecord
 from ..admin.workers import WorkerRecord
 from ..jobs.rows import Explanation, LaneFacts, OpenChild, RateWindow
 
@@ -328,8 +330,23 @@ def facts(e: Explanation) -> list[tuple[str, str]]:
     if e.locked:
         out.append(("lock", "operator lock set: remove refuses it"))
     out += repeat_facts(e)
+    out += [("step", line) for line in step_lines(e.steps)]
     out.append(("server run id", e.run_id))
     return out
+
+
+def step_lines(steps: Iterable[StepRecord]) -> list[str]:
+    """One line per durable step: name, state, run time, the run (token) that wrote it."""
+    lines = []
+    for r in steps:
+        if r.state == "sleep":
+            what = f"slept until {utc(r.until_ms) if r.until_ms is not None else '?'}"
+        elif r.state == "failed":
+            what = f"failed in {r.ms:g} ms: {r.error}"
+        else:
+            what = f"done in {r.ms:g} ms"
+        lines.append(f"{r.name}: {what} (token {r.token})")
+    return lines
 
 
 def when(ms: int, now_ms: int) -> str:

@@ -8,9 +8,10 @@ import math
 from typing import TYPE_CHECKING
 
 from .. import admin, cancel, jobs
-from .._model.codec import JSON
+from .._model.codec import codec_named
 from .._wire.connection import Connection
 from ..errors import JobGone
+from ..jobs.steps import read_steps
 from . import explain_text
 from .common import (
     DONE,
@@ -44,6 +45,7 @@ async def cmd_job(conn: Connection, args: argparse.Namespace, out: Console) -> i
     if info is None:
         raise JobGone(args.id)
     logs = await jobs.get_job_logs(conn, args.queue, args.id)
+    steps = await read_steps(conn, args.queue, args.id)
     table = Table(title=f"job {escape(args.id)} in {escape(args.queue)}", show_header=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
@@ -64,6 +66,11 @@ async def cmd_job(conn: Connection, args: argparse.Namespace, out: Console) -> i
     ):
         table.add_row(label, escape(value))
     out.print(table)
+    if steps:
+        out.print(f"steps ({len(steps)}):")
+        ordered = sorted(steps.values(), key=lambda r: (r.at_ms, r.name))
+        for line in explain_text.step_lines(ordered):
+            out.print(f"  {escape(line)}")
     out.print(f"logs ({len(logs)}):" if logs else "logs: none")
     for line in logs:
         out.print(f"  {escape(line)}")
@@ -79,7 +86,7 @@ async def cmd_enqueue(conn: Connection, args: argparse.Namespace, out: Console) 
         call_kwargs.update(extra)
     if not math.isfinite(args.delay) or args.delay < 0:
         raise UsageError("--delay must be a number of seconds >= 0")
-    payload = JSON.encode_call(args.task, positional, call_kwargs)
+    payload = codec_named(args.codec).encode_call(args.task, positional, call_kwargs)
     job = jobs.NewJob(
         payload=payload,
         job_id=args.job_id,
@@ -212,6 +219,12 @@ def register(commands: Commands) -> None:
     p.add_argument("--job-id", help="an explicit id (refused if it exists)")
     p.add_argument("--max-attempts", type=positive_int, default=1, help="failures allowed")
     p.add_argument("--create", action="store_true", help="make the queue if it does not exist")
+    p.add_argument(
+        "--codec",
+        choices=("json", "msgpack"),
+        default="json",
+        help="the queue's codec, as its Queue(codec=...) (default json)",
+    )
 
     for name, help, run in (
         ("remove", "remove a job from whichever set holds it, with its logs", cmd_remove),

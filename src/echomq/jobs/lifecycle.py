@@ -16,7 +16,7 @@ from typing import Any, Literal, NamedTuple, TypeAlias
 
 import attrs
 
-from .._model.job import Claimed, Enqueued, JobInfo, NewJob, Sweep
+from .._model.job import Claimed, Enqueued, JobInfo, NewJob, Sweep, check_dedup_mode
 from .._scripts import validate as v
 from .._scripts.calls import Executor, ScriptCall, evaluate, packed_call, script_call
 from .._scripts.keyspace import Keyspace, check_dedup_key, check_group, check_id, keyspace
@@ -104,8 +104,10 @@ class GatedJob(NamedTuple):
 # _SET_SENT reorders a set once per distinct set of a call (_enqueue_argv)
 _SET_BUILT = (
     "delay_ms", "priority", "max_attempts", "task", "keep_result", "keep_dead", "dedup",
-    "dedup_ms", "group", "group_concurrency", "trace",
+    "dedup_ms", "dedup_mode", "group", "group_concurrency", "trace",
 )  # fmt: skip
+# a dedup mode as sent: '' (throttle), 'f' (until finished), 'd' (debounce)
+_DEDUP_SENT = {"throttle": "", "until_finished": "f", "debounce": "d"}
 if sorted(_SET_BUILT) != sorted(ENQUEUE_SET_FIELDS):
     raise RuntimeError(f"enqueue.lua's SET_FIELDS {ENQUEUE_SET_FIELDS} are not {_SET_BUILT}")
 _SET_SENT = (
@@ -154,10 +156,12 @@ def gate_job(job: object) -> GatedJob:
         raise InvalidArgument(f"enqueue_many takes NewJob values, not {type(job).__name__}")
     job_id = check_id(job.job_id) if job.job_id is not None else new_id()
     payload = v.payload_bytes(job.payload)
-    dedup, dedup_ms = "", 0
+    dedup, dedup_ms, mode = "", 0, ""
     if job.dedup is not None:
         dedup = check_dedup_key(job.dedup)
-        dedup_ms = v.positive_int("dedup_ms", job.dedup_ms, v.MAX_MS)
+        mode = _DEDUP_SENT[check_dedup_mode(job.dedup_mode)]
+        if mode != "f" or job.dedup_ms:
+            dedup_ms = v.positive_int("dedup_ms", job.dedup_ms, v.MAX_MS)
     delay, priority, attempts = job.delay_ms, job.priority, job.max_attempts
     if not (type(delay) is int and 0 <= delay <= v.MAX_MS):
         delay = v.non_negative_int("delay_ms", delay, v.MAX_MS)
@@ -175,6 +179,7 @@ def gate_job(job: object) -> GatedJob:
         "" if keep_dead is None else v.non_negative_int("keep_dead_ms", keep_dead, v.MAX_MS),
         dedup,
         dedup_ms,
+        mode,
         "" if job.group is None else check_group(job.group),
         0 if job.group_concurrency is None else _group_concurrency(job),
         v.text_arg("trace", job.trace) if job.trace else "",

@@ -17,12 +17,14 @@ import attrs
 from .._model.job import JobInfo
 from .._model.repeat import RepeatInfo
 from .._model.states import JobState
+from .._model.steps import StepRecord
 from .._scripts import validate as v
 from .._scripts.calls import Executor, ScriptCall, evaluate, script_call
 from .._scripts.keyspace import Keyspace, remote_queue
 from .._scripts.replies import Code, check_status, text
 from ..admin.workers import WorkerRecord
 from ..errors import InvalidArgument, RepeatFormatError, RepeatNotFound, ScriptError
+from .steps import read_steps
 
 __all__ = [
     "Explanation",
@@ -240,6 +242,8 @@ class Explanation:
     held: bool = False
     open_ids: tuple[str, ...] = ()
     waiting_for: tuple[OpenChild, ...] = ()
+    # its durable steps (docs/steps.md), in the order they were committed
+    steps: tuple[StepRecord, ...] = ()
 
     @property
     def state(self) -> JobState:
@@ -491,6 +495,10 @@ async def explain(conn: Executor, queue: str, job_id: str) -> Explanation:
         InvalidKey: before any I/O. JobGone: no row.
     """
     e = await evaluate(conn, explain_call(queue, job_id))
+    steps = await read_steps(conn, queue, job_id)
+    if steps:
+        ordered = sorted(steps.values(), key=lambda r: (r.at_ms, r.name))
+        e = attrs.evolve(e, steps=tuple(ordered))
     if any(c.remote for c in e.waiting_for):
         e = attrs.evolve(e, waiting_for=await _remote_states(conn, e.waiting_for))
     if e.job.repeat is None:

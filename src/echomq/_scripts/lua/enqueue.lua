@@ -26,15 +26,18 @@
            EMQARG        n is not 1..MAX_ENQUEUE, m not 1..n, they do not match the argument
                          count, or a job names no option set
            EMQFORMAT     the repeat record has another layout version (nothing written)
-  Events   enqueued | scheduled (per job written; only while the channel has a listener:
-           include/events.lua); on the workers' channel (emq:{q}:control)
+  Events   enqueued | scheduled (per job written), debounced (per holder replaced; only
+           while the channel has a listener: include/events.lua); on the workers' channel (emq:{q}:control)
            one scheduled {delay_ms} per call with delayed jobs written: the soonest delay
   Moves    (none) -> pending | scheduled
   Bound    O(n * log N); at most MAX_ENQUEUE jobs per call (include/caps.lua)
   Every id and dedup key is checked before the first write, so a refused call writes
   nothing. A dedup key (emq:{q}:dedup:<key>) holds the id of the job that took it for its
-  window (SET PX); a job under a held key, or under a key an earlier job of the same call
-  takes, is answered with the holder's id. A repeat run's id is <key>~<slot>, so one slot
+  window (SET PX; no window in mode until-finished: the job's finish releases it,
+  include/finished.lua); a job under a held key, or under a key an earlier job of the same
+  call takes, is answered with the holder's id. In mode debounce, a holder still pending or
+  scheduled takes the new job's payload (and, delayed, its delay again from now), and the
+  key's window starts again. A repeat run's id is <key>~<slot>, so one slot
   is one job however many schedulers race; the compare-and-set on `next` is what makes
   them fire it once. It marks the queue (mark_queue: meta's schema_version), so a queue
   whose only jobs are delayed is found by discovery too.
@@ -55,10 +58,11 @@
 -- jobs/lifecycle.py reads this list and sends every set in it): the delay ms, the
 -- priority, max_attempts; the row's optional fields task, keep_result / keep_dead ms and
 -- trace (the enqueue span's context) ('' = none: the row has no such field); the dedup
--- key ('' = none) and its window ms; the group ('' = none) and its concurrency (0 = none:
--- the group's limit, set if it has none)
+-- key ('' = none), its window ms (0 = none: until finished only) and its mode ('' =
+-- throttle, 'f' = until finished, 'd' = debounce); the group ('' = none) and its
+-- concurrency (0 = none: the group's limit, set if it has none)
 local SET_FIELDS = {'delay_ms', 'priority', 'max_attempts', 'task', 'keep_result',
-  'keep_dead', 'dedup', 'dedup_ms', 'group', 'group_concurrency', 'trace'}
+  'keep_dead', 'dedup', 'dedup_ms', 'dedup_mode', 'group', 'group_concurrency', 'trace'}
 local SET, JOB = #SET_FIELDS, 3  -- arguments per option set, per job
 local at = {}  -- a field's offset in its set
 for k = 1, SET do at[SET_FIELDS[k]] = k - 1 end
@@ -96,7 +100,8 @@ for k = 1, m do
   sets[k] = {
     delay = tonumber(ARGV[o + at.delay_ms]), priority = priority,
     max_attempts = ARGV[o + at.max_attempts], dedup = dedup,
-    dedup_ms = ARGV[o + at.dedup_ms], group = group ~= '' and group,
+    dedup_ms = ARGV[o + at.dedup_ms], dedup_mode = ARGV[o + at.dedup_mode],
+    group = group ~= '' and group,
     limit = tonumber(ARGV[o + at.group_concurrency]), extra = extra,
     score0 = -tonumber(priority) * BAND,  -- band_score(priority, 0): + seq per job
   }
@@ -129,6 +134,7 @@ for i = 0, n - 1 do
 end
 local some_exist = redis.call('EXISTS', unpack(rows, 0, n - 1)) > 0
 local seen, taken, holders, ready_n, written, groups = {}, {}, {}, 0, 0, {}
+local debounced = {}  -- i -> {the holder's row, its state}: its payload is replaced
 for i = 0, n - 1 do
   local id, set = ARGV[first + i * JOB], jobset[i]
   local dedup = set.dedup
@@ -136,6 +142,13 @@ for i = 0, n - 1 do
   if dedup ~= '' then holder = taken[dedup] or redis.call('GET', base .. 'dedup:' .. dedup) end
   if holder then
     holders[i] = holder
+    if set.dedup_mode == 'd' and not taken[dedup] then  -- debounce: a holder still waiting
+      local hrow = base .. 'job:' .. holder
+      local hstate = redis.call('HGET', hrow, 'state')
+      if hstate == 'pending' or hstate == 'scheduled' then
+        debounced[i] = {hrow, hstate}
+      end
+    end
   elseif seen[id] or (some_exist and redis.call('EXISTS', rows[i]) == 1) then
     if not fire then return redis.error_reply('EMQDUP job exists: ' .. id) end
     holders[i] = id  -- the run's job exists: this slot fired already
@@ -165,7 +178,24 @@ if ready_n > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready_n) - ready_n 
 local flat, grouped, nflat = {}, {}, 0  -- the ready jobs, placed by one ready_batch
 local soonest = nil  -- the shortest delay of the call, for the workers' channel
 for i = 0, n - 1 do
-  -- a dedup hit (or a repeat slot that fired already): nothing to write
+  -- a dedup hit (or a repeat slot that fired already): nothing to write, but for a
+  -- debounce: the waiting holder takes this job's payload, its delay starts again, and
+  -- the key's window is extended
+  local d = debounced[i]
+  if d then
+    local set = jobset[i]
+    local holder = holders[i]
+    redis.call('HSET', d[1], 'payload', ARGV[first + i * JOB + 1])
+    if d[2] == 'scheduled' and set.delay > 0 then
+      local run_at = string.format('%d', now + set.delay)
+      redis.call('HSET', d[1], 'run_at', run_at)
+      redis.call('ZADD', schedule, run_at, holder)
+    end
+    if set.dedup_ms ~= '0' then
+      redis.call('PEXPIRE', base .. 'dedup:' .. set.dedup, set.dedup_ms)
+    end
+    if loud then redis.call('PUBLISH', channel, '{"event":"debounced","job":"' .. holder .. '"}') end
+  end
   if not holders[i] then
     local j = first + i * JOB
     local id, set = ARGV[j], jobset[i]
@@ -195,7 +225,11 @@ for i = 0, n - 1 do
       redis.call('HSETNX', base .. 'gstate', group .. ':limit', set.limit)
     end
     if set.dedup ~= '' then
-      redis.call('SET', base .. 'dedup:' .. set.dedup, id, 'PX', set.dedup_ms)
+      if set.dedup_ms == '0' then  -- until finished, no window: the finish releases it
+        redis.call('SET', base .. 'dedup:' .. set.dedup, id)
+      else
+        redis.call('SET', base .. 'dedup:' .. set.dedup, id, 'PX', set.dedup_ms)
+      end
     end
   end
 end

@@ -13,9 +13,9 @@
 -- or nil when the script deletes them (a cancelled waiting job). finished(nil, id,
 -- held, 'removed'): remove_job's hook; removal is not an outcome, so nothing of the above
 -- is written, only the dedup key its job held (held_dedup, in its read phase) is released.
--- Dedup (docs/repeat.md): a window is a throttle; a job gives its key back only when its
--- row is deleted unfinished: removed, or cancelled while waiting (kept nil), never when it
--- completes or dies.
+-- Dedup (docs/repeat.md): a window is a throttle; a job gives its key back when its row
+-- is deleted unfinished: removed, or cancelled while waiting (kept nil); a key with no
+-- window (mode until-finished) also when the job finishes, whatever its outcome.
 -- Retention (queue settings in meta, else these defaults; a row's own keep_result /
 -- keep_dead, set at enqueue, first): a kept row expires keep ms after it finished; 0
 -- deletes it now (a waiter still reads the stream entry). The count caps are a memory
@@ -115,7 +115,8 @@ end
 -- read these in the same HMGET, after its own, and hand them over: see finish_read)
 local function finish_fields(kept)
   return {'task', 'attempts', 'failures', 'created_at', 'claimed_at',
-    'keep_' .. (kept == 'dead' and 'dead' or 'result'), 'parent', 'kids', 'parent_queue'}
+    'keep_' .. (kept == 'dead' and 'dead' or 'result'), 'parent', 'kids', 'parent_queue',
+    'dedup'}
 end
 local function finish_read(base, kept, now, jobs)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
@@ -154,8 +155,14 @@ local function finish_read(base, kept, now, jobs)
     if f[o + 8] then rec.kids = f[o + 8] end
     if f[o + 9] then rec.parent_queue = f[o + 9] end
     fin.jobs[i] = rec
+    local dedup_name = f[o + 10]
     f = rec
-    if not kept then f.dedup = held_dedup(base, row, id) end
+    if not kept then
+      f.dedup = held_dedup(base, row, id)
+    elseif dedup_name then  -- a dedup key held until the job finishes has no window
+      local key = base .. 'dedup:' .. dedup_name
+      if redis.call('GET', key) == id and redis.call('PTTL', key) == -1 then f.dedup = key end
+    end
     if f.kids then redis.call('EXISTS', row .. ':children', row .. ':results', row .. ':remote') end
     if f.parent_queue then  -- a flow child of a parent on another queue: the outbox
       redis.call('EXISTS', base .. 'outbox')
