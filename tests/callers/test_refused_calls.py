@@ -102,3 +102,15 @@ async def test_an_asyncio_twin_under_trio_says_to_use_the_trio_verb(
     assert len(caught) == 1 and isinstance(caught[0], WrongEventLoop)
     assert "delay_sync()" in str(caught[0])
     assert await _keys(conn, queue) == []
+
+
+async def test_a_cancel_grace_past_the_cap_is_invalid_argument(
+    conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    q = make_queue(queue, redis_url)
+    async with q.open():
+        handle = await q.tasks["add"].apply((1, 2), delay=3600)
+        with pytest.raises(InvalidArgument, match="grace must be at most"):
+            await handle.cancel(grace=1e308)
+        info = await handle.info()
+        assert info is not None and info.cancel_requested_at is None

@@ -139,3 +139,25 @@ async def test_history_since_before_the_year_1_is_one_line_exit_2(
         p = await run(redis_url, "history", "q", "--to", store, flag, since)
         assert p.returncode == 2, (p.stdout, p.stderr)
         assert "reaches back before the year 1" in one_line(p)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["enqueue", "app.t", "[]", "-q", "{q}", "--create", "--delay", "1e308"], "--delay"),
+        (["cancel", "some-id", "-q", "{q}", "--grace", "1e308"], "grace must be at most"),
+        (
+            ["archive", "-q", "{q}", "--to", "sqlite:///{tmp}/a.db", "--claim-idle", "1e308"],
+            "claim_idle must be at most",
+        ),
+    ],
+    ids=["enqueue --delay", "cancel --grace", "archive --claim-idle"],
+)
+async def test_a_duration_past_the_scripts_cap_is_one_line_exit_2(
+    redis_url: str, conn: echomq.Connection, queue: str, tmp_path: Path, argv: list[str], says: str
+) -> None:
+    argv = [a.replace("{q}", queue).replace("{tmp}", str(tmp_path)) for a in argv]
+    p = await run(redis_url, *argv)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert says in one_line(p)
+    assert await keys_of(conn, queue) == []

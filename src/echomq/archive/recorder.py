@@ -75,11 +75,18 @@ log = logging.getLogger("echomq.archive")
 DEFAULT_RETENTION = 24 * 3600.0  # the scripts' default time retention of the stream
 
 
+_MAX_SECONDS = 2**40 / 1000  # the scripts' cap on milliseconds (MAX_MS), in seconds
+
+
 def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise InvalidArgument(f"{attribute.name} must be a positive number, not {value!r}")
     if not math.isfinite(value):
         raise InvalidArgument(f"{attribute.name} must be finite, not {value!r}")
+    if value > _MAX_SECONDS:  # (as milliseconds, the commands' unit, it must fit 2^40)
+        raise InvalidArgument(
+            f"{attribute.name} must be at most {_MAX_SECONDS:.0f} seconds, not {value!r}"
+        )
 
 
 def _positive_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
