@@ -54,6 +54,7 @@ def one_line(p: subprocess.CompletedProcess[bytes]) -> str:
     return lines[0]
 
 
+@pytest.mark.parametrize("processes", ["1", "2"])
 @pytest.mark.parametrize(
     ("host", "says"),
     [
@@ -62,12 +63,18 @@ def one_line(p: subprocess.CompletedProcess[bytes]) -> str:
     ],
 )
 async def test_a_metrics_host_that_is_no_address_is_one_line_exit_2(
-    redis_url: str, conn: echomq.Connection, queue: str, tmp_path: Path, host: str, says: str
+    redis_url: str,
+    conn: echomq.Connection,
+    queue: str,
+    tmp_path: Path,
+    host: str,
+    says: str,
+    processes: str,
 ) -> None:
     (tmp_path / "hostapp.py").write_text(APP)
     p = await run(
         redis_url, "worker", "hostapp:queue", "--metrics-port", "0", "--metrics-host", host,
-        cwd=tmp_path, queue=queue,
+        "--processes", processes, cwd=tmp_path, queue=queue,
     )  # fmt: skip
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert says in one_line(p)

@@ -237,6 +237,8 @@ def _run_command(args: argparse.Namespace) -> int:
         return USAGE
     try:
         config = config_from_flags(args)
+        if config.metrics_port is not None:  # a name that does not resolve: before anything
+            resolve_bind_host("metrics_host", config.metrics_host)
     except InvalidArgument as exc:
         say(args, str(exc))
         return USAGE
