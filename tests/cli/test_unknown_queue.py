@@ -65,6 +65,8 @@ COMMANDS = [
     ["repeat", "pause", "{q}", "k"],
     ["repeat", "resume", "{q}", "k"],
     ["repeat", "remove", "{q}", "k"],
+    ["flows", "{q}", "--held"],
+    ["flows", "{q}", "--remove-held", "some-id"],
 ]
 
 
