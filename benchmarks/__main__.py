@@ -33,6 +33,7 @@ BENCHMARKS = (
     "lanes",
     "repeat_soak",
     "stopkit",
+    "poison_mix",
     "cluster",
     "ecosystem",
     "profile_e2e",

@@ -384,12 +384,20 @@ def ensure_schema_call(queue: str) -> ScriptCall[int]:
 
 
 async def pause(conn: Executor, queue: str) -> None:
-    """Stop claiming on ``queue`` (verb claim and workers alike). Idempotent."""
+    """Stop claiming on ``queue`` (verb claim and workers alike). Idempotent.
+
+    Raises:
+        QueueNotFound: the queue does not exist (no meta hash): a pause makes no queue.
+    """
     await evaluate(conn, pause_call(queue))
 
 
 async def resume(conn: Executor, queue: str) -> None:
-    """Claim again on ``queue`` and wake idle workers. Idempotent."""
+    """Claim again on ``queue`` and wake idle workers. Idempotent.
+
+    Raises:
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
+    """
     await evaluate(conn, resume_call(queue))
 
 
@@ -412,6 +420,7 @@ async def drain_step(
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     return await evaluate(
         conn,
@@ -437,6 +446,7 @@ async def drain(
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     total = 0
     cursor = ""
@@ -499,6 +509,7 @@ async def obliterate(
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
+        QueueNotFound: the queue does not exist (no meta hash); nothing was deleted.
         NotPaused: the queue is not paused; nothing was deleted.
         ActiveJobs: jobs are in flight and ``force`` is not set; nothing was deleted.
     """
@@ -573,6 +584,7 @@ async def set_retention(conn: Executor, queue: str, **settings: Any) -> None:
 
     Raises:
         InvalidKey, InvalidArgument: an unknown setting or a bad value, before any I/O.
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     await evaluate(conn, set_retention_call(queue, **settings))
 
