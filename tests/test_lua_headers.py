@@ -53,6 +53,7 @@ CAPPED = {
     "heartbeat": "MAX_BEAT_FIELDS",
     "lanes_rejoin": "MAX_BUDGET",
     "migrate": "MAX_BUDGET",
+    "retention_sweep": "MAX_SWEEP",
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "

@@ -65,6 +65,8 @@ def grace_ms(grace: object) -> int:
         raise InvalidArgument(f"grace must be a finite number of seconds, not {grace!r}")
     if grace < 0:
         raise InvalidArgument(f"grace must be >= 0 seconds, not {grace!r}")
+    if grace * 1000 > v.MAX_MS:  # (1e308 s would overflow to inf ms)
+        raise InvalidArgument(f"grace must be at most {v.MAX_MS // 1000} seconds, not {grace!r}")
     return v.non_negative_int("grace", round(grace * 1000), v.MAX_MS)
 
 
@@ -126,8 +128,8 @@ async def request(
 
     ``signalled`` means the job is active and now carries the cancel flag: its worker stops
     it at its next checkpoint (the event, or the lease keeper's next renewal) and it
-    completes as ``cancelled:<reason>``. Asking again changes nothing (the first reason
-    stands) but publishes the event again.
+    ends in state ``cancelled``, the reason in ``cancel_reason``. Asking again changes
+    nothing (the first reason stands) but publishes the event again.
 
     ``grace`` (seconds): if the job has not stopped when it runs out, the attempt is fenced
     (settled cancelled, its token bumped: the holder can no longer complete, fail or
