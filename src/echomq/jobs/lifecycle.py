@@ -247,6 +247,13 @@ def enqueue_gated_call(queue: str, jobs: Sequence[GatedJob]) -> ScriptCall[list[
         as :func:`_enqueue_argv`.
     """
     ks = keyspace(queue)
+    if len(jobs) == 1:  # a lone delay(): _enqueue_argv's argv, without its table of sets
+        job_id, payload, options = jobs[0]
+        v.batch_bytes(len(payload))
+        argv: list[Any] = [ks.base, 1, 1]
+        argv += options if _SET_SENT is None else _SET_SENT(options)
+        argv += (job_id, payload, "1")
+        return script_call("enqueue", _enqueue_keys(ks), argv, _read_lone)
     argv, ids = _enqueue_argv(ks.base, jobs)
     n = len(ids)
 
@@ -261,6 +268,16 @@ def enqueue_gated_call(queue: str, jobs: Sequence[GatedJob]) -> ScriptCall[list[
         ]
 
     return script_call("enqueue", _enqueue_keys(ks), argv, read)
+
+
+def _read_lone(reply: Any) -> list[Answer]:
+    """The reply of :func:`enqueue_gated_call` for one job (no closure made per call)."""
+    if reply == 1:
+        return [None]
+    if not isinstance(reply, list) or len(reply) != 1:
+        raise ScriptError(f"enqueue: unexpected reply {reply!r}")
+    answer = reply[0]
+    return [None if answer == 1 else Enqueued(id=text(answer), deduplicated=True)]
 
 
 def _gated(queue: str, jobs: Sequence[NewJob]) -> list[GatedJob]:
