@@ -19,6 +19,7 @@ from ._model.states import JobState
 from ._scripts.replies import ExtendResult
 from ._wire.connection import Connection
 from ._wire.dial import connect
+from ._worker.hooks import Enqueueing, Hooks, JobOutcome
 from ._worker.worker import Worker
 from .app import EnqueueOptions, Job, Queue, TaskHandle, TaskOptions, current_job
 from .cancel import CancelToken
@@ -29,6 +30,7 @@ from .errors import (
     AuthenticationError,
     ClusterDown,
     ClusterError,
+    CodecMismatch,
     ConnectionLost,
     CrossSlot,
     DuplicateJob,
@@ -63,6 +65,7 @@ from .errors import (
     TaskNotRegistered,
     TLSError,
     Unavailable,
+    UnencodableArgument,
 )
 from .flows import ChildFailure
 
@@ -76,6 +79,7 @@ __all__ = [
     "Claimed",
     "ClusterDown",
     "ClusterError",
+    "CodecMismatch",
     "Connection",
     "ConnectionConfig",
     "ConnectionLost",
@@ -84,10 +88,12 @@ __all__ = [
     "DuplicateStep",
     "EchoMQError",
     "EnqueueOptions",
+    "Enqueueing",
     "ExtendResult",
     "FlowHandle",
     "FlowStateError",
     "HasOpenChildren",
+    "Hooks",
     "InvalidArgument",
     "InvalidKey",
     "Job",
@@ -96,6 +102,7 @@ __all__ = [
     "JobGone",
     "JobInfo",
     "JobLocked",
+    "JobOutcome",
     "JobState",
     "NotACluster",
     "NotActive",
@@ -123,6 +130,7 @@ __all__ = [
     "TaskNotRegistered",
     "TaskOptions",
     "Unavailable",
+    "UnencodableArgument",
     "Worker",
     "WorkerConfig",
     "__version__",

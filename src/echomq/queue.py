@@ -23,7 +23,7 @@ import trio
 
 from . import repeat as repeat_verbs
 from ._client.producer import Producer, Sent
-from ._model.codec import JSON, Codec
+from ._model.codec import JSON, Codec, codec_named
 from ._model.job import NewJob
 from ._model.options import TaskOptions, build_options
 from ._model.repeat import RepeatSource
@@ -33,6 +33,7 @@ from ._trio import open_service_nursery
 from ._wire.connection import Connection
 from ._wire.dial import connect
 from ._worker.context import Job
+from ._worker.hooks import Hooks
 from .config import resolve_url
 from .errors import InvalidArgument, InvalidKey
 from .events import EventFeed, open_event_feed
@@ -78,12 +79,18 @@ class Queue:
         url: the Redis URL. None: ``$ECHOMQ_URL`` (read when the queue connects), else
             ``redis://127.0.0.1:6379/0``; a worker's ``--url`` wins over both
             (:func:`~echomq.config.resolve_url`, the one rule).
-        codec: how payloads and results are encoded (JSON).
+        codec: how payloads and results are encoded: ``"json"`` (the default),
+            ``"msgpack"`` (``pip install 'echomq[msgpack]'``), or a ``Codec``. Producers
+            and workers of one queue give the same (docs/payloads.md).
+
+    Raises:
+        InvalidArgument: an unknown codec name, or msgpack not installed.
     """
 
-    def __init__(self, name: str, url: str | None = None, *, codec: Codec = JSON) -> None:
+    def __init__(self, name: str, url: str | None = None, *, codec: Codec | str = JSON) -> None:
         #: the one enqueue path of this queue (gating, tracing, the trio coalescer)
-        self.producer = Producer(check_queue(name), codec)
+        self.producer = Producer(check_queue(name), codec_named(codec))
+        self._hooks = self.producer.hooks = Hooks()
         self._url = url
         self.tasks: dict[str, Task[..., Any]] = {}
         self._conn: Connection | None = None
@@ -97,6 +104,18 @@ class Queue:
         self._asyncio: weakref.WeakKeyDictionary[Any, AsyncioQueueClient] = (
             weakref.WeakKeyDictionary()
         )
+
+    @property
+    def hooks(self) -> Hooks:
+        """The queue's hooks (docs/hooks.md): the producer's ``before_enqueue``, the
+        worker's ``around_run`` and outcome hooks. Replacing it replaces the producer's too."""
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, hooks: Hooks) -> None:
+        if not isinstance(hooks, Hooks):
+            raise InvalidArgument(f"queue.hooks must be an echomq.Hooks, not {hooks!r:.80}")
+        self._hooks = self.producer.hooks = hooks
 
     @property
     def name(self) -> str:
@@ -123,8 +142,8 @@ class Queue:
         return self.producer.codec
 
     @codec.setter
-    def codec(self, codec: Codec) -> None:
-        self.producer.codec = codec
+    def codec(self, codec: Codec | str) -> None:
+        self.producer.codec = codec_named(codec)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, tasks={sorted(self.tasks)})"

@@ -7,8 +7,10 @@
                           (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`)
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
-  Returns  flat array: id, payload, token (attempts), failures, trace (the row's `trace`
-           field, nil when absent), ... and, when fewer than
+  Returns  flat array: id, payload, token (attempts), failures, headers (the row's
+           `headers` field, nil when absent), waited (ms from the job's due time, its
+           `run_at` or else its `created_at`, to now; nil when the row has neither), ...
+           and, when fewer than
            `count` jobs were claimed, one trailing element: ms until more work may be
            claimable (the earliest scheduled job, a group's or the queue's rate window
            reopening; 0 = now), or -1 when nothing is known | {} when paused
@@ -131,7 +133,8 @@ local rows, keys, taken, from_pending = {}, {}, {}, {}
 for i, id in ipairs(picks) do
   local row = base .. 'job:' .. id
   keys[i] = row
-  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'attempts')
+  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'attempts',
+    'run_at', 'created_at')
 end
 if #promoted > 0 then
   for _, id in ipairs(picks) do taken[id] = true end
@@ -201,9 +204,11 @@ for i, fields in ipairs(rows) do
       redis.call('PUBLISH', channel,
         '{"event":"active","job":"' .. id .. '","attempt":' .. attempt .. '}')
     end
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
-      id, fields[1], token, tonumber(fields[2] or '0'), fields[3]
-    n = n + 5
+    local due = tonumber(fields[5] or fields[6])  -- (a missing field reads as false)
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] =
+      id, fields[1], token, tonumber(fields[2] or '0'), fields[3],
+      due and math.max(now - due, 0) or false
+    n = n + 6
     if group then started[group] = (started[group] or 0) + 1 end
   end
 end
@@ -230,7 +235,7 @@ end
 if flat_left and redis.call('ZCARD', pending) > 0 then push_wake(wake, #promoted) end
 
 -- under-filled: tell an idle consumer how long it may block before more may be claimable
-if #out < count * 5 then
+if #out < count * 6 then
   local wait = -1
   if qwin and qwin[2] + #picks >= qwin[3] then
     wait = qwin[4]
