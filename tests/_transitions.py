@@ -116,12 +116,14 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
             ids.append(node[0]) if node[0] not in ids else None
             argv += node
         call = script_call(
-            "add_flow", [ks.pending, ks.waiting, ks.meta, ks.wake], argv, lambda r: r
+            "add_flow", [ks.pending, ks.waiting, ks.meta, ks.wake, ks.schedule], argv, lambda r: r
         )
         return lambda: evaluate(rec, call)
 
-    def node(job_id: str, parent: str = "", kids: str = "", held: str = "") -> list[Any]:
-        return [job_id, b"x", 0, 1, "", "", "", parent, "", "fail", "none", kids, held, ""]
+    def node(
+        job_id: str, parent: str = "", kids: str = "", held: str = "", delay: int = 0
+    ) -> list[Any]:
+        return [job_id, b"x", 0, 1, "", "", "", parent, "", "fail", "none", kids, held, "", delay]
 
     async def run(job_id: str, *, dead: bool = False, lease_ms: int = 60_000) -> echomq.Claimed:
         [c] = await claim(lease_ms)
@@ -174,6 +176,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await step("flow page 1", raw_flow([node("H", kids="1", held="1"), node("h0", parent="H")]))
     await run("h0")
     await step("flow page 2", raw_flow([node("x0")], releases=["H"]))  # H -> pending
+    await step("flow delayed leaf", raw_flow([node("flow-delayed", delay=600_000)]))  # -> scheduled
     await run("x0")
     await run("H")
     await step("flow add fi", lambda: flows.add_flow(rec, [tree("fi", ["fi1"])]))
@@ -289,6 +292,13 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     deadline = await conn.execute("ZSCORE", Keyspace(queue).cancels, fenced[-1])
     await clock_past(conn, float(deadline), Keyspace(queue).meta)
     await step("fence due cancels", lambda: cancel.fence_due(rec, queue))
+    # the retention sweep: rows of echomq 0.1 (no TTL) whose retention ended long ago
+    ks = Keyspace(queue)
+    for job_id, state in (("v1", "completed"), ("v2", "dead")):
+        ids.append(job_id)
+        await conn.execute("HSET", ks.job(job_id), "state", state, "finished_at", 1)
+        await conn.execute("ZADD", ks.base + state, 1, job_id)
+    await step("retention sweep", lambda: admin.sweep_retention(rec, queue))
     # remove: one job in each state
     await step("enqueue r1", new("r1", delay_ms=600_000))
     [c] = await claim()
@@ -304,6 +314,24 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
         await step(
             f"remove {state}", lambda v=victim, f=force: jobs.remove_job(rec, queue, v, force=f)
         )
+    # a flow's cancel or removal (flow_cancel): again one job in each state, each the top
+    # of its own subtree, then a cancelled child whose parent it frees
+    await step("enqueue r2", new("r2", delay_ms=600_000))
+    for i in range(4, 7):  # claimed next (the highest priority): completed, dead, active
+        await step(f"enqueue r{i}", new(f"r{i}", priority=200))
+    [c] = await claim()
+    await step("complete r2", lambda: jobs.complete(rec, queue, c.id, c.token, b"r"))
+    [c] = await claim()
+    await step("fail r2", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
+    [active2] = await claim()
+    await step("flow held W2", raw_flow([node("W2", kids="", held="1")]))
+    await step("enqueue r3", new("r3"))
+    states = await _states(conn, queue, ids)
+    for state in JobState:
+        victim = next(i for i, s in states.items() if s is state)
+        await step(f"remove flow {state}", lambda v=victim: flows.remove_flow(rec, queue, v))
+    await step("flow add fx", lambda: flows.add_flow(rec, [tree("fx", ["fx1"], "ignore")]))
+    await step("cancel flow fx1", lambda: flows.cancel_flow(rec, queue, "fx1"))  # fx -> pending
     await step("enqueue d1", new("d1", delay_ms=600_000))
     await step("drain", lambda: admin.drain(rec, queue, include_schedule=True))
     # obliterate: again one job in each state
@@ -318,7 +346,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await step("flow held O", raw_flow([node("O", kids="", held="1")]))
     await step("pause", lambda: admin.pause(rec, queue))
     await step("obliterate", lambda: admin.obliterate_all(rec, queue, force=True))
-    del active
+    del active, active2
     return steps
 
 

@@ -35,6 +35,8 @@ CAPPED = {
     "claim": "MAX_COUNT",
     "enqueue": "MAX_ENQUEUE",
     "add_flow": "MAX_FLOW",
+    "flow_cancel": "MAX_FLOW",
+    "flow_held": "MAX_FLOW_PAGE",
     "flow_results": "MAX_FLOW_PAGE",
     "extend_locks": "MAX_HELD",
     "release": "MAX_HELD",
@@ -50,6 +52,7 @@ CAPPED = {
     "list_workers": "MAX_BATCH",
     "heartbeat": "MAX_BEAT_FIELDS",
     "lanes_rejoin": "MAX_BUDGET",
+    "retention_sweep": "MAX_SWEEP",
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "

@@ -66,6 +66,7 @@ from .errors import (
     TLSError,
     Unavailable,
     UnencodableArgument,
+    WrongEventLoop,
 )
 from .flows import ChildFailure
 
@@ -133,6 +134,7 @@ __all__ = [
     "UnencodableArgument",
     "Worker",
     "WorkerConfig",
+    "WrongEventLoop",
     "__version__",
     "admin",
     "cancel",

@@ -34,6 +34,7 @@ __all__ = [
     "MAX_PRIORITY",
     "MAX_REPEAT_PAGE",
     "MAX_SETTING",
+    "MAX_SWEEP",
     "include_text",
     "int_in",
     "lua_constants",
@@ -97,6 +98,7 @@ MAX_FLOW = _cap("MAX_FLOW")  # nodes (and held parents released) per add_flow ca
 MAX_HELD = _cap("MAX_HELD")  # held jobs per extend_locks / release / complete_many call
 MAX_BUDGET = _cap("MAX_BUDGET")  # jobs (or leftover keys) per drain / obliterate step
 MAX_REPEAT_PAGE = _cap("MAX_REPEAT_PAGE")  # repeat records per repeat_due / repeat_list
+MAX_SWEEP = _cap("MAX_SWEEP")  # index and stream entries per retention sweep call
 MAX_MINUTES = _cap("MAX_MINUTES")  # minutes of per-minute counters one stats call reads
 MAX_BEAT_FIELDS = _cap("MAX_BEAT_FIELDS")  # field pairs of one worker heartbeat record
 

@@ -49,7 +49,7 @@ TRANSITIONS: dict[str, Moves] = {
     "enqueue": {None: frozenset({JobState.PENDING, JobState.SCHEDULED})},
     # flows (docs/flows.md): a tree in one call; a held parent released by the last page
     "add_flow": {
-        None: frozenset({JobState.PENDING, JobState.WAITING}),
+        None: frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.WAITING}),
         JobState.WAITING: frozenset({JobState.PENDING}),
     },
     "claim": {
@@ -93,6 +93,12 @@ TRANSITIONS: dict[str, Moves] = {
         **_PARENT,
     },
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
+    # the retention sweep: an index entry whose row is gone leaves; a row of echomq 0.1
+    # (no TTL) whose time is up is deleted
+    "retention_sweep": {
+        JobState.COMPLETED: frozenset({None}),
+        JobState.DEAD: frozenset({None}),
+    },
     # a durable sleep (docs/steps.md): the job schedules itself, nothing counted
     "sleep": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},
     # the operator plane (docs/operations.md)
@@ -103,6 +109,12 @@ TRANSITIONS: dict[str, Moves] = {
     },
     # a removed child's parent stops waiting for it (it may become pending)
     "remove_job": {
+        **{state: frozenset({None}) for state in JobState},
+        JobState.WAITING: frozenset({None, JobState.PENDING}),
+    },
+    # a page of a flow's cancel or removal (docs/flows.md): cancel removes its waiting
+    # jobs, remove every job; the subtree's top tells its parent (which may become pending)
+    "flow_cancel": {
         **{state: frozenset({None}) for state in JobState},
         JobState.WAITING: frozenset({None, JobState.PENDING}),
     },

@@ -132,6 +132,7 @@ async def set_group_concurrency(
     Raises:
         InvalidKey: a bad group name. InvalidArgument: a limit that is not a positive int
             (0 and negative ones are refused). Both before any I/O.
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     target = EVERY_GROUP if group is None else group
     await evaluate(conn, set_limits_call(queue, target, concurrency=limit))
@@ -156,6 +157,7 @@ async def set_rate_limit(
     Raises:
         InvalidKey: a bad group name. InvalidArgument: ``max_jobs`` not a positive int, a
             period under 1 ms, or both ``group`` and ``every_group``. Before any I/O.
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     if group is not None and every_group:
         raise InvalidArgument("give group or every_group, not both")

@@ -3,8 +3,10 @@
   KEYS  1 pending   ZSET  ready ids; score = -priority * 2^40 + seq (higher priority first)
         2 active    ZSET  claimed ids; score = lease deadline ms (server clock)
         3 schedule  ZSET  delayed ids; score = run-at ms
-        4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter; the limits
-                          (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`)
+        4 meta      HASH  `paused` = the claim gate; `hold` = a flow cancel's claim hold
+                          (its end, server ms: flow_cancel.lua); `seq` = the FIFO counter;
+                          the limits (`rate_max`, `rate_ms`, `group_rate_max`,
+                          `group_rate_ms`)
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
   Returns  flat array: id, payload, token (attempts), failures, headers (the row's
@@ -13,7 +15,8 @@
            and, when fewer than
            `count` jobs were claimed, one trailing element: ms until more work may be
            claimable (the earliest scheduled job, a group's or the queue's rate window
-           reopening; 0 = now), or -1 when nothing is known | {} when paused
+           reopening; 0 = now), or -1 when nothing is known | {} when paused | {ms} while
+           a flow cancel holds the queue's claims (ms until the hold ends)
   Errors   EMQARG   count is not 1..MAX_COUNT (nothing written; the verb refuses it first)
   Events   promoted (per due scheduled job); active (per claimed job, with its attempt);
            only while the channel has a listener (include/events.lua)
@@ -22,7 +25,10 @@
            MAX_PROMOTE promoted, MAX_TURNS ring members (groups served) and MAX_REOPEN
            groups whose rate window reopened per call
   The pause gate is read here, first, in the same round trip (not a separate HGET): a
-  paused queue answers {} and nothing is written, not even a promotion.
+  paused queue answers {} and nothing is written, not even a promotion. A claim hold
+  (meta `hold` in the future: a big flow being cancelled or removed, page by page, so that
+  none of its jobs is claimed between the pages; docs/flows.md) answers {ms until it ends}
+  and writes nothing either; one that lapsed (its canceller died) is ignored.
   The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
   server clock; docs/lanes.md): a full window answers {ms until it reopens} and writes
   nothing; otherwise at most what the window has left is claimed.
@@ -68,10 +74,11 @@ end
 
 -- the gate: any `paused` field means paused; the backlog is untouched
 local gate = redis.call('HMGET', meta, 'paused', 'rate_max', 'rate_ms', 'group_rate_max',
-  'group_rate_ms', 'group_concurrency')
+  'group_rate_ms', 'group_concurrency', 'hold')
 if gate[1] then return {} end
 
 local now = now_ms()
+if gate[7] and tonumber(gate[7]) > now then return {tonumber(gate[7]) - now} end
 local channel = base .. 'events'
 
 -- the queue's rate window: a full one answers when it reopens; else it bounds the claim

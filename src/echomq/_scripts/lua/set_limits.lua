@@ -9,6 +9,7 @@
         else a group's name   3 concurrency ('' = unchanged, 0 = clear, n)
         4 rate max ('' = unchanged, 0 = clear, n)   5 rate period ms (with a rate max)
   Returns  1
+  Errors   EMQNOQUEUE  the queue has no meta hash: it does not exist (nothing written)
   Events   (none)
   Moves    (none)
   Bound    O(log N)
@@ -23,6 +24,9 @@ local base, target = ARGV[1], ARGV[2]
 local concurrency, rate_max, rate_ms = ARGV[3], ARGV[4], ARGV[5]
 -- @include wake
 -- @include lanes
+if redis.call('EXISTS', meta) == 0 then  -- no queue: a typo creates none (nothing written)
+  return redis.error_reply('EMQNOQUEUE ' .. string.match(meta, '{(.-)}'))
+end
 if target == '' or target == '*' then
   local names = {'group_concurrency', 'group_rate_max', 'group_rate_ms'}
   if target == '' then names = {false, 'rate_max', 'rate_ms'} end

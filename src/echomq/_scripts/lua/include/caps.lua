@@ -23,5 +23,6 @@ local MAX_FLOW_PAGE = 1000  -- a flow parent's children read per flow_results ca
 local MAX_BUDGET = 500  -- jobs (or leftover keys, groups) per drain / obliterate /
                         -- lanes_rejoin step
 local MAX_REPEAT_PAGE = 100  -- repeat records per repeat_due / repeat_list call
+local MAX_SWEEP = 500  -- index and stream entries per retention sweep call
 local MAX_MINUTES = 720  -- minutes of per-minute counters one stats call reads
 local MAX_BEAT_FIELDS = 32  -- field pairs of one worker heartbeat record
