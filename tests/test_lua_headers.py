@@ -40,7 +40,7 @@ CAPPED = {
     "flow_results": "MAX_FLOW_PAGE",
     "extend_locks": "MAX_HELD",
     "release": "MAX_HELD",
-    "complete_many": "MAX_BATCH",
+    "complete_many": "MAX_HELD",
     "reap": "MAX_BATCH",
     "stalled_check": "MAX_BATCH",
     "drain": "MAX_BUDGET",

@@ -63,6 +63,7 @@ async def test_an_idle_queue_after_retention_holds_nothing_expired_and_counts_ze
 ) -> None:
     """Before: completed and dead kept their members and the stream its entries until more
     jobs finished, and stats counted rows that did not exist."""
+    await admin.ensure_schema(conn, queue)
     await admin.set_retention(conn, queue, completions_keep=SHORT_MS / 1000)
     await finish(conn, queue, 30, keep_ms=SHORT_MS)
     await finish(conn, queue, 12, keep_ms=SHORT_MS, dead=True)
@@ -123,6 +124,7 @@ async def test_a_row_in_another_state_only_leaves_the_index_and_an_old_row_gets_
     (pending,) = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"")])
     await conn.execute("ZADD", ks.completed, 1, pending)
     now = await server_now_ms(conn)
+    await admin.ensure_schema(conn, queue)
     await admin.set_retention(conn, queue, keep_result=600)
     for job_id, finished in (("old-done", now - 700_000), ("old-live", now - 100_000)):
         await conn.execute("HSET", ks.job(job_id), "state", "completed", "finished_at", finished)
@@ -145,6 +147,7 @@ async def test_each_call_is_bounded_and_says_when_more_remains(
 ) -> None:
     """limit 7 over 20 ended members and 20 old entries: 7 entries per call, more until
     the last; nothing is looked at twice."""
+    await admin.ensure_schema(conn, queue)
     await admin.set_retention(conn, queue, completions_keep=0.02)
     await finish(conn, queue, 20, keep_ms=20)
     await past_retention(conn, ks, 20)
@@ -164,6 +167,7 @@ async def test_two_sweeps_at_once_remove_each_entry_once(
     """Two connections sweeping the same queue together: the removals add up to what had
     ended, exactly; the kept jobs are untouched (their completions entries are as old as
     the others: the stream's retention is its own)."""
+    await admin.ensure_schema(conn, queue)
     await admin.set_retention(conn, queue, completions_keep=SHORT_MS / 1000)
     kept = await finish(conn, queue, 10, keep_ms=600_000)
     await finish(conn, queue, 150, keep_ms=SHORT_MS)

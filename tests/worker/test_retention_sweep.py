@@ -67,6 +67,7 @@ async def test_an_idle_queue_after_retention_holds_nothing_expired(
     ks = Keyspace(queue)
     with trio.fail_after(60):
         async with q.open():
+            await admin.ensure_schema(q.connection, queue)  # the queue exists first
             await admin.set_retention(
                 q.connection, queue, keep_result=KEEP, keep_dead=KEEP, completions_keep=KEEP
             )
@@ -86,6 +87,7 @@ async def test_two_workers_sweeping_keep_what_is_not_expired(redis_url: str, que
     ks = Keyspace(queue)
     with trio.fail_after(60):
         async with q.open():
+            await admin.ensure_schema(q.connection, queue)  # the queue exists first
             await admin.set_retention(
                 q.connection, queue, keep_result=KEEP, keep_dead=KEEP, completions_keep=KEEP
             )
