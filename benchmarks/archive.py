@@ -59,7 +59,7 @@ def entry(i: int, now_ms: int) -> list[Any]:
     """A completed job's entry as the scripts write it (sizes like a no-op job's)."""
     return [
         "id", f"job-{i:09d}", "task", "benchmarks.noop", "state", "completed",
-        "result", '"ok"', "attempts", 1, "failures", 0, "created_at", now_ms - 3,
+        "result", '"ok"', "token", 1, "failures", 0, "created_at", now_ms - 3,
         "claimed_at", now_ms - 1, "finished_at", now_ms,
     ]  # fmt: skip
 

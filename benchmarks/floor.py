@@ -61,9 +61,9 @@ LEASE_MS = 30_000
 DAY_MS = 86_400_000  # the default keep_result and completions_keep (include/finished.lua)
 SYSTEMS = ("echomq", "bullmq-node")
 VARIANTS = ("scripts", "floor_lua", "floor_lua_sets", "plain")
-CLAIM_FIELDS = ("payload", "failures", "trace", "attempts")
+CLAIM_FIELDS = ("payload", "failures", "trace", "token")
 # complete_many's one HMGET per job: its checks' fields, then finish_fields('completed')
-COMPLETE_FIELDS = ("attempts", "state", "group", "task", "attempts", "failures", "created_at",
+COMPLETE_FIELDS = ("token", "state", "group", "task", "token", "failures", "created_at",
                    "claimed_at", "keep_result", "parent", "kids", "parent_queue")  # fmt: skip
 
 # ARGV: base, worker, now, lease epoch, ids...; KEYS (floor_lua_sets only): pending, active
@@ -74,9 +74,9 @@ local out, ids, leases = {}, {}, {}
 for i = 5, #ARGV do
   local id = ARGV[i]
   local row = base .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'attempts')
+  local f = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'token')
   local token = tonumber(f[4] or '0') + 1
-  redis.call('HSET', row, 'attempts', token, 'state', 'active', 'lease_epoch', epoch,
+  redis.call('HSET', row, 'token', token, 'state', 'active', 'lease_epoch', epoch,
     'claimed_at', now, 'worker', worker)
   redis.call('PUBLISH', channel,
     '{"event":"active","job":"' .. id .. '","attempt":' .. token .. '}')
@@ -104,12 +104,12 @@ local codes, ids, index = {}, {}, {}
 for i = 4, #ARGV, 3 do
   local id, result = ARGV[i], ARGV[i + 2]
   local row = base .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'attempts', 'state', 'group', 'task', 'attempts',
+  local f = redis.call('HMGET', row, 'token', 'state', 'group', 'task', 'token',
     'failures', 'created_at', 'claimed_at', 'keep_result', 'parent', 'kids', 'parent_queue')
   redis.call('HSET', row, 'state', 'completed', 'result', result, 'finished_at', now)
   redis.call('PUBLISH', channel, '{"event":"completed","job":"' .. id .. '"}')
   redis.call('XADD', stream, 'MINID', '~', minid, '*', 'id', id, 'state', 'completed',
-    'attempts', f[1] or '0', 'task', f[4] or '', 'result', result,
+    'token', f[1] or '0', 'task', f[4] or '', 'result', result,
     'created_at', f[7] or '', 'claimed_at', f[8] or '', 'finished_at', now)
   redis.call('PEXPIRE', row, keep)
   codes[#codes + 1] = 1
@@ -189,7 +189,7 @@ def _plain(r: redis.Redis, ids: list[bytes], batch: int, worker: str) -> int:
         for x, row, f in zip(part, rows, fields, strict=True):
             token = int(f[3] or 0) + 1
             tokens.append(token)
-            p.hset(row, mapping={"attempts": token, "state": "active", "lease_epoch": epoch,
+            p.hset(row, mapping={"token": token, "state": "active", "lease_epoch": epoch,
                                  "claimed_at": now, "worker": worker})  # fmt: skip
             p.publish(channel, f'{{"event":"active","job":"{x}","attempt":{token}}}')
         p.execute()
@@ -201,7 +201,7 @@ def _plain(r: redis.Redis, ids: list[bytes], batch: int, worker: str) -> int:
         for x, row, f in zip(part, rows, fields, strict=True):
             p.hset(row, mapping={"state": "completed", "result": RESULT, "finished_at": now})
             p.publish(channel, f'{{"event":"completed","job":"{x}"}}')
-            entry = {"id": x, "state": "completed", "attempts": f[0] or b"0", "task": f[3] or b"",
+            entry = {"id": x, "state": "completed", "token": f[0] or b"0", "task": f[3] or b"",
                      "result": RESULT, "created_at": f[6] or b"", "claimed_at": f[7] or b"",
                      "finished_at": now}  # fmt: skip
             p.xadd(stream, entry, minid=now - DAY_MS, approximate=True)

@@ -171,7 +171,7 @@ async def start_rows(conn: echomq.Connection, queue: str) -> list[tuple[int, boo
     out = []
     for at in range(0, len(ids), 500):
         replies = await conn.execute_pipeline(
-            [("HMGET", ks.job(i.decode()), "claimed_at", "attempts", "payload")
+            [("HMGET", ks.job(i.decode()), "claimed_at", "token", "payload")
              for i in ids[at : at + 500]]
         )  # fmt: skip
         for claimed, attempts, payload in replies:

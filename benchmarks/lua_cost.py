@@ -177,8 +177,8 @@ local now = tostring(t[1] * 1000)
 local ids = redis.call('ZRANGE', base .. 'pending', 0, tonumber(ARGV[2]) - 1)
 for i, id in ipairs(ids) do
   local row = base .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'attempts')
-  redis.call('HSET', row, 'attempts', '1', 'state', 'active', 'lease_epoch', 'x',
+  local f = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'token')
+  redis.call('HSET', row, 'token', '1', 'state', 'active', 'lease_epoch', 'x',
     'claimed_at', now, 'worker', 'w')
   redis.call('PUBLISH', base .. 'events', '{"event":"active","job":"' .. id .. '","attempt":1}')
   leases[i * 2 - 1], leases[i * 2] = now, id
@@ -201,11 +201,11 @@ for i, id in ipairs(ids) do logs[i] = base .. 'job:' .. id .. ':logs' end
 redis.call('EXISTS', unpack(logs))
 for i, id in ipairs(ids) do
   local row = base .. 'job:' .. id
-  local f = redis.call('HMGET', row, 'attempts', 'state', 'group', 'task', 'attempts',
+  local f = redis.call('HMGET', row, 'token', 'state', 'group', 'task', 'token',
     'failures', 'created_at', 'claimed_at', 'keep_result', 'parent', 'kids', 'parent_queue')
   redis.call('HSET', row, 'state', 'completed', 'result', 'null', 'finished_at', now)
   redis.call('PUBLISH', base .. 'events', '{"event":"completed","job":"' .. id .. '"}')
-  redis.call('XADD', base .. 'floor', '*', 'id', id, 'state', 'completed', 'attempts', '1',
+  redis.call('XADD', base .. 'floor', '*', 'id', id, 'state', 'completed', 'token', '1',
     'task', 'noop', 'result', 'null', 'failures', '0', 'created_at', now, 'claimed_at', now,
     'finished_at', now)
   redis.call('PEXPIRE', row, '86400000')

@@ -138,7 +138,7 @@ async def run_mix(
             row = outcomes.setdefault(task, {})
             row["state"] = info.state if info is not None else "gone"
             if info is not None:
-                row.update(attempts=info.attempts, failures=info.failures, stalled=info.stalled)
+                row.update(attempts=info.token, failures=info.failures, stalled=info.stalled)
                 row.setdefault("reason", _first_line(info.last_error))
         early = [proc.returncode for proc in procs]
         stops = [await proc.stop() for proc in procs]

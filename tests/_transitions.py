@@ -237,6 +237,23 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
         "complete many, trim",
         lambda: jobs.complete_many(rec, queue, [(c.id, c.token, b"r") for c in pair]),
     )
+    # a run settled cancelled: its own state and index, under the same count guard
+    for i in (1, 2, 3):
+        await step(f"enqueue x{i}", new(f"x{i}", priority=9))
+    [x] = await claim()
+    await step(
+        "complete cancelled", lambda: jobs.complete(rec, queue, x.id, x.token, b"cancelled:why")
+    )
+    [x] = await claim()
+    await step(  # the cancelled row of x1 goes
+        "complete cancelled, trim",
+        lambda: jobs.complete(rec, queue, x.id, x.token, b"cancelled:"),
+    )
+    [x] = await claim()
+    await step(  # the worker's batch: the cancelled row of x2 goes
+        "complete many cancelled, trim",
+        lambda: jobs.complete_many(rec, queue, [(x.id, x.token, b"cancelled:no")]),
+    )
     [c] = await claim()
     await step(
         "fail later", lambda: jobs.fail(rec, queue, c.id, c.token, "e", retry_delay_ms=60_000)
@@ -292,9 +309,10 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     deadline = await conn.execute("ZSCORE", Keyspace(queue).cancels, fenced[-1])
     await clock_past(conn, float(deadline), Keyspace(queue).meta)
     await step("fence due cancels", lambda: cancel.fence_due(rec, queue))
-    # the retention sweep: rows of echomq 0.1 (no TTL) whose retention ended long ago
+    # the retention sweep: rows of echomq 0.1 (no TTL) whose retention ended long ago (a
+    # cancelled one is such a row migrated to the cancelled index)
     ks = Keyspace(queue)
-    for job_id, state in (("v1", "completed"), ("v2", "dead")):
+    for job_id, state in (("v1", "completed"), ("v2", "dead"), ("v3", "cancelled")):
         ids.append(job_id)
         await conn.execute("HSET", ks.job(job_id), "state", state, "finished_at", 1)
         await conn.execute("ZADD", ks.base + state, 1, job_id)

@@ -52,6 +52,7 @@ CAPPED = {
     "list_workers": "MAX_BATCH",
     "heartbeat": "MAX_BEAT_FIELDS",
     "lanes_rejoin": "MAX_BUDGET",
+    "migrate": "MAX_BUDGET",
     "retention_sweep": "MAX_SWEEP",
 }
 WRITES = (

@@ -16,7 +16,7 @@ from __future__ import annotations
 from . import admin, cancel, config, errors, flows, jobs, repeat, stalled
 from ._model.job import Claimed, JobInfo, Sweep
 from ._model.states import JobState
-from ._scripts.replies import ExtendResult
+from ._scripts.replies import CompleteResult, ExtendResult
 from ._wire.connection import Connection
 from ._wire.dial import connect
 from ._worker.hooks import Enqueueing, Hooks, JobOutcome
@@ -81,6 +81,7 @@ __all__ = [
     "ClusterDown",
     "ClusterError",
     "CodecMismatch",
+    "CompleteResult",
     "Connection",
     "ConnectionConfig",
     "ConnectionLost",

@@ -128,8 +128,8 @@ async def request(
 
     ``signalled`` means the job is active and now carries the cancel flag: its worker stops
     it at its next checkpoint (the event, or the lease keeper's next renewal) and it
-    completes as ``cancelled:<reason>``. Asking again changes nothing (the first reason
-    stands) but publishes the event again.
+    ends in state ``cancelled``, the reason in ``cancel_reason``. Asking again changes
+    nothing (the first reason stands) but publishes the event again.
 
     ``grace`` (seconds): if the job has not stopped when it runs out, the attempt is fenced
     (settled cancelled, its token bumped: the holder can no longer complete, fail or

@@ -19,7 +19,7 @@
     │       └── ClusterDown  slots not covered (CLUSTERDOWN) past connect_timeout; an Unavailable
     ├── JobGone              no such row (also LookupError)
     ├── QueueNotFound        no such queue (no meta hash): never used, or obliterated
-    ├── StaleToken           the caller's fencing token is not the row's attempts
+    ├── StaleToken           the caller's fencing token is not the row's token
     ├── NotActive            the id has left the active set (a reaped lease is not revived)
     ├── NotCancellable       cancel asked of a job that is completed or dead
     ├── NotDead              reprocess asked of a job that is not dead
@@ -233,7 +233,7 @@ class QueueNotFound(EchoMQError, LookupError):
 
 
 class StaleToken(EchoMQError):
-    """The caller's fencing token is not the row's ``attempts``: it no longer holds the job."""
+    """The caller's fencing token is not the row's ``token``: it no longer holds the job."""
 
 
 class NotActive(EchoMQError):

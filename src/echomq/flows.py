@@ -237,7 +237,7 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
                 "waits for them)"
             )
         seen.add(node.id)
-    # one group of calls per (hop, queue): a node with the same-queue part of the tree
+    # one batch of calls per (hop, queue): a node with the same-queue part of the tree
     # around it, a stub with its parent, a remote child one hop further down, so every
     # parent (and its stubs) is written before its children on other queues, even when
     # the queues are above and below one another (A over B over A)
@@ -245,15 +245,15 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
     root_of: dict[str, str] = {}
     for node, parent in nodes:  # parents first
         root_of[node.id] = node.id if parent is None else root_of[parent.id]
-    groups: dict[tuple[int, str], list[_Placed]] = {}
+    batches: dict[tuple[int, str], list[_Placed]] = {}
     for node, parent in nodes:
-        groups.setdefault((hops[node.id], node.queue), []).append(_Placed(node, parent, 0))
+        batches.setdefault((hops[node.id], node.queue), []).append(_Placed(node, parent, 0))
         if parent is not None and parent.queue != node.queue:
             where = (hops[parent.id], parent.queue)
-            groups.setdefault(where, []).append(_Placed(node, parent, 0, stub=True))
+            batches.setdefault(where, []).append(_Placed(node, parent, 0, stub=True))
     calls: list[ScriptCall[int]] = []
-    for hop, queue in sorted(groups, key=lambda g: g[0]):  # stable: queues as first met
-        calls += _queue_calls(queue, groups[(hop, queue)], root_of)
+    for hop, queue in sorted(batches, key=lambda b: b[0]):  # stable: queues as first met
+        calls += _queue_calls(queue, batches[(hop, queue)], root_of)
     return calls
 
 
@@ -608,7 +608,7 @@ async def cancel_flow(conn: Executor, queue: str, job_id: str, reason: str | Non
         NotCancellable: ``job_id`` already finished (its subtree is still cancelled).
     """
     done, top = await _settle_flow(conn, queue, job_id, "cancel", reason)
-    if top in ("completed", "dead"):
+    if top in ("completed", "dead", "cancelled"):
         raise NotCancellable(f"not cancellable: the job is {top} (its open subtree is cancelled)")
     return done
 
@@ -761,7 +761,7 @@ def _fields(raw: Sequence[Any]) -> dict[str, bytes]:
     }
 
 
-async def _ensure_group(conn: Executor, outbox: str) -> bool:
+async def _ensure_relay_group(conn: Executor, outbox: str) -> bool:
     """The relay's consumer group on ``outbox``; False when there is no outbox (no child
     of this queue has ever had a parent on another queue: nothing to relay)."""
     try:
@@ -819,7 +819,7 @@ async def relay_outbox(
     outbox = ks.outbox
     v.int_in("count", count, 1, 1000)
     v.non_negative_int("idle_ms", idle_ms)
-    if not await _ensure_group(conn, outbox):
+    if not await _ensure_relay_group(conn, outbox):
         return 0
     claimed = await conn.execute(
         "XAUTOCLAIM", outbox, RELAY_GROUP, consumer, idle_ms, "0-0", "COUNT", count

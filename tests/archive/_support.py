@@ -20,7 +20,7 @@ def completion_fields(job_id: str, state: str = "completed", **fields: Any) -> d
         "id": job_id,
         "task": "tests.work",
         "state": state,
-        "attempts": 1,
+        "token": 1,
         "failures": 0 if state != "dead" else 1,
         "created_at": 1_700_000_000_000,
         "claimed_at": 1_700_000_000_100,

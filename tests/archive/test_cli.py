@@ -33,13 +33,13 @@ def fill(store_url: str, queue: str) -> None:
     """Five completed (t.a), two dead (t.b) and one cancelled job, one second apart."""
     now = now_ms()
     base = FinishedJob(
-        queue=queue, id="x", attempts=1, state=FinishState.COMPLETED, finished_at=0,
+        queue=queue, id="x", token=1, state=FinishState.COMPLETED, finished_at=0,
         stream_id="0-0", task="t.a", result=b'"fine"', created_at=1, claimed_at=now - 60_000,
     )  # fmt: skip
     jobs = [attrs.evolve(base, id=f"ok{i}", finished_at=now - 50_000 + i * 1000) for i in range(5)]
     jobs += [
         attrs.evolve(base, id=f"dead{i}", state=FinishState.DEAD, task="t.b", result=None,
-                     error=f"boom {i}", attempts=3, finished_at=now - 40_000 + i * 1000)
+                     error=f"boom {i}", token=3, finished_at=now - 40_000 + i * 1000)
         for i in range(2)
     ]  # fmt: skip
     jobs.append(
@@ -74,7 +74,7 @@ async def test_history_json_and_filters(tmp_path: Path) -> None:
     data = json.loads(dead.stdout)
     assert [j["id"] for j in data["jobs"]] == ["dead1", "dead0"] and data["next"] is None
     assert data["jobs"][0] | {"archived_at": 0, "finished_at": 0, "claimed_at": 0} == {
-        "queue": "mail", "id": "dead1", "task": "t.b", "state": "dead", "attempts": 3,
+        "queue": "mail", "id": "dead1", "task": "t.b", "state": "dead", "token": 3,
         "failures": None, "result": None, "error": "boom 1", "reason": None, "created_at": 1,
         "claimed_at": 0, "finished_at": 0, "archived_at": 0, "stream_id": "0-0", "extra": {},
     }  # fmt: skip

@@ -138,7 +138,7 @@ async def test_a_corrupt_entry_is_logged_skipped_and_acknowledged(
     good entries around them are stored, and the archive goes on."""
     caplog.set_level(logging.ERROR, logger="echomq.archive")
     await xadd(conn, queue, completion_fields("good1"))
-    await xadd(conn, queue, {"state": "completed", "attempts": 1})
+    await xadd(conn, queue, {"state": "completed", "token": 1})
     await xadd(conn, queue, completion_fields("bad-time", created_at="yesterday"))
     await xadd(conn, queue, completion_fields("bad-state", state="exploded"))
     await xadd(conn, queue, completion_fields("good2", unknown_field="kept"))

@@ -26,7 +26,7 @@ FULL = {
     "task": "app.send",
     "state": "completed",
     "result": b'{"sent": true}',
-    "attempts": 2,
+    "token": 2,
     "failures": 1,
     "created_at": 100,
     "claimed_at": 200,
@@ -40,7 +40,7 @@ def test_a_full_entry_reads_every_field() -> None:
     assert job == FinishedJob(
         queue="q",
         id="job-1",
-        attempts=2,
+        token=2,
         state=FinishState.COMPLETED,
         finished_at=300,
         stream_id="300-0",
@@ -54,7 +54,7 @@ def test_a_full_entry_reads_every_field() -> None:
 
 def test_optional_fields_may_be_absent_and_finished_at_defaults_to_the_stream_id() -> None:
     """A raw-verb entry (no task, no times): finished_at is the stream id's milliseconds."""
-    job = parse_entry("q", "1700000000123-4", flat({"id": "x", "state": "dead", "attempts": 1}))
+    job = parse_entry("q", "1700000000123-4", flat({"id": "x", "state": "dead", "token": 1}))
     assert job.task is None and job.created_at is None and job.claimed_at is None
     assert job.finished_at == 1700000000123
     assert job.state == FinishState.DEAD
@@ -87,15 +87,15 @@ def test_nul_characters_in_text_are_replaced() -> None:
         ({**FULL, "id": ""}, "no id"),
         ({k: v for k, v in FULL.items() if k != "state"}, "no state"),
         ({**FULL, "state": "finished"}, "unknown state"),
-        ({k: v for k, v in FULL.items() if k != "attempts"}, "no attempts"),
-        ({**FULL, "attempts": "two"}, "attempts is not an integer"),
+        ({k: v for k, v in FULL.items() if k != "token"}, "no token"),
+        ({**FULL, "token": "two"}, "token is not an integer"),
         ({**FULL, "created_at": "yesterday"}, "created_at is not an integer"),
         ({**FULL, "finished_at": "1.5"}, "finished_at is not an integer"),
         ({**FULL, "failures": str(2**64)}, "out of range"),
     ],
 )
 def test_a_corrupt_entry_raises_corrupt_entry(fields: dict[str, object], message: str) -> None:
-    """Missing id/state/attempts, an unknown state, a non-integer time: CorruptEntry."""
+    """Missing id/state/token, an unknown state, a non-integer time: CorruptEntry."""
     with pytest.raises(CorruptEntry, match=message):
         parse_entry("q", "5-0", flat(fields))
 
@@ -105,9 +105,9 @@ def test_an_odd_field_list_or_a_bad_stream_id_is_corrupt() -> None:
     with pytest.raises(CorruptEntry, match="pairs"):
         parse_entry("q", "5-0", [b"id"])
     with pytest.raises(CorruptEntry, match="not a string"):
-        parse_entry("q", "5-0", [b"id", 5, b"state", b"dead", b"attempts", b"1"])  # type: ignore[list-item]
+        parse_entry("q", "5-0", [b"id", 5, b"state", b"dead", b"token", b"1"])  # type: ignore[list-item]
     with pytest.raises(CorruptEntry, match="stream id"):
-        parse_entry("q", "nope", flat({"id": "x", "state": "dead", "attempts": 1}))
+        parse_entry("q", "nope", flat({"id": "x", "state": "dead", "token": 1}))
 
 
 def test_entry_fields_round_trips() -> None:

@@ -93,8 +93,8 @@ async def scenario(redis_url: str, queue: str, sqlite_url: str) -> bool:
     got = {j.id: j for j in page.jobs}
     assert set(got) == {ok.id, dead.id, stopped.id}
     a, b, c = got[ok.id], got[dead.id], got[stopped.id]
-    assert (a.state, a.task, a.result, a.attempts) == (FinishState.COMPLETED, "t.double", b"42", 1)
-    assert (b.state, b.task, b.attempts) == (FinishState.DEAD, "t.broken", 1)
+    assert (a.state, a.task, a.result, a.token) == (FinishState.COMPLETED, "t.double", b"42", 1)
+    assert (b.state, b.task, b.token) == (FinishState.DEAD, "t.broken", 1)
     assert b.error is not None and "boom" in b.error
     assert (c.state, c.task, c.reason) == (FinishState.CANCELLED, "t.slow", "enough")
     for job in (a, b, c):

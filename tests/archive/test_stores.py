@@ -21,7 +21,7 @@ def job(i: int, **changes: object) -> FinishedJob:
     base = FinishedJob(
         queue="q",
         id=f"j{i}",
-        attempts=1,
+        token=1,
         state=FinishState.COMPLETED,
         finished_at=1_000 + i,
         stream_id=f"{1_000 + i}-0",
@@ -53,11 +53,11 @@ def test_every_attempt_and_every_run_of_a_reused_id_is_kept(store: Store) -> Non
     """(queue, id, attempts, created_at) is the identity: a reprocessed job's second death
     and a reused id's new run are rows of their own."""
     first = job(1, state=FinishState.DEAD, error="boom", result=None)
-    again = attrs.evolve(first, attempts=2, finished_at=2_000, stream_id="2000-0")
+    again = attrs.evolve(first, token=2, finished_at=2_000, stream_id="2000-0")
     reused = attrs.evolve(first, created_at=5_000, finished_at=6_000, stream_id="6000-0")
     assert store.write([first, again, reused, first]) == 3
     rows = store.history(HistoryQuery(queue="q", job_id="j1"))
-    assert [(j.attempts, j.created_at) for _, j in rows] == [(1, 5_000), (2, 11), (1, 11)]
+    assert [(j.token, j.created_at) for _, j in rows] == [(1, 5_000), (2, 11), (1, 11)]
 
 
 def test_every_field_round_trips(store: Store) -> None:

@@ -62,7 +62,7 @@ async def test_a_thread_task_that_ignores_its_cancel_is_fenced_and_abandoned(
             release.set()
             await trio.to_thread.run_sync(returned.wait, 10)
             info = await handle.info()
-            assert info is not None and info.result == b"cancelled:stop"
+            assert info is not None and info.cancel_reason == "stop" and info.cancelled
             assert info.cancel_fenced_at is not None
             assert await commits(q.connection, queue) == (0, 1)  # the fence; never the thread
             assert worker.statistics().completed == 0
@@ -162,7 +162,7 @@ async def test_a_holder_with_a_blocked_event_loop_is_fenced_by_its_watchdog(
                 )
                 assert await commits(conn, queue) == (0, 1)
                 info = await handle.info()
-                assert info is not None and info.result == b"cancelled:too slow"
+                assert info is not None and info.cancel_reason == "too slow" and info.cancelled
 
 
 async def test_a_holder_that_is_gone_is_fenced_by_another_workers_heartbeat(

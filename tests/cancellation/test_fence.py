@@ -69,11 +69,11 @@ async def test_grace_zero_fences_the_attempt_at_once(conn: echomq.Connection, qu
     held = await _held(conn, queue, "a")
     assert await cancel.request(conn, queue, "a", "now", grace=0) == "fenced"
     info = await jobs.get_job(conn, queue, "a")
-    assert info is not None and info.state is echomq.JobState.COMPLETED
-    assert info.cancelled and info.result == b"cancelled:now"
+    assert info is not None and info.state is echomq.JobState.CANCELLED
+    assert info.cancelled and (info.cancel_reason, info.result) == ("now", None)
     assert info.token == held.token + 1 and info.cancel_fenced_at is not None
     assert await conn.execute("ZSCORE", ks.active, "a") is None
-    assert await conn.execute("ZSCORE", ks.completed, "a") is not None
+    assert await conn.execute("ZSCORE", ks.cancelled, "a") is not None
     assert await conn.execute("ZCARD", ks.cancels) == 0
     with pytest.raises(StaleToken):
         await jobs.complete(conn, queue, "a", held.token, b"late")
@@ -81,15 +81,15 @@ async def test_grace_zero_fences_the_attempt_at_once(conn: echomq.Connection, qu
         await jobs.fail(conn, queue, "a", held.token, "late")
     with pytest.raises(StaleToken):
         await jobs.extend_lock(conn, queue, "a", held.token, LEASE)
-    assert (await jobs.get_job(conn, queue, "a")).result == b"cancelled:now"  # type: ignore[union-attr]
+    assert (await jobs.get_job(conn, queue, "a")).cancel_reason == "now"  # type: ignore[union-attr]
     stats = await echomq.admin.stats(conn, queue)
     assert (stats.completed_total, stats.cancelled_total) == (0, 1)
     # it finished through `finished`: its completions entry, and the row's retention
     [entry] = await entries(conn, ks)
     assert (entry.id, entry.state, entry.reason) == ("a", FinishState.CANCELLED, "now")
-    assert entry.attempts == held.token  # the claims it had (its token is one more)
+    assert entry.token == held.token  # the claims it had (its token is one more)
     assert 0 < await conn.execute("PTTL", ks.job("a")) <= 86_400_000
-    assert float(await conn.execute("ZSCORE", ks.completed, "a")) > entry.finished_at
+    assert float(await conn.execute("ZSCORE", ks.cancelled, "a")) > entry.finished_at
 
 
 async def test_a_grace_signals_then_fence_due_fences_only_what_is_due(
@@ -127,7 +127,7 @@ async def test_a_repeat_moves_the_deadline_sooner_never_later(
     assert await cancel.request(conn, queue, "a", "second", grace=600) == "signalled"
     assert (await jobs.get_job(conn, queue, "a")).cancel_deadline == first  # type: ignore[union-attr]
     assert await cancel.request(conn, queue, "a", "third", grace=0) == "fenced"
-    assert (await jobs.get_job(conn, queue, "a")).result == b"cancelled:first"  # type: ignore[union-attr]
+    assert (await jobs.get_job(conn, queue, "a")).cancel_reason == "first"  # type: ignore[union-attr]
 
 
 async def test_a_flagged_job_back_in_pending_or_scheduled_is_fenced_at_its_deadline(
@@ -166,7 +166,7 @@ async def test_fence_events_tell_the_holder_to_stop_hard(
     q = echomq.Queue(queue, url=redis_url)
     async with q.open():
         feed = await q.event_feed()
-        with feed.listen(job="a", events=("cancel", "completed"), buffer=8) as heard:
+        with feed.listen(job="a", events=("cancel", "cancelled"), buffer=8) as heard:
             assert await cancel.request(conn, queue, "a", "go", grace=0) == "fenced"
             with trio.fail_after(5):
                 first, second = await heard.receive(), await heard.receive()
@@ -175,7 +175,7 @@ async def test_fence_events_tell_the_holder_to_stop_hard(
         True,
         "go",
     )
-    assert (second.event, second.fields.get("fenced")) == ("completed", True)
+    assert (second.event, second.fields.get("fenced")) == ("cancelled", True)
 
 
 async def test_reprocess_clears_a_cancel_left_on_a_dead_job(

@@ -42,7 +42,7 @@ async def hold(job: echomq.Job) -> str:
         except echomq.ConnectionLost:  # Redis restarting under it: look again
             await trio.sleep(0.02)
             continue
-        if info is None or info.attempts > job.token:
+        if info is None or info.token > job.token:
             return f"stale {job.token}"
         if info.progress == "release":
             return f"held by {job.token}"

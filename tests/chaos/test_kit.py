@@ -275,7 +275,7 @@ async def test_freeze_and_thaw_an_in_process_worker(redis_url: str, queue: str) 
             await nursery.start(worker.serve)
             handle = await gated.delay()
             info = await wait_running(handle)
-            assert info.attempts == 1
+            assert info.token == 1
             await freeze_renewal(worker)
             await until(lapsed)
             await thaw_renewal(worker)

@@ -96,4 +96,4 @@ async def test_a_slow_link_delays_jobs_but_loses_none(redis_url: str, queue: str
                     assert await handle.result(timeout=20) == n * 2
             infos = [await handle.info() for handle in handles]
             assert await commits(q.connection, queue) == 8
-    assert all(info is not None and info.attempts == 1 for info in infos)
+    assert all(info is not None and info.token == 1 for info in infos)

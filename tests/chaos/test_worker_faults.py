@@ -59,7 +59,7 @@ async def test_a_worker_killed_mid_job_its_job_comes_back_and_completes_once(
             info = await handle.info()
             runs = await jobs.get_job_logs(q.connection, queue, handle.id)
             assert await commits(q.connection, queue) == 1
-    assert info is not None and info.attempts == 2 and info.stalled == 1
+    assert info is not None and info.token == 2 and info.stalled == 1
     assert [line.split(" in ")[0] for line in runs] == ["run 1", "run 2"]
     assert runs[0].split(" in ")[1] == str(first.pid)
 
@@ -98,7 +98,7 @@ async def test_frozen_renewal_the_job_is_taken_over_and_the_stale_complete_refus
             info = await handle.info()
             assert await commits(q.connection, queue) == 1
     assert "StaleToken" in refused
-    assert info is not None and info.attempts == 2 and info.stalled == 1
+    assert info is not None and info.token == 2 and info.stalled == 1
     assert info.result == b'"rescued with token 2"'
 
 
@@ -137,4 +137,4 @@ async def test_thawed_renewal_renews_a_lapsed_lease_that_no_sweep_collected(
                 assert await handle.result(timeout=10) == "held by 1"
             info = await handle.info()
             assert await commits(q.connection, queue) == 1
-    assert info is not None and info.attempts == 1 and info.stalled == 0
+    assert info is not None and info.token == 1 and info.stalled == 0

@@ -149,7 +149,7 @@ async def test_status_shows_counts_gate_and_throughput(
     assert (row["pending"], row["completed"], row["completed_total"]) == (2, 1, 1)
     assert row["completed_last_minute"] == 1
     assert sum(row["per_minute"]["completed"]) == 1 and len(row["per_minute"]["dead"]) == 6
-    assert row["capped"] == {"completed": 0, "dead": 0, "completions": 0}
+    assert row["capped"] == {"completed": 0, "dead": 0, "completions": 0, "cancelled": 0}
     p = await run(redis_url, "status", "--json")
     assert queue in [r["queue"] for r in json.loads(out(p))]
 
@@ -298,7 +298,7 @@ async def test_cancel_with_a_grace_fences_a_running_job_and_refuses_a_bad_one(
     p = await run(redis_url, "cancel", job_id, "-q", queue, "--grace", "0", "--reason", "stop")
     assert p.returncode == 0 and f"fenced {job_id}" in out(p)
     info = await jobs.get_job(conn, queue, job_id)
-    assert info is not None and info.result == b"cancelled:stop"
+    assert info is not None and info.cancel_reason == "stop" and info.cancelled
 
 
 async def test_workers_lists_the_records_or_says_there_are_none(

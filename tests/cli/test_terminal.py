@@ -18,7 +18,7 @@ from echomq.archive.store import now_ms, open_store
 COLUMNS = 80
 STATUS_HEADERS = ("queue", "state", "pending", "active", "scheduled", "dead", "done/min")
 WIDE_HEADERS = (
-    "waiting", "completed", "done (total)", "failed (total)", "failed/min", "done/min (5m)",
+    "waiting", "completed", "done (total)", "dead (total)", "dead/min", "done/min (5m)",
     "repeat", "groups",
 )  # fmt: skip
 ERROR = "ValueError: the address 'nobody@example' has no domain part"
@@ -118,9 +118,9 @@ async def test_status_of_one_queue_is_every_figure_one_per_line(
     assert figures["queue"] == queue and figures["state"] == "paused"
     assert figures["pending"] == "8" and figures["active"] == "2"
     assert figures["scheduled"] == "1" and figures["dead"] == "1"
-    assert figures["completed"].startswith("1 ") and figures["failed (total)"] == "1"
+    assert figures["completed"].startswith("1 ") and figures["dead (total)"] == "1"
     assert figures["done/min"].startswith("1 ")
-    for label in ("waiting", "done (total)", "cancelled (total)", "failed/min",
+    for label in ("waiting", "done (total)", "cancelled (total)", "dead/min",
                   "done/min avg", "repeatables", "groups"):  # fmt: skip
         assert label in figures, (label, t.screen)
 
@@ -227,7 +227,7 @@ async def test_workers_and_groups_fit_80_columns(
 async def test_history_fits_80_columns(redis_url: str, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'a.db'}"
     job = FinishedJob(
-        queue="mail", id="3f0c9b1e0a8d4c55a1f1b0c0f6a3d2e1", attempts=1,
+        queue="mail", id="3f0c9b1e0a8d4c55a1f1b0c0f6a3d2e1", token=1,
         state=FinishState.DEAD, finished_at=now_ms(), stream_id="1-0",
         task="app.a.rather.long.module.path.to.send_welcome_mail", error=ERROR,
         created_at=1, claimed_at=now_ms() - 1500,
@@ -236,6 +236,6 @@ async def test_history_fits_80_columns(redis_url: str, tmp_path: Path) -> None:
     store.write([job])
     store.close()
     t = await in_terminal(redis_url, "history", "mail", "--to", url, columns=COLUMNS)
-    assert_uncut(t, ("finished", "job", "task", "state", "attempt", "ran"))
+    assert_uncut(t, ("finished", "job", "task", "state", "token", "ran"))
     assert job.id in column(t, "job", "task") and job.task in column(t, "task", "state")
     assert "ValueError:" in t.screen and "domain" in t.screen

@@ -85,4 +85,4 @@ async def test_2000_jobs_complete_exactly_once_through_a_migration_and_a_failove
             assert await conn.execute("HGET", ks.metrics_completed, "count") == str(JOBS).encode()
             for job_id in ids[:: JOBS // 50]:
                 info = await jobs.get_job(conn, queue, job_id)
-                assert info is not None and info.state == "completed" and info.attempts == 1
+                assert info is not None and info.state == "completed" and info.token == 1

@@ -38,7 +38,7 @@ TIME_FIELDS = {
     b"cancel_requested",
     b"lease_epoch",
 }
-TIME_SETS = ("active", "schedule", "dead", "completed")
+TIME_SETS = ("active", "schedule", "dead", "completed", "cancelled")
 
 
 async def scenario(conn: echomq.Connection, q: str) -> list[tuple[str, Any]]:
@@ -212,7 +212,7 @@ def normalise(log: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     result = []
     for name, value in log:
         if isinstance(value, echomq.JobInfo):
-            value = (value.state, value.attempts, value.failures, value.stalled, value.last_error)
+            value = (value.state, value.token, value.failures, value.stalled, value.last_error)
         elif isinstance(value, list) and value and all(isinstance(c, Claimed) for c in value):
             value = [attrs.evolve(c, waited_ms=0) for c in value]
         result.append((name, value))
@@ -278,7 +278,7 @@ async def test_both_executors_make_only_the_moves_in_the_table(
 def _expected_after_enqueue() -> dict[str, Any]:
     return {
         "emq:{Q}:job:a": {
-            b"state": b"pending", b"payload": b"A", b"attempts": b"0", b"failures": b"0",
+            b"state": b"pending", b"payload": b"A", b"token": b"0", b"failures": b"0",
             b"stalled": b"0", b"priority": b"2", b"max_attempts": b"3", b"created_at": True,
         },
         "emq:{Q}:pending": [b"a", str(-2 * 2**40 + 1).encode()],
@@ -303,7 +303,7 @@ async def test_hand_written_keyspace_after_enqueue_claim_complete(
         [held] = await jobs.claim(executor, q, 60_000)
         claimed = _expected_after_enqueue()
         claimed["emq:{Q}:job:a"].update(
-            {b"state": b"active", b"attempts": b"1", b"lease_epoch": True,
+            {b"state": b"active", b"token": b"1", b"lease_epoch": True,
              b"claimed_at": True}
         )  # fmt: skip
         del claimed["emq:{Q}:pending"]  # an empty set is no key
@@ -322,7 +322,7 @@ async def test_hand_written_keyspace_after_enqueue_claim_complete(
         done["emq:{Q}:metrics:completed"] = {b"count": b"1"}
         done["emq:{Q}:metrics:completed:<minute>"] = {b"count": b"1"}
         done["emq:{Q}:completions"] = [
-            [b"id", b"a", b"state", b"completed", b"attempts", b"1", b"result", b"R",
+            [b"id", b"a", b"state", b"completed", b"token", b"1", b"result", b"R",
              b"failures", b"0", b"created_at", True, b"claimed_at", True, b"finished_at", True]
         ]  # fmt: skip
         assert await dump(conn, q) == done

@@ -42,7 +42,14 @@ async def test_connect_sends_hello_then_a_snapshot_of_the_queue(
         assert hello["queues"] == [queue]
         snap = await client.next("snapshot", lambda m: view(m, queue)["counts"]["pending"] == 3)
         counts = view(snap, queue)["counts"]
-        assert counts == {"pending": 3, "active": 0, "scheduled": 1, "dead": 0, "completed": 0}
+        assert counts == {
+            "pending": 3,
+            "active": 0,
+            "scheduled": 1,
+            "dead": 0,
+            "completed": 0,
+            "cancelled": 0,
+        }
         assert view(snap, queue)["paused"] is False
 
 
@@ -119,7 +126,7 @@ async def test_dead_jobs_carry_last_error_logs_and_show_in_recent_failures(
         assert dead["failures"] == 1
         [failure] = view(snap, queue)["failures"]
         assert (failure["job"], failure["outcome"]) == (job_id, "dead")
-        assert view(snap, queue)["totals"]["failed"] == 1
+        assert view(snap, queue)["totals"]["dead"] == 1
 
 
 async def test_command_without_token_is_refused_and_changes_nothing(

@@ -24,7 +24,7 @@ from echomq.dashboard.state import FailureLog, Throughput, describe_payload
 def stats(now_ms: int, completed: int, failed: int, queue: str = "q") -> QueueStats:
     return QueueStats(
         queue=queue, pending=0, scheduled=0, active=0, dead=0, completed=0, paused=False,
-        completed_total=completed, failed_total=failed, completed_last_minute=0, now_ms=now_ms,
+        completed_total=completed, dead_total=failed, completed_last_minute=0, now_ms=now_ms,
     )  # fmt: skip
 
 

@@ -17,14 +17,14 @@ def test_job_info_decodes_every_field() -> None:
         {
             b"state": b"completed",
             b"payload": b"\x00p",
-            b"attempts": b"2",
+            b"token": b"2",
             b"failures": b"1",
             b"stalled": b"0",
             b"max_attempts": b"3",
             b"priority": b"-4",
             b"last_error": b"boom",
             b"progress": b"50",
-            b"result": b"cancelled:user asked",
+            b"result": b"R",
             b"lease_epoch": b"abc",
             b"created_at": b"10",
             b"claimed_at": b"11",
@@ -32,17 +32,24 @@ def test_job_info_decodes_every_field() -> None:
         },
     )
     assert info.state is JobState.COMPLETED
-    assert (info.attempts, info.failures, info.max_attempts, info.priority) == (2, 1, 3, -4)
+    assert (info.token, info.failures, info.max_attempts, info.priority) == (2, 1, 3, -4)
     assert (info.last_error, info.progress, info.lease_epoch) == ("boom", "50", "abc")
     assert (info.created_at, info.claimed_at, info.finished_at, info.run_at) == (10, 11, 12, None)
     assert info.payload == b"\x00p"
-    assert info.cancelled
+    assert info.result == b"R" and not info.cancelled
+
+
+def test_a_cancelled_row_reads_as_cancelled_with_its_reason() -> None:
+    row = {b"state": b"cancelled", b"payload": b"", b"cancel_reason": b"user asked"}
+    info = JobInfo.from_row("j", row)
+    assert info.state is JobState.CANCELLED and info.cancelled
+    assert (info.cancel_reason, info.result) == ("user asked", None)
 
 
 def test_job_info_defaults_for_a_fresh_row() -> None:
     """Missing optional fields read as None; max_attempts defaults to 1; not cancelled."""
     info = JobInfo.from_row("j", {b"state": b"pending", b"payload": b""})
-    assert (info.attempts, info.max_attempts, info.last_error, info.result) == (0, 1, None, None)
+    assert (info.token, info.max_attempts, info.last_error, info.result) == (0, 1, None, None)
     assert not info.cancelled
 
 

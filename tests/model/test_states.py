@@ -82,6 +82,7 @@ def test_states_are_stored_lowercase_and_partitioned() -> None:
         "active",
         "completed",
         "dead",
+        "cancelled",
         "waiting",
     ]
     assert TERMINAL_STATES | LIVE_STATES == frozenset(JobState)
@@ -89,7 +90,7 @@ def test_states_are_stored_lowercase_and_partitioned() -> None:
 
 
 def test_terminal_states_are_left_only_by_removal_or_reprocess() -> None:
-    """A completed or dead job is only deleted, or (dead) reprocessed back to pending (a
+    """A completed, cancelled or dead job is only deleted, or (dead) reprocessed back to pending (a
     dead flow parent whose child is reprocessed: back to waiting, docs/flows.md; on
     another queue than the child, by the relayed `reopen`: flow_notify)."""
     for script, moves in TRANSITIONS.items():

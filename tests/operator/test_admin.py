@@ -248,7 +248,7 @@ async def test_stats_counts_every_state(conn: echomq.Connection, queue: str) -> 
     s = await admin.stats(conn, queue)
     assert (s.pending, s.scheduled, s.active, s.dead, s.completed) == (1, 1, 1, 1, 1)
     assert s.paused and s.jobs == 5
-    assert (s.completed_total, s.failed_total, s.completed_last_minute) == (1, 1, 1)
+    assert (s.completed_total, s.dead_total, s.completed_last_minute) == (1, 1, 1)
 
 
 async def test_obliterate_stops_when_resumed_midway(conn: echomq.Connection, queue: str) -> None:

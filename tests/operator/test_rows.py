@@ -201,7 +201,7 @@ async def test_reprocess_moves_dead_to_pending_keeping_counters(
     info = await jobs.get_job(conn, queue, job_id)
     assert info is not None
     assert info.state == "pending" and info.last_error is None
-    assert (info.attempts, info.failures) == (1, 1)
+    assert (info.token, info.failures) == (1, 1)
     assert await conn.execute("ZSCORE", ks.dead, job_id) is None
     assert await conn.execute("ZSCORE", ks.pending, job_id) is not None
     assert await conn.execute("LLEN", ks.wake) == 1

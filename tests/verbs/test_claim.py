@@ -57,7 +57,7 @@ async def test_claim_grants_a_lease_on_the_server_clock(
     score = float(await conn.execute("ZSCORE", ks.active, job_id))
     assert before + 30_000 <= score <= after + 30_000
     assert await field(conn, ks, job_id, "state") == b"active"
-    assert await field(conn, ks, job_id, "attempts") == b"1"
+    assert await field(conn, ks, job_id, "token") == b"1"
     claimed_at = int(await field(conn, ks, job_id, "claimed_at") or 0)
     assert before <= claimed_at <= after
     assert held.token == 1

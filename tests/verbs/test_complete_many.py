@@ -19,7 +19,9 @@ from echomq.jobs.lifecycle import complete_many_call
 from ._support import claim_one, snapshot
 from .test_settle import _refusals
 
-OK, GONE, STALE, NOT_ACTIVE = (jobs.ExtendResult(x) for x in ("ok", "gone", "stale", "not_active"))
+OK, GONE, STALE, NOT_ACTIVE = (
+    jobs.CompleteResult(x) for x in ("ok", "gone", "stale", "not_active")
+)
 
 
 def _entry(fields: list[bytes]) -> dict[str, bytes]:
@@ -66,11 +68,15 @@ async def test_complete_many_finishes_each_job_as_complete_does(
         row_one = await jobs.get_job(conn, queue, one)
         row_many = await jobs.get_job(conn, queue, many)
         assert row_one is not None and row_many is not None
-        assert row_many.state is echomq.JobState.COMPLETED
-        assert row_many.result == row_one.result
-        ends = float(await conn.execute("ZSCORE", ks.completed, many))
+        assert row_many.state is row_one.state
+        assert (row_many.result, row_many.cancel_reason) == (row_one.result, row_one.cancel_reason)
+        index = ks.cancelled if row_many.cancelled else ks.completed
+        ends = float(await conn.execute("ZSCORE", index, many))
         assert ends == row_many.finished_at + 86_400_000  # type: ignore[operator]
         assert await conn.execute("PTTL", ks.job(many)) > 0
+    assert [(await jobs.get_job(conn, queue, j)).state for j in batched] == [  # type: ignore[union-attr]
+        "completed", "cancelled", "completed",
+    ]  # fmt: skip
     assert await conn.execute("ZCARD", ks.active) == 0
     assert await conn.execute("HGET", ks.metrics_completed, "count") == b"4"
     assert await conn.execute("HGET", ks.metrics_cancelled, "count") == b"2"
@@ -196,9 +202,9 @@ async def test_entries_keep_the_contracts_field_order(
     names = [[k.decode() for k in fields[::2]] for _, fields in raw]
     times = ["created_at", "claimed_at", "finished_at"]
     assert names == [
-        ["id", "state", "attempts", "task", "result", "failures", *times],
-        ["id", "state", "attempts", "reason", "failures", *times],
-        ["id", "state", "attempts", "reason", "failures", "created_at", "finished_at"],
+        ["id", "state", "token", "task", "result", "failures", *times],
+        ["id", "state", "token", "reason", "failures", *times],
+        ["id", "state", "token", "reason", "failures", "created_at", "finished_at"],
     ]
     assert [fields[1].decode() for _, fields in raw] == [*ids, waiting]
 

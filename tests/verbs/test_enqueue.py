@@ -29,7 +29,7 @@ async def test_enqueue_writes_a_pending_row(
     assert info is not None
     assert info.state is echomq.JobState.PENDING
     assert info.payload == b"\x00binary\xff"
-    assert (info.attempts, info.failures, info.stalled) == (0, 0, 0)
+    assert (info.token, info.failures, info.stalled) == (0, 0, 0)
     assert (info.priority, info.max_attempts) == (7, 4)
     assert info.created_at is not None and info.created_at >= before
     assert await conn.execute("ZSCORE", ks.pending, job_id) is not None
@@ -125,7 +125,7 @@ async def test_the_row_is_stored_as_text_numbers(
     )
     raw = await conn.execute("HGETALL", ks.job(job_id))
     row = dict(zip(raw[::2], raw[1::2], strict=True))
-    assert [row[f] for f in (b"attempts", b"failures", b"stalled")] == [b"0"] * 3
+    assert [row[f] for f in (b"token", b"failures", b"stalled")] == [b"0"] * 3
     assert (row[b"priority"], row[b"max_attempts"], row[b"task"]) == (b"-7", b"3", b"t")
     assert row[b"created_at"].isdigit() and row[b"run_at"].isdigit()
     assert int(row[b"run_at"]) == int(row[b"created_at"]) + 1_234

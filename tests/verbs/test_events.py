@@ -33,7 +33,7 @@ async def test_lifecycle_events_are_published_as_json(
         await jobs.complete(conn, queue, ok, held.token, b"r")
         assert await _take(ps, 3) == [
             {"event": "enqueued", "job": "ok-1"},
-            {"event": "active", "job": "ok-1", "attempt": 1},
+            {"event": "active", "job": "ok-1", "token": 1},
             {"event": "completed", "job": "ok-1"},
         ]
 
@@ -46,10 +46,10 @@ async def test_lifecycle_events_are_published_as_json(
         got = await _take(ps, 6)
     assert got == [
         {"event": "enqueued", "job": "bad-1"},
-        {"event": "active", "job": "bad-1", "attempt": 1},
+        {"event": "active", "job": "bad-1", "token": 1},
         {"event": "retrying", "job": "bad-1", "error": 'quote " and \n newline', "delay_ms": 1},
         {"event": "promoted", "job": "bad-1"},
-        {"event": "active", "job": "bad-1", "attempt": 2},
+        {"event": "active", "job": "bad-1", "token": 2},
         {"event": "dead", "job": "bad-1", "error": "second"},
     ]
 

@@ -26,7 +26,7 @@ async def test_reap_returns_expired_leases_without_counting(
     info = await jobs.get_job(conn, queue, job_id)
     assert info is not None
     assert info.state is echomq.JobState.PENDING
-    assert (info.attempts, info.failures, info.stalled) == (3, 0, 0)
+    assert (info.token, info.failures, info.stalled) == (3, 0, 0)
     assert await conn.execute("ZSCORE", ks.active, job_id) is None
     assert await conn.execute("LRANGE", ks.wake, 0, -1) == [b"1"]
 
@@ -34,7 +34,7 @@ async def test_reap_returns_expired_leases_without_counting(
 async def test_reap_counted_returns_expired_leases_counting_a_stall(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
-    """The worker's reap: back to pending with one stall counted; attempts, failures kept."""
+    """The worker's reap: back to pending with one stall counted; token, failures kept."""
     job_id = await jobs.enqueue(conn, queue, b"x")
     await claim_one(conn, queue, lease_ms=20)
     await lapse(conn, ks, job_id)
@@ -44,7 +44,7 @@ async def test_reap_counted_returns_expired_leases_counting_a_stall(
     info = await jobs.get_job(conn, queue, job_id)
     assert info is not None
     assert info.state is echomq.JobState.PENDING
-    assert (info.attempts, info.failures, info.stalled) == (1, 0, 1)
+    assert (info.token, info.failures, info.stalled) == (1, 0, 1)
     assert await conn.execute("ZSCORE", ks.active, job_id) is None
     assert await conn.execute("LRANGE", ks.wake, 0, -1) == [b"1"]
 
@@ -68,7 +68,7 @@ async def test_reap_dead_letters_a_job_past_max_recoveries(
     assert info.failures == 0 and info.finished_at is not None
     assert await conn.execute("ZSCORE", ks.dead, job_id) is not None
     assert await conn.execute("ZSCORE", ks.pending, job_id) is None
-    assert await conn.execute("HGET", ks.metrics_failed, "count") == b"1"
+    assert await conn.execute("HGET", ks.metrics_dead, "count") == b"1"
 
 
 @pytest.mark.parametrize("epoch", ["another-run", None])
@@ -127,7 +127,7 @@ async def test_release_hands_jobs_back_fenced_and_uncounted(
     await lapse(conn, ks, *ids)
     await jobs.extend_locks(conn, queue, [(mine, 1), (stale, 1)], 60_000)
     await jobs.reap(conn, queue)  # collects `reaped`
-    await conn.execute("HINCRBY", ks.job(stale), "attempts", 1)  # as if claimed again
+    await conn.execute("HINCRBY", ks.job(stale), "token", 1)  # as if claimed again
     await conn.execute("DEL", ks.wake)
     untouched = {k: v for k, v in (await snapshot(conn, ks)).items() if mine.encode() not in k}
 
@@ -151,7 +151,7 @@ async def test_release_hands_jobs_back_fenced_and_uncounted(
     info = await jobs.get_job(conn, queue, mine)
     assert info is not None
     assert info.state is echomq.JobState.PENDING
-    assert (info.attempts, info.failures, info.stalled) == (1, 0, 0)
+    assert (info.token, info.failures, info.stalled) == (1, 0, 0)
     assert await conn.execute("ZSCORE", ks.active, mine) is None
     assert await conn.execute("LRANGE", ks.wake, 0, -1) == [b"1"]
     after = await snapshot(conn, ks)

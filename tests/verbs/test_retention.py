@@ -43,7 +43,7 @@ async def test_complete_writes_its_entry_counters_and_retention(
     assert (entry.id, entry.state, entry.task, entry.result) == (
         job_id, FinishState.COMPLETED, "app.add", b"42",
     )  # fmt: skip
-    assert (entry.attempts, entry.failures) == (1, 0)
+    assert (entry.token, entry.failures) == (1, 0)
     assert (entry.created_at, entry.claimed_at, entry.finished_at) == (
         info.created_at, info.claimed_at, info.finished_at,
     )  # fmt: skip
@@ -68,7 +68,14 @@ async def test_a_raw_job_has_no_task_and_a_cancelled_result_finishes_as_cancelle
     )  # fmt: skip
     assert await conn.execute("HGET", ks.metrics_cancelled, "count") == b"1"
     assert await conn.execute("HGET", ks.metrics_completed, "count") is None
-    assert await conn.execute("ZSCORE", ks.completed, job_id) is not None  # the row is kept
+    # the row is kept, in state cancelled, in its own index (the retention of a completed row)
+    assert await conn.execute("ZSCORE", ks.completed, job_id) is None
+    assert await conn.execute("ZSCORE", ks.cancelled, job_id) is not None
+    assert 23 * 3600_000 < await conn.execute("PTTL", ks.job(job_id)) <= DAY_MS
+    info = await jobs.get_job(conn, queue, job_id)
+    assert info is not None and (info.state, info.cancel_reason, info.result) == (
+        "cancelled", "enough", None,
+    )  # fmt: skip
 
 
 async def test_dead_and_cancelled_waiting_jobs_have_entries(
@@ -86,14 +93,14 @@ async def test_dead_and_cancelled_waiting_jobs_have_entries(
     assert (first.id, first.state, first.error, first.failures, first.task) == (
         dead_id, FinishState.DEAD, "boom", 1, "t.d",
     )  # fmt: skip
-    assert (second.id, second.state, second.reason, second.attempts) == (
+    assert (second.id, second.state, second.reason, second.token) == (
         waiting, FinishState.CANCELLED, "not needed", 0,
     )  # fmt: skip
     assert second.claimed_at is None
     ttl = await conn.execute("PTTL", ks.job(dead_id))
     assert 7 * DAY_MS - 60_000 < ttl <= 7 * DAY_MS
     assert await conn.execute("EXISTS", ks.job(waiting)) == 0
-    assert await conn.execute("HGET", ks.metrics_failed, "count") == b"1"
+    assert await conn.execute("HGET", ks.metrics_dead, "count") == b"1"
     assert await conn.execute("HGET", ks.metrics_cancelled, "count") == b"1"
 
 
@@ -342,4 +349,4 @@ async def test_stats_counts_by_the_minute(
     assert sum(stats.completed_per_minute[-2:]) == 3  # ...but counted (this minute or the last)
     assert sum(stats.dead_per_minute) == 1
     assert stats.completed_last_minute == 3
-    assert (stats.completed_total, stats.failed_total, stats.cancelled_total) == (3, 1, 0)
+    assert (stats.completed_total, stats.dead_total, stats.cancelled_total) == (3, 1, 0)

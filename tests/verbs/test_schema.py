@@ -40,9 +40,25 @@ async def test_ensure_schema_writes_an_absent_version_and_keeps_ours(
     conn: echomq.Connection, queue: str
 ) -> None:
     ks = Keyspace(queue)
-    await conn.execute("HSET", ks.meta, "seq", "3")  # a queue a 0.1 producer made
+    await conn.execute("HSET", ks.meta, "keep_result", "5000")  # set_retention came first
     assert await admin.ensure_schema(conn, queue) == SCHEMA_VERSION
     assert await conn.execute("HGET", ks.meta, "schema_version") == str(SCHEMA_VERSION).encode()
+    assert await admin.ensure_schema(conn, queue) == SCHEMA_VERSION
+
+
+async def test_a_queue_from_before_versions_is_refused_not_marked(
+    conn: echomq.Connection, queue: str
+) -> None:
+    """Jobs were written (``seq``) but no version: an echomq from before versions (layout
+    1) made it; it is left unmarked for ``admin.migrate``."""
+    ks = Keyspace(queue)
+    await conn.execute("HSET", ks.meta, "seq", "3")
+    with pytest.raises(SchemaMismatch, match="echomq migrate"):
+        await admin.ensure_schema(conn, queue)
+    with pytest.raises(SchemaMismatch, match="echomq migrate"):
+        await jobs.enqueue(conn, queue, b"x")
+    assert await conn.execute("HGET", ks.meta, "schema_version") is None
+    await admin.migrate(conn, queue)
     assert await admin.ensure_schema(conn, queue) == SCHEMA_VERSION
 
 

@@ -145,10 +145,10 @@ async def test_retries_then_dead_at_max_attempts(
     info = await jobs.get_job(conn, queue, job_id)
     assert info is not None
     assert info.state is echomq.JobState.DEAD
-    assert (info.failures, info.attempts, info.last_error) == (3, 3, "error 2")
+    assert (info.failures, info.token, info.last_error) == (3, 3, "error 2")
     assert await conn.execute("ZSCORE", ks.dead, job_id) is not None
     assert await conn.execute("ZCARD", ks.pending) == 0
-    assert await conn.execute("HGET", ks.metrics_failed, "count") == b"1"
+    assert await conn.execute("HGET", ks.metrics_dead, "count") == b"1"
 
 
 async def test_fail_with_dead_flag_dead_letters_at_once(

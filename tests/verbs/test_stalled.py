@@ -32,7 +32,7 @@ async def test_threshold_one_dead_letters_the_first_stall(
     assert await field(conn, ks, job_id, "stalled") == b"1"
     assert await conn.execute("ZSCORE", ks.dead, job_id) is not None
     assert await conn.execute("ZSCORE", ks.active, job_id) is None
-    assert await conn.execute("HGET", ks.metrics_failed, "count") == b"1"
+    assert await conn.execute("HGET", ks.metrics_dead, "count") == b"1"
 
 
 async def test_threshold_two_recovers_once_then_dead_letters(
@@ -90,7 +90,7 @@ async def test_ghost_id_leaves_active_and_no_row_is_written(
     assert await conn.execute("EXISTS", ks.job("ghost")) == 0
     assert await conn.execute("ZSCORE", ks.pending, "ghost") is None
     assert await conn.execute("ZSCORE", ks.dead, "ghost") is None
-    assert await conn.execute("EXISTS", ks.metrics_failed) == 0
+    assert await conn.execute("EXISTS", ks.metrics_dead) == 0
 
 
 async def test_lease_from_another_server_run_is_recovered_without_counting(

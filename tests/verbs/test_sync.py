@@ -160,4 +160,4 @@ async def test_sync_producer_and_trio_worker_interoperate(
         info = await trio.to_thread.run_sync(mq.get_job, queue, job_id)
     assert info is not None
     assert info.state is echomq.JobState.COMPLETED
-    assert (info.result, info.attempts) == (b"from trio", 1)
+    assert (info.result, info.token) == (b"from trio", 1)

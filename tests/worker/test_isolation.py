@@ -85,8 +85,8 @@ async def test_a_job_that_misuses_trio_fails_with_its_reason_and_the_worker_serv
                 await stuck.result(timeout=10)
             assert await (await q.tasks["canary"].delay(41)).result(timeout=10) == 42
     assert info.last_error is not None and poison.REASONS[name] in info.last_error, info
-    assert (info.failures, info.attempts, info.stalled) == (ATTEMPTS, ATTEMPTS, 0)
-    assert [(c.attempts, c.stalled, c.failures) for c in canaries] == [(1, 0, 0)] * CANARIES
+    assert (info.failures, info.token, info.stalled) == (ATTEMPTS, ATTEMPTS, 0)
+    assert [(c.token, c.stalled, c.failures) for c in canaries] == [(1, 0, 0)] * CANARIES
     stats = worker.statistics()
     assert (stats.failed, stats.retried, stats.lost) == (1, ATTEMPTS - 1, 0)
     assert (stats.completed, stats.cancelled) == (CANARIES + 1, 1)
@@ -135,7 +135,7 @@ async def test_a_job_that_cancels_its_slot_without_waiting_after_fails_too(
             canaries = await _canaries(q, 0.01)
     assert info.last_error is not None
     assert poison.REASONS["cancel-parent-nursery"] in info.last_error
-    assert [(c.attempts, c.stalled) for c in canaries] == [(1, 0)] * CANARIES
+    assert [(c.token, c.stalled) for c in canaries] == [(1, 0)] * CANARIES
 
 
 async def test_a_job_that_leaves_a_nursery_open_fails_and_its_slot_is_replaced(
@@ -158,7 +158,7 @@ async def test_a_job_that_leaves_a_nursery_open_fails_and_its_slot_is_replaced(
             canaries = await _canaries(q, 0.01)
     assert info.last_error is not None
     assert info.last_error.startswith("RuntimeError: the task left a cancel scope open")
-    assert [(c.attempts, c.stalled) for c in canaries] == [(1, 0)] * CANARIES
+    assert [(c.token, c.stalled) for c in canaries] == [(1, 0)] * CANARIES
 
 
 async def test_a_job_that_reaches_the_workers_own_nursery_fails_the_worker_loudly(

@@ -60,9 +60,9 @@ async def test_canaries_complete_beside_poison_jobs_and_the_workers_stop_cleanly
     for name, error in reasons.items():
         assert poison.REASONS[name] in error, (name, error)
     assert all(info is not None and info.stalled == 0 for info in infos)
-    assert [info.attempts for info in infos if info is not None] == [1] * CANARIES + [
-        ATTEMPTS
-    ] * len(bad)
+    assert [info.token for info in infos if info is not None] == [1] * CANARIES + [ATTEMPTS] * len(
+        bad
+    )
     for proc in (one, two):
         assert "Cancel scope stack corrupted" not in proc.output
         assert "handed" not in proc.output.split("SIGTERM")[0]  # nothing handed back early

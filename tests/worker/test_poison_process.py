@@ -132,4 +132,4 @@ async def test_a_job_that_kills_its_worker_is_dead_after_the_bound(
                     assert proc.returncode is None, proc.tail()
     assert died == deaths
     assert info.last_error == "stalled" and info.stalled == deaths
-    assert info.attempts == deaths  # one claim per worker it killed, none after
+    assert info.token == deaths  # one claim per worker it killed, none after

@@ -45,7 +45,7 @@ async def test_long_job_with_short_lease_completes_exactly_once(redis_url: str, 
                 "HGET", f"emq:{{{queue}}}:metrics:completed", "count"
             )
     assert runs == [1]
-    assert info is not None and info.attempts == 1 and info.stalled == 0
+    assert info is not None and info.token == 1 and info.stalled == 0
     assert completed == b"1"
 
 
@@ -79,7 +79,8 @@ async def test_killed_worker_job_is_recovered_or_dead_lettered(
 
     @q.task(name="sleepy", lease=0.3)
     async def fast(seconds: float) -> str:
-        return "recovered by another worker"
+        job = echomq.current_job()  # the run number counts the stalled run
+        return f"recovered by another worker: run {job.attempt} after {job.failures} failures"
 
     with trio.fail_after(20):
         async with q.open():
@@ -93,7 +94,9 @@ async def test_killed_worker_job_is_recovered_or_dead_lettered(
             )
             async with serving(rescuer):
                 if outcome == "recovered":
-                    assert await handle.result(timeout=5) == "recovered by another worker"
+                    assert await handle.result(timeout=5) == (
+                        "recovered by another worker: run 2 after 0 failures"
+                    )
                 else:
                     with pytest.raises(JobFailed) as caught:
                         await handle.result(timeout=5)
@@ -101,7 +104,7 @@ async def test_killed_worker_job_is_recovered_or_dead_lettered(
             info = await handle.info()
             commits = (await echomq.admin.stats(q.connection, queue)).completed_total
     assert info is not None and info.stalled == 1
-    assert info.attempts == (2 if outcome == "recovered" else 1)
+    assert info.token == (2 if outcome == "recovered" else 1)
     assert commits == (1 if outcome == "recovered" else 0)
 
 
@@ -138,7 +141,7 @@ async def test_stale_holder_abandons_its_job_when_the_keeper_sees_the_takeover(
                 await trio.testing.wait_all_tasks_blocked(cushion=0.02)  # ...nothing settles
                 info = await handle.info()
                 assert info is not None and info.state == "active" and info.result is None
-                assert info.failures == 0 and info.attempts == 2
+                assert info.failures == 0 and info.token == 2
                 await jobs.complete(conn, queue, handle.id, 2, b'"from the new holder"')
                 assert await handle.result(timeout=5) == "from the new holder"
     finally:

@@ -28,7 +28,7 @@ async def test_delay_runs_the_task_and_result_answers_its_value(redis_url: str, 
             handle = await add.delay(2, b=3)
             assert await handle.result(timeout=5) == 5
             info = await handle.info()
-            assert info is not None and info.state == "completed" and info.attempts == 1
+            assert info is not None and info.state == "completed" and info.token == 1
 
 
 async def test_job_context_writes_progress_and_logs(redis_url: str, queue: str) -> None:

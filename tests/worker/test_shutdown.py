@@ -35,7 +35,7 @@ async def test_sigterm_lets_in_flight_jobs_finish_within_grace(redis_url: str, q
             for handle in handles:
                 assert await handle.result(timeout=1) == "slept"
             info = await late.info()
-    assert info is not None and info.state == "pending" and info.attempts == 0
+    assert info is not None and info.state == "pending" and info.token == 0
     assert "shutting down" in proc.output
 
 
@@ -58,7 +58,7 @@ async def test_sigterm_past_grace_hands_jobs_back_at_once(redis_url: str, queue:
             for handle in handles:
                 info = await handle.info()
                 assert info is not None and info.state == "pending"
-                assert info.failures == 0 and info.stalled == 0 and info.attempts == 1
+                assert info.failures == 0 and info.stalled == 0 and info.token == 1
             async with serving(echomq.Worker(q, recovery_interval=60)):
                 for handle in handles:
                     assert await handle.result(timeout=5) == "finished elsewhere"

@@ -232,7 +232,7 @@ async def test_a_durable_sleep_frees_the_slot_and_resumes_after_it(
     assert result[2].startswith("emq-") and len(result[2]) == 44
     assert calls == ["before", "after"]
     assert info.failures == 0 and done is not None and done.failures == 0
-    assert done.attempts == 2  # the run after the sleep is a new claim
+    assert done.token == 2  # the run after the sleep is a new claim
 
 
 async def test_a_sync_task_uses_steps_from_its_thread(redis_url: str, queue: str) -> None:

@@ -24,7 +24,7 @@ import attrs
 
 from .._jitter import Backoff
 from .._model.completion import CorruptEntry, FinishState, parse_entry
-from .._model.states import CANCELLED_PREFIX, TERMINAL_STATES, JobState
+from .._model.states import TERMINAL_STATES, JobState
 from .._scripts.keyspace import keyspace
 from .._wire.connection import Arg
 from ..errors import PermissionDenied, ScriptError, ServerError
@@ -65,13 +65,11 @@ def row_outcome(info: JobInfo) -> Outcome | None:
     """The outcome a row records, or None while the job has not finished."""
     if info.state is JobState.DEAD:
         return Outcome(state=FinishState.DEAD, error=info.last_error)
+    if info.state is JobState.CANCELLED:
+        return Outcome(state=FinishState.CANCELLED, reason=info.cancel_reason or "")
     if info.state is not JobState.COMPLETED:
         return None
-    result = info.result or b""
-    if result.startswith(CANCELLED_PREFIX.encode()):
-        reason = result[len(CANCELLED_PREFIX) :].decode("utf-8", "replace")
-        return Outcome(state=FinishState.CANCELLED, reason=reason)
-    return Outcome(state=FinishState.COMPLETED, result=result)
+    return Outcome(state=FinishState.COMPLETED, result=info.result or b"")
 
 
 def _s(value: Any) -> str:

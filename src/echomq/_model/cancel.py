@@ -5,9 +5,11 @@ Rule 1: a :class:`CancelToken` touches no key, no script and no set. It is a fla
 handler may read (``poll``/``check``); the worker bridges it to the job's
 ``trio.CancelScope`` (``_worker/cancellation.py``), so the handler stops at its next
 checkpoint (except inside ``job.shielded()``). A handler that never awaits completes.
-Rule 2: there is no cancelled state: a cancelled job completes with the result
-``cancelled:<reason>`` (:func:`cancelled_result`), at most :data:`MAX_REASON` bytes of
-reason; :func:`cancelled_reason` reads it back.
+Rule 2: a cancelled run is settled by ``complete`` with the text ``cancelled:<reason>``
+(:func:`cancelled_result`, at most :data:`MAX_REASON` bytes of reason), the worker's word
+for it; the script stores no result: the job ends in state ``cancelled`` with the reason
+in the row's ``cancel_reason`` (``JobInfo.cancel_reason``). :func:`cancelled_reason` reads
+the reason back from such a text.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from .text import clip, safe_str
 
 __all__ = ["MAX_REASON", "CancelToken", "cancelled_reason", "cancelled_result"]
 
-MAX_REASON = 4096  # bytes of a cancel reason kept in the result
+MAX_REASON = 4096  # bytes of a cancel reason kept on the row
 
 
 @attrs.define(eq=False)
@@ -58,7 +60,7 @@ class CancelToken:
 
 
 def cancelled_reason(result: bytes | None) -> str | None:
-    """The reason stored in a ``cancelled:<reason>`` result (None when empty)."""
+    """The reason in a ``cancelled:<reason>`` text (None when empty)."""
     if not result:
         return None
     reason = result[len(CANCELLED_PREFIX) :].decode("utf-8", "replace")
@@ -66,6 +68,6 @@ def cancelled_reason(result: bytes | None) -> str | None:
 
 
 def cancelled_result(reason: object) -> bytes:
-    """The result a cancelled job completes with (a reason that is not a str becomes text)."""
+    """The text a cancelled run is settled with (a reason that is not a str becomes text)."""
     text = "" if reason is None else safe_str(reason)
     return (CANCELLED_PREFIX + clip(text, MAX_REASON)).encode()

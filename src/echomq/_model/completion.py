@@ -6,7 +6,8 @@ The stream ``emq:{q}:completions`` holds one entry per finished job (docs/result
 Rule 1: parsing is total: a malformed entry raises :class:`CorruptEntry` (a ValueError),
 nothing else, so the archive logs it and goes on.
 Rule 2: required: ``id``, ``state`` (``completed`` | ``dead`` | ``cancelled``) and
-``attempts`` (the fencing token, part of the job's identity in the archive). Every other
+``token`` (the fencing token, part of the job's identity in the archive; an entry written
+before the field's rename carries it as ``attempts``, read the same). Every other
 known field is optional; a time or count that is present must be an integer (an empty
 value counts as absent). ``finished_at`` defaults to the stream id's milliseconds: the
 script that writes the entry also stamps its id from the server clock.
@@ -37,7 +38,7 @@ _INT64 = 2**63 - 1
 
 KNOWN_FIELDS = frozenset(
     {
-        "id", "task", "state", "result", "error", "reason", "attempts", "failures",
+        "id", "task", "state", "result", "error", "reason", "token", "attempts", "failures",
         "created_at", "claimed_at", "finished_at",
     }
 )  # fmt: skip
@@ -58,7 +59,7 @@ class FinishState(enum.StrEnum):
 
 @attrs.frozen(kw_only=True)
 class FinishedJob:
-    """One finished run of a job: ``(queue, id, attempts, created_at)`` identifies it.
+    """One finished run of a job: ``(queue, id, token, created_at)`` identifies it.
 
     Times are server-clock milliseconds. ``result`` is set for completed jobs, ``error`` for
     dead ones, ``reason`` for cancelled ones. ``stream_id`` is the entry's id in
@@ -67,7 +68,7 @@ class FinishedJob:
 
     queue: str
     id: str
-    attempts: int
+    token: int
     state: FinishState
     finished_at: int
     stream_id: str
@@ -142,9 +143,11 @@ def _job(queue: str, stream_id: str, values: dict[bytes, bytes]) -> FinishedJob:
     state = _STATES.get(raw_state)
     if state is None:
         raise CorruptEntry(f"unknown state {raw_state[:40]!r}")
-    attempts = _integer("attempts", get(b"attempts"))
-    if attempts is None:
-        raise CorruptEntry("no attempts (the fencing token)")
+    token = _integer("token", get(b"token"))
+    if token is None:  # an entry of the layout before the rename
+        token = _integer("attempts", get(b"attempts"))
+    if token is None:
+        raise CorruptEntry("no token (the fencing token)")
     finished_at = _integer("finished_at", get(b"finished_at"))
     if finished_at is None:
         finished_at = stream_ms(stream_id)
@@ -153,7 +156,7 @@ def _job(queue: str, stream_id: str, values: dict[bytes, bytes]) -> FinishedJob:
     return FinishedJob(
         queue=queue,
         id=_text(job_id),
-        attempts=attempts,
+        token=token,
         state=state,
         finished_at=finished_at,
         stream_id=stream_id,
@@ -173,7 +176,7 @@ def entry_fields(job: FinishedJob) -> Mapping[str, bytes | str | int]:
     fields: dict[str, bytes | str | int] = {
         "id": job.id,
         "state": str(job.state),
-        "attempts": job.attempts,
+        "token": job.token,
         "finished_at": job.finished_at,
     }
     for name in ("task", "result", "error", "reason", "failures", "created_at", "claimed_at"):

@@ -8,7 +8,7 @@ from typing import Literal
 import attrs
 
 from ..errors import InvalidArgument
-from .states import CANCELLED_PREFIX, JobState
+from .states import JobState
 
 __all__ = [
     "DEDUP_MODES",
@@ -84,7 +84,7 @@ class Enqueued:
 # them per call (``jobs.lifecycle._claimed``), and a keyword per field costs more
 @attrs.frozen(slots=False)
 class Claimed:
-    """A job this caller now holds: ``token`` (the row's attempts) fences every later move.
+    """A job this caller now holds: ``token`` (the row's ``token``) fences every later move.
 
     ``headers``: the row's ``headers`` field (a JSON object of strings), None when absent.
     ``waited_ms``: server milliseconds from the job's due time (its ``run_at``: a delayed
@@ -123,8 +123,8 @@ def _str(value: bytes | None) -> str | None:
 class JobInfo:
     """A job's row as stored. Times are server-clock milliseconds since the epoch.
 
-    ``token`` is the fencing token: the row's ``attempts`` field, grown by one at every
-    claim (the row keeps the contract's field name; ``info.attempts`` still reads it).
+    ``token`` is the fencing token: the row's ``token`` field, grown by one at every
+    claim.
     ``failures`` counts handler failures against ``max_attempts``. A cancel whose grace
     ran out bumps the token too (the fence: the attempt that did not stop is stale).
     """
@@ -153,20 +153,13 @@ class JobInfo:
     cancel_requested_at: int | None = None
     cancel_deadline: int | None = None
     cancel_fenced_at: int | None = None
+    cancel_reason: str | None = None  # the cancel's reason ('' when none was given)
     group: str | None = None
 
     @property
-    def attempts(self) -> int:
-        """The fencing token under the row field's name (0.1 spelling; prefer ``token``)."""
-        return self.token
-
-    @property
     def cancelled(self) -> bool:
-        return (
-            self.state is JobState.COMPLETED
-            and self.result is not None
-            and self.result.startswith(CANCELLED_PREFIX.encode())
-        )
+        """True when the job ended cancelled (its state ``cancelled``)."""
+        return self.state is JobState.CANCELLED
 
     @classmethod
     def from_row(cls, job_id: str, row: Mapping[bytes, bytes]) -> JobInfo:
@@ -174,7 +167,7 @@ class JobInfo:
             id=job_id,
             state=JobState(row[b"state"].decode()),
             payload=row.get(b"payload", b""),
-            token=_int(row.get(b"attempts")),
+            token=_int(row.get(b"token")),
             failures=_int(row.get(b"failures")),
             stalled=_int(row.get(b"stalled")),
             max_attempts=_int(row.get(b"max_attempts"), 1),
@@ -193,5 +186,6 @@ class JobInfo:
             cancel_requested_at=_opt_int(row.get(b"cancel_requested")),
             cancel_deadline=_opt_int(row.get(b"cancel_deadline")),
             cancel_fenced_at=_opt_int(row.get(b"cancel_fenced")),
+            cancel_reason=_str(row.get(b"cancel_reason")),
             group=_str(row.get(b"group")),
         )

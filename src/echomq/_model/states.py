@@ -1,8 +1,11 @@
 """Job states as stored on the row, and the transitions the scripts make.
 
 Rule 1: only Lua changes state; the state is stored on the row, never inferred.
-Rule 2: there is no cancelled state: a cancelled job completes with ``cancelled:<reason>``
-(a fenced one too: its grace ran out; the row also carries ``cancel_fenced``).
+Rule 2: cancelled is a terminal outcome of its own: a cancelled job ends in state
+``cancelled``, its reason in the row's ``cancel_reason`` (a fenced one too: its grace ran
+out; the row also carries ``cancel_fenced``). ``CANCELLED_PREFIX`` is only the worker's
+word for a cancelled run in the arguments of ``complete`` / ``complete_many``, never
+stored.
 Rule 3: ``TRANSITIONS`` is the one table of moves. tests/test_lua_headers.py checks it
 against every script's ``Moves`` header line, and tests/model/test_states.py checks that
 docs/state-machine.md shows the table and diagram generated from it.
@@ -32,10 +35,11 @@ class JobState(enum.StrEnum):
     ACTIVE = "active"
     COMPLETED = "completed"
     DEAD = "dead"
+    CANCELLED = "cancelled"
     WAITING = "waiting"  # a flow parent with open children: not pending, not claimable
 
 
-TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.DEAD})
+TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
 LIVE_STATES = frozenset(JobState) - TERMINAL_STATES
 
 # from-state -> to-states; None is "no row" (before enqueue, after a removal).
@@ -60,14 +64,17 @@ TRANSITIONS: dict[str, Moves] = {
     # deletes other rows past the count cap (and 0.1 rows whose time is up); a row whose
     # TTL ends is deleted by Redis itself, outside any script
     # (and a flow parent whose last open child finished becomes pending: _PARENT)
+    # (a run the worker settles as cancelled ends in ``cancelled``, kept as completed is)
     "complete": {
-        JobState.ACTIVE: frozenset({JobState.COMPLETED}),
+        JobState.ACTIVE: frozenset({JobState.COMPLETED, JobState.CANCELLED}),
         JobState.COMPLETED: frozenset({None}),
+        JobState.CANCELLED: frozenset({None}),
         **_PARENT,
     },
     "complete_many": {
-        JobState.ACTIVE: frozenset({JobState.COMPLETED}),
+        JobState.ACTIVE: frozenset({JobState.COMPLETED, JobState.CANCELLED}),
         JobState.COMPLETED: frozenset({None}),
+        JobState.CANCELLED: frozenset({None}),
         **_PARENT,
     },
     # a child's outcome relayed from its queue's outbox (docs/flows.md "Across queues");
@@ -94,10 +101,11 @@ TRANSITIONS: dict[str, Moves] = {
     },
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
     # the retention sweep: an index entry whose row is gone leaves; a row of echomq 0.1
-    # (no TTL) whose time is up is deleted
+    # (no TTL) whose time is up is deleted (a cancelled one: migrated from layout 1)
     "retention_sweep": {
         JobState.COMPLETED: frozenset({None}),
         JobState.DEAD: frozenset({None}),
+        JobState.CANCELLED: frozenset({None}),
     },
     # a durable sleep (docs/steps.md): the job schedules itself, nothing counted
     "sleep": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},
@@ -118,23 +126,23 @@ TRANSITIONS: dict[str, Moves] = {
         **{state: frozenset({None}) for state in JobState},
         JobState.WAITING: frozenset({None, JobState.PENDING}),
     },
-    # cancel removes a waiting job (a flow parent too); an active one gets a flag (it
-    # completes later), or, with no grace left (grace=0), is fenced: settled cancelled at
-    # once (finished, with the completed set's retention, as complete); a finished
-    # child's parent may become pending
+    # cancel removes a waiting job (a flow parent too); an active one gets a flag (its
+    # worker settles it cancelled later), or, with no grace left (grace=0), is fenced:
+    # settled cancelled at once (finished, with the retention of a completed row); a
+    # finished child's parent may become pending
     "cancel": {
         JobState.PENDING: frozenset({None}),
         JobState.SCHEDULED: frozenset({None}),
-        JobState.ACTIVE: frozenset({JobState.COMPLETED}),
-        JobState.COMPLETED: frozenset({None}),
+        JobState.ACTIVE: frozenset({JobState.CANCELLED}),
+        JobState.CANCELLED: frozenset({None}),
         JobState.WAITING: frozenset({None, JobState.PENDING}),
     },
     # a cancel whose grace ran out: settled cancelled, its attempt fenced (docs/runtime.md)
     "fence_cancels": {
-        JobState.ACTIVE: frozenset({JobState.COMPLETED}),
-        JobState.PENDING: frozenset({JobState.COMPLETED}),
-        JobState.SCHEDULED: frozenset({JobState.COMPLETED}),
-        JobState.COMPLETED: frozenset({None}),
+        JobState.ACTIVE: frozenset({JobState.CANCELLED}),
+        JobState.PENDING: frozenset({JobState.CANCELLED}),
+        JobState.SCHEDULED: frozenset({JobState.CANCELLED}),
+        JobState.CANCELLED: frozenset({None}),
         **_PARENT,
     },
     "drain": {

@@ -63,6 +63,11 @@ class Keyspace:
         return self.base + "completed"
 
     @property
+    def cancelled(self) -> str:
+        """Cancelled rows kept, scored by when their retention ends (as ``completed``)."""
+        return self.base + "cancelled"
+
+    @property
     def waiting(self) -> str:
         """Flow parents with open children (docs/flows.md); score = when they were added."""
         return self.base + "waiting"
@@ -111,9 +116,9 @@ class Keyspace:
         return self.base + "metrics:completed"
 
     @property
-    def metrics_failed(self) -> str:
-        """Dead-lettered jobs, ever (the name is 0.1's: it counts the ``dead`` outcome)."""
-        return self.base + "metrics:failed"
+    def metrics_dead(self) -> str:
+        """Dead-lettered jobs, ever (the ``dead`` outcome's total)."""
+        return self.base + "metrics:dead"
 
     @property
     def metrics_cancelled(self) -> str:

@@ -29,12 +29,14 @@ from ..errors import (
     NotPaused,
     QueueNotFound,
     RepeatFormatError,
+    SchemaMismatch,
     ScriptError,
     StaleToken,
 )
 
 __all__ = [
     "Code",
+    "CompleteResult",
     "ExtendResult",
     "FlowNotice",
     "translate",
@@ -52,7 +54,7 @@ class Code(enum.IntEnum):
     ALREADY = 2  # idempotent repeat: e.g. complete again with the same token
     CANCEL = 3  # extended, and the row carries a cancel request (extend_locks only)
     GONE = -1  # no row
-    STALE = -2  # the token is not the row's attempts (single-job and batch replies alike)
+    STALE = -2  # the token is not the row's (single-job and batch replies alike)
     NOT_ACTIVE = -3  # the id has left the active set
 
 
@@ -78,12 +80,31 @@ class ExtendResult(enum.StrEnum):
     NOT_ACTIVE = "not_active"
 
 
+class CompleteResult(enum.StrEnum):
+    """Per-job outcome of ``complete_many``: ``ok`` (finished now, or already finished
+    with this token: a repeat changes nothing), or the refusal that changed nothing for
+    that job (``gone``: no row; ``stale``: another token holds it; ``not_active``)."""
+
+    OK = "ok"
+    GONE = "gone"
+    STALE = "stale"
+    NOT_ACTIVE = "not_active"
+
+
 EXTEND_RESULTS = {
     Code.OK: ExtendResult.OK,
     Code.CANCEL: ExtendResult.CANCEL,
     Code.GONE: ExtendResult.GONE,
     Code.STALE: ExtendResult.STALE,
     Code.NOT_ACTIVE: ExtendResult.NOT_ACTIVE,
+}
+
+COMPLETE_RESULTS = {
+    Code.OK: CompleteResult.OK,
+    Code.ALREADY: CompleteResult.OK,
+    Code.GONE: CompleteResult.GONE,
+    Code.STALE: CompleteResult.STALE,
+    Code.NOT_ACTIVE: CompleteResult.NOT_ACTIVE,
 }
 
 _CODE_ERRORS: dict[int, type[EchoMQError]] = {
@@ -104,6 +125,7 @@ _ERROR_PREFIXES: tuple[tuple[str, type[EchoMQError]], ...] = (
     ("EMQDUP", DuplicateJob),
     ("EMQGONE", JobGone),
     ("EMQFORMAT", RepeatFormatError),
+    ("EMQSCHEMA", SchemaMismatch),
     ("EMQARG", InvalidArgument),  # a count over its cap reached a script (the verbs gate it)
 )
 

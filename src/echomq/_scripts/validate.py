@@ -62,7 +62,7 @@ __all__ = [
 
 
 def token_str(value: object) -> str:
-    """A fencing token (the row's attempts) as the scripts compare it: a decimal string."""
+    """A fencing token (the row's ``token``) as the scripts compare it: a decimal string."""
     return str(positive_int("token", value))
 
 

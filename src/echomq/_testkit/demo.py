@@ -7,7 +7,7 @@ What it runs (queue ``demo``), again and again until ``duration`` ends or Ctrl-C
 - ``demo.charge_card``: some cards are declined every time: the job retries with
   backoff, then goes dead with its last error (reprocess it from the dashboard);
 - ``demo.nightly_report``: a delayed batch, scheduled a few seconds ahead;
-- one render is cancelled while it runs (it completes as ``cancelled:<reason>``).
+- one render is cancelled while it runs (it ends in state ``cancelled`` with its reason).
 
 With ``url`` None or ``embedded://`` the demo starts a private redis-server child
 process and stops it on exit, whatever the exit (duration, Ctrl-C, an error).

@@ -24,7 +24,7 @@ async def wait_running(
     """Wait until ``handle``'s job is active; answer its row.
 
     Args:
-        attempt: wait for that claim: the row's fencing token (``attempts``) at least this
+        attempt: wait for that claim: the row's fencing token (``token``) at least this
             (2: the job was taken over once, after a crash or a lapsed lease).
         poll: seconds between two reads of the row.
 
@@ -42,7 +42,7 @@ async def wait_running(
         if (
             info is not None
             and info.state is JobState.ACTIVE
-            and (attempt is None or info.attempts >= attempt)
+            and (attempt is None or info.token >= attempt)
         ):
             return info
         await trio.sleep(poll)

@@ -66,8 +66,13 @@ def current_job() -> Job:
 class Job:
     """The running job, as its task sees it.
 
-    ``attempt`` is 1 on the first try and grows with each failure (a retry); ``token``
-    is the fencing token of this claim (it also grows when a lease is recovered).
+    ``attempt`` is the run number: 1 for the job's first run, one more for every later
+    run, whatever ended the one before (a failure and its retry, a stalled lease
+    recovered, a job handed back at a worker's stop). ``failures`` counts the handler
+    failures before this run (what ``max_attempts`` bounds: Celery's
+    ``request.retries``). ``token`` is the fencing token of this claim; while the job
+    runs it equals ``attempt`` (every claim grows it by one; only a fenced cancel, which
+    ends the job, grows it otherwise).
     """
 
     id: str
@@ -75,6 +80,7 @@ class Job:
     queue: str
     attempt: int
     token: int
+    failures: int
     cancel_token: CancelToken
     _conn: Executor = attrs.field(repr=False)
     _lease_ms: int = attrs.field(repr=False)

@@ -1,8 +1,8 @@
 """The lease keeper: one timer renews every held lease in one batch call per tick.
 
 Rule 1: every ``period`` (a third of the shortest lease) the keeper sends
-``extend_locks`` for every job this worker holds, grouped by lease length (usually one
-group, so one round trip), in chunks of at most ``CHUNK`` jobs.
+``extend_locks`` for every job this worker holds, by lease length (usually one length,
+so one round trip), in chunks of at most ``CHUNK`` jobs.
 Rule 2: an answer other than ``ok`` / ``cancel`` (stale / not_active / gone) means the
 lease is lost: the job's scope is cancelled and its outcome is never settled (after a
 cancel request it is the cancel's fence: the job is stopped hard, ``Held.lose``). A job
@@ -60,11 +60,11 @@ class LeaseKeeper:
     async def tick(self) -> None:
         """Renew every held lease once."""
         self.ticks += 1
-        groups: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        by_lease: dict[int, list[tuple[str, int]]] = defaultdict(list)
         for held in list(self.inflight.jobs.values()):
             if held.stop not in (Stop.LOST, Stop.SLEPT) and not held.settling:
-                groups[held.lease_ms].append((held.id, held.token))
-        for lease_ms, pairs in groups.items():
+                by_lease[held.lease_ms].append((held.id, held.token))
+        for lease_ms, pairs in by_lease.items():
             for start in range(0, len(pairs), CHUNK):
                 chunk = pairs[start : start + CHUNK]
                 try:

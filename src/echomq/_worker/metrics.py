@@ -57,7 +57,7 @@ __all__ = [
 
 log = logging.getLogger("echomq.metrics")
 
-STATES = ("pending", "scheduled", "active", "completed", "dead")
+STATES = ("pending", "scheduled", "active", "completed", "dead", "cancelled")
 _READ_TIMEOUT = 10.0
 
 
@@ -71,8 +71,13 @@ def queue_families(stats: Sequence[QueueStats], ok: bool = True) -> list[Metric]
         "echomq_queue_completed", "Jobs completed since the queue's metrics began", labels=["queue"]
     )
     failed = CounterMetricFamily(
-        "echomq_queue_failed",
+        "echomq_queue_dead",
         "Jobs dead-lettered since the queue's metrics began",
+        labels=["queue"],
+    )
+    cancelled = CounterMetricFamily(
+        "echomq_queue_cancelled",
+        "Jobs cancelled since the queue's metrics began",
         labels=["queue"],
     )
     for s in stats:
@@ -80,12 +85,13 @@ def queue_families(stats: Sequence[QueueStats], ok: bool = True) -> list[Metric]
             depth.add_metric([s.queue, state], getattr(s, state))
         paused.add_metric([s.queue], 1 if s.paused else 0)
         completed.add_metric([s.queue], s.completed_total)
-        failed.add_metric([s.queue], s.failed_total)
+        failed.add_metric([s.queue], s.dead_total)
+        cancelled.add_metric([s.queue], s.cancelled_total)
     scrape = GaugeMetricFamily(
         "echomq_queue_scrape_ok", "1 when the queue gauges could be read from Redis"
     )
     scrape.add_metric([], 1 if ok else 0)
-    return [depth, paused, completed, failed, scrape]
+    return [depth, paused, completed, failed, cancelled, scrape]
 
 
 def task_families(queue: str, tally: Tally) -> list[Metric]:

@@ -11,7 +11,7 @@ the worker's log and to the job's log list, at most one log line (head and tail 
 cut says where: ``... [truncated 12,345 chars]``.
 Rule 3 (what each ending means): a failure is retried after the task's backoff, dead when
 the backoff cannot answer a delay; ``Retry`` is a failure with its own delay;
-``JobCancelled`` or a cancel request completes the job ``cancelled:<reason>``; a timeout
+``JobCancelled`` or a cancel request settles the job cancelled (its state ``cancelled``); a timeout
 is ``TimeoutError: ran longer than N s``; an undecodable payload or unencodable result is
 dead at once (a retry cannot help).
 
@@ -179,7 +179,7 @@ def undecodable(job_id: str, exc: Exception, what: str) -> Settlement:
 
 
 def cancelled(held: Held) -> Settlement | None:
-    """A job whose scope was cancelled: completed ``cancelled:<reason>`` when a cancel
+    """A job whose scope was cancelled: settled cancelled (``cancelled:<reason>``) when a cancel
     request stopped it; None (not settled here) for a lost lease, a fence or a shutdown."""
     if held.stop is Stop.CANCEL:
         reason = held.cancel_token.reason

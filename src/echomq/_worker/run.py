@@ -8,7 +8,7 @@ A plain task (async, no time limits, not a flow parent) takes the same path with
 objects: no ``Job`` unless the task takes it or asks ``current_job()``, no limits to set.
 Rule 2 (the scope): a job's handler runs in its slot task's scope (``pool.SlotScope``).
 Only the held-job table (``cancellation.py``) cancels it, for a remote reason: a cancel
-request (the job completes with ``cancelled:<reason>``, never retried), a lost lease (the
+request (the job is settled cancelled, never retried), a lost lease (the
 outcome is never settled: a newer holder owns the job), a fence (a cancel's grace ran out:
 Redis settled it cancelled; never settled here), a shutdown past grace (the job is handed
 back to pending by the worker, in one batch).
@@ -123,7 +123,7 @@ class JobRunner:
         asked for."""
         settler = self.settler
         with _tracing.processing(
-            self.queue.name, claimed.id, claimed.failures + 1, decode_headers(claimed.headers)
+            self.queue.name, claimed.id, claimed.token, decode_headers(claimed.headers)
         ) as span:
             try:
                 s = await self._execute(claimed, held)
@@ -319,8 +319,9 @@ class JobRunner:
             id=claimed.id,
             task=task,
             queue=self.queue.name,
-            attempt=claimed.failures + 1,
+            attempt=claimed.token,
             token=claimed.token,
+            failures=claimed.failures,
             cancel_token=held.cancel_token,
             conn=self.conn,
             lease_ms=held.lease_ms,

@@ -49,7 +49,7 @@ from .._jitter import Backoff
 from .._model.text import error_text
 from .._scripts import validate as v
 from .._scripts.calls import Executor
-from .._scripts.replies import ExtendResult
+from .._scripts.replies import CompleteResult
 from ..config import MAX_BATCH_BYTES
 from ..errors import (
     TRANSIENT,
@@ -74,10 +74,10 @@ log = logging.getLogger("echomq.worker")
 Item = tuple[Held, bytes, bool]  # the held job, its result, whether it was cancelled
 CHUNK = v.MAX_HELD  # jobs per complete_many call (the verb's cap)
 _LOST = (StaleToken, NotActive, JobGone)
-_REFUSALS: dict[ExtendResult, type[EchoMQError]] = {
-    ExtendResult.STALE: StaleToken,
-    ExtendResult.NOT_ACTIVE: NotActive,
-    ExtendResult.GONE: JobGone,
+_REFUSALS: dict[CompleteResult, type[EchoMQError]] = {
+    CompleteResult.STALE: StaleToken,
+    CompleteResult.NOT_ACTIVE: NotActive,
+    CompleteResult.GONE: JobGone,
 }
 
 
@@ -285,10 +285,10 @@ class Settler:
         if len(answers) != len(chunk):
             raise ValueError(f"complete_many answered {len(answers)} of {len(chunk)} jobs")
         recorded = chunk
-        if answers.count(ExtendResult.OK) < len(chunk):  # some were taken over
+        if answers.count(CompleteResult.OK) < len(chunk):  # some were taken over
             recorded = []
             for item, answer in zip(chunk, answers, strict=True):
-                if answer is ExtendResult.OK:
+                if answer is CompleteResult.OK:
                     recorded.append(item)
                     continue
                 held = item[0]

@@ -350,11 +350,11 @@ class Watchdog:
             self._renewal_running = False
 
     async def _renew_held(self, conn: RedisConnection, silent: float) -> None:
-        groups: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        by_lease: dict[int, list[tuple[str, int]]] = defaultdict(list)
         held = self._held()
         for job_id, token, lease_ms, _ in held:
-            groups[lease_ms].append((job_id, token))
-        if not groups:
+            by_lease[lease_ms].append((job_id, token))
+        if not by_lease:
             return
         if not self._renewing:
             self._renewing = True
@@ -365,7 +365,7 @@ class Watchdog:
                 silent,
                 self.hold,
             )
-        for lease_ms, pairs in groups.items():
+        for lease_ms, pairs in by_lease.items():
             for start in range(0, len(pairs), v.MAX_HELD):
                 chunk = pairs[start : start + v.MAX_HELD]
                 with trio.move_on_after(_CALL_TIMEOUT):

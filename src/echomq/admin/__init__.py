@@ -16,6 +16,8 @@ before any I/O, and either answers a value or raises a typed error from
   recovery tick: the indexes and the completions stream lose what retention ended.
 - ``ensure_schema``: the queue's data layout version, written if absent, refused
   (``SchemaMismatch``) if not this echomq's; every worker calls it at start.
+- ``migrate`` (``migrate_step``): a queue of an older layout rewritten to this echomq's, a
+  page of keys per call (``echomq migrate QUEUE``).
 - ``list_queues``: every queue (a queue exists when it has ``emq:{q}:meta``), every master;
   ``queue_exists`` / ``require_queue`` (raises ``QueueNotFound``): one queue, one ``EXISTS``.
 - ``active_jobs`` / ``dead_jobs``: typed rows of the jobs held now / dead-lettered;
@@ -53,6 +55,7 @@ from .queues import (
     THROUGHPUT_WINDOW_MS,
     Capped,
     DrainStep,
+    MigrateStep,
     ObliterateStep,
     QueueStats,
     Retention,
@@ -62,6 +65,8 @@ from .queues import (
     drain_step,
     ensure_schema,
     is_paused,
+    migrate,
+    migrate_step,
     obliterate,
     obliterate_all,
     obliterate_step,
@@ -74,6 +79,7 @@ from .queues import (
 )
 from .queues import drain_call as drain_call  # builders (no I/O), for other drivers
 from .queues import ensure_schema_call as ensure_schema_call
+from .queues import migrate_call as migrate_call
 from .queues import obliterate_call as obliterate_call
 from .queues import pause_call as pause_call
 from .queues import resume_call as resume_call
@@ -124,6 +130,7 @@ __all__ = [
     "JobPage",
     "JobRow",
     "Limits",
+    "MigrateStep",
     "ObliterateStep",
     "QueueStats",
     "Retention",
@@ -145,6 +152,8 @@ __all__ = [
     "list_jobs",
     "list_queues",
     "list_workers",
+    "migrate",
+    "migrate_step",
     "obliterate",
     "obliterate_all",
     "obliterate_step",

@@ -23,6 +23,8 @@ stats. ``echomq.admin`` is their public face.
   "Cleanup").
 - ``ensure_schema``: the queue's data layout version, written if absent, refused if not
   this echomq's (every worker calls it at start).
+- ``migrate`` / ``migrate_step``: a queue of an older layout rewritten to this echomq's,
+  a SCAN page of its keys per script call (idempotent; the version is written last).
 (The lanes' limits at run time are ``admin/limits.py``.)
 """
 
@@ -38,7 +40,7 @@ from .._scripts import validate as v
 from .._scripts.calls import SCHEMA_VERSION, Executor, ScriptCall, evaluate, script_call
 from .._scripts.keyspace import Keyspace, check_group
 from .._scripts.replies import as_int, check_status, text
-from ..errors import InvalidArgument, SchemaMismatch, ScriptError
+from ..errors import InvalidArgument, QueueNotFound, SchemaMismatch, ScriptError
 
 __all__ = [
     "DEFAULT_BUDGET",
@@ -58,6 +60,10 @@ __all__ = [
     "drain_step",
     "ensure_schema",
     "ensure_schema_call",
+    "MigrateStep",
+    "migrate",
+    "migrate_call",
+    "migrate_step",
     "is_paused",
     "obliterate",
     "obliterate_all",
@@ -94,15 +100,17 @@ def _ok(what: str) -> Any:
 @attrs.frozen(kw_only=True)
 class Capped:
     """What the count caps (the memory guard, docs/results.md) removed before its time, ever:
-    completed and dead rows, completions stream entries. Non-zero: a cap was hit."""
+    completed, cancelled and dead rows, completions stream entries. Non-zero: a cap was
+    hit."""
 
     completed: int = 0
     dead: int = 0
     completions: int = 0
+    cancelled: int = 0
 
     @property
     def total(self) -> int:
-        return self.completed + self.dead + self.completions
+        return self.completed + self.dead + self.completions + self.cancelled
 
 
 @attrs.frozen(kw_only=True)
@@ -140,7 +148,7 @@ class QueueStats:
     completed: int
     paused: bool
     completed_total: int  # every completion since the metrics began (metrics:completed)
-    failed_total: int  # every dead-lettering since the metrics began (metrics:failed)
+    dead_total: int  # every dead-lettering since the metrics began (metrics:dead)
     completed_last_minute: int  # completions in the last 60 s (two buckets, interpolated)
     now_ms: int
     cancelled_total: int = 0
@@ -153,12 +161,19 @@ class QueueStats:
     grouped: int = 0  # of ``pending``: the jobs waiting in group lanes (docs/lanes.md)
     groups: int = 0  # groups with waiting or active jobs
     waiting: int = 0  # flow parents with open children (docs/flows.md)
+    cancelled: int = 0  # cancelled rows kept by the retention (the state ``cancelled``)
 
     @property
     def jobs(self) -> int:
-        """Jobs held in the six state sets (the lanes counted with pending)."""
+        """Jobs held in the seven state sets (the lanes counted with pending)."""
         return (
-            self.pending + self.scheduled + self.active + self.dead + self.completed + self.waiting
+            self.pending
+            + self.scheduled
+            + self.active
+            + self.dead
+            + self.completed
+            + self.cancelled
+            + self.waiting
         )
 
     @property
@@ -199,6 +214,16 @@ class DrainStep:
     @property
     def done(self) -> bool:
         return self.remaining == 0
+
+
+@attrs.frozen(kw_only=True)
+class MigrateStep:
+    """What one migrate call did: the rows it rewrote, whether the queue is done (its
+    version written) and the SCAN cursor the next call goes on from."""
+
+    done: bool
+    rewritten: int
+    cursor: str = "0"
 
 
 @attrs.frozen(kw_only=True)
@@ -265,7 +290,7 @@ def obliterate_call(
         ks.waiting,
         ks.wake,
         ks.metrics_completed,
-        ks.metrics_failed,
+        ks.metrics_dead,
         ks.sweep_guard,
     ]
     extra = list(leftovers or ())
@@ -294,11 +319,12 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
         ks.repeat,
         ks.groups,
         ks.waiting,
+        ks.cancelled,
     ]
     v.int_in("minutes", minutes, 1, MAX_STATS_MINUTES)
 
     def read(reply: Any) -> QueueStats:
-        if not isinstance(reply, list) or len(reply) != 19:
+        if not isinstance(reply, list) or len(reply) != 20:
             raise ScriptError(f"stats {queue}: unexpected reply {reply!r}")
         n = [as_int(x) for x in reply[:10]]
         capped = [as_int(x) for x in reply[10]]
@@ -313,11 +339,13 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
             completed=n[4],
             paused=bool(n[5]),
             completed_total=n[6],
-            failed_total=n[7],
+            dead_total=n[7],
             cancelled_total=n[8],
             now_ms=n[9],
             completed_last_minute=_last_minute(series[0], n[9]),
-            capped=Capped(completed=capped[0], dead=capped[1], completions=capped[2]),
+            capped=Capped(
+                completed=capped[0], dead=capped[1], completions=capped[2], cancelled=capped[3]
+            ),
             completed_per_minute=tuple(series[0]),
             dead_per_minute=tuple(series[1]),
             cancelled_per_minute=tuple(series[2]),
@@ -326,6 +354,7 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
             grouped=lanes,
             groups=as_int(reply[17]),
             waiting=as_int(reply[18]),
+            cancelled=as_int(reply[19]),
         )
 
     return script_call("queue_stats", keys, [ks.base, minutes], read)
@@ -370,14 +399,31 @@ def ensure_schema_call(queue: str) -> ScriptCall[int]:
         shown = found if found >= 0 else repr(reply)
         raise SchemaMismatch(
             f"queue {queue!r} has data layout version {shown}, older than this echomq's "
-            f"{SCHEMA_VERSION}: migrate it as CHANGELOG.md says for version "
-            f"{SCHEMA_VERSION} (or drain it with the echomq that wrote it, then obliterate "
-            "it), then start this worker again",
+            f"{SCHEMA_VERSION}: migrate it (`echomq migrate {queue}`, or admin.migrate; "
+            "CHANGELOG.md lists what changed), then start this worker again",
             queue=queue,
             found=reply,
         )
 
     return script_call("ensure_schema", [Keyspace(queue).meta], [], read)
+
+
+def migrate_call(
+    queue: str, *, cursor: str = "0", budget: int = DEFAULT_BUDGET
+) -> ScriptCall[MigrateStep]:
+    ks = Keyspace(queue)
+    if not (cursor.isascii() and cursor.isdigit()):
+        raise InvalidArgument(f"cursor must be a SCAN cursor (decimal digits), not {cursor!r}")
+    argv = [ks.base, cursor, v.int_in("budget", budget, 1, MAX_BUDGET)]
+
+    def read(reply: Any) -> MigrateStep:
+        if not isinstance(reply, list) or len(reply) != 3:
+            raise ScriptError(f"migrate {queue}: unexpected reply {reply!r}")
+        return MigrateStep(
+            done=as_int(reply[0]) == 1, cursor=text(reply[1]), rewritten=as_int(reply[2])
+        )
+
+    return script_call("migrate", [ks.meta], argv, read)
 
 
 # -- verbs ------------------------------------------------------------------------------------
@@ -570,10 +616,10 @@ async def capped(conn: Executor, queue: str) -> Capped:
         InvalidKey: before any I/O.
     """
     raw = await conn.execute(
-        "HMGET", Keyspace(queue).metrics_capped, "completed", "dead", "completions"
+        "HMGET", Keyspace(queue).metrics_capped, "completed", "dead", "completions", "cancelled"
     )
     n = [int(x) if x is not None else 0 for x in raw]
-    return Capped(completed=n[0], dead=n[1], completions=n[2])
+    return Capped(completed=n[0], dead=n[1], completions=n[2], cancelled=n[3])
 
 
 async def set_retention(conn: Executor, queue: str, **settings: Any) -> None:
@@ -606,11 +652,51 @@ async def retention(conn: Executor, queue: str) -> Retention:
     return Retention.from_meta(values)
 
 
+async def migrate_step(
+    conn: Executor, queue: str, *, cursor: str = "0", budget: int = DEFAULT_BUDGET
+) -> MigrateStep:
+    """One bounded migrate call: rewrite the rows of one SCAN page (``budget`` keys) of
+    ``queue`` to this echomq's layout; the last page also renames the counters and writes
+    the version.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+        SchemaMismatch: the queue's layout is newer than this echomq's.
+    """
+    return await evaluate(conn, migrate_call(queue, cursor=cursor, budget=budget))
+
+
+async def migrate(conn: Executor, queue: str, *, budget: int = DEFAULT_BUDGET) -> int:
+    """Rewrite ``queue`` to this echomq's data layout (``schema_version``), a page at a
+    time so that no call holds Redis for long; answer the rows rewritten. Idempotent: a
+    queue already of this layout answers 0 and nothing is written; an interrupted
+    migration is run again from the start. Stop the queue's workers of the old layout
+    first: workers of this echomq refuse the queue until it is done (CHANGELOG.md lists
+    what each layout changed).
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+        QueueNotFound: there is no such queue (nothing written).
+        SchemaMismatch: the queue's layout is newer than this echomq's.
+    """
+    meta = Keyspace(queue).meta
+    if not await conn.execute("EXISTS", meta):
+        raise QueueNotFound(queue)
+    rewritten, cursor = 0, "0"
+    while True:
+        step = await migrate_step(conn, queue, cursor=cursor, budget=budget)
+        rewritten += step.rewritten
+        if step.done:
+            return rewritten
+        cursor = step.cursor
+
+
 async def ensure_schema(conn: Executor, queue: str) -> int:
     """Make sure ``queue`` is laid out as this echomq lays it out; answer the version.
 
-    A queue without a ``schema_version`` (one a 0.1 producer created, or a new one) is
-    marked with this echomq's. Every worker calls this at start.
+    A new queue (no ``schema_version`` and no jobs written: no ``seq``) is marked with
+    this echomq's; a queue from before versions (``seq`` but no version) answers 0 and is
+    refused (``migrate`` it). Every worker calls this at start.
 
     Raises:
         InvalidKey: before any I/O.

@@ -45,7 +45,7 @@ __all__ = [
 MAX_VIEW = 1000  # rows (and log lines per row) one view call reads
 MAX_SCAN = 10_000  # ids ``list_jobs`` looks at, at most, for a page filtered by task
 #: the states ``list_jobs`` lists, each held by one sorted set of the queue
-JOB_STATES = ("pending", "waiting", "scheduled", "active", "dead", "completed")
+JOB_STATES = ("pending", "waiting", "scheduled", "active", "dead", "completed", "cancelled")
 
 
 @attrs.frozen(kw_only=True)
@@ -54,7 +54,7 @@ class ActiveRow:
 
     id: str
     payload: bytes | None
-    token: int  # the fencing token of the current claim (the row's ``attempts``)
+    token: int  # the fencing token of the current claim (the row's ``token``)
     progress: str | None
     lease_deadline_ms: int
     claimed_at_ms: int | None
@@ -97,12 +97,12 @@ class JobRow:
     @property
     def when_ms(self) -> int | None:
         """The time that tells this state: created (pending), due (scheduled), claimed
-        (active), finished (dead, completed), began to wait (waiting)."""
+        (active), finished (dead, completed, cancelled), began to wait (waiting)."""
         if self.state == "scheduled" or self.state == "waiting":
             return self.score
         if self.state == "active":
             return self.claimed_at_ms
-        if self.state in ("dead", "completed"):
+        if self.state in ("dead", "completed", "cancelled"):
             return self.finished_at_ms
         return self.created_at_ms
 
@@ -179,7 +179,7 @@ async def active_jobs(conn: RedisConnection, queue: str, *, limit: int = 50) -> 
     ks = Keyspace(queue)
     positive_int("limit", limit, MAX_VIEW)
     members = _members(await conn.execute("ZRANGE", ks.active, 0, limit - 1, "WITHSCORES"))
-    fields = ("payload", "attempts", "progress", "claimed_at")
+    fields = ("payload", "token", "progress", "claimed_at")
     replies = await _read_many(
         conn,
         [("HMGET", ks.job(j), *fields) for j, _ in members]

@@ -501,7 +501,7 @@ class Archiver:
             first, why = refused[0]
             log.error(
                 "archive of %s: skipped %d jobs the store refused: %s (first: attempt %d: %s)",
-                queue, len(refused), _first([j.id for j, _ in refused]), first.attempts, why,
+                queue, len(refused), _first([j.id for j, _ in refused]), first.token, why,
             )  # fmt: skip
         return inserted, len(refused)
 

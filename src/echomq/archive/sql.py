@@ -5,6 +5,8 @@ the tie-break of "newest first"), ``queue``, ``job_id``, ``attempts``, ``created
 (0 when the entry had none: it is part of the unique key), ``task``, ``state``, ``result``,
 ``error``, ``reason``, ``failures``, ``claimed_at``, ``finished_at``, ``stream_id``,
 ``archived_at`` and ``extra`` (a JSON object of the entry's unknown fields, or NULL).
+The column ``attempts`` holds the job's fencing token (``FinishedJob.token``): it keeps
+its name so that an archive made by an earlier echomq needs no migration.
 Unique on ``(queue, job_id, attempts, created_at)``; indexed for the history queries:
 ``(queue, finished_at, seq)``, ``(queue, state, finished_at, seq)`` and
 ``(queue, task, finished_at, seq)``.
@@ -42,7 +44,7 @@ def job_row(job: FinishedJob, archived_at: int) -> tuple[Any, ...]:
     return (
         job.queue,
         job.id,
-        job.attempts,
+        job.token,
         job.created_at if job.created_at is not None else 0,
         job.task,
         str(job.state),
@@ -67,7 +69,7 @@ def row_job(row: Sequence[Any]) -> tuple[int, FinishedJob]:
     return int(seq), FinishedJob(
         queue=queue,
         id=job_id,
-        attempts=int(attempts),
+        token=int(attempts),
         state=FinishState(state),
         finished_at=int(finished_at),
         stream_id=stream_id,

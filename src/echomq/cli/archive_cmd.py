@@ -209,7 +209,7 @@ def _as_json(job: FinishedJob) -> dict[str, Any]:
         "id": job.id,
         "task": job.task,
         "state": str(job.state),
-        "attempts": job.attempts,
+        "token": job.token,
         "failures": job.failures,
         "result": job.result.decode("utf-8", "replace") if job.result is not None else None,
         "error": job.error,
@@ -238,7 +238,7 @@ def _table(args: argparse.Namespace, page: HistoryPage) -> Table:
     table.add_column("job", overflow="fold")
     table.add_column("task", overflow="fold")
     table.add_column("state", no_wrap=True)
-    table.add_column("attempt", justify="right", no_wrap=True)
+    table.add_column("token", justify="right", no_wrap=True)
     table.add_column("ran", justify="right", overflow="fold")
     table.add_column("result / error / reason", overflow="fold", max_width=60)
     styles = {
@@ -257,7 +257,7 @@ def _table(args: argparse.Namespace, page: HistoryPage) -> Table:
             escape(job.id),
             escape(job.task or "-"),
             f"[{styles[job.state]}]{job.state}[/]",
-            str(job.attempts),
+            str(job.token),
             ran,
             escape(_outcome(job)[:500]),
         )

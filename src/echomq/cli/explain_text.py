@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from .._model.cancel import cancelled_reason
 from .._model.states import JobState
 from .._model.steps import StepRecord
 from ..admin.workers import WorkerRecord
@@ -91,9 +90,9 @@ def last_claimed_by(w: WorkerRecord) -> str:
 
 
 def finished_text(e: Explanation) -> str | None:
-    """When and how a dead or completed job finished, or None for any other."""
+    """When and how a dead, completed or cancelled job finished, or None for any other."""
     job = e.job
-    if job.state not in (JobState.DEAD, JobState.COMPLETED):
+    if job.state not in (JobState.DEAD, JobState.COMPLETED, JobState.CANCELLED):
         return None
     at = (
         f"{utc(job.finished_at)} ({span(e.now_ms - job.finished_at)} ago)"
@@ -103,7 +102,7 @@ def finished_text(e: Explanation) -> str | None:
     if job.state is JobState.DEAD:
         return f"{at}: dead" + ("" if job.last_error else " (no error recorded)")
     if job.cancelled:
-        return f"{at}: cancelled ({cancelled_reason(job.result) or 'no reason given'})"
+        return f"{at}: cancelled ({job.cancel_reason or 'no reason given'})"
     return f"{at}: completed"
 
 
@@ -266,7 +265,7 @@ def summary(e: Explanation) -> str:
             if job.cancel_fenced_at is not None
             else ""
         )
-        reason = cancelled_reason(job.result) or ""
+        reason = job.cancel_reason or ""
         return f"cancelled{finished}{how}: {reason}; it will not run again"
     return f"completed{finished}; it will not run again"
 

@@ -261,7 +261,7 @@ def register(commands: Commands) -> None:
         queue="option", run=cmd_cancel,
     )  # fmt: skip
     p.add_argument("id")
-    p.add_argument("--reason", help="recorded as the result cancelled:<reason>")
+    p.add_argument("--reason", help="recorded as the job's cancel_reason")
     p.add_argument(
         "--grace",
         type=float,

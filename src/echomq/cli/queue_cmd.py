@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import admin
 from .._model.spans import span_ms
+from .._scripts.calls import SCHEMA_VERSION
+from .._scripts.keyspace import Keyspace
 from .._wire.connection import Connection
 from ..config import parse_url
 from ..errors import NotPaused
@@ -50,11 +52,12 @@ def _status_json(s: admin.QueueStats) -> dict[str, Any]:
         "active": s.active,
         "dead": s.dead,
         "completed": s.completed,
+        "cancelled": s.cancelled,
         "completed_total": s.completed_total,
-        "failed_total": s.failed_total,
+        "dead_total": s.dead_total,
         "cancelled_total": s.cancelled_total,
         "completed_last_minute": s.completed_last_minute,
-        "failed_last_minute": s.last_minute("dead"),
+        "dead_last_minute": s.last_minute("dead"),
         "per_minute": {
             "completed": list(s.completed_per_minute),
             "dead": list(s.dead_per_minute),
@@ -64,6 +67,7 @@ def _status_json(s: admin.QueueStats) -> dict[str, Any]:
             "completed": s.capped.completed,
             "dead": s.capped.dead,
             "completions": s.capped.completions,
+            "cancelled": s.capped.cancelled,
         },
         "repeats": s.repeats,
         "repeats_paused": s.repeats_paused,
@@ -97,10 +101,11 @@ _WIDE: tuple[tuple[str, Callable[[admin.QueueStats, int], str]], ...] = (
     ("active", lambda s, m: _n(s.active)),
     ("dead", lambda s, m: f"[red]{_n(s.dead)}[/]" if s.dead else "0"),
     ("completed", lambda s, m: _n(s.completed)),
+    ("cancelled", lambda s, m: _n(s.cancelled)),
     ("done (total)", lambda s, m: _n(s.completed_total)),
-    ("failed (total)", lambda s, m: _n(s.failed_total)),
+    ("dead (total)", lambda s, m: _n(s.dead_total)),
     ("done/min", lambda s, m: _n(s.completed_last_minute)),
-    ("failed/min", lambda s, m: f"[red]{_n(f)}[/]" if (f := s.last_minute("dead")) else "0"),
+    ("dead/min", lambda s, m: f"[red]{_n(f)}[/]" if (f := s.last_minute("dead")) else "0"),
     ("done/min ({m}m)", lambda s, m: f"{s.rate('completed'):.1f}"),
     ("repeat", lambda s, m: _repeats(s)),
     ("groups", lambda s, m: _n(s.groups) if s.groups else "-"),
@@ -138,11 +143,12 @@ def _vertical(s: admin.QueueStats, minutes: int) -> list[tuple[str, str]]:
         ("active", _n(s.active)),
         ("dead", f"[red]{_n(s.dead)}[/]" if s.dead else "0"),
         ("completed", f"{_n(s.completed)} (rows kept by the retention)"),
+        ("cancelled", f"{_n(s.cancelled)} (rows kept by the retention)"),
         ("done (total)", _n(s.completed_total)),
-        ("failed (total)", _n(s.failed_total)),
+        ("dead (total)", _n(s.dead_total)),
         ("cancelled (total)", _n(s.cancelled_total)),
         ("done/min", f"{_n(s.completed_last_minute)} (the last 60 s)"),
-        ("failed/min", f"{_n(s.last_minute('dead'))} (the last 60 s)"),
+        ("dead/min", f"{_n(s.last_minute('dead'))} (the last 60 s)"),
         ("done/min avg", f"{s.rate('completed'):.1f} (the last {minutes} full minutes)"),
         ("repeatables", _repeats(s)),
         ("groups", f"{_n(s.groups)} with waiting or active jobs"),
@@ -270,6 +276,20 @@ async def cmd_drain(conn: Connection, args: argparse.Namespace, out: Console) ->
     return DONE
 
 
+async def cmd_migrate(conn: Connection, args: argparse.Namespace, out: Console) -> int:
+    found = await conn.execute("HGET", Keyspace(args.queue).meta, "schema_version")
+    rewritten = await admin.migrate(conn, args.queue, budget=args.budget)
+    was = found.decode() if found is not None else "none"
+    if was == str(SCHEMA_VERSION):
+        out.print(f"queue {args.queue} has data layout version {SCHEMA_VERSION}: nothing to do")
+    else:
+        out.print(
+            f"migrated {args.queue} from data layout version {was} to {SCHEMA_VERSION}: "
+            f"{rewritten} row(s) rewritten"
+        )
+    return DONE
+
+
 async def cmd_obliterate(conn: Connection, args: argparse.Namespace, out: Console) -> int:
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -309,7 +329,7 @@ def register(commands: Commands) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument(
         "--wide", action="store_true",
-        help="every column (totals, failed/min, repeatables, groups) at its full width",
+        help="every column (totals, dead/min, repeatables, groups) at its full width",
     )  # fmt: skip
     p.add_argument(
         "--minutes", type=_minutes, default=5,
@@ -348,6 +368,15 @@ def register(commands: Commands) -> None:
     )
     p.add_argument("--include-schedule", action="store_true", help="drain scheduled jobs too")
     p.add_argument("--budget", type=_budget, default=admin.DEFAULT_BUDGET, help=BUDGET_HELP)
+
+    p = commands.add(
+        "migrate", "rewrite a queue of an older data layout (stop its old workers first)",
+        queue="positional", run=cmd_migrate,
+    )  # fmt: skip
+    p.add_argument(
+        "--budget", type=_budget, default=admin.DEFAULT_BUDGET,
+        help=f"keys read per call, 1..{admin.MAX_BUDGET} (default %(default)s)",
+    )  # fmt: skip
 
     p = commands.add(
         "obliterate", "delete a paused queue and every key of it",

@@ -22,7 +22,9 @@ __all__ = ["register"]
 
 WATCH_ACTIVE = 200  # active jobs shown when the watch starts
 # events after which a job no longer runs: its bar leaves the watch display
-_DONE_EVENTS = frozenset({"completed", "dead", "retrying", "removed", "released", "recovered"})
+_DONE_EVENTS = frozenset(
+    {"completed", "cancelled", "dead", "retrying", "removed", "released", "recovered"}
+)
 
 
 def _percent(progress: Any) -> float | None:
@@ -93,7 +95,7 @@ async def _watch_live(
     from rich.progress import BarColumn, Progress, TaskID, TextColumn
     from rich.text import Text
 
-    counts = {"completed": 0, "dead": 0, "retrying": 0}
+    counts = {"completed": 0, "cancelled": 0, "dead": 0, "retrying": 0}
     bars = Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[note]}")
     )
@@ -104,6 +106,7 @@ async def _watch_live(
             return Text.from_markup(
                 f"[bold]{escape(args.queue)}[/]  {len(tasks)} active  "
                 f"[green]{counts['completed']} completed[/]  "
+                f"[magenta]{counts['cancelled']} cancelled[/]  "
                 f"[yellow]{counts['retrying']} retrying[/]  [red]{counts['dead']} dead[/]"
             )
 

@@ -56,7 +56,7 @@ def history_job(job: FinishedJob) -> HistoryJob:
         id=job.id,
         task=job.task,
         state=str(job.state),
-        attempts=job.attempts,
+        token=job.token,
         failures=job.failures,
         created_at_ms=job.created_at,
         claimed_at_ms=job.claimed_at,

@@ -216,7 +216,7 @@ class HistoryJob:
     id: str
     task: str | None
     state: str
-    attempts: int
+    token: int
     failures: int | None
     created_at_ms: int | None
     claimed_at_ms: int | None

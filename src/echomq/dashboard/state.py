@@ -7,7 +7,7 @@ from ``admin.stats`` (one atomic read), the job lists from ``admin.active_jobs``
 ``admin.list_queues`` (the verbs the CLI uses too).
 Rule 2: throughput comes from counters, never from the retained rows (which retention
 trims): the live rate (jobs per second) from deltas of the totals (``count`` on
-``metrics:completed`` and ``metrics:failed``) between polls, on the server clock, and the
+``metrics:completed`` and ``metrics:dead``) between polls, on the server clock, and the
 last hour by the minute from the per-minute counters (``metrics:<outcome>:<minute>``),
 both read by ``admin.stats``. ``failed`` / ``dead`` count jobs that ended dead; a failure
 that retries is not in them (it appears as a ``retrying`` event).
@@ -51,7 +51,7 @@ __all__ = [
 
 
 #: The states counted per queue, in the order the page shows them.
-COUNT_NAMES = ("pending", "active", "scheduled", "dead", "completed")
+COUNT_NAMES = ("pending", "active", "scheduled", "dead", "completed", "cancelled")
 CALL_PREVIEW = 120
 PER_MINUTE = 60  # minutes of per-minute counts a view carries (the current one included)
 
@@ -158,7 +158,7 @@ class Throughput:
 
     def add(self, counts: QueueStats) -> None:
         now = counts.now_ms
-        sample = (now, counts.completed_total, counts.failed_total)
+        sample = (now, counts.completed_total, counts.dead_total)
         samples = self._samples.setdefault(counts.queue, collections.deque())
         done, failed = self._series.setdefault(
             counts.queue,
@@ -286,7 +286,11 @@ async def read_queue(
         name=queue,
         paused=counts.paused,
         counts={name: getattr(counts, name) for name in COUNT_NAMES},
-        totals={"completed": counts.completed_total, "failed": counts.failed_total},
+        totals={
+            "completed": counts.completed_total,
+            "dead": counts.dead_total,
+            "cancelled": counts.cancelled_total,
+        },
         throughput=throughput.series(queue),
         active=active,
         dead=dead,

@@ -10,7 +10,7 @@ list in ``wake.py``.
 from __future__ import annotations
 
 from .._model.job import Claimed, Enqueued, JobInfo
-from .._scripts.replies import ExtendResult
+from .._scripts.replies import CompleteResult, ExtendResult
 from .lifecycle import (
     ClaimBatch,
     ExtendAnswers,
@@ -51,6 +51,7 @@ __all__ = [
     "claim_batch",
     "Claimed",
     "Enqueued",
+    "CompleteResult",
     "ExtendAnswers",
     "ExtendResult",
     "FailOutcome",

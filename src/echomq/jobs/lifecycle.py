@@ -21,7 +21,14 @@ from .._scripts import validate as v
 from .._scripts.calls import Executor, ScriptCall, evaluate, packed_call, script_call
 from .._scripts.keyspace import Keyspace, check_dedup_key, check_group, check_id, keyspace
 from .._scripts.loader import ENQUEUE_SET_FIELDS
-from .._scripts.replies import EXTEND_RESULTS, Code, ExtendResult, check_status, text
+from .._scripts.replies import (
+    COMPLETE_RESULTS,
+    EXTEND_RESULTS,
+    CompleteResult,
+    ExtendResult,
+    check_status,
+    text,
+)
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -33,6 +40,7 @@ __all__ = [
     "Enqueued",
     "Answer",
     "GatedJob",
+    "CompleteResult",
     "ExtendResult",
     "FailOutcome",
     "JobInfo",
@@ -427,7 +435,7 @@ def complete_call(
 
 def complete_many_call(
     queue: str, done: Iterable[tuple[str, int, bytes | str]]
-) -> ScriptCall[dict[str, ExtendResult]]:
+) -> ScriptCall[dict[str, CompleteResult]]:
     if isinstance(done, str | bytes | dict):
         raise InvalidArgument("done must be an iterable of (job_id, token, result) triples")
     done = list(done)
@@ -447,7 +455,7 @@ def complete_many_call(
         raise InvalidArgument("complete_many: a job is given twice")
     held = complete_held_call(queue, ids, tokens, results)
 
-    def read(reply: Any) -> dict[str, ExtendResult]:
+    def read(reply: Any) -> dict[str, CompleteResult]:
         return dict(zip(ids, held.read(reply), strict=True))
 
     return ScriptCall(held.script, held.keys, held.argv, read)
@@ -455,11 +463,11 @@ def complete_many_call(
 
 def complete_held_call(
     queue: str, ids: Sequence[str], tokens: Sequence[int], results: Sequence[bytes]
-) -> ScriptCall[list[ExtendResult]]:
+) -> ScriptCall[list[CompleteResult]]:
     """The ``complete_many`` call (:func:`complete_many_call` gates its arguments, then
     builds it here) for a worker's own jobs: 1..``MAX_HELD`` distinct ids and the tokens
     a claim answered (not gated again; each result is, and the batch's size). Answers one
-    :class:`ExtendResult` per job, in their order."""
+    :class:`CompleteResult` per job, in their order."""
     if not 1 <= len(ids) <= v.MAX_HELD or len(tokens) != len(ids) or len(results) != len(ids):
         raise InvalidArgument(f"complete_many takes 1..{v.MAX_HELD} jobs per call")
     ks = keyspace(queue)
@@ -472,18 +480,15 @@ def complete_held_call(
     v.batch_bytes(total)
     n = len(ids)
 
-    def read(reply: Any) -> list[ExtendResult]:
+    def read(reply: Any) -> list[CompleteResult]:
         if not isinstance(reply, list) or len(reply) != n:
             raise ScriptError(f"complete_many: unexpected reply {reply!r}")
-        try:  # 2 (already completed with this token) reads as ok
-            return [_COMPLETE_ANSWERS[code] for code in reply]
+        try:  # 2 (already finished with this token) reads as ok
+            return [COMPLETE_RESULTS[code] for code in reply]
         except (KeyError, TypeError):
             raise ScriptError(f"complete_many: unexpected reply {reply!r}") from None
 
     return script_call("complete_many", [ks.active], argv, read)
-
-
-_COMPLETE_ANSWERS = {**EXTEND_RESULTS, Code.ALREADY: ExtendResult.OK}  # complete_many's read
 
 
 def fail_call(
@@ -678,7 +683,7 @@ async def claim(conn: Executor, queue: str, lease_ms: int, *, count: int = 1) ->
 
     Highest priority first, FIFO within a priority. Empty when the queue is paused (the
     script reads the gate itself: one round trip) or nothing is ready. Due scheduled jobs
-    are promoted first. Each claim grows the row's ``attempts``: the returned ``token``,
+    are promoted first. Each claim grows the row's ``token``: the returned ``token``,
     and stamps ``lease_epoch`` with the server's run id.
 
     Raises:
@@ -721,7 +726,7 @@ async def complete(
 
 async def complete_many(
     conn: Executor, queue: str, done: Iterable[tuple[str, int, bytes | str]]
-) -> dict[str, ExtendResult]:
+) -> dict[str, CompleteResult]:
     """Settle many held jobs as completed in one script call: ``done`` is ``(job_id,
     token, result)`` triples (1..``MAX_HELD`` (250), distinct ids). Answers id ->
     ``ok`` (completed, or already completed with that token: nothing changed) | ``gone``
@@ -741,7 +746,7 @@ async def complete_held(
     ids: Sequence[str],
     tokens: Sequence[int],
     results: Sequence[bytes],
-) -> list[ExtendResult]:
+) -> list[CompleteResult]:
     """:func:`complete_many` for a worker's own jobs (:func:`complete_held_call`): one
     answer per job, in their order."""
     return await evaluate(conn, complete_held_call(queue, ids, tokens, results))

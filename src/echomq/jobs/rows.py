@@ -135,13 +135,14 @@ def reprocess_job_call(queue: str, job_id: str) -> ScriptCall[None]:
 
 # -- explain -----------------------------------------------------------------------------------
 
-_STATE_SETS = ("pending", "schedule", "active", "dead", "completed", "waiting")
+_STATE_SETS = ("pending", "schedule", "active", "dead", "completed", "waiting", "cancelled")
 _EXPECTED_SET = {
     JobState.PENDING: "pending",
     JobState.SCHEDULED: "schedule",
     JobState.ACTIVE: "active",
     JobState.DEAD: "dead",
     JobState.COMPLETED: "completed",
+    JobState.CANCELLED: "cancelled",
     JobState.WAITING: "waiting",
 }
 
@@ -199,7 +200,7 @@ class OpenChild:
 
     @property
     def finished(self) -> bool:
-        return self.state in (JobState.COMPLETED, JobState.DEAD)
+        return self.state in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
 
 
 @attrs.frozen(kw_only=True)
@@ -251,7 +252,7 @@ class Explanation:
 
     @property
     def token(self) -> int:
-        """The fencing token: the row's ``attempts`` (grows at every claim)."""
+        """The fencing token: the row's ``token`` (grows at every claim)."""
         return self.job.token
 
     @property
@@ -299,7 +300,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
     def read(reply: Any) -> Explanation:
         if reply == Code.GONE:
             check_status(reply, f"explain {job_id}")
-        if not isinstance(reply, list) or len(reply) != 18 or not isinstance(reply[0], list):
+        if not isinstance(reply, list) or len(reply) != 19 or not isinstance(reply[0], list):
             raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
         flat = reply[0]
         row = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -310,7 +311,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
         lane = _lane(info.group, reply[13], int(reply[9]))
         in_lane = lane is not None and lane.position is not None
         pending = reply[1] if not in_lane else 0
-        scores = dict(zip(_STATE_SETS, [pending, *reply[3:7], reply[15]], strict=True))
+        scores = dict(zip(_STATE_SETS, [pending, *reply[3:7], reply[15], reply[18]], strict=True))
         lock_field = b"lock" in row
 
         holder = None
@@ -475,7 +476,7 @@ async def remove_job(conn: Executor, queue: str, job_id: str, *, force: bool = F
 async def reprocess_job(conn: Executor, queue: str, job_id: str) -> None:
     """Move a dead job back to pending, first in its priority band, and wake a worker.
 
-    ``last_error`` is cleared; ``attempts``, ``failures`` and ``stalled`` stay. The pause
+    ``last_error`` is cleared; ``token``, ``failures`` and ``stalled`` stay. The pause
     gate is not read: on a paused queue the job waits in pending until resume.
 
     Raises:

@@ -23,6 +23,7 @@
   Returns  n (the number of nodes added)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
            EMQARG        n or r out of range, or the argument count does not match
+           EMQSCHEMA     the queue's layout version is not this echomq's (nothing written)
            EMQSTATE      a parent outside the call (or one to release) is not a held
                          waiting parent, or a node's parent comes after it
   Events   enqueued (a leaf) | scheduled (a delayed leaf) | waiting (a parent) | ready (a
@@ -111,7 +112,7 @@ end
 local counted = root and (seen[root] or redis.call('EXISTS', base .. 'job:' .. root) == 1)
 
 local now = now_ms()
-mark_queue(meta)
+open_queue(meta)
 local channel = base .. 'events'
 local seq = 0
 if leaves > 0 then seq = redis.call('HINCRBY', meta, 'seq', leaves) - leaves end
@@ -125,7 +126,7 @@ for i = 0, n - 1 do
   local stub, group = held == 'r', ARGV[j + 13]
   local delay = tonumber(ARGV[j + 14]) or 0
   local row = base .. 'job:' .. id
-  local fields = {'payload', payload, 'attempts', 0, 'failures', 0, 'stalled', 0,
+  local fields = {'payload', payload, 'token', 0, 'failures', 0, 'stalled', 0,
     'priority', priority, 'max_attempts', max_attempts, 'created_at', now}
   for k, name in ipairs(OPTIONAL) do
     if ARGV[j + 3 + k] ~= '' then

@@ -14,7 +14,7 @@
         6 active     ZSET    claimed ids
         7 cancels    ZSET    active cancels with a grace; score = the fence deadline ms
         8 waiting    ZSET    flow parents with open children
-        derived from the base (the queue's slot; include/finished.lua): completed,
+        derived from the base (the queue's slot; include/finished.lua): cancelled,
         completions, metrics:*
   ARGV  1 id   2 queue base (emq:{q}:)   3 '1' = a reason is given   4 the reason
         5 grace ms (-1: none, the cancel stays cooperative)
@@ -24,18 +24,19 @@
            'fenced' (active, grace 0 or a deadline already passed: settled cancelled now,
            its token bumped) | -1 no row (nothing written)
   Errors   EMQLOCKED  a waiting job under an operator lock (nothing written)
-           EMQSTATE not cancellable  the job is completed or dead (nothing written)
+           EMQSTATE not cancellable  the job is completed, cancelled or dead (nothing
+                                     written)
   Events   removed {job, reason} (a waiting job) | cancel {job, reason, grace_ms} (an
-           active job) | cancel {job, reason, fenced} and completed {job, fenced} (fenced);
+           active job) | cancel {job, reason, fenced} and cancelled {job, fenced} (fenced);
            each cancel also on the workers' channel (emq:{q}:control), where they listen
-  Moves    pending | scheduled | waiting -> (none); active -> completed; completed ->
+  Moves    pending | scheduled | waiting -> (none); active -> cancelled; cancelled ->
            (none) (the retention of a fenced job's set, other rows); waiting -> pending
            (its flow parent, docs/flows.md)
   Bound    O(log N): a fixed number of set and row commands (a removed job's log lines
            are deleted with it: O(lines)), plus the retention's cleanup of a fenced job
            (include/finished.lua: at most 100 index entries and 100 capped rows). A
            removed job finishes as cancelled (its completions entry and counters; no row
-           is kept); a fenced one too, its row kept in `completed` for keep_result
+           is kept); a fenced one too, its row kept in `cancelled` for keep_result
   The checks read the row once (state, lock field, the flag, the deadline, the group), then
   the lock key; every check comes before the first write (finish_read's reads and
   lanes_touch too). An active job's flag is `cancel_requested` (server ms) and
@@ -99,7 +100,7 @@ if grace >= 0 and (not deadline or now + grace < deadline) then
 end
 if deadline and deadline <= now then
   if group then lanes_touch(base, group) end
-  local fin = finish_read(base, 'completed', now, {{id, 'cancelled'}})
+  local fin = finish_read(base, 'cancelled', now, {{id, 'cancelled'}})
   if not f[3] then redis.call('HSET', row, 'cancel_requested', now) end
   local text = reason
   if text == cjson.null then text = nil end

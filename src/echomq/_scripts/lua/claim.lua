@@ -9,7 +9,7 @@
                           `group_rate_ms`)
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
-  Returns  flat array: id, payload, token (attempts), failures, headers (the row's
+  Returns  flat array: id, payload, token (the row's `token`, grown by one), failures, headers (the row's
            `headers` field, nil when absent), waited (ms from the job's due time, its
            `run_at` or else its `created_at`, to now; nil when the row has neither), ...
            and, when fewer than
@@ -18,7 +18,7 @@
            reopening; 0 = now), or -1 when nothing is known | {} when paused | {ms} while
            a flow cancel holds the queue's claims (ms until the hold ends)
   Errors   EMQARG   count is not 1..MAX_COUNT (nothing written; the verb refuses it first)
-  Events   promoted (per due scheduled job); active (per claimed job, with its attempt);
+  Events   promoted (per due scheduled job); active (per claimed job, with its token);
            only while the channel has a listener (include/events.lua)
   Moves    scheduled -> pending (due); pending -> active
   Bound    O((count + promoted) * log N); at most MAX_COUNT claimed (include/caps.lua),
@@ -140,7 +140,7 @@ local rows, keys, taken, from_pending = {}, {}, {}, {}
 for i, id in ipairs(picks) do
   local row = base .. 'job:' .. id
   keys[i] = row
-  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'attempts',
+  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'token',
     'run_at', 'created_at')
 end
 if #promoted > 0 then
@@ -186,7 +186,7 @@ if loud then
   end
 end
 
--- the leases: each claimed row stamped, its token the attempt it starts
+-- the leases: each claimed row stamped, its token grown by one
 local out, n = {}, 0
 local at = int_arg(now)  -- number arguments as strings, made once (score.lua: int_arg)
 local deadline = int_arg(now + lease)
@@ -196,20 +196,20 @@ for i, fields in ipairs(rows) do
   local id, group = picks[i], pgroup[i]
   if fields[1] then
     local row = keys[i]
-    local token = tonumber(fields[4] or '0') + 1  -- the fencing token: attempts + 1
-    local attempt = token == 1 and '1' or int_arg(token)  -- (a first claim: no format)
+    local token = tonumber(fields[4] or '0') + 1  -- the fencing token: the row's + 1
+    local stamp = token == 1 and '1' or int_arg(token)  -- (a first claim: no format)
     if worker ~= '' then
-      redis.call('HSET', row, 'attempts', attempt, 'state', 'active', 'lease_epoch', run_id,
+      redis.call('HSET', row, 'token', stamp, 'state', 'active', 'lease_epoch', run_id,
         'claimed_at', at, 'worker', worker)
     else
-      redis.call('HSET', row, 'attempts', attempt, 'state', 'active', 'lease_epoch', run_id,
+      redis.call('HSET', row, 'token', stamp, 'state', 'active', 'lease_epoch', run_id,
         'claimed_at', at)
       redis.call('HDEL', row, 'worker')
     end
     leases[m + 1], leases[m + 2], m = deadline, id, m + 2
     if loud then
       redis.call('PUBLISH', channel,
-        '{"event":"active","job":"' .. id .. '","attempt":' .. attempt .. '}')
+        '{"event":"active","job":"' .. id .. '","token":' .. stamp .. '}')
     end
     local due = tonumber(fields[5] or fields[6])  -- (a missing field reads as false)
     out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] =

@@ -13,7 +13,7 @@
   once written is never replaced (a later run reads it instead of running the step).
 ]]
 local row, active = KEYS[1], KEYS[2]
-local token = redis.call('HGET', row, 'attempts')
+local token = redis.call('HGET', row, 'token')
 if not token then return -1 end
 if token ~= ARGV[2] then return -2 end
 if not redis.call('ZSCORE', active, ARGV[1]) then return -3 end

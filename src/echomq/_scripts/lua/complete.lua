@@ -3,17 +3,20 @@
   KEYS  1 row        HASH  the job
         2 active     ZSET  claimed ids
   ARGV  1 id   2 token   3 result   4 queue base
-  Returns  1 completed | 2 already completed with this token (nothing changed)
+  Returns  1 completed | 2 already finished with this token (nothing changed)
            -1 no row | -2 stale token | -3 not in active
-  Events   completed
-  Moves    active -> completed; completed -> (none) (the retention, other rows);
+  Events   completed | cancelled
+  Moves    active -> completed | cancelled; completed | cancelled -> (none) (the
+           retention, other rows);
            waiting -> pending (its flow parent: the last open child, docs/flows.md)
   Bound    O(log N) for the job, plus the retention's cleanup: at most 100 expired index
            entries and 100 rows past the count cap (and their logs) per call
-  A result `cancelled:<reason>` (a cancelled job, docs/runtime.md) finishes as cancelled:
-  its completions entry says so, with the reason. finished (include/finished.lua) writes
-  the completions entry, the counters and the row's retention (a TTL, and its place in
-  `completed` scored by when it ends); its reads come before the first write.
+  A result `cancelled:<reason>` (the worker's word for a cancelled run, docs/runtime.md)
+  is not stored as a result: the job ends in state `cancelled`, `cancel_reason` = the
+  reason, kept in the `cancelled` index (the retention of a completed row). finished
+  (include/finished.lua) writes the completions entry (`cancelled`, with the reason), the
+  counters and the row's retention (a TTL, and its place in `completed` | `cancelled`
+  scored by when it ends); its reads come before the first write.
   A grouped job gives back its group's active slot (the `leave_active` helper;
   docs/lanes.md).
 ]]
@@ -25,24 +28,29 @@ local id, token, result, base = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include finished
 
 -- checks, in order: row, token, (idempotent repeat), membership
-local fields = redis.call('HMGET', row, 'attempts', 'state', 'group')
+local fields = redis.call('HMGET', row, 'token', 'state', 'group')
 if not fields[1] then return -1 end
 if fields[1] ~= token then return -2 end
-if fields[2] == 'completed' then return 2 end
+if fields[2] == 'completed' or fields[2] == 'cancelled' then return 2 end
 if not redis.call('ZSCORE', active, id) then return -3 end
 
 local now = now_ms()
 local group = fields[3]
 if group then lanes_touch(base, group) end
 local cancelled = string.sub(result, 1, 10) == 'cancelled:'
-local fin = finish_read(base, 'completed', now, {{id, cancelled and 'cancelled' or 'completed'}})
+local state = cancelled and 'cancelled' or 'completed'
+local fin = finish_read(base, state, now, {{id, state}})
 
 leave_active(base, active, id, group)
-redis.call('HSET', row, 'state', 'completed', 'result', result, 'finished_at', fin.now_arg)
-redis.call('PUBLISH', base .. 'events', '{"event":"completed","job":"' .. id .. '"}')
 if cancelled then
-  finished(fin, 1, {reason = string.sub(result, 11)})
+  local reason = string.sub(result, 11)
+  redis.call('HSET', row, 'state', 'cancelled', 'cancel_reason', reason,
+    'finished_at', fin.now_arg)
+  redis.call('PUBLISH', base .. 'events', '{"event":"cancelled","job":"' .. id .. '"}')
+  finished(fin, 1, {reason = reason})
 else
+  redis.call('HSET', row, 'state', 'completed', 'result', result, 'finished_at', fin.now_arg)
+  redis.call('PUBLISH', base .. 'events', '{"event":"completed","job":"' .. id .. '"}')
   finished(fin, 1, {result = result})
 end
 return 1

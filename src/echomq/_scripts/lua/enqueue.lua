@@ -23,6 +23,7 @@
            the one read, the record is gone or paused, or the queue is paused: nothing
            written)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
+           EMQSCHEMA     the queue's layout version is not this echomq's (nothing written)
            EMQARG        n is not 1..MAX_ENQUEUE, m not 1..n, they do not match the argument
                          count, or a job names no option set
            EMQFORMAT     the repeat record has another layout version (nothing written)
@@ -39,7 +40,7 @@
   scheduled takes the new job's payload (and, delayed, its delay again from now), and the
   key's window starts again. A repeat run's id is <key>~<slot>, so one slot
   is one job however many schedulers race; the compare-and-set on `next` is what makes
-  them fire it once. It marks the queue (mark_queue: meta's schema_version), so a queue
+  them fire it once. It marks the queue (open_queue: meta's schema_version), so a queue
   whose only jobs are delayed is found by discovery too.
   Jobs of a call share their options (one set for a bulk of one task's jobs): each set is
   read once, and a job is sent as its id, its payload and its set's number.
@@ -169,7 +170,7 @@ local now = now_ms()
 -- the numbers of a row go to redis.call as text: Redis 7.0 turns a Lua number into an
 -- argument with %.17g, which costs more than most of the HSET
 local now_s = string.format('%d', now)
-mark_queue(meta)
+open_queue(meta)
 local channel = base .. 'events'
 local loud = heard(channel, n)  -- (include/events.lua)
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
@@ -202,7 +203,7 @@ for i = 0, n - 1 do
     local delay, group = set.delay, set.group
     if delay > 0 then
       local run_at = string.format('%d', now + delay)
-      redis.call('HSET', rows[i], 'state', 'scheduled', 'payload', ARGV[j + 1], 'attempts', '0',
+      redis.call('HSET', rows[i], 'state', 'scheduled', 'payload', ARGV[j + 1], 'token', '0',
         'failures', '0', 'stalled', '0', 'priority', set.priority, 'max_attempts',
         set.max_attempts, 'created_at', now_s, 'run_at', run_at, unpack(set.extra))
       redis.call('ZADD', schedule, run_at, id)
@@ -210,7 +211,7 @@ for i = 0, n - 1 do
       if not soonest or delay < soonest then soonest = delay end
     else
       seq = seq + 1
-      redis.call('HSET', rows[i], 'state', 'pending', 'payload', ARGV[j + 1], 'attempts', '0',
+      redis.call('HSET', rows[i], 'state', 'pending', 'payload', ARGV[j + 1], 'token', '0',
         'failures', '0', 'stalled', '0', 'priority', set.priority, 'max_attempts',
         set.max_attempts, 'created_at', now_s, unpack(set.extra))
       if group then

@@ -16,10 +16,10 @@
            the queue's rate window (nil when none): {max, ms, started, ms until it reopens},
            waiting score | nil, {open children ids: at most 10, of the first 1000},
            {for each of those: {its `:remote` entry | nil (on this queue), its row's
-           state | nil (on another queue, or no row)}}}
+           state | nil (on another queue, or no row)}}, cancelled score | nil}
   Events   (none)
   Moves    (none)
-  Bound    O(log N): one ZRANK, seven ZSCOREs, the row and the holder's record (a fixed set
+  Bound    O(log N): one ZRANK, eight ZSCOREs, the row and the holder's record (a fixed set
            of fields each), for a grouped job a fixed number of reads of its lane's keys
            (docs/lanes.md); a flow parent: its first 1000 children and their outcomes,
            and the state or queue of at most 10 open ones
@@ -100,4 +100,5 @@ return {
   redis.call('ZSCORE', KEYS[10], id),
   open_ids,
   open_where,
+  redis.call('ZSCORE', base .. 'cancelled', id),
 }

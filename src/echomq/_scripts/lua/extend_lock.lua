@@ -17,7 +17,7 @@
 local active, row = KEYS[1], KEYS[2]
 -- @include time
 -- @include run_id
-local f = redis.call('HMGET', row, 'attempts', 'lease_epoch')
+local f = redis.call('HMGET', row, 'token', 'lease_epoch')
 if not f[1] then return -1 end
 if f[1] ~= ARGV[2] then return -2 end
 if not redis.call('ZSCORE', active, ARGV[1]) then return -3 end

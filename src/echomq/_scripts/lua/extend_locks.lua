@@ -28,7 +28,7 @@ local ids, rows = {}, {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
   ids[#ids + 1] = id
-  rows[#rows + 1] = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'lease_epoch',
+  rows[#rows + 1] = redis.call('HMGET', base .. 'job:' .. id, 'token', 'lease_epoch',
     'cancel_requested', 'cancel_reason')
 end
 local scores = {}

@@ -34,7 +34,7 @@ local delay = tonumber(ARGV[4])
 -- @include finished
 
 -- checks, in order: row, token, membership
-local fields = redis.call('HMGET', row, 'attempts', 'failures', 'max_attempts', 'priority',
+local fields = redis.call('HMGET', row, 'token', 'failures', 'max_attempts', 'priority',
   'group')
 if not fields[1] then return -1 end
 if fields[1] ~= token then return -2 end

@@ -8,19 +8,19 @@
         3 pending    ZSET  ready ids
         4 schedule   ZSET  delayed ids
         derived from the base (the queue's slot; include/finished.lua): job:<id>,
-        completed, completions, metrics:*
+        cancelled, completions, metrics:*
   ARGV  1 queue base (emq:{q}:)   2 limit (1..MAX_BATCH)
   Returns  the ids fenced now (a list; empty when nothing was due)
   Errors   EMQARG   limit is not 1..MAX_BATCH (nothing written; the verb refuses it first)
   Events   cancel {job, reason, fenced} (also on emq:{q}:control, the workers' channel) and
-           completed {job, fenced} (per fenced job)
-  Moves    active | pending | scheduled -> completed; completed -> (none) (the retention,
+           cancelled {job, fenced} (per fenced job)
+  Moves    active | pending | scheduled -> cancelled; cancelled -> (none) (the retention,
            other rows); waiting -> pending (a flow parent: its child finished, docs/flows.md)
   Bound    O(limit * log N); at most MAX_BATCH due entries per call (include/caps.lua:
            each may finish a job), plus the retention's cleanup (include/finished.lua: at most
            100 index entries and 100 capped rows per call)
   Per due entry (deadline <= server now), read first: the row's state, reason and deadline.
-  Then: a job that finished (completed, dead), has no row, or no deadline (reprocessed)
+  Then: a job that finished (completed, cancelled, dead), has no row, or no deadline (reprocessed)
   only leaves `cancels`; a row whose deadline moved later is re-scored; the rest (active,
   or waiting again after a hand-back or a retry) are fenced (include/fence.lua): a grouped
   one gives back its group's slot or its lane place (leave_active / leave_ready, their
@@ -51,7 +51,8 @@ local k = {base = base, active = active, pending = pending, schedule = schedule,
 local due_fence, stale = {}, {}
 for i, id in ipairs(due) do
   local state, reason, deadline = rows[i][1], rows[i][2], tonumber(rows[i][3] or '')
-  if not state or state == 'completed' or state == 'dead' or not deadline then
+  if not state or state == 'completed' or state == 'cancelled' or state == 'dead'
+    or not deadline then
     stale[#stale + 1] = {id}
   elseif deadline > now then
     stale[#stale + 1] = {id, deadline}
@@ -63,7 +64,7 @@ end
 local jobs = {}
 for i, d in ipairs(due_fence) do jobs[i] = {d[1], 'cancelled'} end
 local fin = nil
-if #jobs > 0 then fin = finish_read(base, 'completed', now, jobs) end  -- reads, then writes
+if #jobs > 0 then fin = finish_read(base, 'cancelled', now, jobs) end  -- reads, then writes
 for _, e in ipairs(stale) do
   if e[2] then redis.call('ZADD', cancels, e[2], e[1]) else redis.call('ZREM', cancels, e[1]) end
 end

@@ -14,7 +14,7 @@
         7 wake      LIST    wake tokens for idle consumers
         8 holds     ZSET    the claim holds taken; member = a hold's token, score = its end
         derived from the base (the queue's slot; include/finished.lua): dead, completed,
-        completions, outbox, metrics:*, each job's row, lock, logs, children, results,
+        cancelled, completions, outbox, metrics:*, each job's row, lock, logs, children, results,
         remote
   ARGV  1 queue base (emq:{q}:)   2 mode (cancel | remove)   3 hold (take: hold the
         queue's claims until now + 5 | release: end the hold after this page | '' none)
@@ -33,7 +33,7 @@
            EMQLOCKED     remove: the top job is locked (nothing written)
   Events   removed {job, reason} (each removed job) | cancel {job, reason} (each running
            job signalled; also on emq:{q}:control)
-  Moves    pending | scheduled | active | dead | completed | waiting -> (none);
+  Moves    pending | scheduled | active | dead | completed | cancelled | waiting -> (none);
            waiting -> pending (the top's parent, docs/flows.md)
   Bound    O(n * log N) (at most MAX_FLOW ids per call, include/caps.lua), plus the removed
            jobs' log lines (deleted with them)
@@ -109,7 +109,7 @@ for k = 11, 10 + n do
     if mode == 'remove' then
       job.dedup = held_dedup(base, row, id)
       job.in_flight = redis.call('ZSCORE', active, id)
-      local live = state ~= 'completed' and state ~= 'dead'
+      local live = state ~= 'completed' and state ~= 'dead' and state ~= 'cancelled'
       if id == top and f[6] and live and f[7] then  -- its parent on another queue: the outbox
         redis.call('EXISTS', base .. 'outbox')
         job.parent = {base = base, queue = f[7], id = f[6], gen = f[8]}
@@ -129,7 +129,8 @@ if mode == 'cancel' and #remove > 0 then
     if rec.id ~= top then rec.parent, rec.p, rec.parent_queue = nil, nil, nil end
   end
 end
-redis.call('EXISTS', base .. 'dead', base .. 'completed', base .. 'control', base .. 'events')
+redis.call('EXISTS', base .. 'dead', base .. 'completed', base .. 'cancelled', base .. 'control',
+  base .. 'events')
 if hold ~= '' then
   redis.call('ZRANGE', holds, 0, -1)
   redis.call('HGET', meta, 'hold')
@@ -152,6 +153,7 @@ for i, job in ipairs(remove) do
   if mode == 'remove' then
     redis.call('ZREM', base .. 'dead', id)
     redis.call('ZREM', base .. 'completed', id)
+    redis.call('ZREM', base .. 'cancelled', id)
   end
   redis.call('DEL', row, row .. ':logs', row .. ':children', row .. ':results', row .. ':remote')
   if mode == 'remove' then

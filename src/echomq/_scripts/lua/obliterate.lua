@@ -11,9 +11,10 @@
         7 waiting     ZSET  flow parents (docs/flows.md)
         8 wake        LIST
         9 metrics:completed  HASH
-       10 metrics:failed     HASH
+       10 metrics:dead       HASH
        11 sweep_guard STRING
        12.. leftover keys of this queue (found by the caller's SCAN), deleted as found
+        derived from the base: cancelled (ZSET, a state set like completed), the lanes
   ARGV  1 queue base (emq:{q}:)   2 '1' = force (active jobs too)   3 budget (1..MAX_BUDGET jobs)
         4 '1' = finish: delete the queue's own keys when every set is empty
   Returns  {status, deleted}: status 1 = the budget is spent, call again;
@@ -25,7 +26,7 @@
            EMQSTATE not paused          the queue is not paused (nothing written)
            EMQSTATE active jobs present  active members and not forced (nothing written)
   Events   (none)
-  Moves    pending | scheduled | active | dead | completed | waiting -> (none)
+  Moves    pending | scheduled | active | dead | completed | cancelled | waiting -> (none)
   Bound    O(budget * log N); at most MAX_BUDGET jobs or keys per call
            (include/caps.lua)
   Ids are taken from the head of each set and removed by rank (ZREMRANGEBYRANK); rows,
@@ -62,8 +63,8 @@ end
 local leftovers = #KEYS - 11
 budget = budget - leftovers
 local plan, more = {}, false  -- plan: {set, ids}; more: the budget ran out first
-for i = 2, 7 do
-  local set = KEYS[i]
+local sets = {KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], base .. 'cancelled', KEYS[7]}
+for _, set in ipairs(sets) do
   local card = redis.call('ZCARD', set)
   if card > 0 then
     if budget <= 0 then

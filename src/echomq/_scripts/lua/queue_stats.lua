@@ -4,14 +4,17 @@
         7 repeat  ZSET  the repeat registry (+inf: a paused record)
         8 groups  ZSET  the lanes' registry
         9 waiting ZSET  flow parents with open children
+        10 cancelled ZSET  cancelled rows kept
   ARGV  1 queue base   2 minutes (1..MAX_MINUTES): how many minutes of counters, the current one
         included
   Returns  {pending, scheduled, active, dead, completed, paused (0|1),
-            completed total, failed (dead) total, cancelled total, server now ms,
-            {capped completed rows, capped dead rows, capped completions entries},
+            completed total, dead total, cancelled total, server now ms,
+            {capped completed rows, capped dead rows, capped completions entries,
+            capped cancelled rows},
             {completed per minute}, {dead per minute}, {cancelled per minute},
             repeatables registered, repeatables paused, jobs waiting in group lanes,
-            groups with waiting or active jobs, waiting (flow parents with open children)}
+            groups with waiting or active jobs, waiting (flow parents with open children),
+            cancelled}
            (the per-minute lists oldest first; the last is the current, partial minute)
   Errors   EMQARG   minutes is not 1..MAX_MINUTES
   Events   (none)
@@ -37,7 +40,8 @@ local current = math.floor(now / 60000)
 local function total(name)
   return tonumber(redis.call('HGET', base .. 'metrics:' .. name, 'count') or '0')
 end
-local capped = redis.call('HMGET', base .. 'metrics:capped', 'completed', 'dead', 'completions')
+local capped = redis.call('HMGET', base .. 'metrics:capped', 'completed', 'dead', 'completions',
+  'cancelled')
 local series = {}
 for k, outcome in ipairs({'completed', 'dead', 'cancelled'}) do
   local counts = {}
@@ -55,10 +59,11 @@ return {
   redis.call('ZCOUNT', KEYS[6], now, '+inf'),
   redis.call('HEXISTS', KEYS[1], 'paused'),
   total('completed'),
-  total('failed'),
+  total('dead'),
   total('cancelled'),
   now,
-  {tonumber(capped[1] or '0'), tonumber(capped[2] or '0'), tonumber(capped[3] or '0')},
+  {tonumber(capped[1] or '0'), tonumber(capped[2] or '0'), tonumber(capped[3] or '0'),
+    tonumber(capped[4] or '0')},
   series[1],
   series[2],
   series[3],
@@ -67,4 +72,5 @@ return {
   tonumber(redis.call('HGET', KEYS[1], 'lane_jobs') or '0'),
   redis.call('ZCARD', KEYS[8]),
   redis.call('ZCARD', KEYS[9]),
+  redis.call('ZCARD', KEYS[10]),
 }

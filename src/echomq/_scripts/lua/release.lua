@@ -9,8 +9,8 @@
   Events   released (per job)
   Moves    active -> pending (first in its priority band)
   Bound    O(pairs * log N); at most MAX_HELD pairs per call (include/caps.lua)
-  Every pair is checked (extend_lock's order) before the first write; attempts is not
-  changed, so a released job's next claim is attempt + 1 and nothing counts a failure.
+  Every pair is checked (extend_lock's order) before the first write; the token is not
+  changed, so a released job's next claim is token + 1 and nothing counts a failure.
   A grouped job gives back its group's active slot and goes back to the front of its lane
   (`leave_active`, `ready`; docs/lanes.md).
 ]]
@@ -26,7 +26,7 @@ end
 local codes, ok = {}, {}
 for i = 2, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
-  local f = redis.call('HMGET', base .. 'job:' .. id, 'attempts', 'priority', 'group')
+  local f = redis.call('HMGET', base .. 'job:' .. id, 'token', 'priority', 'group')
   local code = 1
   if not f[1] then code = -1
   elseif f[1] ~= token then code = -2

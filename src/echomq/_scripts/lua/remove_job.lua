@@ -10,12 +10,13 @@
         7 dead       ZSET
         8 completed  ZSET
         9 waiting    ZSET    flow parents with open children
+        derived from the base: cancelled (ZSET, cancelled rows kept), outbox, the lanes
   ARGV  1 id   2 queue base (emq:{q}:)   3 '1' = force (a flow parent with open children)
   Returns  1 | -1 no row (nothing written)
   Errors   EMQLOCKED   a lock key or a `lock` field on the row: the job is untouched
            EMQSTATE has open children   a waiting flow parent, not forced (untouched)
   Events   removed
-  Moves    pending | scheduled | active | dead | completed | waiting -> (none);
+  Moves    pending | scheduled | active | dead | completed | cancelled | waiting -> (none);
            waiting -> pending (its flow parent, docs/flows.md)
   Bound    O(log N), plus the job's log lines (deleted with it)
   Removal is not an outcome: no completions entry, no counter; finished's hook releases
@@ -41,7 +42,7 @@ if f[1] == 'waiting' and tonumber(f[2] or '0') > 0 and not force then
   return redis.error_reply('EMQSTATE has open children: ' .. id .. ' (remove the flow with force)')
 end
 local parent = nil  -- a live child's parent: told that this child is gone
-local live = f[1] ~= 'completed' and f[1] ~= 'dead'
+local live = f[1] ~= 'completed' and f[1] ~= 'dead' and f[1] ~= 'cancelled'
 if f[3] and live and f[4] then  -- its parent on another queue: told through the outbox
   redis.call('EXISTS', base .. 'outbox')
   parent = {base = base, queue = f[4], id = f[3], gen = f[5]}
@@ -53,10 +54,13 @@ local held = held_dedup(base, row, id)  -- the dedup key it gives back (finished
 local group = redis.call('HGET', row, 'group')
 if group then lanes_touch(base, group) end
 local in_flight = redis.call('ZSCORE', KEYS[6], id)
+local cancelled = base .. 'cancelled'
+redis.call('EXISTS', cancelled)  -- read: a key moved mid-reshard fails here
 
 leave_ready(base, KEYS[4], id, group)
 if in_flight then leave_active(base, KEYS[6], id, group) end
 for _, i in ipairs({5, 7, 8, 9}) do redis.call('ZREM', KEYS[i], id) end
+redis.call('ZREM', cancelled, id)
 redis.call('DEL', row, logs, row .. ':children', row .. ':results', row .. ':remote')
 redis.call('PUBLISH', base .. 'events', cjson.encode({event = 'removed', job = id}))
 finished(nil, held, {parent = parent, id = id})

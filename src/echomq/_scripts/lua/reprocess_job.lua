@@ -1,6 +1,6 @@
 --[[
   Reprocess a dead job: back to pending, first in its priority band. The counters
-  (attempts, failures, stalled) stay; last_error and a cancel request left on the row
+  (token, failures, stalled) stay; last_error and a cancel request left on the row
   (cancel_requested, cancel_reason, cancel_deadline, cancel_fenced) are cleared:
   reprocessing asks for a fresh run (a stale entry in `cancels` is dropped by
   fence_cancels, which finds no deadline). The

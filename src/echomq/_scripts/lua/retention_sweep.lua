@@ -8,7 +8,8 @@
            (more: the call stopped at its limit; call again at once)
   Errors   EMQARG   limit is not 1..MAX_SWEEP (nothing written; the verb refuses it first)
   Events   (none)
-  Moves    completed -> (none); dead -> (none) (a row of echomq 0.1, with no TTL, whose time is up)
+  Moves    completed -> (none); dead -> (none); cancelled -> (none) (a row of echomq 0.1,
+           with no TTL, whose time is up: a cancelled one was migrated from layout 1)
   Bound    O(limit * log N); at most MAX_SWEEP index and stream entries per call
            (include/caps.lua). With nothing to do: TIME, one HMGET, one ZRANGEBYSCORE per
            index and one XRANGE, each finding nothing.

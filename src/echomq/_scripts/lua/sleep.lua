@@ -23,7 +23,7 @@ local ms = tonumber(ARGV[4])
 -- @include time
 -- @include lanes
 -- @include leave_active
-local f = redis.call('HMGET', row, 'attempts', 'group', step, 'cancel_requested')
+local f = redis.call('HMGET', row, 'token', 'group', step, 'cancel_requested')
 if not f[1] then return -1 end
 if f[1] ~= token then return -2 end
 if not redis.call('ZSCORE', active, id) then return -3 end

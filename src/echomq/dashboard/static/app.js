@@ -6,7 +6,7 @@
 
 (() => {
   const $ = (id) => document.getElementById(id);
-  const STATES = ["pending", "active", "scheduled", "dead", "completed"];
+  const STATES = ["pending", "active", "scheduled", "dead", "completed", "cancelled"];
   const CONFIRM = new Set(["drain", "remove"]);
 
   const app = {
@@ -461,7 +461,7 @@
       h("td", { class: "mono", title: job.id, text: shortId(job.id) }),
       h("td", { class: "mono", text: job.task || "—" }),
       h("td", {}, h("span", { class: `outcome ${job.state}`, text: job.state })),
-      h("td", { class: "mono", text: String(job.attempts) }),
+      h("td", { class: "mono", text: String(job.token) }),
       h("td", { class: job.state === "dead" ? "err" : "history-text", text: text || "" }));
   }
 
@@ -563,7 +563,8 @@
   function renderCounts(q) {
     const extra = {
       completed: `${q.totals.completed.toLocaleString()} ever`,
-      dead: `${q.totals.failed.toLocaleString()} ever`,
+      dead: `${q.totals.dead.toLocaleString()} ever`,
+      cancelled: `${q.totals.cancelled.toLocaleString()} ever`,
     };
     $("counts").replaceChildren(
       ...STATES.map((s) =>

@@ -1,6 +1,7 @@
 -- finish_read / finished: jobs reached a terminal outcome (docs/results.md): one entry each
 -- on the completions stream, the per-minute and total counters, the row's retention (a TTL
--- and its place in the `completed` / `dead` index, scored by when the retention ends) and
+-- and its place in the `completed` / `cancelled` / `dead` index, scored by when the
+-- retention ends) and
 -- the index's bounded cleanup. Two calls, because a script reads every key it touches
 -- before its first write (docs/lua.md, rule 1):
 --   local fin = finish_read(base, kept, now, {{id, state}, ...})  -- with the reads
@@ -9,8 +10,12 @@
 -- and the row's key, when the caller has made it)
 --   ... the script's own writes (the rows' state, finished_at) ...
 --   finished(fin, i, detail)   -- job i; detail: result | error | reason, failures
--- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead),
--- or nil when the script deletes them (a cancelled waiting job). finished(nil, id,
+-- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead |
+-- cancelled: a cancelled row is kept as a completed one is, keep_result and
+-- max_completed), or nil when the script deletes them (a cancelled waiting job).
+-- parents (optional): the flow parents' records of another finish_read of the same call
+-- (complete_many finishes its completed and its cancelled jobs apart: one parent, one
+-- record). finished(nil, id,
 -- held, 'removed'): remove_job's hook; removal is not an outcome, so nothing of the above
 -- is written, only the dedup key its job held (held_dedup, in its read phase) is released.
 -- Dedup (docs/repeat.md): a window is a throttle; a job gives its key back when its row
@@ -52,7 +57,7 @@ local FINISH_TRIM = 100
 local METRICS_KEEP_MS = MAX_MINUTES * 60000 + 120000
 local FINISH_DETAIL = {completed = 'result', dead = 'error', cancelled = 'reason'}
 local FINISH_TOTALS = {
-  completed = 'metrics:completed', dead = 'metrics:failed', cancelled = 'metrics:cancelled',
+  completed = 'metrics:completed', dead = 'metrics:dead', cancelled = 'metrics:cancelled',
 }
 -- held_dedup(base, row, id): the dedup key (emq:{q}:dedup:<key>) the job `id` holds (named
 -- by its row's `dedup`, still holding this id; one that lapsed and was taken by a later
@@ -114,11 +119,11 @@ end
 -- the row fields finish_read reads of each job (a caller that reads the row anyway may
 -- read these in the same HMGET, after its own, and hand them over: see finish_read)
 local function finish_fields(kept)
-  return {'task', 'attempts', 'failures', 'created_at', 'claimed_at',
+  return {'task', 'token', 'failures', 'created_at', 'claimed_at',
     'keep_' .. (kept == 'dead' and 'dead' or 'result'), 'parent', 'kids', 'parent_queue',
     'dedup'}
 end
-local function finish_read(base, kept, now, jobs)
+local function finish_read(base, kept, now, jobs, parents)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
     'max_completed', 'max_dead'}
   local s = redis.call('HMGET', base .. 'meta', 'keep_result', 'keep_dead', 'completions_keep',
@@ -126,7 +131,7 @@ local function finish_read(base, kept, now, jobs)
   local no_logs = s[7] == '0'  -- no job of the queue has a log list (include/schema.lua)
   local fin = {base = base, kept = kept, now = now, now_arg = int_arg(now), jobs = {},
     stream = base .. 'completions', drop = {}, migrate = {}, capped = {}, cleaned = false,
-    parents = {}, keep_args = {}, entry = {}}
+    parents = parents or {}, keep_args = {}, entry = {}}
   for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or RETENTION_DEFAULTS[name] end
   fin.keep = fin[kept == 'dead' and 'keep_dead' or 'keep_result']  -- the queue's (a row's own first)
   local minute = math.floor(now / 60000)
@@ -147,7 +152,7 @@ local function finish_read(base, kept, now, jobs)
     -- the fields every job has, then the rare ones only when present (a record of 8
     -- slots, not 16; an absent field reads nil here, as false did)
     local rec = {id = id, state = state, row = row, task = f[o + 1],
-      attempts = f[o + 2] or '0', created_at = f[o + 4], claimed_at = f[o + 5]}
+      token = f[o + 2] or '0', created_at = f[o + 4], claimed_at = f[o + 5]}
     if logs[i] then rec.logs = logs[i] end
     if f[o + 3] then rec.failures = f[o + 3] end
     if f[o + 6] then rec.keep = tonumber(f[o + 6]) end
@@ -268,7 +273,7 @@ local function finished(fin, i, detail)
   -- (an absent field reads false); one table per call, rewritten job by job: entry[1..n]
   local entry = fin.entry
   entry[1], entry[2], entry[3], entry[4], entry[5], entry[6] =
-    'id', job.id, 'state', job.state, 'attempts', job.attempts
+    'id', job.id, 'state', job.state, 'token', job.token
   local n = 6
   local v = job.task
   if v then entry[7], entry[8], n = 'task', v, 8 end

@@ -18,4 +18,5 @@ local RETENTION_DEFAULTS = {
 local FINISHED_INDEXES = {
   {'completed', 'keep_result'},
   {'dead', 'keep_dead'},
+  {'cancelled', 'keep_result'},
 }
