@@ -34,7 +34,8 @@ import trio_websocket
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from echomq import errors
+import echomq
+from echomq import admin, errors
 from echomq._http import MAX_HEAD
 from echomq.dashboard.http_io import ASSETS
 from echomq.dashboard.messages import ACTIONS, MAX_MESSAGE, REFUSALS
@@ -80,7 +81,9 @@ async def hello(port: int) -> None:
 
 @pytest.fixture(scope="module")
 def served(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """``echomq dashboard`` in a child process, following QUEUE, on a free port."""
+    """``echomq dashboard`` in a child process, following QUEUE (made first: the verbs
+    refuse a queue that does not exist), on a free port."""
+    trio.run(_make_queue, redis_server.url)
     log = tmp_path_factory.mktemp("fuzz") / "dashboard.log"
     command = [sys.executable, "-m", "echomq", "dashboard", "--url", redis_server.url,
                "--port", "0", "--token", TOKEN, "--queue", QUEUE]  # fmt: skip
@@ -95,6 +98,11 @@ def served(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) 
         assert process.stdout is not None
         process.stdout.close()
     assert code == 0, log.read_text()
+
+
+async def _make_queue(url: str) -> None:
+    async with echomq.connect(url) as conn:
+        await admin.ensure_schema(conn, QUEUE)
 
 
 def _announced_port(process: subprocess.Popen[bytes]) -> int:

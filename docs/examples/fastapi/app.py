@@ -80,7 +80,11 @@ async def job_result(job_id: str, wait: float = 0.0) -> dict[str, Any]:
             info = await handle.ainfo()
             if info is None:
                 raise echomq.JobGone(job_id)
-            if info.state not in (echomq.JobState.COMPLETED, echomq.JobState.DEAD):
+            if info.state not in (
+                echomq.JobState.COMPLETED,
+                echomq.JobState.DEAD,
+                echomq.JobState.CANCELLED,
+            ):
                 return {"job": job_id, "state": info.state.value}
         try:
             result = await handle.aresult(timeout=wait if wait > 0 else 10)
