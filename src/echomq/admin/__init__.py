@@ -23,8 +23,9 @@ before any I/O, and either answers a value or raises a typed error from
   (``WorkerRecord``: alive or gone, blocked or running, what they hold).
 - ``reprocess_dead``: dead jobs back to pending in bulk (``reprocess_job`` per id, a
   pipelined batch per round trip, bounded by the dead count at the start).
-- ``set_group_concurrency`` / ``set_rate_limit`` / ``limits``: the group lanes' limits and
-  the rate limits, changed at run time; ``groups`` / ``group``: per-group counts and
+- ``set_concurrency`` / ``set_group_concurrency`` / ``set_rate_limit`` / ``limits``: the
+  queue's concurrency across its workers, the group lanes' limits and the rate limits,
+  changed at run time; ``groups`` / ``group``: per-group counts and
   standing (docs/lanes.md).
 
 The package's modules: ``queues`` (the queue-scope verbs), ``discovery``, ``views``,
@@ -38,6 +39,7 @@ from .limits import (
     Limits,
     RateLimit,
     limits,
+    set_concurrency,
     set_group_concurrency,
     set_rate_limit,
 )
@@ -148,6 +150,7 @@ __all__ = [
     "retention",
     "server_now_ms",
     "set_retention",
+    "set_concurrency",
     "set_group_concurrency",
     "set_rate_limit",
     "stats",

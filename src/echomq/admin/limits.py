@@ -1,5 +1,6 @@
-"""The lanes' limits at run time (docs/lanes.md): a group's concurrency, the default of
-every group, the rate limits of the queue and of groups. ``echomq.admin`` re-exports them.
+"""The lanes' limits at run time (docs/lanes.md): the queue's concurrency (its active jobs
+across every worker), a group's concurrency, the default of every group, the rate limits
+of the queue and of groups. ``echomq.admin`` re-exports them.
 
 Rule 1: a limit is a positive int; ``None`` clears it (no limit, or back to the default);
 0 or a negative one is refused here (``InvalidArgument``), before any I/O.
@@ -29,6 +30,7 @@ __all__ = [
     "lanes_rejoin_call",
     "limits",
     "set_group_concurrency",
+    "set_concurrency",
     "set_limits_call",
     "set_rate_limit",
 ]
@@ -52,9 +54,10 @@ class RateLimit:
 
 @attrs.frozen(kw_only=True)
 class Limits:
-    """A queue's limits: its own rate limit, and the defaults of every group (a group's
-    own settings win over them: ``admin.groups`` shows them)."""
+    """A queue's limits: its own concurrency and rate limit, and the defaults of every
+    group (a group's own settings win over them: ``admin.groups`` shows them)."""
 
+    concurrency: int | None
     rate: RateLimit | None
     group_concurrency: int | None
     group_rate: RateLimit | None
@@ -80,8 +83,6 @@ def set_limits_call(
     ks = Keyspace(queue)
     if target not in ("", EVERY_GROUP):
         check_group(target)
-    if target == "" and concurrency != "":
-        raise InvalidArgument("a queue has no concurrency of its own: set its workers'")
     argv: list[Any] = [
         ks.base,
         target,
@@ -118,6 +119,20 @@ async def _rejoin_all(conn: Executor, queue: str) -> None:
         _, cursor = await evaluate(conn, lanes_rejoin_call(queue, cursor))
         if not cursor:
             return
+
+
+async def set_concurrency(conn: Executor, queue: str, limit: int | None) -> None:
+    """Cap the queue's running jobs across every worker at ``limit`` (BullMQ's global
+    concurrency); ``None`` (or 0) clears it.
+
+    The claim counts the queue's active set, so the cap holds however many workers run,
+    and a dead worker's jobs give their room back when recovery takes them out of it. A
+    lowered cap never stops running jobs: the queue claims none until under it.
+
+    Raises:
+        InvalidArgument: a limit that is not a positive int, None or 0 (before any I/O).
+    """
+    await evaluate(conn, set_limits_call(queue, "", concurrency=None if limit == 0 else limit))
 
 
 async def set_group_concurrency(
@@ -175,12 +190,21 @@ def _rate(max_jobs: Any, period: Any) -> RateLimit | None:
 
 
 async def limits(conn: Executor, queue: str) -> Limits:
-    """The queue's rate limit and the groups' defaults (one HMGET of its meta hash)."""
-    fields = ("rate_max", "rate_ms", "group_concurrency", "group_rate_max", "group_rate_ms")
+    """The queue's concurrency and rate limit and the groups' defaults (one HMGET of its
+    meta hash)."""
+    fields = (
+        "rate_max",
+        "rate_ms",
+        "group_concurrency",
+        "group_rate_max",
+        "group_rate_ms",
+        "concurrency",
+    )
     reply = await conn.execute("HMGET", Keyspace(queue).meta, *fields)
     if not isinstance(reply, list) or len(reply) != len(fields):
         raise ScriptError(f"limits {queue}: unexpected reply {reply!r}")
     return Limits(
+        concurrency=None if reply[5] is None else as_int(reply[5]),
         rate=_rate(reply[0], reply[1]),
         group_concurrency=None if reply[2] is None else as_int(reply[2]),
         group_rate=_rate(reply[3], reply[4]),

@@ -35,7 +35,8 @@ def parse_rate(text: str) -> tuple[int, float] | None:
 
 
 def _limit(text: str) -> int | None:
-    return None if text == NONE else positive_int(text)
+    """A limit: N, or ``none`` / ``0`` to clear it."""
+    return None if text in (NONE, "0") else positive_int(text)
 
 
 def _rate_text(rate: admin.RateLimit | None) -> str:
@@ -46,10 +47,10 @@ async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -
     changing = args.concurrency is not None or args.rate is not None
     if args.group and args.every_group:
         raise UsageError("give --group or --every-group, not both")
-    if args.concurrency is not None and not (args.group or args.every_group):
-        raise UsageError("--concurrency is a group's: give --group NAME or --every-group")
     if changing:
-        if args.concurrency is not None:
+        if args.concurrency is not None and not (args.group or args.every_group):
+            await admin.set_concurrency(conn, args.queue, args.concurrency[0])
+        elif args.concurrency is not None:
             await admin.set_group_concurrency(
                 conn, args.queue, args.concurrency[0], group=args.group
             )
@@ -75,6 +76,7 @@ async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -
             json.dumps(
                 {
                     "queue": args.queue,
+                    "concurrency": limits.concurrency,
                     "rate": _rate_json(limits.rate),
                     "group_concurrency": limits.group_concurrency,
                     "group_rate": _rate_json(limits.group_rate),
@@ -83,6 +85,8 @@ async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -
         )
         return DONE
     out.print(f"limits of {args.queue}")
+    cap = limits.concurrency
+    out.print(f"  queue concurrency        {cap if cap is not None else 'no limit'}")
     out.print(f"  queue rate               {_rate_text(limits.rate)}")
     default = limits.group_concurrency
     out.print(f"  every group: concurrency {default if default is not None else 'no limit'}")
@@ -146,7 +150,7 @@ async def cmd_groups(conn: Connection, args: argparse.Namespace, out: Console) -
 def register(commands: Commands) -> None:
     p = commands.add(
         "limits",
-        "show or change a queue's rate limit and its groups' limits (at run time)",
+        "show or change a queue's concurrency and rate and its groups' limits (run time)",
         queue="positional",
         run=cmd_limits,
     )
@@ -157,8 +161,9 @@ def register(commands: Commands) -> None:
         "--concurrency",
         type=_limit,
         nargs=1,
-        metavar="N|none",
-        help="jobs of a group running at once (none: clear)",
+        metavar="N|0",
+        help="jobs running at once (0 or none: clear): the queue's, across every worker, "
+        "unless --group or --every-group",
     )
     p.add_argument(
         "--rate",

@@ -4,7 +4,8 @@
         2 active    ZSET  claimed ids; score = lease deadline ms (server clock)
         3 schedule  ZSET  delayed ids; score = run-at ms
         4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter; the limits
-                          (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`)
+                          (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`,
+                          `concurrency`)
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
   Returns  flat array: id, payload, token (attempts), failures, trace (the row's `trace`
@@ -24,6 +25,10 @@
   The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
   server clock; docs/lanes.md): a full window answers {ms until it reopens} and writes
   nothing; otherwise at most what the window has left is claimed.
+  The queue's concurrency (meta `concurrency`): at most that many jobs in active, across
+  every worker (ZCARD of active, read only when the field is set); at the cap the claim
+  answers {-1} and writes nothing (a finish pushes a wake token while the queue has a cap
+  and ready work: include/finished.lua); under it, at most the room left is claimed.
   Reads before writes (docs/lua.md, rule 1): the due ids and their rows, the candidates
   and the rows of those it will take, every lane and group key it touches, all before
   the first write.
@@ -66,7 +71,7 @@ end
 
 -- the gate: any `paused` field means paused; the backlog is untouched
 local gate = redis.call('HMGET', meta, 'paused', 'rate_max', 'rate_ms', 'group_rate_max',
-  'group_rate_ms', 'group_concurrency')
+  'group_rate_ms', 'group_concurrency', 'concurrency')
 if gate[1] then return {} end
 
 local now = now_ms()
@@ -79,6 +84,13 @@ if gate[2] then
   qwin = rate_window(base .. 'rate', tonumber(gate[2]), tonumber(gate[3]), now)
   if qwin[2] >= qwin[3] then return {qwin[4]} end
   want = math.min(count, qwin[3] - qwin[2])
+end
+-- the queue's concurrency: the room left in active, across every worker
+local capped = false  -- it bounds this claim
+if gate[7] then
+  local room = tonumber(gate[7]) - redis.call('ZCARD', active)
+  if room <= 0 then return {-1} end
+  if room <= want then want, capped = room, true end
 end
 
 -- reads: the due scheduled jobs (each to the back of its band), then the candidates
@@ -232,7 +244,9 @@ if flat_left and redis.call('ZCARD', pending) > 0 then push_wake(wake, #promoted
 -- under-filled: tell an idle consumer how long it may block before more may be claimable
 if #out < count * 5 then
   local wait = -1
-  if qwin and qwin[2] + #picks >= qwin[3] then
+  if capped and #picks >= want then
+    wait = -1  -- at the queue's concurrency: a finish wakes a consumer
+  elseif qwin and qwin[2] + #picks >= qwin[3] then
     wait = qwin[4]
   elseif turns and turns.more and #picks < want then
     wait = 0  -- ring members left unread: claim again now

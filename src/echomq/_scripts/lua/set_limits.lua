@@ -1,7 +1,8 @@
 --[[
-  Set or clear limits at run time (docs/lanes.md): the queue's rate limit, the default
-  concurrency and rate limit of every group, or one group's own.
-  KEYS  1 meta  HASH  the queue's limits (`rate_max`, `rate_ms`) and the groups' defaults
+  Set or clear limits at run time (docs/lanes.md): the queue's concurrency and rate limit,
+  the default concurrency and rate limit of every group, or one group's own.
+  KEYS  1 meta  HASH  the queue's limits (`concurrency`, `rate_max`, `rate_ms`) and the
+                      groups' defaults
                       (`group_concurrency`, `group_rate_max`, `group_rate_ms`); a group's
                       own are in `gstate` (`<group>:limit`, `<group>:rate` =
                       `<max>:<ms>`)
@@ -25,8 +26,8 @@ local concurrency, rate_max, rate_ms = ARGV[3], ARGV[4], ARGV[5]
 -- @include lanes
 if target == '' or target == '*' then
   local names = {'group_concurrency', 'group_rate_max', 'group_rate_ms'}
-  if target == '' then names = {false, 'rate_max', 'rate_ms'} end
-  if concurrency ~= '' and names[1] then
+  if target == '' then names = {'concurrency', 'rate_max', 'rate_ms'} end
+  if concurrency ~= '' then
     if tonumber(concurrency) > 0 then
       redis.call('HSET', meta, names[1], concurrency)
     else
