@@ -21,6 +21,7 @@ BENCHMARKS = (
     "cpu_per_job",
     "lua_cost",
     "producer_cpu",
+    "codecs",
     "floor",
     "bounds",
     "archive",
@@ -34,6 +35,7 @@ BENCHMARKS = (
     "ecosystem",
     "profile_e2e",
     "profile_claim",
+    "profile_io",
     "report",
 )
 

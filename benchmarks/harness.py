@@ -13,7 +13,16 @@ Per adapter and repetition (``run_adapter``), each mode on a fresh private redis
 - ``drain``: N jobs enqueued with no worker, then a freshly started worker drains them; the
   rate is taken from the first completion seen to the last (10,000, and 100,000 where the
   system's 10,000 prefill + drain of the same repetition projects the 100,000 ones under 2
-  minutes). A mode that fails is recorded in the notes; the other modes still count.
+  minutes). A mode that fails is recorded in the notes; the other modes still count;
+- ``io``: the drain again with a job that awaits a sleep (``--io-sleep-ms``, 10) at a high
+  concurrency (``--io-concurrency``, 1,000), ``--io-jobs`` (30,000) jobs; only for the
+  adapters that read ``--sleep`` (:data:`IO_SYSTEMS`).
+
+Every drain also answers, over the window of its rate (the adapter prints a line at the
+poll that saw the first completion and at the one that saw all N): the CPU per job of the
+worker's process group and of redis-server (utime + stime from /proc), and Redis's memory
+per finished job kept (``used_memory`` once all N are done, minus ``used_memory`` of the
+fresh server before the backlog, over N; default retention).
 
 Workers are stopped with SIGTERM to their process group, then SIGKILL. Python adapters run
 from the adapters folder with ``python -c`` so that the worker CLIs import them by their module name
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import subprocess
@@ -34,6 +44,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import redis
 import trio
 
 from echomq.testing import RedisServer
@@ -45,11 +56,23 @@ from .ceiling import redis_benchmark
 from .files import LOGS
 from .stats import Results, percentile
 
-__all__ = ["FIGURES", "add_arguments", "ceilings", "record", "run_adapter"]
+__all__ = [
+    "FIGURES",
+    "IO_SYSTEMS",
+    "add_arguments",
+    "add_io_arguments",
+    "ceilings",
+    "enqueue_once",
+    "io_capable",
+    "process_cpu",
+    "record",
+    "run_adapter",
+]
 
 HERE = Path(__file__).resolve().parent / "adapters"
 BIG_DRAIN = 100_000
 BIG_DRAIN_LIMIT_S = 120.0  # run the 100,000 drain only where prefill + drain projects less
+IO_SYSTEMS = ("echomq", "bullmq-node")  # adapters whose worker reads --sleep (and echomq@REV)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -71,6 +94,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="stop the round trips after this long once 20 are in (slow pollers)",
     )
     p.add_argument("--concurrency", type=int, default=100, help="worker concurrency (all)")
+
+
+def add_io_arguments(p: argparse.ArgumentParser) -> None:
+    """The I/O-bound drain's sizes (the ``io`` mode)."""
+    p.add_argument(
+        "--io-jobs", type=int, default=30_000, help="I/O-bound drain: the backlog (0: skip it)"
+    )
+    p.add_argument(
+        "--io-sleep-ms", type=float, default=10.0, help="I/O-bound drain: each job's sleep"
+    )
+    p.add_argument(
+        "--io-concurrency", type=int, default=1000, help="I/O-bound drain: worker concurrency"
+    )
+
+
+def io_capable(name: str) -> bool:
+    """Whether ``name``'s adapter runs the I/O-bound job (its worker reads ``--sleep``)."""
+    return _is_echomq(name) or name in IO_SYSTEMS
 
 
 def _is_echomq(name: str) -> bool:
@@ -99,8 +140,17 @@ def _program(name: str) -> list[str]:
     return [str(ensure(peer)), "-c", code]
 
 
-def _argv(name: str, role: str, url: str, args: argparse.Namespace, jobs: int) -> list[str]:
-    return [
+def _argv(
+    name: str,
+    role: str,
+    url: str,
+    args: argparse.Namespace,
+    jobs: int,
+    *,
+    concurrency: int | None = None,
+    sleep: float = 0.0,
+) -> list[str]:
+    out = [
         *_program(name),
         role,
         "--url",
@@ -108,15 +158,22 @@ def _argv(name: str, role: str, url: str, args: argparse.Namespace, jobs: int) -
         "--jobs",
         str(jobs),
         "--concurrency",
-        str(args.concurrency),
+        str(concurrency or args.concurrency),
         "--latency-seconds",
         str(args.latency_seconds),
     ]
+    return [*out, "--sleep", repr(sleep)] if sleep else out
 
 
-def _env(name: str, url: str, args: argparse.Namespace) -> dict[str, str]:
+def _env(
+    name: str, url: str, args: argparse.Namespace, *, concurrency: int | None = None
+) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(BENCH_URL=url, BENCH_CONCURRENCY=str(args.concurrency), PYTHONUNBUFFERED="1")
+    env.update(
+        BENCH_URL=url,
+        BENCH_CONCURRENCY=str(concurrency or args.concurrency),
+        PYTHONUNBUFFERED="1",
+    )
     if _kind(name) == "node":
         env["NODE_PATH"] = str(node_modules(PEERS[name]))
         return env
@@ -150,7 +207,14 @@ async def _role(name: str, role: str, url: str, args: argparse.Namespace, jobs: 
 
 
 def _start_workers(
-    name: str, url: str, args: argparse.Namespace, count: int, tag: str
+    name: str,
+    url: str,
+    args: argparse.Namespace,
+    count: int,
+    tag: str,
+    *,
+    concurrency: int | None = None,
+    sleep: float = 0.0,
 ) -> list[subprocess.Popen[bytes]]:
     LOGS.mkdir(parents=True, exist_ok=True)
     procs = []
@@ -158,9 +222,9 @@ def _start_workers(
         log = open(LOGS / f"{name}-{tag}-worker{i}.log", "wb")
         procs.append(
             subprocess.Popen(
-                _argv(name, "worker", url, args, 0),
+                _argv(name, "worker", url, args, 0, concurrency=concurrency, sleep=sleep),
                 cwd=HERE,
-                env=_env(name, url, args),
+                env=_env(name, url, args, concurrency=concurrency),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -191,11 +255,68 @@ def _stop_workers(procs: list[subprocess.Popen[bytes]]) -> None:
         p.wait()
 
 
+def _ticks(pid: int) -> int:
+    """utime + stime of process ``pid`` (all its threads), in clock ticks; 0 once gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid`` (utime + stime, all its threads)."""
+    return _ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds of the live processes of process group ``pgid`` (a worker started in a
+    session of its own, with any children it forked)."""
+    ticks = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+MEMORY_FIELDS = ("used_memory", "used_memory_dataset", "mem_clients_normal")
+
+
+def memory(url: str) -> dict[str, int]:
+    """Redis's ``used_memory`` and two of its parts (INFO memory: the dataset, the normal
+    clients' buffers), bytes; and the number of keys."""
+    with redis.Redis.from_url(url) as r:
+        info = r.info("memory")
+        found = {k: int(info[k]) for k in MEMORY_FIELDS if k in info}
+        found["keys"] = int(r.dbsize())
+    return found
+
+
 async def _drain(
-    name: str, url: str, args: argparse.Namespace, jobs: int, tag: str
+    name: str,
+    server: RedisServer,
+    args: argparse.Namespace,
+    jobs: int,
+    tag: str,
+    *,
+    concurrency: int | None = None,
+    sleep: float = 0.0,
 ) -> dict[str, Any]:
     """Prefill ``jobs`` with no worker, start a fresh worker on the adapter's
-    ``{"prefilled": N}`` line, answer the adapter's drain figures."""
+    ``{"prefilled": N}`` line, answer the adapter's drain figures with the CPU per job of
+    the worker and of redis-server between its ``first`` and ``last`` lines, and Redis's
+    memory per job kept (``used_memory`` at ``last`` minus before the backlog, over N)."""
+    url = server.url
+    assert server.process is not None
+    redis_pid = server.process.pid
+    clk = os.sysconf("SC_CLK_TCK")
+    mem0 = memory(url)
     argv = _argv(name, "drain", url, args, jobs)
     LOGS.mkdir(parents=True, exist_ok=True)
     with (LOGS / f"{name}-{tag}-drain.log").open("wb") as errors:
@@ -208,30 +329,58 @@ async def _drain(
             stdin=subprocess.DEVNULL,
         )
     workers: list[subprocess.Popen[bytes]] = []
+    marks: dict[str, tuple[int, float, float]] = {}  # line -> (done, worker s, redis s)
+    figs: dict[str, Any] = {}
     out = b""
     try:
         assert proc.stdout is not None
         with trio.fail_after(900):
-            while b"\n" not in out:  # the prefilled line
-                chunk = await proc.stdout.receive_some()
-                if not chunk:
+            while True:
+                while b"\n" not in out:
+                    chunk = await proc.stdout.receive_some()
+                    if not chunk:
+                        break
+                    out += chunk
+                if b"\n" not in out:
                     break
-                out += chunk
-            if not out.startswith(b'{"prefilled"'):
-                raise RuntimeError(f"{name} drain: no prefilled line: {out[-300:]!r}")
-            workers = _start_workers(name, url, args, 1, tag)
-            while chunk := await proc.stdout.receive_some():
-                out += chunk
+                line, out = out.split(b"\n", 1)
+                msg = json.loads(line)
+                if "prefilled" in msg:
+                    workers = _start_workers(
+                        name, url, args, 1, tag, concurrency=concurrency, sleep=sleep
+                    )
+                elif "first" in msg or "last" in msg:
+                    key = "first" if "first" in msg else "last"
+                    w = sum(group_cpu(p.pid) for p in workers)
+                    marks[key] = (int(msg[key]), w, _ticks(redis_pid) / clk)
+                    if key == "last":
+                        mem1 = memory(url)
+                        figs["mem_b_per_job"] = (mem1["used_memory"] - mem0["used_memory"]) / jobs
+                        figs["memory"] = {"before": mem0, "after": mem1}
+                else:
+                    figs.update(msg)
             code = await proc.wait()
-        if code != 0:
+        if not workers:
+            raise RuntimeError(f"{name} drain: no prefilled line: {out[-300:]!r}")
+        if code != 0 or "drain_per_s" not in figs:
             raise RuntimeError(f"{name} drain exited {code}: see {LOGS}/{name}-{tag}-drain.log")
-        figs: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+        if "first" in marks and "last" in marks and marks["last"][0] > marks["first"][0]:
+            (c0, w0, r0), (c1, w1, r1) = marks["first"], marks["last"]
+            figs["worker_us_per_job"] = (w1 - w0) / (c1 - c0) * 1e6
+            figs["redis_us_per_job"] = (r1 - r0) / (c1 - c0) * 1e6
         return figs
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
         await trio.to_thread.run_sync(_stop_workers, workers)
+
+
+async def enqueue_once(name: str, args: argparse.Namespace, jobs: int) -> float:
+    """One producer awaiting each enqueue of ``jobs`` jobs, no worker, on a fresh server."""
+    with RedisServer() as server:
+        out = await _role(name, "enqueue", server.url, args, jobs)
+    return float(out["enqueue_per_s"])
 
 
 def _has_bulk(name: str) -> bool:
@@ -282,11 +431,31 @@ async def run_adapter(
             finally:
                 await trio.to_thread.run_sync(_stop_workers, procs)
 
+    def keep(prefix: str, d: dict[str, Any]) -> None:
+        out[f"{prefix}_per_s"] = d["drain_per_s"]
+        out[f"{prefix}_prefill_s"] = d["prefill_s"]
+        for key in ("worker_us_per_job", "redis_us_per_job", "mem_b_per_job"):
+            if d.get(key) is not None and math.isfinite(d[key]):
+                out[f"{prefix}_{key}"] = d[key]
+        if "memory" in d:  # INFO memory's parts before the backlog and once all are done
+            out[f"{prefix}_memory"] = d["memory"]
+
     async def drain(size: int) -> None:
         with RedisServer() as server:
-            d = await _drain(name, server.url, args, size, f"{tag}-drain{size}")
-        out[f"drain{size}_per_s"] = d["drain_per_s"]
-        out[f"drain{size}_prefill_s"] = d["prefill_s"]
+            keep(f"drain{size}", await _drain(name, server, args, size, f"{tag}-drain{size}"))
+
+    async def io() -> None:
+        with RedisServer() as server:
+            d = await _drain(
+                name,
+                server,
+                args,
+                args.io_jobs,
+                f"{tag}-io",
+                concurrency=args.io_concurrency,
+                sleep=args.io_sleep_ms / 1000,
+            )
+        keep("io", d)
 
     if "enqueue" in modes:
         await attempt("enqueue", enqueue)
@@ -305,6 +474,8 @@ async def run_adapter(
                 await attempt(f"drain {BIG_DRAIN}", lambda: drain(BIG_DRAIN))
             else:
                 out[f"drain{BIG_DRAIN}_skipped"] = f"projected {projected:.0f} s"
+    if "io" in modes and io_capable(name) and getattr(args, "io_jobs", 0) > 0:
+        await attempt(f"io {args.io_jobs}", io)
     if errors:
         out["errors"] = errors
     log(
@@ -323,6 +494,13 @@ FIGURES = {
     "latency_p99_ms": ("enqueue->result p99", "ms"),
     "drain10000_per_s": ("drain a 10,000-job backlog", "jobs/s"),
     "drain100000_per_s": ("drain a 100,000-job backlog", "jobs/s"),
+    "io_per_s": ("I/O-bound drain (each job awaits a sleep)", "jobs/s"),
+}
+# per drain (``<drain>_<key>``): CPU and memory per job, by key: (figure suffix, unit)
+PER_JOB = {
+    "worker_us_per_job": ("worker CPU per job", "µs"),
+    "redis_us_per_job": ("Redis CPU per job", "µs"),
+    "mem_b_per_job": ("Redis memory per finished job kept", "B"),
 }
 
 
@@ -331,6 +509,14 @@ def record(res: Results, label: str, figs: dict[str, Any], *, rep: int = 0) -> N
     for key, (what, unit) in FIGURES.items():
         if key in figs and figs[key] is not None:
             res.add(f"{label}: {what}", figs[key], unit)
+    for key, value in figs.items():
+        drain, _, rest = key.partition("_")
+        if rest in PER_JOB and isinstance(value, float):
+            what, unit = PER_JOB[rest]
+            res.add(f"{label}: {drain} {what}", value, unit)
+    if figs.get("enqueue_turns_per_s"):
+        for v in figs["enqueue_turns_per_s"]:
+            res.add(f"{label}: enqueue, one at a time, each turn", v, "jobs/s")
     if "enqueue_s" in figs:  # near 1.0: the producer, not the worker, set the pace
         res.add(f"{label}: producer share of the run", figs["enqueue_s"] / figs["total_s"], "")
     res.samples.append({"system": label, "rep": rep, **figs})

@@ -11,13 +11,13 @@ resume of the paused queue to its last completion; the cost of a step is the dif
 divided by jobs x steps, in µs.
 
 ``chaos``: ``--chaos-jobs`` jobs of ``--steps`` steps (each step sleeps 50 ms, then logs
-``effect <step> <token>`` to its job's log list) worked by 3 worker processes of concurrency 4, one of them
-SIGKILLed every ``--chaos-kill-every`` seconds and replaced until ``--chaos-kills`` kills
-were made, then the rest drained. Counted per step: its committed record (the token of the
-run that wrote it) and every effect logged. A step ran again after its commit when an
-effect carries a greater token than its record's: that must never happen. An effect with a
-smaller token is a run a kill cut short before its commit (allowed: a step is
-at-least-once, docs/steps.md).
+``effect <step> <token>`` to its job's log list) worked by 3 worker processes of concurrency
+4, one of them SIGKILLed every ``--chaos-kill-every`` seconds and replaced until ``--chaos-
+kills`` kills were made, then the rest drained. Counted per step: its committed record (the
+token of the run that wrote it) and every effect logged. A step ran again after its commit
+when an effect carries a greater token than its record's: that must never happen. An effect
+with a smaller token is a run a kill cut short before its commit (allowed: a step is at-
+least-once, docs/steps.md).
 """
 
 from __future__ import annotations

@@ -17,11 +17,16 @@ Roles: ``worker``; ``enqueue`` (one job at a time, no worker running -> enqueue/
 ``--latency-seconds`` once 20 are in); ``drain`` (enqueue N with no worker -- in bulk where
 the peer can -- print a ``{"prefilled": N}`` line, then watch: the harness starts a fresh
 worker on that line; the rate is (N - done at the first poll that saw one) / (time of the
-poll that saw all N - time of that first poll)). Polls run every ``--poll`` seconds
-(default 5 ms) and read windows of 1,000 ids from the oldest (jobs finish roughly in
-order), so one poll costs one small read whatever N is.
+poll that saw all N - time of that first poll); a ``{"first": done}`` line and a
+``{"last": done}`` line mark those two polls as they happen, so that the harness reads the
+processes' CPU and Redis's memory at the edges of the same window). Polls run every
+``--poll`` seconds (default 5 ms) and read windows of 1,000 ids from the oldest (jobs
+finish roughly in order), so one poll costs one small read whatever N is.
 
-The job is a no-op that takes one argument, a 100-character string, and returns "ok".
+The job takes one argument, a 100-character string, and returns "ok": a no-op, or with
+``--sleep S`` (worker role) an I/O-bound job that first awaits a sleep of S seconds
+(``trio.sleep``, ``asyncio.sleep``; the adapters that take part in the I/O-bound drain
+read it).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--latency-seconds", type=float, default=20.0)
     p.add_argument("--poll", type=float, default=0.005)
+    p.add_argument("--sleep", type=float, default=0.0, help="worker: seconds each job awaits")
     return p.parse_args(argv)
 
 
@@ -111,8 +117,10 @@ async def _drain(client: Any, args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         if first is None and c > 0:
             first, first_count = t, c
+            print(json.dumps({"first": c}), flush=True)
         if c >= len(ids):
             assert first is not None
+            print(json.dumps({"last": c}), flush=True)
             span = t - first
             return {
                 "drain_jobs": len(ids),

@@ -5,6 +5,9 @@
 // `new Worker("bench", processor, {connection, concurrency})` as BullMQ's docs show (it has
 // no worker CLI); completed jobs kept (its default). Done when: the job id is in
 // `bull:bench:completed`. Latency: `job.waitUntilFinished(queueEvents)`, the documented way.
+// `--sleep S` (worker): each job first awaits a setTimeout promise of S seconds (the
+// I/O-bound drain). The drain prints `{"first": n}` and `{"last": n}` at the polls that
+// open and close its window, as _common.py does.
 "use strict";
 
 const { Queue, QueueEvents, Worker } = require("bullmq");
@@ -25,6 +28,7 @@ function parse(argv) {
     timeout: 600,
     latencySeconds: 20,
     poll: 0.005,
+    sleep: 0,
   };
   const names = {
     "--url": "url",
@@ -34,6 +38,7 @@ function parse(argv) {
     "--timeout": "timeout",
     "--latency-seconds": "latencySeconds",
     "--poll": "poll",
+    "--sleep": "sleep",
   };
   for (let i = 1; i < argv.length; i += 2) {
     const key = names[argv[i]];
@@ -53,7 +58,15 @@ const sleep = (s) => new Promise((resolve) => setTimeout(resolve, s * 1000));
 const now = () => Number(process.hrtime.bigint()) / 1e9;
 
 async function worker(args) {
-  const w = new Worker(NAME, async () => "ok", {
+  const pause = args.sleep * 1000;
+  const processor =
+    pause > 0
+      ? async () => {
+          await new Promise((resolve) => setTimeout(resolve, pause));
+          return "ok";
+        }
+      : async () => "ok";
+  const w = new Worker(NAME, processor, {
     connection: connection(args.url),
     concurrency: args.concurrency,
   });
@@ -181,8 +194,12 @@ async function drive(args) {
       for (;;) {
         const c = await client.countDone(ids);
         const t = now();
-        if (first === null && c > 0) [first, firstCount] = [t, c];
+        if (first === null && c > 0) {
+          [first, firstCount] = [t, c];
+          process.stdout.write(JSON.stringify({ first: c }) + "\n");
+        }
         if (c >= ids.length) {
+          process.stdout.write(JSON.stringify({ last: c }) + "\n");
           const span = t - first;
           return {
             drain_jobs: ids.length,

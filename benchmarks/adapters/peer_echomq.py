@@ -1,7 +1,8 @@
 """echomq itself, run exactly like the peers: ``echomq.Worker(queue, concurrency=100)`` in a
 worker process started the way DESIGN.md section 1 shows (``trio.run(worker.serve)``), a
 producer that calls ``noop.delay(...)``, ``echomq.jobs.enqueue_many`` (one script call per
-1,000 jobs) for the bulk figure, and ``handle.result()`` for the latency figure.
+1,000 jobs) for the bulk figure, and ``handle.result()`` for the latency figure. With
+``--sleep S`` the worker's job first awaits ``trio.sleep(S)`` (the I/O-bound drain).
 
 This file runs in echomq's own venv (the harness gives it ``sys.executable``).
 """
@@ -16,22 +17,32 @@ import trio
 
 import echomq
 import echomq.jobs
-from echomq._scripts import validate
-from echomq._scripts.keyspace import Keyspace
+
+try:
+    from echomq._scripts import validate
+    from echomq._scripts.keyspace import Keyspace
+except ImportError:  # an echomq from before the _scripts layer (a --base run of 0.1)
+    from echomq._redis import validate  # type: ignore[no-redef]
+    from echomq._redis.keyspace import Keyspace  # type: ignore[no-redef]
 
 RUNNER = "trio"
 NAME = "bench"
 URL = os.environ.get("BENCH_URL", "redis://127.0.0.1:6379/0")
 queue = echomq.Queue(NAME, url=URL)  # type: ignore[attr-defined]
 PAYLOAD = "x" * 100
+SLEEP = 0.0  # seconds each job awaits (the worker's --sleep)
 
 
 @queue.task(name="noop")
 async def noop(payload: str) -> str:
+    if SLEEP:
+        await trio.sleep(SLEEP)
     return "ok"
 
 
 def worker(args: Any) -> None:
+    global SLEEP
+    SLEEP = args.sleep
     queue.url = args.url
     w = echomq.Worker(queue, concurrency=args.concurrency)  # type: ignore[attr-defined]
     trio.run(w.serve)

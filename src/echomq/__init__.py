@@ -29,6 +29,7 @@ from .errors import (
     AuthenticationError,
     ClusterDown,
     ClusterError,
+    CodecMismatch,
     ConnectionLost,
     CrossSlot,
     DuplicateJob,
@@ -63,6 +64,7 @@ from .errors import (
     TaskNotRegistered,
     TLSError,
     Unavailable,
+    UnencodableArgument,
 )
 from .flows import ChildFailure
 
@@ -76,6 +78,7 @@ __all__ = [
     "Claimed",
     "ClusterDown",
     "ClusterError",
+    "CodecMismatch",
     "Connection",
     "ConnectionConfig",
     "ConnectionLost",
@@ -123,6 +126,7 @@ __all__ = [
     "TaskNotRegistered",
     "TaskOptions",
     "Unavailable",
+    "UnencodableArgument",
     "Worker",
     "WorkerConfig",
     "__version__",

@@ -34,7 +34,9 @@
     ├── SchemaMismatch       a queue's data layout (schema_version) is not this echomq's
     ├── TaskNotRegistered    a claimed job names a task this worker does not know
     ├── SerializationError   a payload that cannot be encoded or decoded (also ValueError)
-    │   └── PayloadTooLarge  a payload or result over the size limit, before any write
+    │   ├── PayloadTooLarge  a payload or result over the size limit, before any write
+    │   ├── UnencodableArgument  an argument the codec cannot encode, before any I/O
+    │   └── CodecMismatch    a payload written by another codec than the queue's
     ├── JobFailed            from handle.result(): the job is dead; carries the error text
     ├── JobCancelled         from handle.result() and CancelToken.check()
     ├── SoftTimeLimit        raised inside a job that ran past its soft_timeout (it may clean up)
@@ -88,6 +90,8 @@ __all__ = [
     "TaskNotRegistered",
     "SerializationError",
     "PayloadTooLarge",
+    "UnencodableArgument",
+    "CodecMismatch",
     "JobFailed",
     "JobCancelled",
     "SoftTimeLimit",
@@ -319,6 +323,50 @@ class PayloadTooLarge(SerializationError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.name, self.size, self.limit))
+
+
+class UnencodableArgument(SerializationError):
+    """An argument the queue's codec cannot encode, refused before any I/O.
+
+    ``argument`` names it: its parameter's name (``str``) when the task's signature
+    tells, else its position (``int``) or keyword; ``kind`` is the refused value's type
+    (None when the value is refused for its content, e.g. a NaN float in JSON).
+    """
+
+    def __init__(
+        self, argument: int | str, detail: str, kind: str | None = None, *, codec: str = "json"
+    ) -> None:
+        where = f"argument {argument}" if isinstance(argument, int) else f"argument {argument!r}"
+        super().__init__(f"{where} cannot be encoded by the {codec} codec: {detail}")
+        self.argument = argument
+        self.detail = detail
+        self.kind = kind
+        self.codec = codec
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unencodable, (self.argument, self.detail, self.kind, self.codec))
+
+
+def _unencodable(
+    argument: int | str, detail: str, kind: str | None, codec: str
+) -> UnencodableArgument:
+    return UnencodableArgument(argument, detail, kind, codec=codec)
+
+
+class CodecMismatch(SerializationError):
+    """A payload written by another codec than the queue's (``found``); the worker fails
+    that job with this reason and goes on."""
+
+    def __init__(self, codec: str, found: str) -> None:
+        super().__init__(
+            f"the payload was written by the {found} codec, this queue's codec is {codec}: "
+            f"give producers and workers the same Queue(..., codec=...)"
+        )
+        self.codec = codec
+        self.found = found
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.codec, self.found))
 
 
 class JobFailed(EchoMQError):

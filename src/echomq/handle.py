@@ -172,4 +172,7 @@ class TaskHandle(Generic[R]):
         if not outcome.result:
             return cast(R, None)
         value: Any = self.queue.codec.decode_result(outcome.result)
+        task = self.queue.tasks.get(self.task) if self.task is not None else None
+        if task is not None:  # a typed task's annotated model (task.py rule 4)
+            value = task.load_result(value)
         return cast(R, value)

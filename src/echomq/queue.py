@@ -23,7 +23,7 @@ import trio
 
 from . import repeat as repeat_verbs
 from ._client.producer import Producer, Sent
-from ._model.codec import JSON, Codec
+from ._model.codec import JSON, Codec, codec_named
 from ._model.job import NewJob
 from ._model.options import TaskOptions, build_options
 from ._model.repeat import RepeatSource
@@ -78,12 +78,17 @@ class Queue:
         url: the Redis URL. None: ``$ECHOMQ_URL`` (read when the queue connects), else
             ``redis://127.0.0.1:6379/0``; a worker's ``--url`` wins over both
             (:func:`~echomq.config.resolve_url`, the one rule).
-        codec: how payloads and results are encoded (JSON).
+        codec: how payloads and results are encoded: ``"json"`` (the default),
+            ``"msgpack"`` (``pip install 'echomq[msgpack]'``), or a ``Codec``. Producers
+            and workers of one queue give the same (docs/payloads.md).
+
+    Raises:
+        InvalidArgument: an unknown codec name, or msgpack not installed.
     """
 
-    def __init__(self, name: str, url: str | None = None, *, codec: Codec = JSON) -> None:
+    def __init__(self, name: str, url: str | None = None, *, codec: Codec | str = JSON) -> None:
         #: the one enqueue path of this queue (gating, tracing, the trio coalescer)
-        self.producer = Producer(check_queue(name), codec)
+        self.producer = Producer(check_queue(name), codec_named(codec))
         self._url = url
         self.tasks: dict[str, Task[..., Any]] = {}
         self._conn: Connection | None = None
@@ -123,8 +128,8 @@ class Queue:
         return self.producer.codec
 
     @codec.setter
-    def codec(self, codec: Codec) -> None:
-        self.producer.codec = codec
+    def codec(self, codec: Codec | str) -> None:
+        self.producer.codec = codec_named(codec)
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, tasks={sorted(self.tasks)})"

@@ -11,6 +11,10 @@ signatures) goes through the queue's one ``Producer`` (``_client/producer.py``):
 binding, codec, tracing and, on trio, coalescing.
 Rule 3: a task function is called by the worker with its arguments, plus the
 :class:`~echomq.Job` context first when its first parameter is annotated ``echomq.Job``.
+Rule 4 (typed payloads): parameters and a return type annotated with pydantic models
+are validated into them, on the worker for the arguments and by ``handle.result()`` for
+the result (``_model/typed.py``); the annotations are read on first use, so forward
+references resolve once the module is loaded.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import attrs
 
 from ._client.binding import CallShape
 from ._client.producer import Sent
+from ._model.codec import Call
 from ._model.job import NewJob
 from ._model.options import EnqueueOptions, TaskOptions
+from ._model.typed import Loader
 from ._worker.context import Job
 from .canvas import Signature
 from .errors import InvalidArgument
@@ -95,6 +101,23 @@ class Task(Generic[P, R]):
         self.is_async = inspect.iscoroutinefunction(self.fn)
         self.shape = CallShape(self.fn, skip_first=self.wants_job)
         functools.update_wrapper(self, self.fn)
+
+    @functools.cached_property
+    def loader(self) -> Loader:
+        """The function's pydantic adapters (rule 4), made on first use."""
+        return Loader(self.fn, skip_first=self.wants_job)
+
+    def load_call(self, call: Call) -> Call:
+        """``call`` with its model arguments validated (rule 4; the worker calls it).
+
+        Raises:
+            SerializationError: an argument does not fit its annotation.
+        """
+        return self.loader.load_call(call)
+
+    def load_result(self, value: Any) -> Any:
+        """A decoded result, validated into the annotated model when there is one."""
+        return self.loader.load_result(value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the function here and now, as a plain call (no queue involved)."""

@@ -77,6 +77,23 @@ async def test_enqueue_prints_id_and_writes_payload(
     assert await conn.execute("HGET", Keyspace(queue).job(job_id), "task") == b"app.send"
 
 
+async def test_enqueue_with_codec_msgpack_writes_a_msgpack_call(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """--codec msgpack: the payload is the msgpack codec's, as a msgpack queue's worker
+    reads it."""
+    from echomq._model.codec import codec_named
+
+    p = await run(
+        redis_url, "enqueue", "app.send", '["a@b.c"]', "-q", queue, "--codec", "msgpack", "--create"
+    )
+    assert p.returncode == 0, err(p)
+    info = await jobs.get_job(conn, queue, out(p).strip())
+    assert info is not None
+    call = codec_named("msgpack").decode_call(info.payload)
+    assert (call.task, call.args, call.kwargs) == ("app.send", ("a@b.c",), {})
+
+
 async def test_enqueue_with_delay_and_job_id_then_duplicate_is_refused(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:

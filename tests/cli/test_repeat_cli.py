@@ -78,6 +78,20 @@ async def test_add_list_pause_resume_remove(
     assert p.returncode == 1 and "no repeatable 'tick'" in err(p)
 
 
+async def test_add_with_codec_msgpack_stores_a_msgpack_call(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    from echomq._model.codec import codec_named
+
+    p = await run(
+        redis_url, "repeat", "add", queue, "tick", "app.tick", '["eu"]',
+        "--every", "1m", "--codec", "msgpack", "--create",
+    )  # fmt: skip
+    assert p.returncode == 0, err(p)
+    call = codec_named("msgpack").decode_call((await repeat.get(conn, queue, "tick")).payload)
+    assert (call.task, call.args) == ("app.tick", ("eu",))
+
+
 async def test_bad_input_exits_2_and_writes_nothing(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
@@ -134,6 +135,22 @@ def test_describe_payload_previews_the_call() -> None:
     assert describe_payload(b"raw bytes") == ("?", "raw bytes")
     task, call = describe_payload(json.dumps({"task": "t", "args": ["x" * 500]}).encode())
     assert task == "t" and len(call) == 120 and call.endswith("…")
+
+
+def test_describe_payload_shows_tagged_values_of_either_codec() -> None:
+    """A datetime argument shows as its tag; a msgpack call as the JSON one; a class tag
+    is shown, never looked up (the dashboard has not loaded the tasks' modules)."""
+    from echomq._model.codec import JSON, codec_named
+
+    when = datetime.datetime(2026, 1, 2)
+    tag = '{"__emq__": "datetime", "v": "2026-01-02T00:00:00"}'
+    for codec in (JSON, codec_named("msgpack")):
+        assert describe_payload(codec.encode_call("t", [when], {"b": b"x"}))[1] in (
+            f't({tag}, b={{"__emq__": "bytes", "v": "eA=="}})',
+            f"t({tag}, b=\"b'x'\")",
+        )
+    unknown = b'{"task":"t","args":[{"__emq__":"dataclass","v":["nowhere:C",{}]}]}'
+    assert describe_payload(unknown) == ("t", 't({"__emq__": "dataclass", "v": ["nowhere:C", {}]})')
 
 
 @pytest.mark.parametrize("depth", [*range(900, 1001, 10), 5_000, 100_000])

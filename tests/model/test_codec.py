@@ -40,7 +40,7 @@ def test_non_json_values_are_refused() -> None:
     for bad in (math.nan, {1j}, object(), loop):
         with pytest.raises(SerializationError, match="result cannot be encoded"):
             JSON.encode_result(bad)
-    with pytest.raises(SerializationError, match="arguments cannot be encoded"):
+    with pytest.raises(SerializationError, match="argument 0 cannot be encoded"):
         JSON.encode_call("t", (math.inf,), {})
 
 

@@ -66,6 +66,22 @@ class CallShape:
         except TypeError as exc:
             raise TypeError(f"{self.name}(): {exc}") from None
 
+    def parameter(self, index: int, *, fed: bool = False) -> str | None:
+        """The name of the parameter positional argument ``index`` binds to (``*args``:
+        its name with the index into it); None when the signature does not tell."""
+        if self.signature is None:
+            return None
+        index += 1 if fed else 0
+        for param in self.signature.parameters.values():
+            if param.kind is param.VAR_POSITIONAL:
+                return f"{param.name}[{index}]"
+            if param.kind not in _POSITIONAL:
+                return None
+            if index == 0:
+                return param.name
+            index -= 1
+        return None
+
     def named(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], *, fed: bool = False
     ) -> dict[str, Any] | None:

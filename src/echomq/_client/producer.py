@@ -33,7 +33,7 @@ from .._model.job import NewJob
 from .._model.options import EnqueueOptions, TaskOptions, build_options
 from .._scripts import validate as v
 from .._scripts.calls import Executor, evaluate, evaluate_reply, is_sharded
-from ..errors import DuplicateJob, InvalidArgument
+from ..errors import DuplicateJob, InvalidArgument, UnencodableArgument
 from ..flows import add_flow
 from ..jobs.lifecycle import GatedJob, enqueue_gated_call, gate_job, new_id
 from .binding import CallShape
@@ -132,7 +132,7 @@ class Producer:
         if type(kwargs) is not dict and not isinstance(kwargs, Mapping):
             raise InvalidArgument("kwargs must be a mapping")
         task.shape.check((None, *args) if fed else args, kwargs)
-        payload = self.codec.encode_call(task.name, args, kwargs)
+        payload = self._encode(task, args, kwargs, fed)
         choice = chosen.group if chosen.group is not None else task.options.group
         if callable(choice):  # called with the arguments by name (binding.py rule 3)
             named = task.shape.named(args, kwargs, fed=fed)
@@ -165,7 +165,7 @@ class Producer:
                     kwargs = {}
                 if (kind is tuple or kind is list) and type(kwargs) is dict:
                     task.shape.check(args, kwargs)
-                    payload = self.codec.encode_call(name, args, kwargs)
+                    payload = self._encode(task, args, kwargs)
                     return GatedJob(new_id(), v.payload_bytes(payload), kept[1])
         new = self.new_job(task, args, kwargs, options, fields)
         job = gate_job(new if trace is None else attrs.evolve(new, trace=trace))
@@ -174,6 +174,20 @@ class Producer:
                 self._kept.clear()
             self._kept[task.name] = (task.options, job.options)
         return job
+
+    def _encode(
+        self, task: TaskRef, args: Sequence[Any], kwargs: Mapping[str, Any], fed: bool = False
+    ) -> bytes:
+        """The call's payload; an argument the codec refuses named by its parameter."""
+        try:
+            return self.codec.encode_call(task.name, args, kwargs)
+        except UnencodableArgument as exc:
+            if not isinstance(exc.argument, int):
+                raise
+            name = task.shape.parameter(exc.argument, fed=fed)
+            if name is None:
+                raise
+            raise UnencodableArgument(name, exc.detail, exc.kind, codec=exc.codec) from None
 
     def payload(self, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> bytes:
         """A call's payload for a job written elsewhere (a repeatable's runs)."""

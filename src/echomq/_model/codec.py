@@ -1,28 +1,51 @@
-"""Payload and result encoding: JSON by default; pickle is never loaded unless enabled.
+"""Payload and result encoding: JSON by default, msgpack per queue; pickle never.
 
 A job's payload names the task and carries its arguments::
 
     {"task": "app.send", "args": [...], "kwargs": {...}}
 
-Results are stored as JSON text. Encoding happens before any I/O, so an argument that
-cannot be encoded raises :class:`~echomq.errors.SerializationError` and nothing is sent.
-Every way a value or a payload can be refused is that one error, including JSON nested
-too deeply for Python's recursive codec (a ``RecursionError`` never leaves this module):
-valid JSON from another producer may nest deeper than a Python process can follow.
+Rule 1 (types): besides JSON's own, the codecs carry datetime, date, time, timedelta,
+UUID, Decimal, bytes, sets, enums, dataclasses and attrs classes as tagged values, and
+pydantic models as their JSON dump (``_model/tags.py`` has the table, the tag format and
+the rules that keep decoding safe). Plain JSON from another language is read exactly as
+``json.loads`` reads it: only the reserved key ``__emq__`` marks a tag.
+Rule 2 (before any I/O): encoding happens before any I/O, so an argument that cannot be
+encoded raises :class:`~echomq.errors.UnencodableArgument` (a ``SerializationError``)
+naming the argument and the type, and nothing is sent. Every way a value or a payload
+can be refused is a ``SerializationError``, including JSON nested too deeply for
+Python's recursive codec (a ``RecursionError`` never leaves this module): valid JSON
+from another producer may nest deeper than a Python process can follow.
+Rule 3 (one codec per queue): producers and workers of a queue use the codec of their
+``Queue`` object (``Queue(name, codec="msgpack")``). The two codecs' payloads cannot be
+taken for each other (a JSON call is text starting with ``{``, a msgpack call starts
+with a map's marker byte, never the first byte of JSON text), so a worker given the
+other codec's payload fails that job with :class:`~echomq.errors.CodecMismatch`, naming
+both, and goes on.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from json import encoder as json_encoder
 from typing import Any, Protocol
 
 import attrs
 
-from ..errors import SerializationError
+from ..errors import CodecMismatch, InvalidArgument, SerializationError, UnencodableArgument
+from .tags import KEY, Refused, reduce, untag
 
-__all__ = ["Call", "Codec", "JsonCodec", "JSON"]
+__all__ = [
+    "Call",
+    "Codec",
+    "JsonCodec",
+    "JSON",
+    "MSGPACK_LEADS",
+    "argument_error",
+    "codec_named",
+    "peek_call",
+]
 
 _DEEP = "nested too deeply (RecursionError)"
 
@@ -50,7 +73,55 @@ class Codec(Protocol):
 
 # json.dumps(value, separators=..., allow_nan=False) builds this encoder on every call
 # (non-default arguments): built once, the same output for a third of the time.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# The tagged types (rule 1) reach the encoder's ``default`` hook, which counts the tags
+# it writes: JSON text with more '"__emq__":' keys than that has a user's dict with the
+# key, and is written again by _escaped (the common payload pays one substring search).
+_TAGS = threading.local()
+_MARK = '"' + KEY + '":'
+_MARK_BYTES = KEY.encode()
+
+
+def _default(value: Any) -> Any:
+    tag, carried = reduce(value)
+    if tag is None:
+        return carried
+    _TAGS.n += 1
+    return {KEY: tag, "v": carried}
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` as plain JSON values with its tags, a dict with the key as the ``dict``
+    escape (``_model/tags.py``)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    if kind is dict:
+        out = {k: _escaped(v) for k, v in value.items()}
+        if KEY in out:
+            return {KEY: "dict", "v": [[k, v] for k, v in out.items()]}
+        return out
+    if kind is list or kind is tuple:
+        return [_escaped(v) for v in value]
+    if isinstance(value, str | int | float):  # a subclass (an IntEnum...): as the encoder
+        return value  # writes it, its base type's text
+    tag, carried = reduce(value)
+    if tag is None:
+        return _escaped(carried)
+    return {KEY: tag, "v": _escaped(carried)}
+
+
+def _hook(obj: dict[str, Any]) -> Any:
+    """A decoded JSON object, or the value its tag stands for."""
+    if KEY not in obj:
+        return obj
+    if len(obj) != 2 or "v" not in obj:
+        raise SerializationError(
+            f"an object with the reserved key {KEY!r} is not a tagged value: {obj!r:.80}"
+        )
+    return untag(obj[KEY], obj["v"])
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_default)
 # ... and _ENCODER.encode builds its C encoder on every call: this one is made once, with
 # _ENCODER's options but without circular-reference markers (a markers dict shared by
 # threads would see the other threads' values): a circular value recurses until
@@ -60,7 +131,7 @@ _MAKE_ENCODER: Any = getattr(json_encoder, "c_make_encoder", None)  # (untyped i
 _C_ENCODE: Any = (
     _MAKE_ENCODER(
         None,
-        _ENCODER.default,
+        _default,
         json_encoder.encode_basestring_ascii,
         None,
         ":",
@@ -79,13 +150,24 @@ _HEADS_MAX = 1024
 
 
 def _json(value: Any) -> str:
-    """``value`` as _ENCODER encodes it (the C encoder made once when there is one)."""
+    """``value`` as _ENCODER encodes it (the C encoder made once when there is one), a
+    user's dict with the reserved key escaped.
+
+    Raises:
+        TypeError (Refused), ValueError, RecursionError: as the encoder does.
+    """
+    _TAGS.n = 0
     if _C_ENCODE is None:
-        return _ENCODER.encode(value)
-    try:
-        return "".join(_C_ENCODE(value, 0))
-    except RecursionError:
-        return _ENCODER.encode(value)  # a circular value: its own error (or deep: this one)
+        text: str = _ENCODER.encode(value)
+    else:
+        try:
+            text = "".join(_C_ENCODE(value, 0))
+        except RecursionError:  # a circular value: its own error (or deep: this one)
+            _TAGS.n = 0
+            text = _ENCODER.encode(value)
+    if _MARK in text and text.count(_MARK) != _TAGS.n:
+        return _ENCODER.encode(_escaped(value))
+    return text
 
 
 # the C scanner json.loads ends in (not in typeshed's JSONDecoder)
@@ -108,8 +190,58 @@ def _loads(data: bytes) -> Any:
     return value
 
 
+def _read(data: bytes) -> Any:
+    """``_loads(data)`` with the tags decoded (only text that has the key pays the hook).
+
+    Raises:
+        SerializationError: a bad tag; ValueError, RecursionError: as ``json.loads``.
+    """
+    if isinstance(data, bytes | bytearray) and _MARK_BYTES not in data:
+        return _loads(data)
+    if isinstance(data, str) and KEY not in data:
+        return _loads(data)
+    return json.loads(data, object_hook=_hook)
+
+
+#: the first bytes of a msgpack map (a call), never the first byte of JSON text
+MSGPACK_LEADS = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
+
+
+def _detail(exc: BaseException) -> tuple[str, str | None]:
+    """(what went wrong, the type refused) of an encoder's error."""
+    if isinstance(exc, RecursionError):
+        return _DEEP, None
+    if isinstance(exc, Refused):
+        return str(exc), exc.kind
+    if isinstance(exc, UnencodableArgument):
+        return exc.detail, exc.kind
+    return str(exc), None
+
+
+def argument_error(
+    encode: Callable[[Any], object],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    codec: str,
+) -> UnencodableArgument | None:
+    """The first argument ``encode`` refuses, as the error that names it (by position or
+    keyword; the producer puts the parameter's name on a position). None: each encodes
+    alone."""
+    named: list[tuple[int | str, Any]] = [*enumerate(args), *kwargs.items()]
+    for where, value in named:
+        try:
+            encode(value)
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            detail, kind = _detail(exc)
+            return UnencodableArgument(where, detail, kind, codec=codec)
+    return None
+
+
 class JsonCodec:
-    """The default codec: compact JSON, UTF-8; non-JSON values are refused, never pickled."""
+    """The default codec: compact JSON, UTF-8, the tagged types of ``_model/tags.py``;
+    other values are refused, never pickled."""
+
+    name = "json"
 
     def _dumps(self, value: Any, what: str) -> bytes:
         return self._text(value, what).encode()
@@ -138,22 +270,32 @@ class JsonCodec:
                 _HEADS[task] = head
         if type(args) is not list and type(args) is not tuple:
             args = list(args)
-        if not kwargs:
-            return (head + self._text(args, "arguments") + ',"kwargs":{}}').encode()
-        kw = kwargs if type(kwargs) is dict else dict(kwargs)
-        tail = ',"kwargs":' + self._text(kw, "arguments") + "}"  # (checked first, as before)
-        return (head + self._text(args, "arguments") + tail).encode()
+        try:
+            if not kwargs:
+                return (head + self._text(args, "arguments") + ',"kwargs":{}}').encode()
+            kw = kwargs if type(kwargs) is dict else dict(kwargs)
+            tail = ',"kwargs":' + self._text(kw, "arguments") + "}"  # (checked first)
+            return (head + self._text(args, "arguments") + tail).encode()
+        except SerializationError as exc:  # rule 2: which argument
+            named = argument_error(_json, args, kwargs, self.name)
+            if named is None:
+                raise
+            raise named from exc.__cause__
 
     def decode_call(self, payload: bytes) -> Call:
         try:
-            data = _loads(payload)
+            data = _read(payload)
             task = data["task"]
             args = data.get("args", [])
             kwargs = data.get("kwargs", {})
+        except SerializationError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            if payload[:1] and payload[0] in MSGPACK_LEADS:
+                raise CodecMismatch(self.name, "msgpack") from None
+            raise SerializationError(f"payload is not an echomq call: {exc}") from None
         except RecursionError:
             raise SerializationError(f"payload is not an echomq call: {_DEEP}") from None
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise SerializationError(f"payload is not an echomq call: {exc}") from None
         if not isinstance(task, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise SerializationError("payload is not an echomq call: bad field types")
         return Call(task=task, args=tuple(args), kwargs=kwargs)
@@ -167,7 +309,9 @@ class JsonCodec:
 
     def decode_result(self, data: bytes) -> Any:
         try:
-            return _loads(data)
+            return _read(data)
+        except SerializationError:
+            raise
         except RecursionError:
             raise SerializationError(f"result is not JSON: {_DEEP}") from None
         except ValueError as exc:
@@ -175,3 +319,49 @@ class JsonCodec:
 
 
 JSON = JsonCodec()
+
+
+def peek_call(payload: bytes) -> Call:
+    """A call of either codec as stored, for display (the dashboard): tagged values are
+    left as their tag objects ``{"__emq__": tag, "v": value}`` and no class is looked up.
+
+    Raises:
+        SerializationError: not a call of either codec (msgpack one: msgpack missing).
+    """
+    if payload[:1] and payload[0] in MSGPACK_LEADS:
+        from .msgpack_codec import msgpack_codec
+
+        try:
+            return msgpack_codec().peek_call(payload)
+        except InvalidArgument as exc:  # msgpack is not installed here
+            raise SerializationError(str(exc)) from None
+    try:
+        data = _loads(payload)
+        call = Call(
+            task=data["task"], args=tuple(data.get("args", [])), kwargs=data.get("kwargs", {})
+        )
+    except RecursionError:
+        raise SerializationError(f"payload is not an echomq call: {_DEEP}") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise SerializationError(f"payload is not an echomq call: {exc}") from None
+    if not isinstance(call.task, str) or not isinstance(call.kwargs, dict):
+        raise SerializationError("payload is not an echomq call: bad field types")
+    return call
+
+
+def codec_named(codec: Codec | str) -> Codec:
+    """The codec ``Queue(codec=...)`` names: ``"json"``, ``"msgpack"`` (the optional
+    ``msgpack`` package, ``pip install echomq[msgpack]``), or a codec object as given.
+
+    Raises:
+        InvalidArgument: an unknown name, or msgpack not installed.
+    """
+    if not isinstance(codec, str):
+        return codec
+    if codec == "json":
+        return JSON
+    if codec == "msgpack":
+        from .msgpack_codec import msgpack_codec
+
+        return msgpack_codec()
+    raise InvalidArgument(f"codec must be 'json', 'msgpack' or a Codec, not {codec!r:.80}")

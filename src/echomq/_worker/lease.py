@@ -5,7 +5,9 @@ Rule 1: every ``period`` (a third of the shortest lease) the keeper sends
 group, so one round trip), in chunks of at most ``CHUNK`` jobs.
 Rule 2: an answer other than ``ok`` / ``cancel`` (stale / not_active / gone) means the
 lease is lost: the job's scope is cancelled and its outcome is never settled (after a
-cancel request it is the cancel's fence: the job is stopped hard, ``Held.lose``).
+cancel request it is the cancel's fence: the job is stopped hard, ``Held.lose``). A job
+whose outcome the settler took while the call was in flight (``held.settling``) is not
+lost: it left active by its own settlement, which answers for it.
 Rule 3: ``cancel`` means the lease was renewed and the job's row carries a cancel request
 (``echomq.cancel.request``): the request goes to the held-job table exactly as the
 cancel event would, so a worker that missed the event stops the job at this checkpoint.
@@ -79,7 +81,7 @@ class LeaseKeeper:
                     found = self.inflight.jobs.get(job_id)
                     if found is None or found.token != token:
                         continue
-                    if found.stop in (Stop.LOST, Stop.SLEPT):
+                    if found.stop in (Stop.LOST, Stop.SLEPT) or found.settling:
                         continue
                     if answer is ExtendResult.CANCEL:
                         self.renewed += 1

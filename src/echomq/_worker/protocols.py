@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from .._model.codec import Codec
+from .._model.codec import Call, Codec
 from .._model.options import TaskOptions
 from .._wire.interface import RedisConnection
 from ..events import EventFeed
@@ -39,6 +39,10 @@ class TaskSpec(Protocol):
 
     @property
     def is_async(self) -> bool: ...
+
+    def load_call(self, call: Call) -> Call:
+        """The decoded call as the function takes it (a typed task's models validated;
+        raises ``SerializationError`` when an argument does not fit)."""
 
 
 class QueueSpec(Protocol):

@@ -206,6 +206,10 @@ class JobRunner:
             known = self._known[call.task] = (task, opts.lease_ms, plain)
         held.lease_ms = known[1]
         held.task = task.name
+        try:
+            call = task.load_call(call)
+        except Exception as exc:  # an argument that does not fit its annotation
+            return undecodable(claimed.id, exc, "the arguments do not fit the task")
         return task, call, is_parent, known[2] and not is_parent
 
     async def _prepare(

@@ -106,27 +106,11 @@ class Steps:
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
-            if keep_errors and isinstance(exc, keep_errors):
-                failed = StepRecord(
-                    name=name,
-                    state="failed",
-                    token=self.token,
-                    ms=_ms(started),
-                    at_ms=_now_ms(),
-                    error=error_text(exc),
-                )
-                await self._commit(failed)
+            kept = self._kept_error(name, started, exc, keep_errors)
+            if kept is not None:
+                await self._commit(kept)
             raise
-        encoded = self.codec.encode_result(value)
-        done = StepRecord(
-            name=name,
-            state="done",
-            token=self.token,
-            ms=_ms(started),
-            at_ms=_now_ms(),
-            value=encoded,
-        )
-        await self._commit(done)
+        await self._commit(self._done(name, started, value))
         return value
 
     def run_sync(
@@ -147,27 +131,43 @@ class Steps:
         try:
             value = fn(*args, **kwargs)
         except Exception as exc:
-            if keep_errors and isinstance(exc, keep_errors):
-                failed = StepRecord(
-                    name=name,
-                    state="failed",
-                    token=self.token,
-                    ms=_ms(started),
-                    at_ms=_now_ms(),
-                    error=error_text(exc),
-                )
-                trio.from_thread.run(self._commit, failed)
+            kept = self._kept_error(name, started, exc, keep_errors)
+            if kept is not None:
+                trio.from_thread.run(self._commit, kept)
             raise
-        done = StepRecord(
+        trio.from_thread.run(self._commit, self._done(name, started, value))
+        return value
+
+    def _done(self, name: str, started: float, value: Any) -> StepRecord:
+        """A done step's record: its value encoded by the queue's codec."""
+        encoded = self.codec.encode_result(value)
+        return StepRecord(
             name=name,
             state="done",
             token=self.token,
             ms=_ms(started),
             at_ms=_now_ms(),
-            value=self.codec.encode_result(value),
+            value=encoded,
         )
-        trio.from_thread.run(self._commit, done)
-        return value
+
+    def _kept_error(
+        self,
+        name: str,
+        started: float,
+        exc: Exception,
+        keep_errors: tuple[type[BaseException], ...],
+    ) -> StepRecord | None:
+        """A failed step's record when ``exc`` is one of the errors it keeps, else None."""
+        if not (keep_errors and isinstance(exc, keep_errors)):
+            return None
+        return StepRecord(
+            name=name,
+            state="failed",
+            token=self.token,
+            ms=_ms(started),
+            at_ms=_now_ms(),
+            error=error_text(exc),
+        )
 
     async def _commit(self, record: StepRecord) -> None:
         try:

@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .. import admin, cancel, jobs
-from .._model.codec import JSON
+from .._model.codec import codec_named
 from .._wire.connection import Connection
 from ..errors import JobGone
 from ..jobs.steps import read_steps
@@ -86,7 +86,7 @@ async def cmd_enqueue(conn: Connection, args: argparse.Namespace, out: Console) 
         call_kwargs.update(extra)
     if not math.isfinite(args.delay) or args.delay < 0:
         raise UsageError("--delay must be a number of seconds >= 0")
-    payload = JSON.encode_call(args.task, positional, call_kwargs)
+    payload = codec_named(args.codec).encode_call(args.task, positional, call_kwargs)
     job = jobs.NewJob(
         payload=payload,
         job_id=args.job_id,
@@ -219,6 +219,12 @@ def register(commands: Commands) -> None:
     p.add_argument("--job-id", help="an explicit id (refused if it exists)")
     p.add_argument("--max-attempts", type=positive_int, default=1, help="failures allowed")
     p.add_argument("--create", action="store_true", help="make the queue if it does not exist")
+    p.add_argument(
+        "--codec",
+        choices=("json", "msgpack"),
+        default="json",
+        help="the queue's codec, as its Queue(codec=...) (default json)",
+    )
 
     for name, help, run in (
         ("remove", "remove a job from whichever set holds it, with its logs", cmd_remove),

@@ -8,7 +8,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .. import repeat
-from .._model.codec import JSON
+from .._model.codec import codec_named
 from .._wire.connection import Connection
 from ..repeat import RepeatInfo
 from . import explain_text
@@ -111,7 +111,7 @@ async def cmd_add(conn: Connection, args: argparse.Namespace, out: Console) -> i
         args.queue,
         args.key,
         task=args.task,
-        payload=JSON.encode_call(args.task, call, kwargs),
+        payload=codec_named(args.codec).encode_call(args.task, call, kwargs),
         schedule=schedule,
         missed=args.missed,
         grace_ms=round(args.grace * 1000),
@@ -197,6 +197,12 @@ def register(commands: Commands) -> None:
     a.add_argument("--priority", type=int, default=0, help="of its runs (-4095..4095)")
     a.add_argument("--max-attempts", type=positive_int, default=1, help="of its runs")
     a.add_argument("--create", action="store_true", help="make the queue if it does not exist")
+    a.add_argument(
+        "--codec",
+        choices=("json", "msgpack"),
+        default="json",
+        help="the queue's codec, as its Queue(codec=...) (default json)",
+    )
 
     action("remove", "delete a repeatable (its runs already enqueued stay)")
     action("pause", "stop a repeatable's runs until resumed")

@@ -23,7 +23,7 @@ from typing import Any
 import trio
 
 from .. import admin, repeat
-from .._model.codec import JSON
+from .._model.codec import peek_call
 from .._model.flow import split_payload
 from .._model.text import raw_text
 from .._scripts.keyspace import check_queue
@@ -59,17 +59,21 @@ PER_MINUTE = 60  # minutes of per-minute counts a view carries (the current one 
 def describe_payload(payload: bytes | None) -> tuple[str, str]:
     """``(task, call preview)`` of a payload, e.g. ``("send", "send('a@b.c', n=2)")``.
 
-    A payload that is not an echomq call (not UTF-8, not JSON, nested too deeply) is
-    ``("?", raw preview)`` with its bytes escaped (``\\xff``).
+    Either codec's call is shown, its tagged values as their tag objects (no class is
+    looked up: ``codec.peek_call``). A payload that is not an echomq call (not UTF-8,
+    not JSON or msgpack, nested too deeply) is ``("?", raw preview)`` with its bytes
+    escaped (``\\xff``).
     """
     if not payload:
         return "?", ""
     payload = split_payload(payload)[1]  # a flow parent's mark (docs/flows.md)
     raw = raw_text(payload[:CALL_PREVIEW])  # a cut multi-byte character shows escaped
     try:
-        call = JSON.decode_call(payload)
-        parts = [json.dumps(a, ensure_ascii=False) for a in call.args]
-        parts += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in call.kwargs.items()]
+        call = peek_call(payload)
+        parts = [json.dumps(a, ensure_ascii=False, default=repr) for a in call.args]
+        parts += [
+            f"{k}={json.dumps(v, ensure_ascii=False, default=repr)}" for k, v in call.kwargs.items()
+        ]
     except (SerializationError, RecursionError, ValueError, TypeError):
         return "?", raw  # undecodable (or too deep to show): the raw bytes, never an error
     preview = f"{call.task}({', '.join(parts)})"
