@@ -5,7 +5,7 @@
         3 schedule  ZSET  delayed ids; score = run-at ms
         4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter; the limits
                           (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`,
-                          `concurrency`)
+                          `concurrency`), `blocked_until` = a back-off's end
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
   Returns  flat array: id, payload, token (attempts), failures, trace (the row's `trace`
@@ -25,6 +25,9 @@
   The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
   server clock; docs/lanes.md): a full window answers {ms until it reopens} and writes
   nothing; otherwise at most what the window has left is claimed.
+  A back-off (rate_limited.lua: a task raised RateLimited): until meta `blocked_until`
+  (server ms) the claim answers {ms until then} and writes nothing; a group's back-off
+  parks it in glimited, as a full rate window does.
   The queue's concurrency (meta `concurrency`): at most that many jobs in active, across
   every worker (ZCARD of active, read only when the field is set); at the cap the claim
   answers {-1} and writes nothing (a finish pushes a wake token while the queue has a cap
@@ -71,11 +74,15 @@ end
 
 -- the gate: any `paused` field means paused; the backlog is untouched
 local gate = redis.call('HMGET', meta, 'paused', 'rate_max', 'rate_ms', 'group_rate_max',
-  'group_rate_ms', 'group_concurrency', 'concurrency')
+  'group_rate_ms', 'group_concurrency', 'concurrency', 'blocked_until')
 if gate[1] then return {} end
 
 local now = now_ms()
 local channel = base .. 'events'
+if gate[8] then  -- a back-off of the whole queue (rate_limited.lua)
+  local left = tonumber(gate[8]) - now
+  if left > 0 then return {left} end
+end
 
 -- the queue's rate window: a full one answers when it reopens; else it bounds the claim
 local qwin = nil
