@@ -467,6 +467,11 @@ async def test_limits_set_and_clear_the_queues_concurrency(
     await admin.set_group_concurrency(conn, queue, 2, group="g")
     p = await run(redis_url, "limits", queue, "--group", "g", "--concurrency", "0", "--json")
     assert p.returncode == 0 and json.loads(out(p))["limit"] is None, err(p)
+    p = await run(redis_url, "limits", queue, "--rate", "100/s", "--rate-kind", "sliding")
+    assert p.returncode == 0, err(p)
+    assert "queue rate               100 per 1.0 s (sliding)" in out(p)
+    rate = (await admin.limits(conn, queue)).rate
+    assert rate is not None and rate.kind == "sliding"
 
 
 @pytest.mark.parametrize(
@@ -474,6 +479,8 @@ async def test_limits_set_and_clear_the_queues_concurrency(
     [
         ["--concurrency", "-1", "--group", "g"],
         ["--concurrency", "-1"],
+        ["--rate-kind", "sliding"],
+        ["--rate", "5/s", "--rate-kind", "gcra"],
         ["--rate", "0/s"],
         ["--rate", "ten/s"],
         ["--group", "a b", "--concurrency", "1"],

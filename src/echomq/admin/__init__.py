@@ -36,7 +36,9 @@ from __future__ import annotations
 
 from .discovery import list_queues, queue_exists, require_queue
 from .limits import (
+    RATE_KINDS,
     Limits,
+    RateKind,
     RateLimit,
     limits,
     set_concurrency,
@@ -121,8 +123,10 @@ __all__ = [
     "Limits",
     "ObliterateStep",
     "QueueStats",
-    "Retention",
+    "RATE_KINDS",
+    "RateKind",
     "RateLimit",
+    "Retention",
     "Reprocessed",
     "WorkerList",
     "WorkerRecord",

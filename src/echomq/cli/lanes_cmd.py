@@ -40,11 +40,16 @@ def _limit(text: str) -> int | None:
 
 
 def _rate_text(rate: admin.RateLimit | None) -> str:
-    return "-" if rate is None else f"{rate.max_jobs} per {span(rate.period_ms)}"
+    if rate is None:
+        return "-"
+    sliding = " (sliding)" if rate.kind == "sliding" else ""
+    return f"{rate.max_jobs} per {span(rate.period_ms)}{sliding}"
 
 
 async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -> int:
     changing = args.concurrency is not None or args.rate is not None
+    if args.rate_kind != "fixed" and args.rate is None:
+        raise UsageError("--rate-kind goes with --rate")
     if args.group and args.every_group:
         raise UsageError("give --group or --every-group, not both")
     if changing:
@@ -57,7 +62,13 @@ async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -
         if args.rate is not None:
             max_jobs, per = args.rate[0] if args.rate[0] is not None else (None, 1.0)
             await admin.set_rate_limit(
-                conn, args.queue, max_jobs, per, group=args.group, every_group=args.every_group
+                conn,
+                args.queue,
+                max_jobs,
+                per,
+                group=args.group,
+                every_group=args.every_group,
+                kind=args.rate_kind,
             )
     if args.group:
         row = await admin.group(conn, args.queue, args.group)
@@ -94,8 +105,10 @@ async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -
     return DONE
 
 
-def _rate_json(rate: admin.RateLimit | None) -> dict[str, int] | None:
-    return None if rate is None else {"max_jobs": rate.max_jobs, "period_ms": rate.period_ms}
+def _rate_json(rate: admin.RateLimit | None) -> dict[str, int | str] | None:
+    if rate is None:
+        return None
+    return {"max_jobs": rate.max_jobs, "period_ms": rate.period_ms, "kind": rate.kind}
 
 
 def _group_json(row: admin.GroupRow) -> dict[str, object]:
@@ -172,6 +185,13 @@ def register(commands: Commands) -> None:
         metavar="N/PERIOD|none",
         help="jobs started per period: 100/s, 10/1.5s, 60/m (none: clear); "
         "the queue's unless --group or --every-group",
+    )
+    p.add_argument(
+        "--rate-kind",
+        choices=admin.RATE_KINDS,
+        default="fixed",
+        help="fixed: windows aligned on the clock (the default); sliding: the last period, "
+        "wherever it begins (no burst across an edge)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 

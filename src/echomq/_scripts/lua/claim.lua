@@ -5,7 +5,8 @@
         3 schedule  ZSET  delayed ids; score = run-at ms
         4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter; the limits
                           (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`,
-                          `concurrency`), `blocked_until` = a back-off's end
+                          `concurrency`, `rate_kind`, `group_rate_kind`),
+                          `blocked_until` = a back-off's end
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
   Returns  flat array: id, payload, token (attempts), failures, trace (the row's `trace`
@@ -23,8 +24,9 @@
   The pause gate is read here, first, in the same round trip (not a separate HGET): a
   paused queue answers {} and nothing is written, not even a promotion.
   The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
-  server clock; docs/lanes.md): a full window answers {ms until it reopens} and writes
-  nothing; otherwise at most what the window has left is claimed.
+  server clock; docs/lanes.md; with meta `rate_kind` = sliding, the starts of the last
+  `rate_ms` ms, kept in the zset `slide`): a full window answers {ms until it reopens} and
+  writes nothing; otherwise at most what the window has left is claimed.
   A back-off (rate_limited.lua: a task raised RateLimited): until meta `blocked_until`
   (server ms) the claim answers {ms until then} and writes nothing; a group's back-off
   parks it in glimited, as a full rate window does.
@@ -74,7 +76,8 @@ end
 
 -- the gate: any `paused` field means paused; the backlog is untouched
 local gate = redis.call('HMGET', meta, 'paused', 'rate_max', 'rate_ms', 'group_rate_max',
-  'group_rate_ms', 'group_concurrency', 'concurrency', 'blocked_until')
+  'group_rate_ms', 'group_concurrency', 'concurrency', 'blocked_until', 'rate_kind',
+  'group_rate_kind')
 if gate[1] then return {} end
 
 local now = now_ms()
@@ -88,7 +91,11 @@ end
 local qwin = nil
 local want = count
 if gate[2] then
-  qwin = rate_window(base .. 'rate', tonumber(gate[2]), tonumber(gate[3]), now)
+  if gate[9] == 'sliding' then  -- include/rate_window.lua: no edge to burst across
+    qwin = slide_window(base .. 'slide', tonumber(gate[2]), tonumber(gate[3]), now)
+  else
+    qwin = rate_window(base .. 'rate', tonumber(gate[2]), tonumber(gate[3]), now)
+  end
   if qwin[2] >= qwin[3] then return {qwin[4]} end
   want = math.min(count, qwin[3] - qwin[2])
 end

@@ -51,7 +51,7 @@ local lane = false
 if group then
   local own = redis.call('HMGET', base .. 'gstate', group, group .. ':limit', group .. ':rate')
   local max, ms = defaults[2], defaults[3]
-  if own[3] then max, ms = string.match(own[3], '^(%d+):(%d+)$') end
+  if own[3] then max, ms = string.match(own[3], '^(%d+):(%d+)') end
   lane = {
     redis.call('ZRANK', lane_key(base, group), id),
     redis.call('ZCARD', lane_key(base, group)),

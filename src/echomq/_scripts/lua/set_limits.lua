@@ -9,6 +9,8 @@
   ARGV  1 queue base (emq:{q}:)   2 target: '' = the queue, '*' = every group's default,
         else a group's name   3 concurrency ('' = unchanged, 0 = clear, n)
         4 rate max ('' = unchanged, 0 = clear, n)   5 rate period ms (with a rate max)
+        6 the rate's kind (with a rate max): 'fixed' | 'sliding' (meta `rate_kind`,
+        `group_rate_kind`, absent = fixed; a group's own: `<max>:<ms>:sliding`)
   Returns  1
   Events   (none)
   Moves    (none)
@@ -21,12 +23,13 @@
 ]]
 local meta = KEYS[1]
 local base, target = ARGV[1], ARGV[2]
-local concurrency, rate_max, rate_ms = ARGV[3], ARGV[4], ARGV[5]
+local concurrency, rate_max, rate_ms, kind = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local sliding = kind == 'sliding'
 -- @include wake
 -- @include lanes
 if target == '' or target == '*' then
-  local names = {'group_concurrency', 'group_rate_max', 'group_rate_ms'}
-  if target == '' then names = {'concurrency', 'rate_max', 'rate_ms'} end
+  local names = {'group_concurrency', 'group_rate_max', 'group_rate_ms', 'group_rate_kind'}
+  if target == '' then names = {'concurrency', 'rate_max', 'rate_ms', 'rate_kind'} end
   if concurrency ~= '' then
     if tonumber(concurrency) > 0 then
       redis.call('HSET', meta, names[1], concurrency)
@@ -37,8 +40,10 @@ if target == '' or target == '*' then
   if rate_max ~= '' then
     if tonumber(rate_max) > 0 then
       redis.call('HSET', meta, names[2], rate_max, names[3], rate_ms)
+      if sliding then redis.call('HSET', meta, names[4], 'sliding')
+      else redis.call('HDEL', meta, names[4]) end
     else
-      redis.call('HDEL', meta, names[2], names[3])
+      redis.call('HDEL', meta, names[2], names[3], names[4])
     end
   end
 else
@@ -53,7 +58,8 @@ else
   end
   if rate_max ~= '' then
     if tonumber(rate_max) > 0 then
-      redis.call('HSET', own, target .. ':rate', rate_max .. ':' .. rate_ms)
+      redis.call('HSET', own, target .. ':rate',
+        rate_max .. ':' .. rate_ms .. (sliding and ':sliding' or ''))
     else
       redis.call('HDEL', own, target .. ':rate')
     end
