@@ -19,6 +19,7 @@ BENCHMARKS = (
     "verbs",
     "e2e",
     "cpu_per_job",
+    "processes",
     "lua_cost",
     "producer_cpu",
     "codecs",

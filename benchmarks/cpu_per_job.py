@@ -1,7 +1,7 @@
 """CPU per job of the worker process and of redis-server while a fresh worker drains a backlog.
 
     python -m benchmarks cpu_per_job [--jobs 20000] [--reps 3] [--base REV|SRC --base-name main]
-        [--system bullmq-node] [--publish]
+        [--system bullmq-node] [--hooks 3] [--publish]
 
 The ``drain`` figure's scenario, with echomq's own benchmark adapter.
 
@@ -12,6 +12,10 @@ worker and of the server between the start signal and the last completion, divid
 turns with this one, so both see the same machine load. The machine's busy
 share (/proc/stat) is recorded too: on a 2-core box a drain is CPU bound when it is near 1,
 and its rate then follows the CPU per job of both processes.
+
+``--hooks K``: this tree's worker with K no-op hooks on its queue (cycling through an async
+``around_run`` that awaits ``call_next()``, a plain ``on_complete`` and an async one: each
+fires on every job), measured in turns with the same worker without hooks.
 
 ``--system bullmq-node``: BullMQ's Node worker (the peers benchmark's adapter, held by a
 small wrapper until its modules are loaded) measured in turns with echomq's, on the same
@@ -157,10 +161,18 @@ def _commands_of(
 
 
 def one(
-    url: str, server_pid: int, jobs: int, src: str | None, system: str = "echomq"
+    url: str,
+    server_pid: int,
+    jobs: int,
+    src: str | None,
+    system: str = "echomq",
+    hooks: int = 0,
 ) -> dict[str, Any]:
-    """One drain of ``jobs`` prefilled jobs by a fresh worker of ``system``."""
+    """One drain of ``jobs`` prefilled jobs by a fresh worker of ``system`` (echomq's with
+    ``hooks`` no-op hooks on its queue)."""
     fill, serve, env, cwd = _commands_of(system, url, jobs, src)
+    if hooks:
+        env = dict(env, BENCH_HOOKS=str(hooks))
     drain = subprocess.Popen(fill, cwd=cwd, env=env, stdout=subprocess.PIPE)
     worker = subprocess.Popen(
         serve, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
@@ -225,6 +237,10 @@ def parser() -> argparse.ArgumentParser:
         "--system", choices=SYSTEMS[1:], action="append", default=[],
         help="a peer's worker measured in turns with echomq's (its adapter in benchmarks/adapters)",
     )  # fmt: skip
+    p.add_argument(
+        "--hooks", type=int, default=0,
+        help="also this tree's worker with K no-op hooks, in turns with none",
+    )  # fmt: skip
     files.add_arguments(p, reps=3)
     return p
 
@@ -236,6 +252,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.base:
         trees = {args.base_name: str(turns.src_of(args.base)), "this": None}
     entries = [(n, "echomq", s) for n, s in trees.items()]
+    hooked = f"hooks{args.hooks}" if args.hooks else None
+    if hooked is not None:
+        entries.append((hooked, "echomq", None))
     entries += [(name, name, None) for name in args.system]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in entries}
     with RedisServer() as server:
@@ -245,7 +264,8 @@ def main(argv: list[str] | None = None) -> None:
             for name, system, src in turns.rotate(entries, rep):
                 r.flushall()
                 r.config_resetstat()
-                got = one(server.url, server.process.pid, args.jobs, src, system)
+                hooks = args.hooks if name == hooked else 0
+                got = one(server.url, server.process.pid, args.jobs, src, system, hooks)
                 runs[name].append(got)
                 print(f"rep {rep} {name:>8}: " + _line(got), flush=True)
     summary = {name: median_of(xs) for name, xs in runs.items()}

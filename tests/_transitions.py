@@ -307,6 +307,24 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
         await step(
             f"remove {state}", lambda v=victim, f=force: jobs.remove_job(rec, queue, v, force=f)
         )
+    # a flow's cancel or removal (flow_cancel): again one job in each state, each the top
+    # of its own subtree, then a cancelled child whose parent it frees
+    await step("enqueue r2", new("r2", delay_ms=600_000))
+    for i in range(4, 7):  # claimed next (the highest priority): completed, dead, active
+        await step(f"enqueue r{i}", new(f"r{i}", priority=200))
+    [c] = await claim()
+    await step("complete r2", lambda: jobs.complete(rec, queue, c.id, c.token, b"r"))
+    [c] = await claim()
+    await step("fail r2", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
+    [active2] = await claim()
+    await step("flow held W2", raw_flow([node("W2", kids="", held="1")]))
+    await step("enqueue r3", new("r3"))
+    states = await _states(conn, queue, ids)
+    for state in JobState:
+        victim = next(i for i, s in states.items() if s is state)
+        await step(f"remove flow {state}", lambda v=victim: flows.remove_flow(rec, queue, v))
+    await step("flow add fx", lambda: flows.add_flow(rec, [tree("fx", ["fx1"], "ignore")]))
+    await step("cancel flow fx1", lambda: flows.cancel_flow(rec, queue, "fx1"))  # fx -> pending
     await step("enqueue d1", new("d1", delay_ms=600_000))
     await step("drain", lambda: admin.drain(rec, queue, include_schedule=True))
     # obliterate: again one job in each state
@@ -321,7 +339,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await step("flow held O", raw_flow([node("O", kids="", held="1")]))
     await step("pause", lambda: admin.pause(rec, queue))
     await step("obliterate", lambda: admin.obliterate_all(rec, queue, force=True))
-    del active
+    del active, active2
     return steps
 
 

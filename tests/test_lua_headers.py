@@ -35,6 +35,8 @@ CAPPED = {
     "claim": "MAX_COUNT",
     "enqueue": "MAX_ENQUEUE",
     "add_flow": "MAX_FLOW",
+    "flow_cancel": "MAX_FLOW",
+    "flow_held": "MAX_FLOW_PAGE",
     "flow_results": "MAX_FLOW_PAGE",
     "extend_locks": "MAX_HELD",
     "release": "MAX_HELD",

@@ -40,6 +40,31 @@ async def noop(payload: str) -> str:
     return "ok"
 
 
+def _no_op_hooks(k: int) -> None:
+    """``BENCH_HOOKS=K`` (cpu_per_job --hooks): K no-op hooks that fire on every job."""
+
+    async def around(job: Any, call_next: Any) -> Any:
+        return await call_next()
+
+    def done(job: Any, outcome: Any) -> None:
+        pass
+
+    async def done_async(job: Any, outcome: Any) -> None:
+        pass
+
+    for i in range(k):
+        if i % 3 == 0:
+            queue.hooks.around_run(around)
+        elif i % 3 == 1:
+            queue.hooks.on_complete(done)
+        else:
+            queue.hooks.on_complete(done_async)
+
+
+if os.environ.get("BENCH_HOOKS"):
+    _no_op_hooks(int(os.environ["BENCH_HOOKS"]))
+
+
 def worker(args: Any) -> None:
     global SLEEP
     SLEEP = args.sleep

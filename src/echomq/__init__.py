@@ -19,6 +19,7 @@ from ._model.states import JobState
 from ._scripts.replies import ExtendResult
 from ._wire.connection import Connection
 from ._wire.dial import connect
+from ._worker.hooks import Enqueueing, Hooks, JobOutcome
 from ._worker.worker import Worker
 from .app import EnqueueOptions, Job, Queue, TaskHandle, TaskOptions, current_job
 from .cancel import CancelToken
@@ -88,10 +89,12 @@ __all__ = [
     "DuplicateStep",
     "EchoMQError",
     "EnqueueOptions",
+    "Enqueueing",
     "ExtendResult",
     "FlowHandle",
     "FlowStateError",
     "HasOpenChildren",
+    "Hooks",
     "InvalidArgument",
     "InvalidKey",
     "Job",
@@ -100,6 +103,7 @@ __all__ = [
     "JobGone",
     "JobInfo",
     "JobLocked",
+    "JobOutcome",
     "JobState",
     "NotACluster",
     "NotActive",

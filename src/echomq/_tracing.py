@@ -8,8 +8,9 @@ Rule 2: the API only. Which spans are recorded and where they go is the applicat
 choice (an SDK ``TracerProvider`` and its exporter); with the API alone (no provider set)
 nothing is done at all (:func:`on`): no span, no context in the row.
 Rule 3: the context travels as the propagator's carrier (``traceparent``, ``tracestate``,
-baggage: whatever the global propagator writes), JSON-encoded in the row's ``trace`` field;
-the claim script answers it with the job, so the worker needs no extra read.
+baggage: whatever the global propagator writes): entries of the job's headers
+(``_model/headers.py``), the row field ``before_enqueue`` hooks write to; the claim script
+answers it with the job, so the worker needs no extra read.
 Spans follow the messaging conventions: ``send <queue>`` (PRODUCER) around the enqueue,
 ``process <queue>`` (CONSUMER, its child) around decoding and running the job, with
 ``messaging.system = echomq``, the queue, the job id, the task and the attempt.
@@ -17,9 +18,8 @@ Spans follow the messaging conventions: ``send <queue>`` (PRODUCER) around the e
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -75,11 +75,11 @@ def _tracer() -> Any:
 
 @attrs.define(eq=False)
 class Sending:
-    """The enqueue's span: ``trace`` is the context to store in the row (None: nothing to
-    carry, e.g. no SDK configured); call :meth:`sent` with the job id once enqueued."""
+    """The enqueue's span: ``carrier`` is the context to store in the job's headers
+    (empty: nothing to carry); call :meth:`sent` with the job id once enqueued."""
 
     span: Any
-    trace: str | None
+    carrier: dict[str, str]
 
     def sent(self, job_id: str, deduplicated: bool = False) -> None:
         self.span.set_attribute("messaging.message.id", job_id)
@@ -106,25 +106,19 @@ def sending(queue: str, task: str | None) -> Iterator[Sending]:
     ) as span:
         carrier: dict[str, str] = {}
         propagate.inject(carrier)
-        yield Sending(span, json.dumps(carrier, separators=(",", ":")) if carrier else None)
+        yield Sending(span, carrier)
 
 
-def _parent(trace_field: bytes | None) -> Any:
-    """The context stored by :func:`sending` (None: none, or unreadable)."""
-    if not trace_field:
+def _parent(headers: Mapping[str, str]) -> Any:
+    """The context stored by :func:`sending` in the job's headers (None: none)."""
+    if not headers:
         return None
-    try:
-        carrier = json.loads(trace_field)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(carrier, dict):
-        return None
-    return propagate.extract({str(k): str(v) for k, v in carrier.items()})
+    return propagate.extract(dict(headers))
 
 
 @contextmanager
 def processing(
-    queue: str, job_id: str, attempt: int, trace_field: bytes | None
+    queue: str, job_id: str, attempt: int, headers: Mapping[str, str]
 ) -> Iterator[Processing]:
     """A CONSUMER span ``process <queue>``, child of the enqueue's span when the row
     carried one; current for the block, so the task's own spans nest under it."""
@@ -137,7 +131,7 @@ def processing(
     }
     with _tracer().start_as_current_span(
         f"process {queue}",
-        context=_parent(trace_field),
+        context=_parent(headers),
         kind=SpanKind.CONSUMER,
         attributes=attributes,
         record_exception=False,

@@ -12,6 +12,10 @@ is the parent of the step before it (``feed=one``: the previous result is its fi
 argument), a chord's callback the parent of its group's members (``feed=all``: the list
 of results is its first argument), a :func:`flow` node the parent of its children
 (``feed=none``: it reads them with ``job.children_results()``).
+Rule 3: no walk recurses: compiling (:func:`_compile`), finding the queues, and every walk
+of the tree after it (``flows.py``) keep their own stack, so a canvas of any depth (a
+chain of chains, flows in flows, thousands of levels) compiles, is added, read and
+cancelled; the reprs are shallow.
 """
 
 from __future__ import annotations
@@ -68,12 +72,17 @@ class Canvas:
 
     policy: Policy = Policy.FAIL
 
-    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
+    def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
+        """The canvases compiled before this one (Rule 3), each with its policy."""
+        raise NotImplementedError
+
+    def _combine(self, policy: Policy, parts: list[_Compiled], compiling: _Stack) -> _Compiled:
+        """This canvas's roots, from its parts' (in :meth:`_parts`' order)."""
         raise NotImplementedError
 
     def flow_jobs(self) -> list[FlowJob]:
         """The tree(s) this canvas adds; no I/O (Rule 1)."""
-        roots, _ = self._roots(self.policy, set())
+        roots, _ = _compile(self, self.policy)
         return roots
 
     async def apply(self) -> FlowHandle:
@@ -118,10 +127,55 @@ class Canvas:
         )
 
 
-def _enter(canvas: object, stack: _Stack) -> None:
-    if id(canvas) in stack:
-        raise InvalidArgument("the flow contains itself (a cycle)")
-    stack.add(id(canvas))
+_Compiled = tuple[list[FlowJob], bool]  # a canvas's roots, and whether it is a group
+
+
+def _cycle() -> InvalidArgument:
+    return InvalidArgument("the flow contains itself (a cycle)")
+
+
+@attrs.define
+class _Frame:
+    canvas: Canvas
+    policy: Policy
+    parts: list[tuple[Canvas, Policy]] | None = None  # set once entered
+    done: int = 0  # parts compiled so far
+
+
+def _compile(canvas: Canvas, policy: Policy) -> _Compiled:
+    """Rule 3: the canvas's roots, walked with a stack of frames, not by recursion (a
+    canvas nested thousands of levels deep compiles as a flat one does). A frame is
+    entered (its parts listed), its parts compiled one by one (their results pushed on
+    ``results``), then combined; ``compiling`` holds the canvases being compiled, so one
+    met again inside itself is a cycle."""
+    compiling: _Stack = set()
+    results: list[_Compiled] = []
+    work = [_Frame(canvas, policy)]
+    while work:
+        frame = work[-1]
+        c = frame.canvas
+        if frame.parts is None:
+            if isinstance(c, Signature):
+                work.pop()
+                results.append(([c.node((), frame.policy)], False))
+                continue
+            if id(c) in compiling:
+                raise _cycle()
+            compiling.add(id(c))
+            frame.parts = c._parts(frame.policy)
+        if frame.done < len(frame.parts):
+            part, own = frame.parts[frame.done]
+            frame.done += 1
+            work.append(_Frame(part, own))
+            continue
+        n = len(frame.parts)
+        got = results[len(results) - n :]
+        del results[len(results) - n :]
+        results.append(c._combine(frame.policy, got, compiling))
+        compiling.discard(id(c))
+        work.pop()
+    [compiled] = results
+    return compiled
 
 
 def _as_canvas(step: object, where: str) -> Canvas:
@@ -170,14 +224,17 @@ class Signature(Canvas, Generic[R]):
             feed=feed,
         )
 
-    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
+    def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
+        return []
+
+    def _combine(self, policy: Policy, parts: list[_Compiled], compiling: _Stack) -> _Compiled:
         return [self.node((), policy)], False
 
     def __repr__(self) -> str:
         return f"{self.task.name}.s(*{self.args!r}, **{dict(self.kwargs)!r})"
 
 
-@attrs.define(eq=False, init=False)
+@attrs.define(eq=False, init=False, repr=False)
 class Chain(Canvas):
     """Steps run one after the other, each given the previous step's result first."""
 
@@ -196,18 +253,25 @@ class Chain(Canvas):
                 )
         self.policy = _policy(policy)
 
-    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
-        _enter(self, stack)
-        roots, was_group = self.steps[0]._roots(policy, stack)
-        for step in self.steps[1:]:
-            assert isinstance(step, Signature)
+    def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
+        return [(self.steps[0], policy)]
+
+    def _combine(self, policy: Policy, parts: list[_Compiled], compiling: _Stack) -> _Compiled:
+        [(roots, was_group)] = parts
+        for i, step in enumerate(self.steps[1:], 2):
+            if not isinstance(step, Signature):  # the steps were changed after __init__
+                if id(step) in compiling:  # itself (or an enclosing canvas): a cycle
+                    raise _cycle()
+                raise InvalidArgument(f"chain step {i} must be a task signature, not {step!r:.80}")
             feed = Feed.ALL if was_group else Feed.ONE
             roots, was_group = [step.node(roots, policy, feed)], False
-        stack.discard(id(self))
         return roots, was_group
 
+    def __repr__(self) -> str:  # shallow: a canvas may be nested thousands of levels deep
+        return f"chain(<{len(self.steps)} steps>)"
 
-@attrs.define(eq=False, init=False)
+
+@attrs.define(eq=False, init=False, repr=False)
 class Group(Canvas):
     """Members run in parallel; the group's result is the list of theirs, in order."""
 
@@ -222,16 +286,20 @@ class Group(Canvas):
         self.members = [_as_canvas(m, f"group member {i + 1}") for i, m in enumerate(members)]
         self.policy = _policy(policy)
 
-    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
-        _enter(self, stack)
+    def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
+        return [(m, policy) for m in self.members]
+
+    def _combine(self, policy: Policy, parts: list[_Compiled], compiling: _Stack) -> _Compiled:
         roots: list[FlowJob] = []
-        for member in self.members:
-            roots += member._roots(policy, stack)[0]
-        stack.discard(id(self))
+        for part, _ in parts:
+            roots += part
         return roots, True
 
+    def __repr__(self) -> str:
+        return f"group(<{len(self.members)} members>)"
 
-@attrs.define(eq=False, init=False)
+
+@attrs.define(eq=False, init=False, repr=False)
 class Chord(Canvas):
     """A group, then a callback given the list of the group's results first."""
 
@@ -249,14 +317,18 @@ class Chord(Canvas):
             raise InvalidArgument("a chord's callback must be a task signature")
         self.header, self.callback, self.policy = header, body, _policy(policy)
 
-    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
-        _enter(self, stack)
-        members, _ = self.header._roots(policy, stack)
-        stack.discard(id(self))
+    def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
+        return [(self.header, policy)]
+
+    def _combine(self, policy: Policy, parts: list[_Compiled], compiling: _Stack) -> _Compiled:
+        [(members, _)] = parts
         return [self.callback.node(members, policy, Feed.ALL)], False
 
+    def __repr__(self) -> str:
+        return f"chord({self.header!r}, {self.callback!r})"
 
-@attrs.define(eq=False, init=False)
+
+@attrs.define(eq=False, init=False, repr=False)
 class Node(Canvas):
     """A parent job and its children (any canvas), of any depth: the parent runs after
     they finished and reads their results with ``job.children_results()``."""
@@ -277,14 +349,17 @@ class Node(Canvas):
         self.children = [_as_canvas(c, f"child {i + 1}") for i, c in enumerate(children)]
         self.policy = _policy(policy)
 
-    def _roots(self, policy: Policy, stack: _Stack) -> tuple[list[FlowJob], bool]:
-        _enter(self, stack)
+    def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
+        return [(c, c.policy if isinstance(c, Node) else policy) for c in self.children]
+
+    def _combine(self, policy: Policy, parts: list[_Compiled], compiling: _Stack) -> _Compiled:
         kids: list[FlowJob] = []
-        for child in self.children:
-            own = child.policy if isinstance(child, Node) else policy
-            kids += child._roots(own, stack)[0]
-        stack.discard(id(self))
+        for part, _ in parts:
+            kids += part
         return [self.parent.node(kids, self.policy)], False
+
+    def __repr__(self) -> str:
+        return f"flow({self.parent!r}, <{len(self.children)} children>)"
 
 
 def chain(*steps: object, policy: str = "fail") -> Chain:

@@ -14,39 +14,58 @@ another. Its outcome, or its re-run (``reopen``), reaches the parent through its
 outbox, which :func:`relay_outbox` (the worker) relays with ``flow_notify``, idempotent
 and order-safe per child and generation, acknowledging an entry only once the parent's
 script answered.
+Rule 4: cancelling or removing a flow (docs/flows.md "Cancelling a flow") never lets a job
+of it start once the verb returns. Its subtree is read first (parents first); then each
+queue's part goes in ``flow_cancel`` calls: one atomic call when the whole flow is one
+page on one queue (its waiting jobs removed and its running ones signalled together);
+otherwise the first call on each queue holds that queue's claims (a lease in the queue's
+meta that claim reads, renewed by each call), the pages remove the waiting jobs, and only
+once every queue's part is done are the running jobs signalled, each queue's hold
+released by its last call. A canceller that dies leaves the hold to lapse by itself.
+Rule 5: a flow's ids are made before its first page (``canvas`` compiles the tree, ids
+included, before any I/O), and each page counts itself on its root's row (``pages``): a
+producer that stops between pages leaves a held root that :func:`held_roots` lists and
+:func:`remove_held` removes with its flow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import attrs
 
+from ._model.cancel import MAX_REASON
 from ._model.flow import ChildFailure, ChildOutcome, Feed, FlowJob, Policy
+from ._model.text import clip, safe_str
 from ._scripts import validate as v
 from ._scripts.calls import Executor, ScriptCall, evaluate, script_call
 from ._scripts.keyspace import Keyspace, check_group, check_id, keyspace, remote_queue
-from ._scripts.replies import FlowNotice
-from .cancel import request as cancel_request
+from ._scripts.replies import FlowNotice, text
 from .errors import (
     TRANSIENT,
     DuplicateJob,
     EchoMQError,
+    FlowStateError,
     InvalidArgument,
     JobGone,
-    JobLocked,
     NotCancellable,
     ScriptError,
 )
-from .jobs.lifecycle import _task_name
-from .jobs.rows import remove_job
+from .jobs.lifecycle import _task_name, new_id
 
 __all__ = [
     "add_flow",
     "add_flow_calls",
     "cancel_flow",
+    "flow_cancel_call",
+    "flow_held_call",
+    "held_roots",
+    "HeldRoot",
+    "remove_held",
+    "HOLD_MS",
     "ChildFailure",
     "ChildOutcome",
     "children",
@@ -64,6 +83,8 @@ __all__ = [
     "subtree",
     "waiting_parents",
 ]
+
+log = logging.getLogger("echomq.flows")
 
 
 @attrs.frozen
@@ -140,8 +161,11 @@ def _hops(nodes: Sequence[tuple[FlowJob, FlowJob | None]]) -> dict[str, int]:
     return hops
 
 
-def _queue_calls(queue: str, placed_all: list[_Placed]) -> list[ScriptCall[int]]:
-    """One queue's pages (Rule 1): its jobs and the stubs of its jobs' remote children."""
+def _queue_calls(
+    queue: str, placed_all: list[_Placed], root_of: dict[str, str]
+) -> list[ScriptCall[int]]:
+    """One queue's pages (Rule 1): its jobs and the stubs of its jobs' remote children;
+    each page names its first job's root, whose row (on this queue) counts the pages."""
     ks = keyspace(queue)
     size = v.MAX_FLOW
     placed = [attrs.evolve(p, page=i // size) for i, p in enumerate(placed_all)]
@@ -173,6 +197,7 @@ def _queue_calls(queue: str, placed_all: list[_Placed]) -> list[ScriptCall[int]]
             total += len(row[1])
             argv += row
         v.batch_bytes(total)
+        argv.append(root_of[members[0].node.id])
         count = len(members)
         rows = sum(1 for p in members if not p.stub)
 
@@ -212,6 +237,9 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
     # parent (and its stubs) is written before its children on other queues, even when
     # the queues are above and below one another (A over B over A)
     hops = _hops(nodes)
+    root_of: dict[str, str] = {}
+    for node, parent in nodes:  # parents first
+        root_of[node.id] = node.id if parent is None else root_of[parent.id]
     groups: dict[tuple[int, str], list[_Placed]] = {}
     for node, parent in nodes:
         groups.setdefault((hops[node.id], node.queue), []).append(_Placed(node, parent, 0))
@@ -220,7 +248,7 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
             groups.setdefault(where, []).append(_Placed(node, parent, 0, stub=True))
     calls: list[ScriptCall[int]] = []
     for hop, queue in sorted(groups, key=lambda g: g[0]):  # stable: queues as first met
-        calls += _queue_calls(queue, groups[(hop, queue)])
+        calls += _queue_calls(queue, groups[(hop, queue)], root_of)
     return calls
 
 
@@ -236,9 +264,21 @@ async def add_flow(conn: Executor, roots: Sequence[FlowJob]) -> int:
         FlowStateError: a later page found its parent gone (cancelled or removed while
             the flow was being added).
     """
+    calls = add_flow_calls(roots)
+    root = roots[0]
+    if len(calls) > 1:  # Rule 5: the root is named before the first page goes
+        log.info("flows: adding flow %s (queue %s) in %d pages", root.id, root.queue, len(calls))
     written = 0
-    for call in add_flow_calls(roots):
-        written += await evaluate(conn, call)
+    for sent, call in enumerate(calls):
+        try:
+            written += await evaluate(conn, call)
+        except BaseException:
+            if sent:  # earlier pages stand: a held root waits for the rest
+                log.warning("flows: flow %s (queue %s) stopped after %d of %d pages; its root "
+                            "stays held: `echomq flows %s --held` lists it, `--remove-held %s` "
+                            "removes it", root.id, root.queue, sent, len(calls), root.queue,
+                            root.id)  # fmt: skip
+            raise
     return written
 
 
@@ -329,12 +369,17 @@ async def remote_children(conn: Executor, queue: str, job_id: str) -> dict[str, 
         InvalidKey: before any I/O.
     """
     raw = await conn.execute("HGETALL", keyspace(queue).remote_children(job_id))
-    return {k.decode(): remote_queue(v) for k, v in zip(raw[::2], raw[1::2], strict=True)}
+    # a flat list (RESP2, the trio wire); a mapping from the blocking driver (redis-py)
+    pairs = raw.items() if isinstance(raw, dict) else zip(raw[::2], raw[1::2], strict=True)
+    return {text(k): remote_queue(v) for k, v in pairs}
 
 
 async def subtree(conn: Executor, queue: str, job_id: str) -> list[tuple[str, str]]:
     """The jobs of a flow below ``job_id`` (not itself) as ``(queue, id)``, parents before
-    their children; a child on another queue, and its own children, on theirs."""
+    their children; a child on another queue, and its own children, on theirs. Walked
+    with a list, never by recursion: any depth. Only parents' children are read (a
+    child's row says whether it is one, read a batch at a time), so a wide flow costs a
+    few round trips, not one per member."""
     out: list[tuple[str, str]] = []
     todo = [(queue, job_id)]
     while todo:
@@ -346,41 +391,227 @@ async def subtree(conn: Executor, queue: str, job_id: str) -> list[tuple[str, st
         remote = await remote_children(conn, where, parent) if kids.ids else {}
         below = [(remote.get(child, where), child) for child in kids.ids]
         out += below
-        todo += below
+        todo += await _parents(conn, below)
     return out
 
 
+async def _parents(conn: Executor, jobs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The flow parents among ``jobs`` (a row with a ``kids`` field), in order; pipelined
+    per queue in batches when the connection can (``execute_pipeline``)."""
+    if not jobs:
+        return []
+    pipeline = getattr(conn, "execute_pipeline", None)
+    found: set[tuple[str, str]] = set()
+    by_queue: dict[str, list[str]] = {}
+    for where, job in jobs:
+        by_queue.setdefault(where, []).append(job)
+    for where, ids in by_queue.items():
+        ks = keyspace(where)
+        for first in range(0, len(ids), v.MAX_FLOW_PAGE):
+            batch = ids[first : first + v.MAX_FLOW_PAGE]
+            commands = [("HEXISTS", ks.job(i), "kids") for i in batch]
+            if pipeline is not None:
+                replies = await pipeline(commands)
+            else:
+                replies = [await conn.execute(*c) for c in commands]
+            for job, reply in zip(batch, replies, strict=True):
+                if isinstance(reply, Exception):
+                    raise reply
+                if reply == 1:
+                    found.add((where, job))
+    return [j for j in jobs if j in found]
+
+
+# -- cancelling and removing a flow (Rule 4) -------------------------------------------------
+
+HOLD_MS = 5_000  # a claim hold's least length; more for a flow of many pages (_hold_ms)
+_PAGE_HOLD_MS = 100  # and this much per page of the whole operation
+
+
+@attrs.frozen
+class _Settled:
+    """What one ``flow_cancel`` call did: jobs removed (or signalled), locked jobs left,
+    running jobs not yet signalled, and the top job's state ('' when not in the call)."""
+
+    done: int
+    locked: int
+    running: list[str]
+    top: str
+
+
+def flow_cancel_call(
+    queue: str,
+    ids: Sequence[str],
+    *,
+    mode: str = "cancel",
+    hold: str = "",
+    token: str = "",
+    hold_ms: int = HOLD_MS,
+    signal: bool = False,
+    reason: str | None = None,
+    top: str = "",
+) -> ScriptCall[_Settled]:
+    """One page of a flow's cancel (or removal) on ``queue`` (no I/O): ``hold`` is
+    ``take`` (hold the queue's claims for ``hold_ms``, or renew that hold), ``release``
+    (end it after this page) or ``''``.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    ks = keyspace(queue)
+    if mode not in ("cancel", "remove"):
+        raise InvalidArgument(f"mode must be cancel or remove, not {mode!r}")
+    if hold not in ("", "take", "release"):
+        raise InvalidArgument(f"hold must be take, release or '', not {hold!r}")
+    v.int_in("ids", len(ids), 0, v.MAX_FLOW)
+    v.non_negative_int("hold_ms", hold_ms, v.MAX_MS)
+    for i in ids:
+        check_id(i)
+    if top:
+        check_id(top)
+    if reason is not None:
+        reason = clip(reason if isinstance(reason, str) else safe_str(reason), MAX_REASON)
+    keys = [ks.pending, ks.schedule, ks.active, ks.waiting, ks.cancels, ks.meta, ks.wake, ks.holds]
+    argv: list[Any] = [
+        ks.base,
+        mode,
+        hold,
+        token,
+        hold_ms,
+        "1" if signal else "",
+        "" if reason is None else "1",
+        reason or "",
+        top,
+        len(ids),
+        *ids,
+    ]
+
+    def read(reply: Any) -> _Settled:
+        if reply == -1:
+            raise JobGone(f"job {top} has no row")
+        if not isinstance(reply, list) or len(reply) != 4 or not isinstance(reply[2], list):
+            raise ScriptError(f"flow_cancel: unexpected reply {reply!r}")
+        return _Settled(int(reply[0]), int(reply[1]), [text(x) for x in reply[2]], text(reply[3]))
+
+    return script_call("flow_cancel", keys, argv, read)
+
+
+def _pages(ids: Sequence[str]) -> list[list[str]]:
+    size = v.MAX_FLOW
+    return [list(ids[i : i + size]) for i in range(0, len(ids), size)]
+
+
+async def _settle_flow(
+    conn: Executor, queue: str, job_id: str, mode: str, reason: str | None
+) -> tuple[int, str]:
+    """Rule 4: the whole subtree's waiting jobs out, queue by queue, while each queue's
+    claims are held; then the running ones signalled (cancel). Answers the jobs removed
+    or signalled, and the top job's state before."""
+    check_id(job_id)
+    members = [(queue, job_id), *await subtree(conn, queue, job_id)]
+    by_queue: dict[str, list[str]] = {}
+    for where, member in members:  # parents first, the top's queue first
+        by_queue.setdefault(where, []).append(member)
+    signal_now = mode == "cancel"
+    if len(by_queue) == 1 and len(members) <= v.MAX_FLOW:  # one atomic call does it all
+        page = await evaluate(
+            conn,
+            flow_cancel_call(
+                queue, by_queue[queue], mode=mode, signal=signal_now, reason=reason, top=job_id
+            ),
+        )
+        return page.done, page.top
+    pages = sum(len(_pages(ids)) for ids in by_queue.values())
+    hold_ms = HOLD_MS + _PAGE_HOLD_MS * 2 * pages  # the pages, and the signals after them
+    token = new_id()
+    try:
+        return await _held_pages(conn, queue, job_id, by_queue, mode, reason, token, hold_ms)
+    except Exception:  # a refusal, a lost connection: release what it held, best effort
+        for where in by_queue:
+            with contextlib.suppress(Exception):
+                await evaluate(conn, flow_cancel_call(where, [], hold="release", token=token))
+        raise
+
+
+async def _held_pages(
+    conn: Executor,
+    queue: str,
+    job_id: str,
+    by_queue: dict[str, list[str]],
+    mode: str,
+    reason: str | None,
+    token: str,
+    hold_ms: int,
+) -> tuple[int, str]:
+    signal_now = mode == "cancel"
+    done, top_state = 0, ""
+    running: dict[str, list[str]] = {}
+    for where, ids in by_queue.items():  # each queue's part, held, before any signal
+        for page_ids in _pages(ids):
+            page = await evaluate(
+                conn,
+                flow_cancel_call(
+                    where,
+                    page_ids,
+                    mode=mode,
+                    hold="take",
+                    token=token,
+                    hold_ms=hold_ms,
+                    reason=reason,
+                    top=job_id if where == queue and job_id in page_ids else "",
+                ),
+            )
+            done += page.done
+            top_state = top_state or page.top
+            running.setdefault(where, []).extend(page.running)
+    for where in by_queue:  # then the running jobs signalled, and each hold released
+        signal_pages = _pages(running.get(where, [])) or [[]]
+        for i, page_ids in enumerate(signal_pages):
+            # the top, if it runs, is named again: back in waiting by now (a recovered
+            # lease), it is removed and its parent told; gone by now, it is not named
+            tops = [job_id, ""] if where == queue and job_id in page_ids else [""]
+            for top in tops:
+                call = flow_cancel_call(
+                    where,
+                    page_ids,
+                    mode=mode,
+                    hold="release" if i == len(signal_pages) - 1 else "take",
+                    token=token,
+                    hold_ms=hold_ms,
+                    signal=signal_now,
+                    reason=reason,
+                    top=top,
+                )
+                try:
+                    page = await evaluate(conn, call)
+                except JobGone:  # the top finished and its row went (nothing written)
+                    continue
+                done += page.done
+                break
+    return done, top_state
+
+
 async def cancel_flow(conn: Executor, queue: str, job_id: str, reason: str | None = None) -> int:
-    """Cancel a flow: ``job_id`` (removed while it waits, signalled while it runs), then
-    every open job below it, on whichever queue it is; finished ones are left as they
-    are. Answers how many jobs were cancelled (removed or signalled).
+    """Cancel a flow (Rule 4): ``job_id`` and every open job below it, on whichever queue
+    it is; finished ones are left as they are. Waiting jobs (pending, scheduled, a waiting
+    parent) are removed, finished as cancelled, before any running job is signalled, so
+    that no job of the flow starts once this returns. Answers how many jobs were cancelled
+    (removed or signalled).
 
     Raises:
         InvalidKey: before any I/O. JobGone: ``job_id`` has no row.
         NotCancellable: ``job_id`` already finished (its subtree is still cancelled).
     """
-    below = await subtree(conn, queue, job_id)
-    done = 0
-    refused: NotCancellable | None = None
-    try:
-        await cancel_request(conn, queue, job_id, reason)
-        done += 1
-    except NotCancellable as exc:
-        refused = exc
-    for where, child in below:
-        try:
-            await cancel_request(conn, where, child, reason)
-            done += 1
-        except (JobGone, NotCancellable):
-            pass
-    if refused is not None:
-        raise refused
+    done, top = await _settle_flow(conn, queue, job_id, "cancel", reason)
+    if top in ("completed", "dead"):
+        raise NotCancellable(f"not cancellable: the job is {top} (its open subtree is cancelled)")
     return done
 
 
 async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
-    """Remove a flow: ``job_id`` (forced) and every job below it (on whichever queue it
-    is), with their rows and logs. Answers how many rows were removed.
+    """Remove a flow (Rule 4): ``job_id`` (forced) and every job below it (on whichever
+    queue it is), running ones too, with their rows and logs; no job of it starts once
+    this returns. Answers how many rows were removed.
 
     Raises:
         InvalidKey: before any I/O.
@@ -388,21 +619,96 @@ async def remove_flow(conn: Executor, queue: str, job_id: str) -> int:
         JobLocked: ``job_id`` is locked (nothing removed); a locked job below it is left
             in place.
     """
-    below = await subtree(conn, queue, job_id)
-    await remove_job(conn, queue, job_id, force=True)
-    done = 1
-    for where, child in below:
-        try:
-            await remove_job(conn, where, child, force=True)
-            done += 1
-        except (JobGone, JobLocked):  # gone already; a locked child stays
-            pass
+    done, _ = await _settle_flow(conn, queue, job_id, "remove", None)
     return done
+
+
+# -- held roots (Rule 5) ------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class HeldRoot:
+    """A flow root still held for pages of its flow (docs/flows.md "Held roots"): its id,
+    how long it has waited (ms, server clock), the pages of its flow written on its queue
+    and its children written so far."""
+
+    id: str
+    created_at_ms: int
+    age_ms: int
+    pages: int
+    kids: int
+
+
+def flow_held_call(
+    queue: str, offset: int = 0, count: int = v.MAX_FLOW_PAGE
+) -> ScriptCall[tuple[int, list[HeldRoot]]]:
+    """One page of the waiting set read for held roots: (parents read, the held roots)."""
+    ks = keyspace(queue)
+    v.non_negative_int("offset", offset)
+    v.int_in("count", count, 1, v.MAX_FLOW_PAGE)
+
+    def read(reply: Any) -> tuple[int, list[HeldRoot]]:
+        if not isinstance(reply, list) or len(reply) != 3 or not isinstance(reply[2], list):
+            raise ScriptError(f"flow_held: unexpected reply {reply!r}")
+        now, flat = int(reply[0]), reply[2]
+        roots = [
+            HeldRoot(
+                id=text(flat[i]),
+                created_at_ms=int(flat[i + 1]),
+                age_ms=max(0, now - int(flat[i + 1])),
+                pages=int(flat[i + 2]),
+                kids=int(flat[i + 3]),
+            )
+            for i in range(0, len(flat), 4)
+        ]
+        return int(reply[1]), roots
+
+    return script_call("flow_held", [ks.waiting], [ks.base, offset, count], read)
+
+
+async def held_roots(conn: Executor, queue: str, *, limit: int = 100) -> list[HeldRoot]:
+    """Rule 5: ``queue``'s held flow roots, the longest waiting first (at most ``limit``,
+    1..1000): flows whose producer stopped between two pages (killed, cancelled, its
+    connection lost) and that wait for pages that never come. Read in pages of the
+    waiting set.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    v.int_in("limit", limit, 1, 1000)
+    found: list[HeldRoot] = []
+    offset = 0
+    while len(found) < limit:
+        read, roots = await evaluate(conn, flow_held_call(queue, offset))
+        found += roots
+        if read < v.MAX_FLOW_PAGE:
+            break
+        offset += read
+    return found[:limit]
+
+
+async def remove_held(conn: Executor, queue: str, job_id: str) -> int:
+    """Remove a held root's flow (Rule 4's path, as :func:`remove_flow`): answers the rows
+    removed. Refuses a job that is not a held root, so a live flow is not removed by a
+    mistyped id.
+
+    Raises:
+        InvalidKey: before any I/O. JobGone: no row.
+        FlowStateError: the job is not a held root (nothing removed).
+    """
+    check_id(job_id)
+    state, held, parent = await conn.execute(
+        "HMGET", keyspace(queue).job(job_id), "state", "held", "parent"
+    )
+    if state is None:
+        raise JobGone(f"job {job_id} has no row")
+    if state != b"waiting" or held != b"1" or parent is not None:
+        raise FlowStateError(f"job {job_id} is not a held flow root (see flows --held)")
+    return await remove_flow(conn, queue, job_id)
 
 
 # -- across queues: the outbox relay (Rule 3) ---------------------------------------------------
 
-log = logging.getLogger("echomq.flows")
 RELAY_GROUP = "relay"
 MAX_RELAY_TRIES = 5  # deliveries of an entry the parent's queue refuses, then set aside
 # a child's outcomes, and `reopen`: it runs again (reprocessed), its parent waits for it

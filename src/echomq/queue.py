@@ -33,6 +33,7 @@ from ._trio import open_service_nursery
 from ._wire.connection import Connection
 from ._wire.dial import connect
 from ._worker.context import Job
+from ._worker.hooks import Hooks
 from .config import resolve_url
 from .errors import InvalidArgument, InvalidKey
 from .events import EventFeed, open_event_feed
@@ -89,6 +90,7 @@ class Queue:
     def __init__(self, name: str, url: str | None = None, *, codec: Codec | str = JSON) -> None:
         #: the one enqueue path of this queue (gating, tracing, the trio coalescer)
         self.producer = Producer(check_queue(name), codec_named(codec))
+        self._hooks = self.producer.hooks = Hooks()
         self._url = url
         self.tasks: dict[str, Task[..., Any]] = {}
         self._conn: Connection | None = None
@@ -102,6 +104,18 @@ class Queue:
         self._asyncio: weakref.WeakKeyDictionary[Any, AsyncioQueueClient] = (
             weakref.WeakKeyDictionary()
         )
+
+    @property
+    def hooks(self) -> Hooks:
+        """The queue's hooks (docs/hooks.md): the producer's ``before_enqueue``, the
+        worker's ``around_run`` and outcome hooks. Replacing it replaces the producer's too."""
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, hooks: Hooks) -> None:
+        if not isinstance(hooks, Hooks):
+            raise InvalidArgument(f"queue.hooks must be an echomq.Hooks, not {hooks!r:.80}")
+        self._hooks = self.producer.hooks = hooks
 
     @property
     def name(self) -> str:

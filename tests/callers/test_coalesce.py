@@ -7,6 +7,7 @@ jobs) and can hold them before they are sent, so a test decides what is in fligh
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -314,17 +315,19 @@ async def test_a_lost_connection_reaches_every_caller_of_the_batch(
     assert len({id(result) for result in results.values()}) == 4  # each caller its own
 
 
-async def test_batches_keep_the_call_caps_and_each_job_its_trace(
+async def test_batches_keep_the_call_caps_and_each_job_its_headers(
     conn: echomq.Connection, redis_url: str, queue: str
 ) -> None:
-    """Queued callers go in chunks of at most MAX_ENQUEUE (250) jobs; a job's trace field
-    (the enqueue span's context) reaches its row."""
+    """Queued callers go in chunks of at most MAX_ENQUEUE (250) jobs; a job's headers field
+    reaches its row (with the enqueue span's context added when tracing is on)."""
     q = make_queue(queue, redis_url)
     ks = Keyspace(queue)
     answers: dict[int, echomq.TaskHandle] = {}
 
     async def one(i: int) -> None:
-        answers[i] = await q.enqueue_new(jobs.NewJob(payload=b"p", trace=f"ctx-{i}"))
+        answers[i] = await q.enqueue_new(
+            jobs.NewJob(payload=b"p", headers=json.dumps({"n": f"ctx-{i}"}))
+        )
 
     with trio.fail_after(20):
         async with gated(q) as (coalescer, gate), trio.open_nursery() as nursery:
@@ -335,7 +338,8 @@ async def test_batches_keep_the_call_caps_and_each_job_its_trace(
             gate.release()
         assert gate.sizes == [1, 250, 49]
         for i, handle in answers.items():
-            assert await conn.execute("HGET", ks.job(handle.id), "trace") == f"ctx-{i}".encode()
+            row = await conn.execute("HGET", ks.job(handle.id), "headers")
+            assert json.loads(row)["n"] == f"ctx-{i}"
 
 
 async def test_batches_keep_the_byte_cap(

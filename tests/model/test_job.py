@@ -75,17 +75,17 @@ def test_a_claim_reply_reads_as_claimed_values() -> None:
     frozen; the trailing next_due_ms is not a job."""
     import attrs
 
-    reply = [b"a", b"p", 1, 0, None, "b", b"q", 3, 2, b"t", 25]
+    reply = [b"a", b"p", 1, 0, None, None, "b", b"q", 3, 2, b"t", 40, 25]
     batch = _read_claim(reply)
     assert batch.jobs == [
         Claimed(id="a", payload=b"p", token=1),
-        Claimed(id="b", payload=b"q", token=3, failures=2, trace=b"t"),
+        Claimed(id="b", payload=b"q", token=3, failures=2, headers=b"t", waited_ms=40),
     ]
     assert batch.next_due_ms == 25
     assert len({hash(j) for j in batch.jobs}) == 2
     assert repr(batch.jobs[0]) == repr(Claimed(id="a", payload=b"p", token=1))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         batch.jobs[0].token = 2  # type: ignore[misc]
-    assert _read_claim([b"a", b"p", 1, 0, None]).next_due_ms is None
+    assert _read_claim([b"a", b"p", 1, 0, None, 7]).next_due_ms is None
     with pytest.raises(ScriptError):
         _read_claim([b"a", b"p", 1])

@@ -12,6 +12,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 import echomq
+from _waits import until
 from echomq.dashboard import serve_dashboard
 from echomq.testing import free_port, open_worker_process
 
@@ -103,6 +104,44 @@ async def test_worker_serves_metrics(redis_url: str, queue: str) -> None:
     assert value(found, "echomq_queue_jobs", queue=queue, state="pending") == 0
     assert value(found, "echomq_stalled_jobs_total", queue=queue, outcome="recovered") == 0
     assert value(found, "echomq_queue_scrape_ok") == 1
+
+
+async def test_the_wait_histogram_and_the_process_collectors(redis_url: str, queue: str) -> None:
+    """``echomq_job_wait_seconds``: a job enqueued 0.5 s (server clock) before any worker
+    started waited at least that; a delayed job's wait counts from its run_at, not its
+    enqueue. The client library's process, platform and GC collectors are served too."""
+    q = make_queue(queue, redis_url)
+    worker = echomq.Worker(q, concurrency=4, metrics_port=0, grace=0)
+    with trio.fail_after(30):
+        async with q.open(), trio.open_nursery() as nursery:
+            early = await q.tasks["add"].delay(1, 2)
+            info = await early.info()
+            assert info is not None and info.created_at is not None
+            created = info.created_at
+
+            async def half_a_second_later() -> bool:
+                return await echomq.admin.server_now_ms(q.connection) >= created + 500
+
+            await until(half_a_second_later)
+            await nursery.start(worker.serve)
+            assert await early.result(timeout=10) == 3
+            late = await q.tasks["slow"].apply(delay=1.0)
+            assert await late.result(timeout=10) == "done"
+            assert worker.metrics_address is not None
+            host, port = worker.metrics_address
+            found = await trio.to_thread.run_sync(scrape, f"http://{host}:{port}/metrics")
+            nursery.cancel_scope.cancel()
+    wait = "echomq_job_wait_seconds"
+    assert value(found, f"{wait}_count", queue=queue, task="add") == 1
+    assert value(found, f"{wait}_sum", queue=queue, task="add") >= 0.5
+    assert value(found, f"{wait}_bucket", queue=queue, task="add", le="0.25") == 0
+    assert value(found, f"{wait}_count", queue=queue, task="slow") == 1
+    assert value(found, f"{wait}_sum", queue=queue, task="slow") < 0.9  # from its run_at
+    assert value(found, "process_cpu_seconds_total") > 0
+    assert value(found, "process_resident_memory_bytes") > 0
+    assert ("python_info", ()) not in found  # (it has labels: the version's)
+    assert any(name == "python_info" for name, _ in found)
+    assert value(found, "python_gc_objects_collected_total", generation="0") >= 0
 
 
 async def test_metrics_port_in_use_fails_the_start(redis_url: str, queue: str) -> None:

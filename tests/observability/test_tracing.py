@@ -67,7 +67,7 @@ async def test_a_trace_follows_a_request_into_its_job(
             assert await handle.result(timeout=10) == 3
             with pytest.raises(echomq.JobFailed):
                 await failing.result(timeout=10)
-            raw = await q.connection.execute("HGET", f"emq:{{{queue}}}:job:{handle.id}", "trace")
+            raw = await q.connection.execute("HGET", f"emq:{{{queue}}}:job:{handle.id}", "headers")
             nursery.cancel_scope.cancel()
     assert row is not None
     assert "traceparent" in json.loads(raw)
@@ -138,7 +138,7 @@ handle = add.delay_sync(1, 2)
 import echomq.sync
 with echomq.sync.connect({redis_url!r}) as mq:
     fields = mq.client.hkeys(f"emq:{{{{{queue}}}}}:job:{{handle.id}}")
-assert b"trace" not in fields and b"payload" in fields, fields
+assert b"headers" not in fields and b"payload" in fields, fields
 import trio
 async def run_it():
     async with trio.open_nursery() as nursery:

@@ -9,8 +9,11 @@ checked here before any I/O: the arguments against the task's parameters
 ``PayloadTooLarge``). A call of a task with no options keeps the task's option set as the
 script reads it after its first gate (for the task's current ``options``): later calls
 encode the arguments and draw an id, nothing else.
-Rule 2 (one trace): with OpenTelemetry on, each enqueue is a ``send <queue>`` span whose
-context the job's row carries; a bulk call is one span, each of its jobs carrying it.
+Rule 2 (one trace, one set of headers): with OpenTelemetry on, each enqueue is a
+``send <queue>`` span whose context the job's headers carry (``_model/headers.py``); a bulk
+call is one span, each of its jobs carrying it. With ``before_enqueue`` hooks on the queue
+(``enqueue_hooks.py``), each job's hooks run first, before the span, and their headers go
+in the same row field; a call with no hooks and no tracing pays one attribute test.
 Rule 3 (the sends): on trio a single job goes through the queue's :class:`Coalescer`
 (concurrent callers share script calls); on asyncio and blocking code, one call per job
 (the blocking one is the same coroutine, driven by ``run_sync`` on a connection whose
@@ -29,6 +32,7 @@ import trio
 from .. import _tracing, config
 from .._model.codec import Codec
 from .._model.flow import FlowJob
+from .._model.headers import decode_headers, encode_headers
 from .._model.job import NewJob
 from .._model.options import EnqueueOptions, TaskOptions, build_options
 from .._scripts import validate as v
@@ -38,6 +42,7 @@ from ..flows import add_flow
 from ..jobs.lifecycle import GatedJob, enqueue_gated_call, gate_job, new_id
 from .binding import CallShape
 from .coalesce import Coalescer, Sent
+from .enqueue_hooks import BeforeEnqueue, Enqueueing, HookErrors, run_before
 
 __all__ = ["Call", "Producer", "Sent", "TaskRef"]
 
@@ -51,6 +56,16 @@ class Pipelined(Executor, Protocol):
     """A connection that pipelines (trio, asyncio, blocking): what a bulk send needs."""
 
     async def execute_pipeline(self, commands: Sequence[Sequence[Any]]) -> list[Any]: ...
+
+
+class ProducerHooks(Protocol):
+    """What the producer reads of a queue's hooks (``echomq.Hooks``)."""
+
+    @property
+    def before(self) -> Sequence[BeforeEnqueue]: ...
+
+    @property
+    def errors(self) -> HookErrors: ...
 
 
 class TaskRef(Protocol):
@@ -76,6 +91,7 @@ class Producer:
         self._kept: dict[str, tuple[TaskOptions, tuple[Any, ...]]] = {}
         self._coalescer: Coalescer | None = None
         self._conn: Pipelined | None = None  # the open queue's trio connection
+        self.hooks: ProducerHooks | None = None  # the queue's (rule 2)
 
     # -- the trio side's coalescer (one per ``queue.open()`` connection) ---------------------
 
@@ -147,7 +163,7 @@ class Producer:
         kwargs: Mapping[str, Any] | None = None,
         options: EnqueueOptions | None = None,
         fields: Mapping[str, Any] = _NO_FIELDS,
-        trace: str | None = None,
+        headers: str | None = None,
     ) -> GatedJob:
         """:meth:`new_job`, gated for the script (rule 1: a call with no options, after
         the task's first, only binds, encodes and draws an id).
@@ -155,7 +171,7 @@ class Producer:
         Raises:
             as :meth:`new_job`; PayloadTooLarge.
         """
-        plain = options is None and not fields and trace is None
+        plain = options is None and not fields and headers is None
         if plain:
             name = task.name
             kept = self._kept.get(name)
@@ -168,7 +184,7 @@ class Producer:
                     payload = self._encode(task, args, kwargs)
                     return GatedJob(new_id(), v.payload_bytes(payload), kept[1])
         new = self.new_job(task, args, kwargs, options, fields)
-        job = gate_job(new if trace is None else attrs.evolve(new, trace=trace))
+        job = gate_job(new if headers is None else attrs.evolve(new, headers=headers))
         if plain and not callable(task.options.group):  # (a callable: called per job)
             if len(self._kept) >= 1024:
                 self._kept.clear()
@@ -219,6 +235,11 @@ class Producer:
             RuntimeError: ``conn`` None and the queue is not open.
             as :meth:`gate`; then (awaited) what the call raises.
         """
+        hooks = self.hooks
+        if hooks is not None and hooks.before:
+            new = self.new_job(task, args, kwargs, options, fields)
+            gate_job(new)  # its errors now, before any I/O
+            return self._hooked(conn, new, task.name)
         if _tracing.ENABLED and _tracing.on():
             return self._traced_call(conn, task, args, kwargs, options, fields)
         job = self.gate(task, args, kwargs, options, fields)
@@ -229,11 +250,35 @@ class Producer:
     async def enqueue_new(
         self, conn: Executor | None, new: NewJob, task: str | None = None
     ) -> Sent:
-        """:meth:`enqueue` of a prepared job."""
+        """:meth:`enqueue` of a prepared job (its own ``headers`` kept, the hooks' added)."""
+        hooks = self.hooks
+        if hooks is not None and hooks.before:
+            gate_job(new)
+            return await self._hooked(conn, new, task)
         if _tracing.ENABLED and _tracing.on():
             with _tracing.sending(self.queue, task) as span:
-                traced = attrs.evolve(new, trace=span.trace) if span.trace else new
-                answer = await self._sent(conn, gate_job(traced))
+                job = gate_job(_with_headers(new, span.carrier))
+                answer = await self._sent(conn, job)
+                span.sent(*answer)
+            return answer
+        return await self._sent(conn, gate_job(new))
+
+    async def _headed(self, new: NewJob, task: str | None) -> NewJob:
+        """``new`` with the headers its ``before_enqueue`` hooks add (rule 2)."""
+        hooks = self.hooks
+        assert hooks is not None
+        given = dict(decode_headers(new.headers))
+        headers = await run_before(
+            hooks.before, Enqueueing(self.queue, task, new, given), hooks.errors
+        )
+        return _with_headers(new, headers)
+
+    async def _hooked(self, conn: Executor | None, new: NewJob, task: str | None) -> Sent:
+        """One job through its hooks, then (traced or not) sent."""
+        new = await self._headed(new, task)
+        if _tracing.ENABLED and _tracing.on():
+            with _tracing.sending(self.queue, task) as span:
+                answer = await self._sent(conn, gate_job(_with_headers(new, span.carrier)))
                 span.sent(*answer)
             return answer
         return await self._sent(conn, gate_job(new))
@@ -251,7 +296,7 @@ class Producer:
         (Its own method: a closure in :meth:`enqueue` would put its variables in cells on
         every call, traced or not.)"""
         with _tracing.sending(self.queue, task.name) as span:
-            job = self.gate(task, args, kwargs, options, fields, span.trace)
+            job = self.gate(task, args, kwargs, options, fields, encode_headers(span.carrier))
             answer = await self._sent(conn, job)
             span.sent(*answer)
         return answer
@@ -286,9 +331,23 @@ class Producer:
         """
         if (options is not None and options.job_id is not None) or "job_id" in fields:
             raise InvalidArgument("map and starmap enqueue many jobs: a job_id names one")
+        hooks = self.hooks
+        if hooks is not None and hooks.before:
+            news = [self.new_job(task, a, k, options, fields) for a, k in calls]
+            for new in news:
+                gate_job(new)  # every job's errors before any hook runs or I/O
+            news = [await self._headed(new, task.name) for new in news]
+            if _tracing.ENABLED and _tracing.on():
+                with _tracing.sending(self.queue, task.name) as span:
+                    gated = [gate_job(_with_headers(new, span.carrier)) for new in news]
+                    answers = await self._send_many(conn, gated)
+                    span.sent_many(len(answers))
+                return answers
+            return await self._send_many(conn, [gate_job(new) for new in news])
         if _tracing.ENABLED and _tracing.on():
             with _tracing.sending(self.queue, task.name) as span:
-                jobs = [self.gate(task, a, k, options, fields, span.trace) for a, k in calls]
+                carried = encode_headers(span.carrier)
+                jobs = [self.gate(task, a, k, options, fields, carried) for a, k in calls]
                 answers = await self._send_many(conn, jobs)
                 span.sent_many(len(answers))
             return answers
@@ -328,6 +387,14 @@ class Producer:
         """Add a flow's trees (their jobs gated by :meth:`new_job`; pages beyond
         ``MAX_FLOW`` nodes, docs/flows.md)."""
         await add_flow(conn, roots)
+
+
+def _with_headers(new: NewJob, headers: Mapping[str, str]) -> NewJob:
+    """``new`` with ``headers`` added to its own (none to add: ``new`` itself)."""
+    if not headers:
+        return new
+    merged = {**decode_headers(new.headers), **headers} if new.headers else headers
+    return attrs.evolve(new, headers=encode_headers(merged))
 
 
 def _chunks(jobs: list[GatedJob]) -> list[list[GatedJob]]:

@@ -76,14 +76,21 @@ class ChildFailure:
         return f"child {self.id} {self.state}" + (f": {self.error}" if self.error else "")
 
 
-@attrs.frozen(kw_only=True)
+def _count(children: tuple[FlowJob, ...]) -> str:
+    return f"<{len(children)} children>"
+
+
+@attrs.frozen(kw_only=True, eq=False)
 class FlowJob:
     """One node of a flow: its job (``job.job_id`` set), its queue, its children in order,
-    and, when it has children, its failure policy and how their results reach it."""
+    and, when it has children, its failure policy and how their results reach it.
+
+    Compared by identity and shown shallow (its children counted, not shown): a tree may
+    be thousands of levels deep, and nothing walks it by recursion (docs/flows.md)."""
 
     job: NewJob
     queue: str
-    children: tuple[FlowJob, ...] = ()
+    children: tuple[FlowJob, ...] = attrs.field(default=(), repr=_count)
     policy: Policy = Policy.FAIL
     feed: Feed = Feed.NONE
 

@@ -66,7 +66,9 @@ class NewJob:
     dedup_mode: DedupMode = "throttle"
     group: str | None = None  # the group's lane (docs/lanes.md); None: ungrouped
     group_concurrency: int | None = None  # the group's limit, set if it has none yet
-    trace: str | None = None  # the enqueue span's context (W3C trace context as JSON)
+    # the job's headers: string metadata as a JSON object (before_enqueue hooks, the
+    # trace context's carrier), carried in its row to the worker's Job.headers
+    headers: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -84,14 +86,17 @@ class Enqueued:
 class Claimed:
     """A job this caller now holds: ``token`` (the row's attempts) fences every later move.
 
-    ``trace``: the row's ``trace`` field (the enqueue span's context), None when absent.
+    ``headers``: the row's ``headers`` field (a JSON object of strings), None when absent.
+    ``waited_ms``: server milliseconds from the job's due time (its ``run_at``: a delayed
+    job, a retry; else its ``created_at``) to the claim; None when the row has neither.
     """
 
     id: str
     payload: bytes
     token: int
     failures: int = 0
-    trace: bytes | None = None
+    headers: bytes | None = None
+    waited_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)

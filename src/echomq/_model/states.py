@@ -109,6 +109,12 @@ TRANSITIONS: dict[str, Moves] = {
         **{state: frozenset({None}) for state in JobState},
         JobState.WAITING: frozenset({None, JobState.PENDING}),
     },
+    # a page of a flow's cancel or removal (docs/flows.md): cancel removes its waiting
+    # jobs, remove every job; the subtree's top tells its parent (which may become pending)
+    "flow_cancel": {
+        **{state: frozenset({None}) for state in JobState},
+        JobState.WAITING: frozenset({None, JobState.PENDING}),
+    },
     # cancel removes a waiting job (a flow parent too); an active one gets a flag (it
     # completes later), or, with no grace left (grace=0), is fenced: settled cancelled at
     # once (finished, with the completed set's retention, as complete); a finished

@@ -190,6 +190,13 @@ class Keyspace:
         return self.base + "cancels"
 
     @property
+    def holds(self) -> str:
+        """The claim holds of flows being cancelled or removed page by page: a hold's token
+        scored by the server ms it ends (its latest end is the meta ``hold`` field, which
+        the claim reads; docs/flows.md)."""
+        return self.base + "holds"
+
+    @property
     def workers(self) -> str:
         """The workers serving this queue: ids scored by their last heartbeat (server ms)."""
         return self.base + "workers"

@@ -39,6 +39,7 @@ import trio
 from .._model.cancel import CancelToken
 
 if TYPE_CHECKING:
+    from .context import Job
     from .pool import SlotScope
 
 __all__ = ["SETTLED_ELSEWHERE", "Held", "InFlight", "Stop"]
@@ -85,6 +86,10 @@ class Held:
     # how the settler counted it (completed, retried, dead, cancelled, lost): the run's span
     recorded: str | None = None
     waiting: bool = False  # prefetched: claimed, waiting for a slot (claims.py rule 5)
+    claimed_at: float = 0.0  # perf_counter() when its claim answered (tally.py rule 3)
+    # with hooks (hooks.py): the run's Job, and what its run raised (the outcome hooks')
+    job: Job | None = None
+    exception: BaseException | None = None
 
     @property
     def scope(self) -> trio.CancelScope:

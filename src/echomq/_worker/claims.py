@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import deque
+from time import perf_counter
 
 import attrs
 import trio
@@ -180,11 +181,13 @@ class ClaimLoop:
         add, lease = self.inflight.add, self.claim_lease_ms
         room, start, ready = self.room, self.pool.start, self._ready
         taken = 0
+        now = perf_counter()
         for job in batch.jobs:
             if self._stopping:  # claimed as we stop: straight back to pending
                 self.inflight.hand_back.append((job.id, job.token))
                 continue
             held = add(job.id, job.token, lease)
+            held.claimed_at = now
             taken += 1
             if room.available > 0 and not ready:
                 room.take()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar
 
@@ -83,6 +83,8 @@ class Job:
     _codec: Codec | None = attrs.field(default=None, repr=False)
     _slept: Callable[[], None] | None = attrs.field(default=None, repr=False)
     _steps: Steps | None = attrs.field(default=None, init=False, repr=False)
+    #: the job's headers (``before_enqueue`` hooks', the trace context's): read-only
+    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True)
 
     def children_results(self) -> list[Any]:
         """A flow parent's children's results, in the children's order (docs/flows.md):

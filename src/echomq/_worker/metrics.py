@@ -32,13 +32,16 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .. import admin
 from .._http import WILDCARDS, HostRule, Request, check_allowed_host, serve_http
 from ..admin import QueueStats
 from ..errors import EchoMQError, InvalidArgument
-from .tally import BUCKETS, Tally
+from .tally import BUCKETS, WAIT_BUCKETS, Tally
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -103,16 +106,29 @@ def task_families(queue: str, tally: Tally) -> list[Metric]:
         labels=["queue", "task"],
         unit="",
     )
+    waits = HistogramMetricFamily(
+        "echomq_job_wait_seconds",
+        "Time from a job's due time (its enqueue, or its run_at: a delayed job, a retry; "
+        "server clock) to its start on this worker, by task",
+        labels=["queue", "task"],
+        unit="",
+    )
     for task, t in sorted(tally.tasks.items()):
         for outcome, count in t.outcomes.items():
             jobs.add_metric([queue, task, outcome], count)
         retries.add_metric([queue, task], t.outcomes["retried"])
-        cumulative, buckets = 0, []
-        for bound, count in zip((*BUCKETS, float("inf")), t.buckets, strict=True):
-            cumulative += count
-            buckets.append((_le(bound), cumulative))
-        runs.add_metric([queue, task], buckets, t.seconds)
-    return [jobs, retries, runs]
+        runs.add_metric([queue, task], _cumulative(BUCKETS, t.buckets), t.seconds)
+        if any(t.wait_buckets):
+            waits.add_metric([queue, task], _cumulative(WAIT_BUCKETS, t.wait_buckets), t.waited)
+    return [jobs, retries, runs, waits]
+
+
+def _cumulative(bounds: Sequence[float], counts: Sequence[int]) -> list[tuple[str, float]]:
+    cumulative, buckets = 0, []
+    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
+        cumulative += count
+        buckets.append((_le(bound), float(cumulative)))
+    return buckets
 
 
 def _le(bound: float) -> str:
@@ -185,7 +201,17 @@ class WorkerCollector(Collector):
             labels=["queue"],
         )
         restarts.add_metric([name], s.helper_restarts)
+        hook_errors = CounterMetricFamily(
+            "echomq_hook_errors",
+            "Hooks that raised or timed out (their jobs' outcomes unchanged), by hook",
+            labels=["queue", "hook"],
+        )
+        hooks = getattr(worker.queue, "hooks", None)
+        if hooks is not None:
+            for hook, count in sorted(hooks.errors.counts.items()):
+                hook_errors.add_metric([name, hook], count)
         yield from (up, held, prefetched, slots, renewals, lost, stalls, sweeps, restarts)
+        yield hook_errors
         yield from task_families(name, worker._tally())
         stats = [self.stats] if self.stats_ok and self.stats is not None else []
         yield from queue_families(stats, self.stats_ok)
@@ -253,8 +279,13 @@ async def serve_metrics(
 
 
 def worker_registry(worker: Worker) -> tuple[CollectorRegistry, WorkerCollector]:
-    """A registry of its own holding the worker's collector (rule 2)."""
+    """A registry of its own holding the worker's collector and the client library's
+    process, platform and garbage-collector collectors (rule 2: ``process_*``, ``python_*``
+    of this process; under ``--processes`` each child serves its own)."""
     registry = CollectorRegistry(auto_describe=False)
     collector = WorkerCollector(worker)
     registry.register(collector)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
     return registry, collector

@@ -25,6 +25,10 @@ worker's own: it goes on). What the slot scope finds once the handler is out
 (``SlotScope.end``: a scope left open, a ``Cancelled`` nothing asked for, its slot's
 nursery cancelled) is that job's failure too, settled like any other, with what the code
 did as ``last_error``.
+Rule 5 (hooks; hooks.py): with worker-side hooks on the queue, every run makes its
+``Job`` (kept on the held job for the outcome hooks, with what the run raised), and the
+handler is called through the ``around_run`` hooks, inside the slot scope and under the
+same time limits: what they raise is the job's, as if the handler had.
 """
 
 from __future__ import annotations
@@ -42,12 +46,14 @@ from .. import _tracing
 from .._model.backoff import backoff_ms, default_backoff
 from .._model.codec import Call
 from .._model.flow import Feed, Policy, split_payload, value_or_failure
+from .._model.headers import decode_headers
 from .._model.job import Claimed
 from .._model.text import clip, error_text
 from .._scripts.calls import Executor
 from ..flows import children as flow_children
 from .cancellation import Held, Stop
 from .context import Job, bind, unbind
+from .hooks import Hooks, run_around
 from .outcome import (
     MAX_ERROR_TEXT,
     REASON_ROOM,
@@ -86,6 +92,7 @@ class JobRunner:
     settler: Settler
     counters: Counters
     processes: ProcessPool = attrs.field(factory=ProcessPool)
+    hooks: Hooks | None = None  # the queue's (rule 5)
     # task name -> (the task, its lease ms, whether it runs plain): read once per task
     _known: dict[str, tuple[TaskSpec, int, bool]] = attrs.field(factory=dict, init=False)
 
@@ -103,6 +110,8 @@ class JobRunner:
         except BaseException:  # the worker's own cancellation (or a bug): not settled
             settler.unsettled(held)
             raise
+        if held.job is None and self.hooks is not None and self.hooks.runs:
+            held.job = self._job_of(held.task or "", claimed, held)  # it did not run
         settlement = settler.take(held, outcome)
         if settlement is not None:
             await settler.settle(held, settlement)
@@ -114,13 +123,15 @@ class JobRunner:
         asked for."""
         settler = self.settler
         with _tracing.processing(
-            self.queue.name, claimed.id, claimed.failures + 1, claimed.trace
+            self.queue.name, claimed.id, claimed.failures + 1, decode_headers(claimed.headers)
         ) as span:
             try:
                 s = await self._execute(claimed, held)
             except BaseException:
                 settler.unsettled(held)
                 raise
+            if held.job is None and self.hooks is not None and self.hooks.runs:
+                held.job = self._job_of(held.task or "", claimed, held)
             settlement = settler.take(held, s)
             if settlement is not None:
                 await settler.settle(held, settlement)
@@ -142,7 +153,11 @@ class JobRunner:
         if isinstance(plan, Settlement):  # it ends before it runs
             return plan
         task, call, is_parent, plain = plan
+        if claimed.waited_ms is not None:  # tally.py rule 3
+            waited = claimed.waited_ms / 1000 + (perf_counter() - held.claimed_at)
+            self.settler.tally.record_wait(task.name, waited)
         limit = soft_at = None
+        around: list[Any] = []
         if plain:  # rule 1: the Job made only when asked for
             job: Job | None = None
             args = call.args
@@ -156,6 +171,10 @@ class JobRunner:
                 return prepared
             job, args, limit, soft_at = prepared
             bound = bind(job)
+            hooks = self.hooks
+            if hooks is not None and hooks.runs:  # rule 5
+                held.job = job
+                around = hooks.around
         scope = held.slot
         assert scope is not None  # (a slot task's: pool.py)
         started = perf_counter()
@@ -168,6 +187,12 @@ class JobRunner:
             try:
                 if plain:
                     value = await task.fn(*args, **call.kwargs)
+                elif around:
+                    assert job is not None
+                    invoke = functools.partial(
+                        self._invoke, task, held, args, call.kwargs, limit, soft_at
+                    )
+                    value = await run_around(around, job, invoke)
                 else:
                     value = await self._invoke(task, held, args, call.kwargs, limit, soft_at)
             except BaseException as exc:  # rule 4: only trio's Cancelled passes
@@ -210,7 +235,10 @@ class JobRunner:
             call = task.load_call(call)
         except Exception as exc:  # an argument that does not fit its annotation
             return undecodable(claimed.id, exc, "the arguments do not fit the task")
-        return task, call, is_parent, known[2] and not is_parent
+        plain = known[2] and not is_parent
+        if plain and self.hooks is not None and self.hooks.runs:
+            plain = False  # rule 5: its Job is made
+        return task, call, is_parent, plain
 
     async def _prepare(
         self, claimed: Claimed, held: Held, task: TaskSpec, args: tuple[Any, ...], parent: bool
@@ -251,6 +279,8 @@ class JobRunner:
         what the slot scope found (``pool.py`` rule 5) first, then what the handler did.
         Called before any checkpoint, in the ``except`` block of ``exc``."""
         failure = None if exc is None else failure_of(exc)
+        if failure is not None:
+            held.exception = failure  # (the outcome hooks')
         ending = scope.end(exc, exc is not None and failure is None)
         if ending is Ending.HANDLER:
             if failure is not None:
@@ -280,9 +310,14 @@ class JobRunner:
         self, task: TaskSpec, claimed: Claimed, held: Held, children: list[Any] | None = None
     ) -> Job:
         """The ``Job`` context of a run (``children``: a flow parent's inputs)."""
+        return self._job_of(task.name, claimed, held, children)
+
+    def _job_of(
+        self, task: str, claimed: Claimed, held: Held, children: list[Any] | None = None
+    ) -> Job:
         return Job(
             id=claimed.id,
-            task=task.name,
+            task=task,
             queue=self.queue.name,
             attempt=claimed.failures + 1,
             token=claimed.token,
@@ -293,6 +328,7 @@ class JobRunner:
             children=children,
             codec=self.queue.codec,
             slept=held.slept,
+            headers=decode_headers(claimed.headers),
         )
 
     def _encode(self, claimed: Claimed, value: Any) -> bytes | Settlement:

@@ -30,12 +30,17 @@ error, a result the verb refuses) fails the job dead instead, with that reason (
 each of its jobs settles alone, through rule 5); if even that is refused, the lease
 lapses and recovery counts the job as stalled. If the bound passes, the leases lapse and
 recovery returns the jobs.
+Rule 7 (hooks; hooks.py): once an outcome is counted (the server took it, or a fence
+settled it cancelled), its outcome hooks are called: plain ones inline, async ones in a
+task of their own in the jobs nursery, bounded by the hooks' timeout. A lost job has none.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+from collections.abc import Awaitable, Callable
+from typing import cast
 
 import attrs
 import trio
@@ -48,9 +53,18 @@ from .._scripts import validate as v
 from .._scripts.calls import Executor
 from .._scripts.replies import ExtendResult
 from ..config import MAX_BATCH_BYTES
-from ..errors import TRANSIENT, EchoMQError, JobGone, NotActive, ScriptError, StaleToken
+from ..errors import (
+    TRANSIENT,
+    EchoMQError,
+    JobCancelled,
+    JobGone,
+    NotActive,
+    ScriptError,
+    StaleToken,
+)
 from ..jobs.lifecycle import complete_held
 from .cancellation import Held, InFlight, Stop
+from .hooks import Hooks, JobOutcome, Settled
 from .outcome import REASON_ROOM, Outcome, Settlement, fallback
 from .room import Room
 from .tally import Counters, Tally
@@ -99,6 +113,7 @@ class Settler:
     counters: Counters = attrs.field(factory=Counters)
     tally: Tally = attrs.field(factory=Tally)  # per task: outcomes, run times (tally.py)
     batches: int = 0  # complete_many calls made
+    hooks: Hooks | None = None  # the queue's (rule 7)
     _collecting: list[Item] | None = attrs.field(default=None, init=False)
     # rule 3: the context the batches' tasks are made in
     _base: contextvars.Context = attrs.field(factory=contextvars.copy_context, init=False)
@@ -150,8 +165,11 @@ class Settler:
 
     # -- counting ----------------------------------------------------------------------
 
-    def _count(self, held: Held, outcome: str) -> None:
+    def _count(self, held: Held, outcome: str, s: Settlement | None = None) -> None:
         held.recorded = outcome
+        hooks = self.hooks
+        if hooks is not None and outcome != "lost" and held.job is not None:
+            self._fire(hooks, held, outcome, s)
         c = self.counters
         if outcome == "completed":
             c.completed += 1
@@ -174,6 +192,39 @@ class Settler:
                     self._count(held, "cancelled")
         self.counters.completed += len(done)
         self.tally.record_many(done, "completed")
+        hooks = self.hooks
+        if hooks is not None and hooks.settled["completed"]:
+            for held in done:
+                if held.job is not None:
+                    self._fire(hooks, held, "completed", None)
+
+    def _fire(self, hooks: Hooks, held: Held, outcome: str, s: Settlement | None) -> None:
+        """Rule 7: the outcome's hooks."""
+        assert held.job is not None
+        if not hooks.settled[outcome]:
+            return
+        exc = held.exception
+        error = reason = None
+        retry_in = None
+        if outcome == "cancelled":
+            reason = held.cancel_token.reason
+            if isinstance(exc, JobCancelled) and exc.reason is not None:
+                reason = exc.reason
+        elif outcome != "completed" and s is not None:
+            error = s.error
+            if outcome == "retried":
+                retry_in = s.retry_delay_ms / 1000
+        job_outcome = JobOutcome(
+            outcome=cast(Settled, outcome),
+            error=error,
+            exception=exc,
+            retry_in=retry_in,
+            reason=reason,
+        )
+        hooks.fire(job_outcome, held.job, self._spawn)
+
+    def _spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self._base.run(self.nursery.start_soon, fn)
 
     # -- rule 3: batches of completions ------------------------------------------------
 
@@ -333,4 +384,4 @@ class Settler:
         outcome = await jobs.fail(
             conn, name, held.id, held.token, s.error, retry_delay_ms=s.retry_delay_ms, dead=s.dead
         )
-        self._count(held, "dead" if outcome == "dead" else "retried")
+        self._count(held, "dead" if outcome == "dead" else "retried", s)

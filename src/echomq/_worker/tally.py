@@ -7,6 +7,10 @@ The Prometheus families are built from these numbers only when scraped
 Rule 2: outcomes are ``completed``, ``cancelled``, ``retried`` (a failure with an attempt
 left), ``dead``, ``lost`` (the lease was lost: a newer holder owns the job). The run time
 is the handler's (decode to result), not the settling.
+Rule 3: the wait of a job is the time from its due time (its enqueue, or its ``run_at``: a
+delayed job, a retry) to its start here: the server's milliseconds up to the claim (the
+claim answers them, ``Claimed.waited_ms``) plus this worker's own time from the claim to
+the start (a prefetched job waits for its slot). Recorded when the handler starts.
 """
 
 from __future__ import annotations
@@ -17,12 +21,17 @@ from typing import Protocol
 
 import attrs
 
-__all__ = ["BUCKETS", "OUTCOMES", "Counters", "Run", "Tally", "TaskTally"]
+__all__ = ["BUCKETS", "OUTCOMES", "WAIT_BUCKETS", "Counters", "Run", "Tally", "TaskTally"]
 
 #: upper bounds (seconds) of the run-time histogram's buckets; the last bucket is +Inf
 BUCKETS: tuple[float, ...] = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     60.0, 300.0,
+)  # fmt: skip
+#: upper bounds (seconds) of the wait histogram's buckets (rule 3); the last is +Inf
+WAIT_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+    900.0, 3600.0,
 )  # fmt: skip
 OUTCOMES = ("completed", "cancelled", "retried", "dead", "lost")
 
@@ -56,12 +65,14 @@ class TaskTally:
     """One task's numbers: outcome counts, and the run-time histogram (not cumulative:
     ``buckets[i]`` counts runs in ``(BUCKETS[i-1], BUCKETS[i]]``, the last one above all)."""
 
-    __slots__ = ("buckets", "outcomes", "seconds")
+    __slots__ = ("buckets", "outcomes", "seconds", "wait_buckets", "waited")
 
     def __init__(self) -> None:
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
         self.buckets = [0] * (len(BUCKETS) + 1)
         self.seconds = 0.0
+        self.wait_buckets = [0] * (len(WAIT_BUCKETS) + 1)  # rule 3, as ``buckets``
+        self.waited = 0.0
 
     @property
     def runs(self) -> int:
@@ -89,6 +100,14 @@ class Tally:
         if seconds is not None:
             tally.buckets[bisect_left(BUCKETS, seconds)] += 1
             tally.seconds += seconds
+
+    def record_wait(self, task: str, seconds: float) -> None:
+        """Rule 3: ``task``'s job started ``seconds`` after it was due."""
+        tally = self.tasks.get(task)
+        if tally is None:
+            tally = self.tasks[task] = TaskTally()
+        tally.wait_buckets[bisect_left(WAIT_BUCKETS, seconds)] += 1
+        tally.waited += seconds
 
     def record_many(self, runs: Iterable[Run], outcome: str) -> None:
         """:meth:`record` each of ``runs`` (its ``task`` and ``ran``), all with ``outcome``

@@ -378,6 +378,7 @@ class Worker:
         claim_lease_ms, period = self._leases()
         counters = Counters()
         room = Room(config.concurrency)
+        hooks = getattr(self.queue, "hooks", None)  # (echomq.Queue's: hooks.py)
         settler = Settler(
             conn=conn,
             queue=name,
@@ -386,8 +387,11 @@ class Worker:
             nursery=jobs_nursery,
             settle_timeout=config.settle_timeout,
             counters=counters,
+            hooks=hooks,
         )
-        runner = JobRunner(queue=self.queue, conn=conn, settler=settler, counters=counters)
+        runner = JobRunner(
+            queue=self.queue, conn=conn, settler=settler, counters=counters, hooks=hooks
+        )
         pool = SlotPool(jobs_nursery, runner.run)
         claims = ClaimLoop(
             conn=conn,

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 from . import (
     archive_cmd,
+    flows_cmd,
     job_cmd,
     jobs_cmd,
     lanes_cmd,
@@ -43,6 +44,7 @@ REGISTRARS: tuple[Callable[[Commands], None], ...] = (
     lanes_cmd.register,  # limits, groups (docs/lanes.md)
     jobs_cmd.register,  # jobs: the ids a state holds
     job_cmd.register,
+    flows_cmd.register,  # flows: waiting parents, held roots (docs/flows.md)
     repeat_cmd.register,
     watch_cmd.register,
     worker_cmd.register,

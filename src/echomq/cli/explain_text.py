@@ -182,7 +182,12 @@ def summary(e: Explanation) -> str:
     if state is JobState.WAITING:
         named = [open_child_text(c) for c in e.waiting_for] or list(e.open_ids)
         ids = ", ".join(named) + (", ..." if e.open_children > len(named) else "")
-        pages = " (held: pages of the flow are still being added)" if e.held else ""
+        pages = (
+            " (held: pages of the flow are still being added; if they stopped coming, "
+            "`echomq flows QUEUE --held` lists the held roots)"
+            if e.held
+            else ""
+        )
         return (
             f"a flow parent waiting for {e.open_children} of {e.children} children"
             f"{': ' + ids if ids else ''}{pages}; it becomes pending when they finished"

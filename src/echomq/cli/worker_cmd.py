@@ -5,6 +5,9 @@ worker``) imports ``attr`` from ``module`` (a :class:`~echomq.Queue`, or a ready
 :class:`~echomq.Worker`), runs it under ``trio.run``, and maps signals through
 ``trio.open_signal_receiver``: the first SIGINT/SIGTERM is a graceful shutdown (stop
 claiming, wait ``grace``, hand the rest back to pending); the second cuts the wait short.
+``--processes N`` (default 1) runs N worker processes under one supervisor instead
+(``_worker/fleet.py``: restarts with backoff, signals forwarded, exit 1 on a crash loop,
+``/metrics`` of child ``i`` on ``--metrics-port`` + ``i``).
 Exit codes: 0 after a clean stop (also while still waiting for Redis), 1 when the worker
 failed (a refused password, an ACL refusal or a TLS failure: one line, no traceback), or
 stopped serving without a stop asked for (a signal or ``Worker.shutdown``), 2 when the
@@ -31,6 +34,7 @@ from typing import Any
 import attrs
 import trio
 
+from .._worker.fleet import SUPERVISED, Fleet
 from .._worker.worker import Worker
 from ..app import Queue
 from ..config import WorkerConfig, env_name
@@ -111,8 +115,20 @@ async def serve_until_signalled(worker: Worker) -> None:
                         worker.shutdown(grace=0)
 
             nursery.start_soon(watch)
+            if os.environ.get(SUPERVISED) == "1":
+                nursery.start_soon(_watch_supervisor, worker)
             await worker.serve()
             nursery.cancel_scope.cancel()
+
+
+async def _watch_supervisor(worker: Worker) -> None:
+    """A child of ``--processes``: its standard input is the supervisor's pipe; its end
+    (the supervisor is gone, even killed) is a graceful shutdown (``fleet.py`` rule 1)."""
+    while await trio.to_thread.run_sync(os.read, 0, 1024, abandon_on_cancel=True):
+        pass
+    if not worker.stopping:
+        log.warning("the supervisor is gone: shutting down (grace %.1f s)", worker.grace)
+        worker.shutdown()
 
 
 def _freeze_renewal(worker: Worker, *, frozen: bool) -> None:
@@ -218,7 +234,39 @@ def _run_command(args: argparse.Namespace) -> int:
     except InvalidArgument as exc:
         say(args, str(exc))
         return USAGE
-    return run_worker(args.target, url=getattr(args, "url", None) or None, config=config)
+    url = getattr(args, "url", None) or None
+    if args.processes < 1 or args.processes > MAX_PROCESSES:
+        say(args, f"--processes must be 1..{MAX_PROCESSES}, not {args.processes}")
+        return USAGE
+    if args.processes > 1:
+        port = config.metrics_port
+        if port and port + args.processes - 1 > 65535:
+            say(args, f"--metrics-port {port} + {args.processes} processes passes port 65535")
+            return USAGE
+        return run_fleet(args.target, args.processes, url=url, config=config)
+    return run_worker(args.target, url=url, config=config)
+
+
+MAX_PROCESSES = 1024
+
+
+def run_fleet(target: str, processes: int, *, url: str | None, config: WorkerConfig) -> int:
+    """``--processes N``: N children ``echomq worker target`` under a :class:`Fleet`, each
+    given ``config`` through its ``$ECHOMQ_<FIELD>`` variables; answer the exit code."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    env = dict(os.environ)
+    for field in attrs.fields(WorkerConfig):
+        value = getattr(config, field.name)
+        if value is not None:
+            env[env_name(field.name)] = str(value)
+    command = [sys.executable, "-m", "echomq", "worker", target]
+    if url is not None:
+        command += ["--url", url]
+    fleet = Fleet(command, processes, env, metrics_port=config.metrics_port)
+    return trio.run(fleet.run)
 
 
 def register(commands: Commands) -> None:
@@ -226,4 +274,11 @@ def register(commands: Commands) -> None:
         "worker", "run a worker: module:queue names a Queue object", entry=_run_command
     )
     p.add_argument("target", help="module:attribute of an echomq.Queue (e.g. app.tasks:queue)")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="worker processes under one supervisor (default 1: this process serves; "
+        "with N, child i serves /metrics on --metrics-port + i)",
+    )
     add_config_flags(p)

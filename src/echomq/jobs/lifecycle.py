@@ -107,7 +107,7 @@ class GatedJob(NamedTuple):
 # _SET_SENT reorders a set once per distinct set of a call (_enqueue_argv)
 _SET_BUILT = (
     "delay_ms", "priority", "max_attempts", "task", "keep_result", "keep_dead", "dedup",
-    "dedup_ms", "dedup_mode", "group", "group_concurrency", "trace",
+    "dedup_ms", "dedup_mode", "group", "group_concurrency", "headers",
 )  # fmt: skip
 # a dedup mode as sent: '' (throttle), 'f' (until finished), 'd' (debounce)
 _DEDUP_SENT = {"throttle": "", "until_finished": "f", "debounce": "d"}
@@ -185,7 +185,7 @@ def gate_job(job: object) -> GatedJob:
         mode,
         "" if job.group is None else check_group(job.group),
         0 if job.group_concurrency is None else _group_concurrency(job),
-        v.text_arg("trace", job.trace) if job.trace else "",
+        v.text_arg("headers", job.headers) if job.headers else "",
     )
     return GatedJob(job_id, payload, options)
 
@@ -316,22 +316,35 @@ class ClaimBatch:
 
 
 def _claimed(reply: Any) -> list[Claimed]:
-    """The jobs of a claim's reply: 5 fields per job (then, maybe, next_due_ms)."""
-    if not isinstance(reply, list) or len(reply) % 5 > 1:
+    """The jobs of a claim's reply: 6 fields per job (then, maybe, next_due_ms)."""
+    if not isinstance(reply, list) or len(reply) % 6 > 1:
         raise ScriptError(f"claim: unexpected reply {reply!r}")
-    n = len(reply) - len(reply) % 5
-    columns = zip(reply[0:n:5], reply[1:n:5], reply[2:n:5], reply[3:n:5], reply[4:n:5], strict=True)
+    n = len(reply) - len(reply) % 6
+    columns = zip(
+        reply[0:n:6],
+        reply[1:n:6],
+        reply[2:n:6],
+        reply[3:n:6],
+        reply[4:n:6],
+        reply[5:n:6],
+        strict=True,
+    )
     return [
         Claimed(
-            job_id.decode() if type(job_id) is bytes else text(job_id), payload, token, f, trace
+            job_id.decode() if type(job_id) is bytes else text(job_id),
+            payload,
+            token,
+            f,
+            headers,
+            waited,
         )
-        for job_id, payload, token, f, trace in columns
+        for job_id, payload, token, f, headers, waited in columns
     ]
 
 
 def _read_claim(reply: Any) -> ClaimBatch:
     claimed = _claimed(reply)
-    n = len(claimed) * 5
+    n = len(claimed) * 6
     due = reply[n] if n < len(reply) else -1
     return ClaimBatch(jobs=claimed, next_due_ms=due if due >= 0 else None)
 

@@ -14,7 +14,9 @@
         later calls; 'r' = a stub: a child on another queue, written there, only listed
         and counted here as its parent's child; its parent queue field is then the
         child's own queue, kept in the parent's `:remote` hash), group ('' = none: a
-        grouped job waits in its group's lane when it is ready, docs/lanes.md)
+        grouped job waits in its group's lane when it is ready, docs/lanes.md)   then,
+        optionally, the flow's root id: a row of it on this queue (written by this call or
+        an earlier one) counts the page in its `pages` field (`flows --held` shows it)
   Returns  n (the number of nodes added)
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
            EMQARG        n or r out of range, or the argument count does not match
@@ -48,10 +50,11 @@ local base = ARGV[1]
 local n, r = tonumber(ARGV[2]), tonumber(ARGV[3])
 local GROUP = 14
 if not n or not r or n < 1 or n > MAX_FLOW or r < 0 or r > MAX_FLOW
-    or #ARGV ~= 3 + r + n * GROUP then
+    or (#ARGV ~= 3 + r + n * GROUP and #ARGV ~= 4 + r + n * GROUP) then
   return redis.error_reply('EMQARG add_flow takes 1..' .. MAX_FLOW .. ' nodes of 14 arguments')
 end
 local first = 4 + r  -- ARGV index of the first node
+local root = ARGV[4 + r + n * GROUP]  -- the flow's root (nil: not given)
 
 -- checks first: new ids, parents before children, outside parents held and waiting
 local function held_parent(id)
@@ -98,6 +101,8 @@ for k = 4, 3 + r do
       failed = tonumber(f[3] or '0'), group = f[4]}
   end
 end
+
+local counted = root and (seen[root] or redis.call('EXISTS', base .. 'job:' .. root) == 1)
 
 local now = now_ms()
 mark_queue(meta)
@@ -168,6 +173,7 @@ for i = 0, n - 1 do
   end
 end
 if flat > 0 then push_wake(wake, flat) end
+if counted then redis.call('HINCRBY', base .. 'job:' .. root, 'pages', 1) end
 for _, p in ipairs(releases) do
   redis.call('HDEL', p.row, 'held')
   local open = redis.call('HINCRBY', p.row, 'open', -1)

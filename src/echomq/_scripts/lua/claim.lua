@@ -3,17 +3,21 @@
   KEYS  1 pending   ZSET  ready ids; score = -priority * 2^40 + seq (higher priority first)
         2 active    ZSET  claimed ids; score = lease deadline ms (server clock)
         3 schedule  ZSET  delayed ids; score = run-at ms
-        4 meta      HASH  `paused` = the claim gate; `seq` = the FIFO counter; the limits
-                          (`rate_max`, `rate_ms`, `group_rate_max`, `group_rate_ms`,
-                          `concurrency`, `rate_kind`, `group_rate_kind`),
+        4 meta      HASH  `paused` = the claim gate; `hold` = a flow cancel's claim hold
+                          (its end, server ms: flow_cancel.lua); `seq` = the FIFO counter;
+                          the limits (`rate_max`, `rate_ms`, `group_rate_max`,
+                          `group_rate_ms`, `concurrency`, `rate_kind`, `group_rate_kind`);
                           `blocked_until` = a back-off's end
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
-  Returns  flat array: id, payload, token (attempts), failures, trace (the row's `trace`
-           field, nil when absent), ... and, when fewer than
+  Returns  flat array: id, payload, token (attempts), failures, headers (the row's
+           `headers` field, nil when absent), waited (ms from the job's due time, its
+           `run_at` or else its `created_at`, to now; nil when the row has neither), ...
+           and, when fewer than
            `count` jobs were claimed, one trailing element: ms until more work may be
            claimable (the earliest scheduled job, a group's or the queue's rate window
-           reopening; 0 = now), or -1 when nothing is known | {} when paused
+           reopening; 0 = now), or -1 when nothing is known | {} when paused | {ms} while
+           a flow cancel holds the queue's claims (ms until the hold ends)
   Errors   EMQARG   count is not 1..MAX_COUNT (nothing written; the verb refuses it first)
   Events   promoted (per due scheduled job); active (per claimed job, with its attempt);
            only while the channel has a listener (include/events.lua)
@@ -22,7 +26,10 @@
            MAX_PROMOTE promoted, MAX_TURNS ring members (groups served) and MAX_REOPEN
            groups whose rate window reopened per call
   The pause gate is read here, first, in the same round trip (not a separate HGET): a
-  paused queue answers {} and nothing is written, not even a promotion.
+  paused queue answers {} and nothing is written, not even a promotion. A claim hold
+  (meta `hold` in the future: a big flow being cancelled or removed, page by page, so that
+  none of its jobs is claimed between the pages; docs/flows.md) answers {ms until it ends}
+  and writes nothing either; one that lapsed (its canceller died) is ignored.
   The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
   server clock; docs/lanes.md; with meta `rate_kind` = sliding, the starts of the last
   `rate_ms` ms, kept in the zset `slide`): a full window answers {ms until it reopens} and
@@ -76,14 +83,15 @@ end
 
 -- the gate: any `paused` field means paused; the backlog is untouched
 local gate = redis.call('HMGET', meta, 'paused', 'rate_max', 'rate_ms', 'group_rate_max',
-  'group_rate_ms', 'group_concurrency', 'concurrency', 'blocked_until', 'rate_kind',
+  'group_rate_ms', 'group_concurrency', 'hold', 'concurrency', 'blocked_until', 'rate_kind',
   'group_rate_kind')
 if gate[1] then return {} end
 
 local now = now_ms()
+if gate[7] and tonumber(gate[7]) > now then return {tonumber(gate[7]) - now} end
 local channel = base .. 'events'
-if gate[8] then  -- a back-off of the whole queue (rate_limited.lua)
-  local left = tonumber(gate[8]) - now
+if gate[9] then  -- a back-off of the whole queue (rate_limited.lua)
+  local left = tonumber(gate[9]) - now
   if left > 0 then return {left} end
 end
 
@@ -91,7 +99,7 @@ end
 local qwin = nil
 local want = count
 if gate[2] then
-  if gate[9] == 'sliding' then  -- include/rate_window.lua: no edge to burst across
+  if gate[10] == 'sliding' then  -- include/rate_window.lua: no edge to burst across
     qwin = slide_window(base .. 'slide', tonumber(gate[2]), tonumber(gate[3]), now)
   else
     qwin = rate_window(base .. 'rate', tonumber(gate[2]), tonumber(gate[3]), now)
@@ -101,8 +109,8 @@ if gate[2] then
 end
 -- the queue's concurrency: the room left in active, across every worker
 local capped = false  -- it bounds this claim
-if gate[7] then
-  local room = tonumber(gate[7]) - redis.call('ZCARD', active)
+if gate[8] then
+  local room = tonumber(gate[8]) - redis.call('ZCARD', active)
   if room <= 0 then return {-1} end
   if room <= want then want, capped = room, true end
 end
@@ -157,7 +165,8 @@ local rows, keys, taken, from_pending = {}, {}, {}, {}
 for i, id in ipairs(picks) do
   local row = base .. 'job:' .. id
   keys[i] = row
-  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'trace', 'attempts')
+  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'attempts',
+    'run_at', 'created_at')
 end
 if #promoted > 0 then
   for _, id in ipairs(picks) do taken[id] = true end
@@ -227,9 +236,11 @@ for i, fields in ipairs(rows) do
       redis.call('PUBLISH', channel,
         '{"event":"active","job":"' .. id .. '","attempt":' .. attempt .. '}')
     end
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] =
-      id, fields[1], token, tonumber(fields[2] or '0'), fields[3]
-    n = n + 5
+    local due = tonumber(fields[5] or fields[6])  -- (a missing field reads as false)
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5], out[n + 6] =
+      id, fields[1], token, tonumber(fields[2] or '0'), fields[3],
+      due and math.max(now - due, 0) or false
+    n = n + 6
     if group then started[group] = (started[group] or 0) + 1 end
   end
 end
@@ -256,7 +267,7 @@ end
 if flat_left and redis.call('ZCARD', pending) > 0 then push_wake(wake, #promoted) end
 
 -- under-filled: tell an idle consumer how long it may block before more may be claimable
-if #out < count * 5 then
+if #out < count * 6 then
   local wait = -1
   if capped and #picks >= want then
     wait = -1  -- at the queue's concurrency: a finish wakes a consumer

@@ -57,12 +57,12 @@
 -- an option set's fields, in the order they are sent (the one place of that order:
 -- jobs/lifecycle.py reads this list and sends every set in it): the delay ms, the
 -- priority, max_attempts; the row's optional fields task, keep_result / keep_dead ms and
--- trace (the enqueue span's context) ('' = none: the row has no such field); the dedup
--- key ('' = none), its window ms (0 = none: until finished only) and its mode ('' =
--- throttle, 'f' = until finished, 'd' = debounce); the group ('' = none) and its
--- concurrency (0 = none: the group's limit, set if it has none)
+-- headers (a JSON object of strings: the hooks' and the trace context's) ('' = none: the
+-- row has no such field); the dedup key ('' = none), its window ms (0 = none: until
+-- finished only) and its mode ('' = throttle, 'f' = until finished, 'd' = debounce); the
+-- group ('' = none) and its concurrency (0 = none: the group's limit, set if it has none)
 local SET_FIELDS = {'delay_ms', 'priority', 'max_attempts', 'task', 'keep_result',
-  'keep_dead', 'dedup', 'dedup_ms', 'dedup_mode', 'group', 'group_concurrency', 'trace'}
+  'keep_dead', 'dedup', 'dedup_ms', 'dedup_mode', 'group', 'group_concurrency', 'headers'}
 local SET, JOB = #SET_FIELDS, 3  -- arguments per option set, per job
 local at = {}  -- a field's offset in its set
 for k = 1, SET do at[SET_FIELDS[k]] = k - 1 end
@@ -79,7 +79,7 @@ local first = 4 + m * SET  -- the first job's id
 local last = first + n * JOB  -- the repeat tail, when there is one
 
 -- the option sets, read once: the row's optional fields in this order when given (task,
--- keep_result, keep_dead, dedup, repeat, trace, group), the delay, the group
+-- keep_result, keep_dead, dedup, repeat, headers, group), the delay, the group
 local fire = tail == 5
 local rkey = ARGV[last]
 local sets = {}
@@ -95,7 +95,7 @@ for k = 1, m do
   add('keep_dead', ARGV[o + at.keep_dead])
   add('dedup', dedup)
   if fire then add('repeat', rkey) end
-  add('trace', ARGV[o + at.trace])
+  add('headers', ARGV[o + at.headers])
   add('group', group)
   sets[k] = {
     delay = tonumber(ARGV[o + at.delay_ms]), priority = priority,

@@ -19,7 +19,7 @@
 -- first ungrouped candidates), `more` (ring members left unread), `limited` (the key of
 -- the groups waiting for their window). `cands`: the ungrouped candidates' ids in claim
 -- order, `head_n` of them read from pending (which may hold more); `gate`: the claim's
--- HMGET of meta (4 group_rate_max, 5 group_rate_ms, 6 group_concurrency, 10
+-- HMGET of meta (4 group_rate_max, 5 group_rate_ms, 6 group_concurrency, 11
 -- group_rate_kind: the defaults of the queue's groups; a group's own rate is `<max>:<ms>`,
 -- or `<max>:<ms>:sliding` for a sliding window, include/rate_window.lua).
 -- lane_turns_place writes the ring, glimited, the lanes and meta's `lane_jobs`; lane_turns_count the groups' active counts and `:turn` (gstate), their
@@ -103,7 +103,7 @@ local function lane_turns(base, now, want, cands, head_n, gate)
       local g = {name = name, taken = 0, per = per, active = tonumber(own[3 * i - 2] or '0'),
         limit = tonumber(own[3 * i - 1] or gate[6]), lane = false, lane_end = false,
         key = false, max = false, period = false, win = false, seen = false, why = false}
-      local max, period, kind = gate[4], gate[5], gate[10]
+      local max, period, kind = gate[4], gate[5], gate[11]
       if own[3 * i] then
         max, period, kind = string.match(own[3 * i], '^(%d+):(%d+):?(%a*)$')
       end

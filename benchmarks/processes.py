@@ -1,0 +1,132 @@
+"""``--processes 2`` against 2 separately started worker processes, on the same backlog.
+
+    python -m benchmarks processes [--jobs 20000] [--processes 2] [--concurrency 100]
+        [--reps 3]
+
+Per repetition and mode, in turns (each goes first in turn): a flushed private
+redis-server, N no-op jobs enqueued in bulk by the peers' echomq adapter, then the workers:
+``supervised``, one ``echomq worker peer_echomq:queue --processes P``; ``separate``, P
+``echomq worker peer_echomq:queue`` started side by side. The rate is the adapter's drain
+rate (completions from the first seen to the last, so process start-up is not in it);
+then SIGTERM (to the supervisor, or to each) and the exit codes. The machine's busy share
+(/proc/stat) over the drain is recorded beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from echomq.testing import RedisServer
+
+from . import files, harness, machine, turns
+
+ADAPTERS = harness.HERE
+MODES = ("supervised", "separate")
+_FILL = "import _common, peer_echomq as a; _common.main(a)"
+
+
+def _busy() -> list[int]:
+    return [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+
+
+def _workers(mode: str, url: str, processes: int, concurrency: int) -> list[list[str]]:
+    base = [sys.executable, "-m", "echomq", "worker", "peer_echomq:queue", "--url", url]
+    base += ["--concurrency", str(concurrency), "--grace", "5"]
+    if mode == "supervised":
+        return [[*base, "--processes", str(processes)]]
+    return [base for _ in range(processes)]
+
+
+def one(url: str, mode: str, jobs: int, processes: int, concurrency: int) -> dict[str, Any]:
+    """One drain of ``jobs`` prefilled jobs by the workers of ``mode``."""
+    env = dict(os.environ, PYTHONPATH=str(ADAPTERS), PYTHONUNBUFFERED="1", BENCH_URL=url)
+    fill = [sys.executable, "-c", _FILL, "drain", "--url", url, "--jobs", str(jobs)]
+    drain = subprocess.Popen(fill, cwd=ADAPTERS, env=env, stdout=subprocess.PIPE)
+    assert drain.stdout is not None
+    drain.stdout.readline()  # prefilled
+    out = subprocess.DEVNULL
+    b0 = _busy()
+    workers = [
+        subprocess.Popen(cmd, cwd=ADAPTERS, env=env, stdout=out, stderr=out)
+        for cmd in _workers(mode, url, processes, concurrency)
+    ]
+    try:
+        got = json.loads(drain.communicate(timeout=900)[0].decode().strip().splitlines()[-1])
+        b1 = _busy()
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        codes = [w.wait(timeout=60) for w in workers]
+        if drain.poll() is None:
+            drain.kill()
+            drain.wait()
+    d = [b - a for a, b in zip(b0, b1, strict=True)]
+    return {
+        "drain_per_s": got["drain_per_s"],
+        "machine_busy": 1 - (d[3] + d[4]) / sum(d),
+        "exit_codes": codes,
+    }
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks processes",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--jobs", type=int, default=20_000, help="the backlog (default 20,000)")
+    p.add_argument("--processes", type=int, default=2, help="worker processes (default 2)")
+    p.add_argument("--concurrency", type=int, default=100, help="per process (default 100)")
+    files.add_arguments(p, reps=3)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    meta = machine.describe("processes", argv)
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
+    with RedisServer() as server:
+        r = redis.Redis.from_url(server.url)
+        for rep in range(args.reps):
+            for mode in turns.rotate(MODES, rep):
+                r.flushall()
+                got = one(server.url, mode, args.jobs, args.processes, args.concurrency)
+                runs[mode].append(got)
+                print(
+                    f"rep {rep} {mode:>10}: {got['drain_per_s']:,.0f} jobs/s, "
+                    f"busy {got['machine_busy']:.2f}, exit codes {got['exit_codes']}",
+                    flush=True,
+                )
+    median = {m: statistics.median(x["drain_per_s"] for x in xs) for m, xs in runs.items()}
+    ratios = [
+        a["drain_per_s"] / b["drain_per_s"]
+        for a, b in zip(runs["supervised"], runs["separate"], strict=True)
+    ]
+    for mode, rate in median.items():
+        print(f"median {mode:>10}: {rate:,.0f} jobs/s")
+    print("supervised / separate, per repetition: " + " ".join(f"{x:.2f}" for x in ratios))
+    doc = {
+        "meta": machine.finish(meta),
+        "jobs": args.jobs,
+        "processes": args.processes,
+        "concurrency": args.concurrency,
+        "reps": args.reps,
+        "median": median,
+        "ratios": ratios,
+        "runs": runs,
+    }
+    files.save("processes", doc, args)
+
+
+if __name__ == "__main__":
+    main()
