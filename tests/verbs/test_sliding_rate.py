@@ -54,8 +54,8 @@ async def test_a_full_sliding_window_answers_when_its_oldest_start_leaves(
     assert limited.jobs == [] and limited.next_due_ms is not None
     assert 0 < limited.next_due_ms <= batch.next_due_ms
     assert await conn.execute("DUMP", ks.pending) == before
-    assert int(await conn.execute("ZCARD", ks.base + "slide")) == 3
-    assert 0 < int(await conn.execute("PTTL", ks.base + "slide")) <= 60_000
+    assert int(await conn.execute("ZCARD", ks.slide)) == 3
+    assert 0 < int(await conn.execute("PTTL", ks.slide)) <= 60_000
     await admin.set_rate_limit(conn, queue, 3, 60)  # back to fixed: its own counter
     assert (await admin.limits(conn, queue)).rate == admin.RateLimit(max_jobs=3, period_ms=60_000)
 
@@ -88,6 +88,7 @@ async def test_a_groups_sliding_window_parks_it_and_the_others_go_on(
     assert await ring_of(conn, ks) == []
     until = await conn.execute("ZSCORE", ks.limited, "a")
     assert until is not None and float(until) > await server_now_ms(conn) + 59_000
+    assert int(await conn.execute("ZCARD", ks.group_slide("a"))) == 2
     row = await admin.group(conn, queue, "a")
     assert row.rate == admin.RateLimit(max_jobs=2, period_ms=60_000, kind="sliding")
     assert row.own_rate
