@@ -264,6 +264,20 @@ async def measure(conn: echomq.Connection, reps: int, pid: int | None) -> list[d
         one,
     )
 
+    async def complete_many_trim() -> ScriptCall[Any]:
+        got = await claim_many(conn, v.MAX_HELD, DAY_MS)
+        await worst_retention("completed")
+        ids, tokens = [c.id for c in got], [c.token for c in got]
+        return life.complete_held_call(q, ids, tokens, [b"r"] * len(got))
+
+    await m.case(
+        "complete_many",
+        f"{v.MAX_HELD} jobs (the cap), retention as above",
+        reps,
+        complete_many_trim,
+        length,
+    )
+
     async def fail_retry() -> ScriptCall[Any]:
         c = next(pool)
         return life.fail_call(q, c.id, c.token, "boom", retry_delay_ms=60_000)

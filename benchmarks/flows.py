@@ -93,6 +93,7 @@ async def chord_once(url: str, args: argparse.Namespace, rep: int, log: Log) -> 
     async with q.open():
         conn = q.connection
         before = await used_memory(conn)
+        await admin.ensure_schema(conn, name)  # (pause makes no queue)
         await admin.pause(conn, name)
         start = trio.current_time()
         handle = await canvas.apply()

@@ -438,6 +438,7 @@ async def run_rate(
             async with echomq.connect(server.url) as conn:
                 queue = f"rate-{rep}"
                 backlog = rate * (seconds + 10) + 1000
+                await admin.ensure_schema(conn, queue)  # (limits make no queue)
                 await admin.set_rate_limit(conn, queue, rate, 1.0, kind=kind)
                 await fill(conn, queue, backlog, 0)
                 procs = await trio.to_thread.run_sync(_workers, server.url, queue, processes, 16)

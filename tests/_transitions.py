@@ -116,12 +116,14 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
             ids.append(node[0]) if node[0] not in ids else None
             argv += node
         call = script_call(
-            "add_flow", [ks.pending, ks.waiting, ks.meta, ks.wake], argv, lambda r: r
+            "add_flow", [ks.pending, ks.waiting, ks.meta, ks.wake, ks.schedule], argv, lambda r: r
         )
         return lambda: evaluate(rec, call)
 
-    def node(job_id: str, parent: str = "", kids: str = "", held: str = "") -> list[Any]:
-        return [job_id, b"x", 0, 1, "", "", "", parent, "", "fail", "none", kids, held, ""]
+    def node(
+        job_id: str, parent: str = "", kids: str = "", held: str = "", delay: int = 0
+    ) -> list[Any]:
+        return [job_id, b"x", 0, 1, "", "", "", parent, "", "fail", "none", kids, held, "", delay]
 
     async def run(job_id: str, *, dead: bool = False, lease_ms: int = 60_000) -> echomq.Claimed:
         [c] = await claim(lease_ms)
@@ -174,6 +176,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await step("flow page 1", raw_flow([node("H", kids="1", held="1"), node("h0", parent="H")]))
     await run("h0")
     await step("flow page 2", raw_flow([node("x0")], releases=["H"]))  # H -> pending
+    await step("flow delayed leaf", raw_flow([node("flow-delayed", delay=600_000)]))  # -> scheduled
     await run("x0")
     await run("H")
     await step("flow add fi", lambda: flows.add_flow(rec, [tree("fi", ["fi1"])]))
@@ -292,6 +295,13 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     deadline = await conn.execute("ZSCORE", Keyspace(queue).cancels, fenced[-1])
     await clock_past(conn, float(deadline), Keyspace(queue).meta)
     await step("fence due cancels", lambda: cancel.fence_due(rec, queue))
+    # the retention sweep: rows of echomq 0.1 (no TTL) whose retention ended long ago
+    ks = Keyspace(queue)
+    for job_id, state in (("v1", "completed"), ("v2", "dead")):
+        ids.append(job_id)
+        await conn.execute("HSET", ks.job(job_id), "state", state, "finished_at", 1)
+        await conn.execute("ZADD", ks.base + state, 1, job_id)
+    await step("retention sweep", lambda: admin.sweep_retention(rec, queue))
     # remove: one job in each state
     await step("enqueue r1", new("r1", delay_ms=600_000))
     [c] = await claim()

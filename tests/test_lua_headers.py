@@ -40,7 +40,7 @@ CAPPED = {
     "flow_results": "MAX_FLOW_PAGE",
     "extend_locks": "MAX_HELD",
     "release": "MAX_HELD",
-    "complete_many": "MAX_BATCH",
+    "complete_many": "MAX_HELD",
     "reap": "MAX_BATCH",
     "stalled_check": "MAX_BATCH",
     "drain": "MAX_BUDGET",
@@ -52,6 +52,7 @@ CAPPED = {
     "list_workers": "MAX_BATCH",
     "heartbeat": "MAX_BEAT_FIELDS",
     "lanes_rejoin": "MAX_BUDGET",
+    "retention_sweep": "MAX_SWEEP",
 }
 WRITES = (
     "ZADD ZREM ZPOPMIN ZPOPMAX ZINCRBY ZREMRANGEBYSCORE ZREMRANGEBYRANK HSET HSETNX HMSET HDEL "

@@ -67,6 +67,7 @@ from .errors import (
     TLSError,
     Unavailable,
     UnencodableArgument,
+    WrongEventLoop,
 )
 from .flows import ChildFailure
 
@@ -135,6 +136,7 @@ __all__ = [
     "UnencodableArgument",
     "Worker",
     "WorkerConfig",
+    "WrongEventLoop",
     "__version__",
     "admin",
     "cancel",

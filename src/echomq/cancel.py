@@ -65,6 +65,8 @@ def grace_ms(grace: object) -> int:
         raise InvalidArgument(f"grace must be a finite number of seconds, not {grace!r}")
     if grace < 0:
         raise InvalidArgument(f"grace must be >= 0 seconds, not {grace!r}")
+    if grace * 1000 > v.MAX_MS:  # (1e308 s would overflow to inf ms)
+        raise InvalidArgument(f"grace must be at most {v.MAX_MS // 1000} seconds, not {grace!r}")
     return v.non_negative_int("grace", round(grace * 1000), v.MAX_MS)
 
 

@@ -21,6 +21,7 @@ cancelled; the reprs are shallow.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -30,6 +31,7 @@ import trio
 
 from ._model.flow import Feed, FlowJob, Policy, mark_parent
 from ._model.job import NewJob
+from ._model.options import EnqueueOptions, to_ms
 from .errors import InvalidArgument, JobCancelled, JobGone
 from .flows import cancel_flow
 from .jobs.lifecycle import new_id
@@ -80,35 +82,37 @@ class Canvas:
         """This canvas's roots, from its parts' (in :meth:`_parts`' order)."""
         raise NotImplementedError
 
-    def flow_jobs(self) -> list[FlowJob]:
-        """The tree(s) this canvas adds; no I/O (Rule 1)."""
-        roots, _ = _compile(self, self.policy)
+    def flow_jobs(self, *, delay: Delay = None, at: At = None) -> list[FlowJob]:
+        """The tree(s) this canvas adds; no I/O (Rule 1). ``delay`` (seconds or a
+        timedelta) or ``at`` (a datetime, naive meaning local time, or epoch seconds): the
+        flow starts then: its leaves wait in the schedule (a leaf's own delay stays)."""
+        roots, _ = _compile(self, self.policy, _start_ms(delay, at))
         return roots
 
-    async def apply(self) -> FlowHandle:
+    async def apply(self, *, delay: Delay = None, at: At = None) -> FlowHandle:
         """Add the whole flow (one atomic call up to 250 jobs; pages beyond, docs/flows.md)
-        and answer its handle.
+        and answer its handle; ``delay`` / ``at``: when it starts (:meth:`flow_jobs`).
 
         Raises:
             TypeError, InvalidArgument, SerializationError, DuplicateJob, InvalidKey:
                 before any I/O.
             RuntimeError: the queue is not open.
         """
-        roots = self.flow_jobs()
+        roots = self.flow_jobs(delay=delay, at=at)
         queue = _queue_of(self)
         await queue.producer.add_flow(queue.connection, roots)
         return self._handle(queue, roots)
 
-    async def aapply(self) -> FlowHandle:
+    async def aapply(self, *, delay: Delay = None, at: At = None) -> FlowHandle:
         """The asyncio twin of :meth:`apply` (no ``queue.open()``: ``echomq.asyncio``)."""
-        roots = self.flow_jobs()
+        roots = self.flow_jobs(delay=delay, at=at)
         queue = _queue_of(self)
         await queue.producer.add_flow(queue.asyncio_client().connection, roots)
         return self._handle(queue, roots)
 
-    def apply_sync(self) -> FlowHandle:
+    def apply_sync(self, *, delay: Delay = None, at: At = None) -> FlowHandle:
         """The blocking twin of :meth:`apply` (``echomq.sync``)."""
-        roots = self.flow_jobs()
+        roots = self.flow_jobs(delay=delay, at=at)
         queue = _queue_of(self)
         queue.sync_connection().run(queue.producer.add_flow, roots)
         return self._handle(queue, roots)
@@ -128,6 +132,21 @@ class Canvas:
 
 
 _Compiled = tuple[list[FlowJob], bool]  # a canvas's roots, and whether it is a group
+Delay = float | dt.timedelta | None
+At = dt.datetime | float | None
+
+
+def _start_ms(delay: Delay, at: At) -> int:
+    """A flow's start as a delay in ms (0: now), checked as an enqueue's ``delay``/``at``.
+
+    Raises:
+        InvalidArgument: both given, or a value out of range.
+    """
+    if delay is None and at is None:
+        return 0
+    seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
+    options = EnqueueOptions(delay=seconds, at=at)
+    return to_ms("delay", options.delay_seconds())
 
 
 def _cycle() -> InvalidArgument:
@@ -142,12 +161,12 @@ class _Frame:
     done: int = 0  # parts compiled so far
 
 
-def _compile(canvas: Canvas, policy: Policy) -> _Compiled:
+def _compile(canvas: Canvas, policy: Policy, delay_ms: int = 0) -> _Compiled:
     """Rule 3: the canvas's roots, walked with a stack of frames, not by recursion (a
     canvas nested thousands of levels deep compiles as a flat one does). A frame is
     entered (its parts listed), its parts compiled one by one (their results pushed on
     ``results``), then combined; ``compiling`` holds the canvases being compiled, so one
-    met again inside itself is a cycle."""
+    met again inside itself is a cycle. ``delay_ms``: every leaf's (the flow's start)."""
     compiling: _Stack = set()
     results: list[_Compiled] = []
     work = [_Frame(canvas, policy)]
@@ -157,7 +176,7 @@ def _compile(canvas: Canvas, policy: Policy) -> _Compiled:
         if frame.parts is None:
             if isinstance(c, Signature):
                 work.pop()
-                results.append(([c.node((), frame.policy)], False))
+                results.append(([c.node((), frame.policy, delay_ms=delay_ms)], False))
                 continue
             if id(c) in compiling:
                 raise _cycle()
@@ -197,17 +216,20 @@ class Signature(Canvas, Generic[R]):
     args: tuple[Any, ...] = ()
     kwargs: Mapping[str, Any] = attrs.field(factory=dict)
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    # ``task.si(...)``: a chain step or chord callback that is not given the previous
+    # result (it still runs after it)
+    immutable: bool = False
 
     def set(self, **options: Any) -> Signature[R]:
         """The same call with these enqueue options (``priority``, ``job_id``,
         ``max_attempts``, ``keep_result``...)."""
         return attrs.evolve(self, options={**self.options, **options})
 
-    def _new_job(self, parent: bool, fed: bool) -> NewJob:
+    def _new_job(self, parent: bool, fed: bool, delay_ms: int = 0) -> NewJob:
         task = self.task
         job = task.queue.producer.new_job(task, self.args, self.kwargs, None, self.options, fed=fed)
-        if job.delay_ms:
-            raise InvalidArgument("a job of a flow cannot be delayed (not yet)")
+        if delay_ms and not job.delay_ms:
+            job = attrs.evolve(job, delay_ms=delay_ms)
         payload = job.payload if isinstance(job.payload, bytes) else job.payload.encode()
         return attrs.evolve(
             job,
@@ -215,9 +237,18 @@ class Signature(Canvas, Generic[R]):
             payload=mark_parent(payload) if parent else payload,
         )
 
-    def node(self, children: Sequence[FlowJob], policy: Policy, feed: Feed = Feed.NONE) -> FlowJob:
+    def node(
+        self,
+        children: Sequence[FlowJob],
+        policy: Policy,
+        feed: Feed = Feed.NONE,
+        *,
+        delay_ms: int = 0,
+    ) -> FlowJob:
+        if self.immutable:  # run after its children, given none of their results
+            feed = Feed.NONE
         return FlowJob(
-            job=self._new_job(bool(children), feed is not Feed.NONE),
+            job=self._new_job(bool(children), feed is not Feed.NONE, delay_ms),
             queue=self.task.queue.name,
             children=tuple(children),
             policy=policy,
@@ -231,7 +262,8 @@ class Signature(Canvas, Generic[R]):
         return [self.node((), policy)], False
 
     def __repr__(self) -> str:
-        return f"{self.task.name}.s(*{self.args!r}, **{dict(self.kwargs)!r})"
+        kind = "si" if self.immutable else "s"
+        return f"{self.task.name}.{kind}(*{self.args!r}, **{dict(self.kwargs)!r})"
 
 
 @attrs.define(eq=False, init=False, repr=False)

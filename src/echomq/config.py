@@ -33,8 +33,11 @@ all generated from its fields (docs/runtime.md, "Worker options").
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
+import socket
 import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
@@ -48,7 +51,9 @@ __all__ = [
     "ConnectionConfig",
     "Recovery",
     "WorkerConfig",
+    "check_bind_host",
     "parse_url",
+    "resolve_bind_host",
     "resolve_url",
     "DEFAULT_URL",
     "URL_VARIABLE",
@@ -356,9 +361,49 @@ def _recovery(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise InvalidArgument(f"recovery must be 'reap' or 'stalled', not {value!r}")
 
 
+_DOTTED_DIGITS = re.compile(r"[0-9.]+")
+
+
+def check_bind_host(option: str, host: object) -> str:
+    """An address for a server to bind (``option`` names it in the message): a host name,
+    an IP address, or a wildcard (``""``, ``0.0.0.0``, ``::``). Dotted digits that are not
+    an IPv4 address (``999.1.1.1``) are refused here, with no I/O: no resolver answers
+    them (whether a name resolves is :func:`resolve_bind_host`'s).
+
+    Raises:
+        InvalidArgument: not a str, blank space in it, or dotted digits out of range.
+    """
+    if not isinstance(host, str) or any(c.isspace() for c in host):
+        raise InvalidArgument(f"{option} must be a host name or address, not {host!r}")
+    if host and _DOTTED_DIGITS.fullmatch(host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise InvalidArgument(f"{option} {host!r} is not an IPv4 address") from None
+    return host
+
+
+def resolve_bind_host(option: str, host: str) -> None:
+    """Check that ``host`` resolves to an address this machine can bind, before a server
+    starts (a DNS lookup; nothing is written anywhere).
+
+    Raises:
+        InvalidArgument: the name does not resolve (one line naming ``option``).
+    """
+    check_bind_host(option, host)
+    try:
+        socket.getaddrinfo(host or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InvalidArgument(
+            f"{option} {host!r} does not resolve to an address: {reason}"
+        ) from None
+
+
 def _host_option(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+    if not isinstance(value, str) or not value:
         raise InvalidArgument(f"{attribute.name} must be a host name or address, not {value!r}")
+    check_bind_host(attribute.name, value)
 
 
 def _to_float(value: Any) -> Any:

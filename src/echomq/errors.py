@@ -40,7 +40,8 @@
     ├── JobFailed            from handle.result(): the job is dead; carries the error text
     ├── JobCancelled         from handle.result() and CancelToken.check()
     ├── SoftTimeLimit        raised inside a job that ran past its soft_timeout (it may clean up)
-    └── StepFailed           a durable step replayed with the error an earlier run kept
+    ├── StepFailed           a durable step replayed with the error an earlier run kept
+    └── WrongEventLoop       an asyncio twin (adelay, aapply...) called with no asyncio loop (trio)
 
     Retry(delay=...)         raised by a task to ask for a retry; not an error
     RateLimited(retry_after=...)  raised by a task to back off (a 429): not a failure
@@ -98,6 +99,7 @@ __all__ = [
     "JobCancelled",
     "SoftTimeLimit",
     "StepFailed",
+    "WrongEventLoop",
     "Retry",
     "RateLimited",
 ]
@@ -426,6 +428,13 @@ class SoftTimeLimit(EchoMQError):
 
     def __init__(self, message: str = "ran past its soft time limit") -> None:
         super().__init__(message)
+
+
+class WrongEventLoop(EchoMQError, RuntimeError):
+    """An asyncio twin (``adelay``, ``aapply``, ``aresult``, ``aopen``...) was called where
+    no asyncio event loop runs: under trio, call the trio verb (``delay``, ``apply``,
+    ``result``) instead; from plain blocking code, the ``*_sync`` one. Raised before any I/O.
+    """
 
 
 class Retry(Exception):

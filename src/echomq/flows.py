@@ -125,6 +125,7 @@ def _stub_argv(node: FlowJob, parent: FlowJob) -> list[Any]:
         "",
         "r",
         "",
+        0,
     ]
 
 
@@ -146,6 +147,7 @@ def _node_argv(node: FlowJob, parent: FlowJob | None, kids: int, held: bool) -> 
         str(kids) if node.children else "",
         "1" if held else "",
         "" if job.group is None else check_group(job.group),
+        v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
     ]
 
 
@@ -206,7 +208,7 @@ def _queue_calls(
                 raise ScriptError(f"add_flow: unexpected reply {reply!r}")
             return rows
 
-        keys = [ks.pending, ks.waiting, ks.meta, ks.wake]
+        keys = [ks.pending, ks.waiting, ks.meta, ks.wake, ks.schedule]
         calls.append(script_call("add_flow", keys, argv, read))
     return calls
 
@@ -216,7 +218,7 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
     queue and hop, in order: a child on another queue after its parent); no I/O.
 
     Raises:
-        InvalidArgument: no node, a node with a delay.
+        InvalidArgument: no node, a parent with a delay.
         DuplicateJob: an id repeats in the tree.
         InvalidKey, PayloadTooLarge: a bad id or payload.
     """
@@ -229,8 +231,11 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
             raise InvalidArgument("every job of a flow needs its id (FlowJob.job.job_id)")
         if node.id in seen:
             raise DuplicateJob(f"the id {node.id} repeats in the flow")
-        if node.job.delay_ms:
-            raise InvalidArgument("a job of a flow cannot be delayed (not yet)")
+        if node.job.delay_ms and node.children:
+            raise InvalidArgument(
+                f"only a flow's leaves can be delayed: {node.id} has children (its run "
+                "waits for them)"
+            )
         seen.add(node.id)
     # one group of calls per (hop, queue): a node with the same-queue part of the tree
     # around it, a stub with its parent, a remote child one hop further down, so every

@@ -21,6 +21,8 @@ import trio
 from . import jobs
 from ._model.job import JobInfo
 from ._model.options import seconds
+from ._scripts.keyspace import Keyspace
+from .admin.discovery import queue_exists
 from .cancel import CancelOutcome
 from .cancel import request as cancel_request
 from .errors import JobCancelled, JobFailed, JobGone
@@ -85,7 +87,8 @@ class TaskHandle(Generic[R]):
             JobCancelled: the job was cancelled (``reason``).
             JobGone: the job has no row: it finished longer ago than its retention
                 (``keep_result``, 24 h by default), the count guard deleted it, or it was
-                removed.
+                removed; or the queue's meta hash is missing too, and the message says
+                so: Redis lost the queue's data (or the queue was obliterated).
             trio.TooSlowError: ``timeout`` seconds passed first.
         """
         limit = math.inf if timeout is None else seconds("timeout", timeout)
@@ -93,7 +96,8 @@ class TaskHandle(Generic[R]):
         with trio.fail_after(limit):
             feed = await queue.result_feed()
             outcome = await feed.wait(queue.connection, self.id)
-        return self._value(outcome)
+        lost = outcome is None and not await queue_exists(queue.connection, queue.name)
+        return self._value(outcome, queue_lost=lost)
 
     # -- asyncio twins (echomq.asyncio) ---------------------------------------------------
 
@@ -122,7 +126,9 @@ class TaskHandle(Generic[R]):
         client = self.queue.asyncio_client()
         async with asyncio.timeout(limit):
             outcome = await client.results.wait(client.connection, self.id)
-        return self._value(outcome)
+        meta = Keyspace(self.queue.name).meta
+        lost = outcome is None and not await client.connection.execute("EXISTS", meta)
+        return self._value(outcome, queue_lost=lost)
 
     # -- blocking twins (echomq.sync) ------------------------------------------------------
 
@@ -147,18 +153,27 @@ class TaskHandle(Generic[R]):
             TimeoutError: ``timeout`` seconds passed first (the builtin).
         """
         limit = None if timeout is None else seconds("timeout", timeout)
-        outcome = self.queue.sync_connection().wait_outcome(self.queue.name, self.id, limit)
-        return self._value(outcome)
+        sync = self.queue.sync_connection()
+        outcome = sync.wait_outcome(self.queue.name, self.id, limit)
+        lost = outcome is None and not sync.run(queue_exists, self.queue.name)
+        return self._value(outcome, queue_lost=lost)
 
     def _cancelled(self, outcome: CancelOutcome, reason: str | None) -> CancelOutcome:
         if outcome is CancelOutcome.REMOVED:
             self._removed, self._removed_reason = True, reason
         return outcome
 
-    def _value(self, outcome: Outcome | None) -> R:
+    def _value(self, outcome: Outcome | None, *, queue_lost: bool = False) -> R:
         if outcome is None:
             if self._removed:
                 raise JobCancelled(self._removed_reason, job_id=self.id)
+            if queue_lost:
+                raise JobGone(
+                    f"job {self.id} has no row, and its queue {self.queue.name!r} has no meta "
+                    "hash either: Redis lost the queue's data (a restart without persistence, "
+                    "a failover to an empty replica, a FLUSHALL), or the queue was "
+                    "obliterated; not its retention"
+                )
             raise JobGone(
                 f"job {self.id} has no row: it finished longer ago than its retention "
                 "(keep_result, 24 h unless the task or the queue says otherwise), the "

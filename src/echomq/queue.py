@@ -35,7 +35,7 @@ from ._wire.dial import connect
 from ._worker.context import Job
 from ._worker.hooks import Hooks
 from .config import resolve_url
-from .errors import InvalidArgument, InvalidKey
+from .errors import InvalidArgument, InvalidKey, WrongEventLoop
 from .events import EventFeed, open_event_feed
 from .handle import TaskHandle
 from .results import GONE_CHECK, ResultFeed
@@ -51,6 +51,29 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _API: RepeatSource = "api"
+
+
+def _running_asyncio_loop() -> asyncio.AbstractEventLoop:
+    """The running asyncio loop, for the asyncio twins (``adelay``, ``aresult``...).
+
+    Raises:
+        WrongEventLoop: none runs; the message names the verb to use instead.
+    """
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    try:
+        trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        raise WrongEventLoop(
+            "the a* verbs (adelay, aapply, aresult...) are asyncio's and no asyncio loop is "
+            "running: from blocking code use delay_sync(), apply_sync(), result_sync()"
+        ) from None
+    raise WrongEventLoop(
+        "the a* verbs (adelay, aapply, aresult...) are asyncio's: under trio use delay(), "
+        "apply(), result() (in `async with queue.open():`)"
+    ) from None
 
 
 class Register(Protocol):
@@ -434,9 +457,9 @@ class Queue:
         on first use (no I/O until a command).
 
         Raises:
-            RuntimeError: no asyncio event loop is running.
+            WrongEventLoop: no asyncio event loop is running (under trio: use the trio verb).
         """
-        loop = asyncio.get_running_loop()
+        loop = _running_asyncio_loop()
         client = self._asyncio.get(loop)
         if client is None:
             from .asyncio import AsyncioQueueClient  # (imports redis.asyncio: only when used)
@@ -446,7 +469,7 @@ class Queue:
 
     async def aclose(self) -> None:
         """Close this event loop's connection and stream reader (asyncio)."""
-        client = self._asyncio.pop(asyncio.get_running_loop(), None)
+        client = self._asyncio.pop(_running_asyncio_loop(), None)
         if client is not None:
             await client.aclose()
 

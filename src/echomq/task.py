@@ -131,6 +131,11 @@ class Task(Generic[P, R]):
         flow is built."""
         return Signature(self, args, kwargs)
 
+    def si(self, *args: Any, **kwargs: Any) -> Signature[R]:
+        """An immutable signature (Celery's ``si``): as :meth:`s`, but as a chain step or
+        a chord's callback it is not given the previous result; it still runs after it."""
+        return Signature(self, args, kwargs, immutable=True)
+
     # -- one job ---------------------------------------------------------------------------
 
     async def delay(self, *args: P.args, **kwargs: P.kwargs) -> TaskHandle[R]:

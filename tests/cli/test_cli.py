@@ -494,6 +494,7 @@ async def test_bad_limits_exit_2(redis_url: str, queue: str, argv: list[str]) ->
 async def test_groups_and_status_show_the_lanes(
     redis_url: str, conn: echomq.Connection, queue: str
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="acme")
     for group in ("acme", "acme", "bob"):
         await jobs.enqueue(conn, queue, b"", group=group)

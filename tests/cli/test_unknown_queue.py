@@ -63,6 +63,10 @@ COMMANDS = [
     ["repeat", "list", "{q}"],
     ["repeat", "add", "{q}", "k", "app.t", "--every", "5s"],
     ["repeat", "pause", "{q}", "k"],
+    ["repeat", "resume", "{q}", "k"],
+    ["repeat", "remove", "{q}", "k"],
+    ["flows", "{q}", "--held"],
+    ["flows", "{q}", "--remove-held", "some-id"],
 ]
 
 

@@ -251,6 +251,7 @@ async def test_a_complete_whose_finish_meets_a_moved_key_changes_nothing(
     ks = Keyspace(queue)
     slot = key_slot(ks.pending)
     async with echomq.connect(fault_cluster.url, connect_timeout=1) as conn:
+        await admin.ensure_schema(conn, queue)  # the queue exists first
         await admin.set_retention(conn, queue, max_completed=1)
         first, second = [await jobs.enqueue(conn, queue, b"x") for _ in range(2)]
         [one] = await jobs.claim(conn, queue, 600_000)

@@ -70,6 +70,7 @@ async def test_snapshots_show_per_group_counts(
     dashboard: DashboardInfo, conn: echomq.Connection, queue: str
 ) -> None:
     """A queue with group lanes shows each group's waiting, active, limit and standing."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="acme")
     for group in ("acme", "acme", "bob"):
         await jobs.enqueue(conn, queue, payload("demo.add", 1, 2), group=group)

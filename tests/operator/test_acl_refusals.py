@@ -3,7 +3,8 @@
 Each test takes a user that lacks one permission on a private server: the refusal names
 what was sent and what is missing, in one line; ``result()`` raises it instead of reading
 again forever; the worker's claim loop stops the worker with it; a helper the worker can
-serve without logs it once (no traceback) and the jobs go on.
+serve without (the outbox relay, the retention sweep) logs it once (no traceback) and
+the jobs go on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import trio
 
 import echomq
 import echomq.sync
+from _waits import until
 from echomq import jobs
 from echomq.errors import PermissionDenied
 from echomq.testing import RedisServer
@@ -141,3 +143,34 @@ async def test_a_helper_the_worker_serves_without_is_refused_once_and_jobs_go_on
     assert len(lines) == 1 and "relaying the outbox" in lines[0].getMessage(), lines
     assert "XAUTOCLAIM" in lines[0].getMessage() and lines[0].exc_info is None
     assert worker.statistics().sweeps >= 3 and worker.statistics().helper_restarts == 0
+
+
+async def test_a_worker_whose_rule_predates_the_retention_sweep_says_so_once(
+    server: RedisServer, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The retention sweep reads old completions entries (XRANGE): a rule without it gets
+    one ERROR line naming the script, no traceback, no line per tick (EVAL and EVALSHA
+    word the refusal differently: it is told apart by what was refused); the jobs go on."""
+    caplog.set_level(logging.WARNING, logger="echomq.worker")
+    q = echomq.Queue(queue, url=await user(server, *FULL, "-xrange"))
+
+    @q.task(name="t")
+    async def t(x: int) -> int:
+        return 2 * x
+
+    worker = echomq.Worker(q, recovery_interval=0.05)
+    with trio.fail_after(20):
+        async with q.open(), trio.open_nursery() as nursery:
+            await nursery.start(worker.serve)
+            for i in range(3):
+                assert await (await t.delay(i)).result(timeout=10) == 2 * i
+
+            async def swept_often() -> bool:
+                return worker.statistics().sweeps >= 5
+
+            await until(swept_often)
+            worker.shutdown(grace=1)
+    lines = [r for r in caplog.records if "retention sweep" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].levelno == logging.ERROR, [r.getMessage() for r in lines]
+    assert "retention_sweep" in lines[0].getMessage() and lines[0].exc_info is None
+    assert worker.statistics().helper_restarts == 0

@@ -42,6 +42,7 @@ async def test_pause_gates_claim_and_keeps_backlog(conn: echomq.Connection, queu
 
 async def test_pause_and_resume_are_idempotent(conn: echomq.Connection, queue: str) -> None:
     """Pausing twice and resuming twice each answer normally and leave one state."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     assert not await admin.is_paused(conn, queue)
     await admin.resume(conn, queue)
     assert not await admin.is_paused(conn, queue)

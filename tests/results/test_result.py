@@ -277,6 +277,7 @@ async def test_the_sweeping_worker_warns_when_the_count_guard_was_hit(
     q, noop = make_queue(queue, redis_url)
     async with q.open():
         conn = q.connection
+        await admin.ensure_schema(conn, queue)  # the queue exists first
         await admin.set_retention(conn, queue, max_completed=1)
         sweeper = Sweeper(conn, queue, "stalled", interval=1.0, max_stalled=1)
         assert await sweeper.sweep_once()

@@ -148,7 +148,7 @@ CASES: list[tuple[str, Verb, type[Exception]]] = [
     ("complete_many empty", lambda c: jobs.complete_many(c, "q", []), InvalidArgument),
     (
         "complete_many over the cap",
-        lambda c: jobs.complete_many(c, "q", [(f"j{i}", 1, b"") for i in range(v.MAX_BATCH + 1)]),
+        lambda c: jobs.complete_many(c, "q", [(f"j{i}", 1, b"") for i in range(v.MAX_HELD + 1)]),
         InvalidArgument,
     ),
     (

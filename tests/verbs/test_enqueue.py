@@ -274,3 +274,27 @@ def test_an_option_set_is_sent_in_the_order_enqueue_lua_declares(
     monkeypatch.setattr(life, "_SET_SENT", reorder)
     argv = life.enqueue_call("q", [_every_option()]).argv
     assert list(argv[3 : 3 + len(reversed_fields)]) == [SENT[f] for f in reversed_fields]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"priority": 3, "delay_ms": 5000, "max_attempts": 4, "task": "t"},
+        {"dedup": "k", "dedup_ms": 1000, "dedup_mode": "debounce", "group": "g"},
+    ],
+)
+def test_a_lone_job_is_sent_as_in_a_batch(fields: dict[str, object]) -> None:
+    """enqueue_gated_call's path for one job (a lone delay()) sends the argv that
+    _enqueue_argv makes for a batch of that one job, and reads the replies alike."""
+    gated = life.gate_job(life.NewJob(payload=b"p", **fields))  # type: ignore[arg-type]
+    lone = life.enqueue_gated_call("q", [gated])
+    argv, ids = life._enqueue_argv(Keyspace("q").base, [gated])
+    assert list(lone.argv) == argv and ids == [gated.id]
+    assert lone.script.name == "enqueue"
+    assert lone.read(1) == [None]
+    assert lone.read([1]) == [None]
+    (held,) = lone.read([b"holder"])
+    assert held is not None and (held.id, held.deduplicated) == ("holder", True)
+    with pytest.raises(echomq.errors.ScriptError):
+        lone.read([1, 1])

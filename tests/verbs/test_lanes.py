@@ -117,6 +117,7 @@ async def test_group_concurrency_limits_and_complete_gives_the_slot_back(
 ) -> None:
     """At its limit a group leaves the ring; a completion gives the slot back and the group
     rejoins with a wake token."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 2, group="a")
     await put(conn, queue, "a", 5)
     await put(conn, queue, "b", 5)
@@ -138,6 +139,7 @@ async def test_the_default_limit_comes_from_meta_and_a_raise_reaches_waiting_gro
 ) -> None:
     """With no limit of its own a group takes the queue's default; raising the default
     lets the groups at the old one start more at once."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1)
     await put(conn, queue, "a", 3)
     await put(conn, queue, "b", 3)
@@ -172,6 +174,7 @@ async def test_a_stale_ring_member_is_dropped_and_the_claim_asks_to_come_back(
     """A ring member that may not run (its default limit changed under it without the
     verb) is dropped by the claim; when more members wait unread, the claim answers 0 ms
     and a wake token, and the next claim goes on."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 5, group="d")
     for g in ("a", "b", "c", "d"):
         await put(conn, queue, g, 3)
@@ -216,6 +219,7 @@ async def test_a_claim_serves_at_most_100_groups_and_the_rest_go_next(
 async def test_fail_retries_into_the_lane_and_gives_the_slot_back(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="a")
     await put(conn, queue, "a", 1, max_attempts=2)
     (held,) = await jobs.claim(conn, queue, 10_000)
@@ -244,6 +248,7 @@ async def test_recovery_returns_a_grouped_job_to_its_lane(
 ) -> None:
     """An expired lease of a grouped job gives back the slot and the job goes back to the
     front of its lane."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="a")
     ids = await put(conn, queue, "a", 2)
     (held,) = await jobs.claim(conn, queue, 5)
@@ -262,6 +267,7 @@ async def test_recovery_returns_a_grouped_job_to_its_lane(
 async def test_a_stalled_grouped_job_dead_lettered_gives_the_slot_back(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="a")
     ids = await put(conn, queue, "a", 2)
     (held,) = await jobs.claim(conn, queue, 5)
@@ -300,6 +306,7 @@ async def test_remove_job_takes_a_grouped_job_out_of_its_lane_or_slot(
 ) -> None:
     """A waiting grouped job leaves its lane (an emptied lane leaves the ring and the
     registry); an active one gives back its group's slot."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="a")
     ids = await put(conn, queue, "a", 2)
     if where == "active":
@@ -330,6 +337,7 @@ async def test_a_grouped_job_that_ends_gives_its_slot_back_and_finishes(
     """Leaving active and finishing meet: a grouped job that completes, dies (fail, the
     stalled sweep) or is cancelled while waiting gives back its lane's slot or place
     (leave_active / leave_ready) and gets its completions entry (finished), in order."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="a")
     ids = await put(conn, queue, "a", 4)
     assert await echomq.cancel.request(conn, queue, ids[3]) == "removed"
@@ -358,6 +366,7 @@ async def test_a_fenced_grouped_job_gives_its_slot_back_and_finishes(
     grouped job fenced by cancel(grace=0), and one fenced by fence_due after its grace, each
     give back the group's slot (the next job of the group is claimable); a grouped job
     handed back to its lane before its fence leaves the lane. Each gets its entry."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="a")
     ids = await put(conn, queue, "a", 4)
     (one,) = await jobs.claim(conn, queue, 10_000)
@@ -399,6 +408,7 @@ async def test_complete_many_gives_the_grouped_slots_back(
 ) -> None:
     """The worker's batched settle (complete_many) gives each grouped job's slot back
     (leave_active) and finishes every job; the ungrouped ones leave active together."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="a")
     await put(conn, queue, "a", 2)
     await put(conn, queue, "b", 1)
@@ -490,6 +500,7 @@ async def test_explain_says_why_a_grouped_job_waits(conn: echomq.Connection, que
     """'waiting: group acme at its limit of 2 active' (cli/explain_text.py words it)."""
     from echomq.cli.explain_text import facts, summary
 
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 2, group="acme")
     ids = await put(conn, queue, "acme", 3)
     e = await jobs.explain(conn, queue, ids[0])
@@ -506,6 +517,7 @@ async def test_explain_says_why_a_grouped_job_waits(conn: echomq.Connection, que
 
 
 async def test_groups_view_lists_counts_and_standing(conn: echomq.Connection, queue: str) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_group_concurrency(conn, queue, 1, group="b")
     await admin.set_rate_limit(conn, queue, 9, 2.0, every_group=True)
     await put(conn, queue, "a", 2)

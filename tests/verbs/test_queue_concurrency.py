@@ -21,6 +21,7 @@ async def put(conn: echomq.Connection, queue: str, n: int, group: str | None = N
 async def test_a_queue_at_its_concurrency_claims_nothing_and_writes_nothing(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_concurrency(conn, queue, 2)
     assert (await admin.limits(conn, queue)).concurrency == 2
     await put(conn, queue, 5)
@@ -39,6 +40,7 @@ async def test_a_queue_at_its_concurrency_claims_nothing_and_writes_nothing(
 async def test_a_finish_wakes_a_consumer_while_the_queue_has_a_cap(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_concurrency(conn, queue, 1)
     await put(conn, queue, 3)
     (held,) = await jobs.claim(conn, queue, 10_000, count=5)
@@ -55,6 +57,7 @@ async def test_a_finish_wakes_a_consumer_while_the_queue_has_a_cap(
 async def test_a_queue_without_a_cap_pushes_no_wake_on_finish(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await put(conn, queue, 3)
     (held,) = await jobs.claim(conn, queue, 10_000, count=1)
     await conn.execute("DEL", ks.wake)
@@ -65,6 +68,7 @@ async def test_a_queue_without_a_cap_pushes_no_wake_on_finish(
 async def test_recovery_gives_a_dead_holders_room_back(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_concurrency(conn, queue, 2)
     await put(conn, queue, 4)
     dead = (await jobs.claim_batch(conn, queue, 50, count=4, worker="gone")).jobs
@@ -77,6 +81,7 @@ async def test_recovery_gives_a_dead_holders_room_back(
 
 
 async def test_lowering_raising_and_clearing_the_cap(conn: echomq.Connection, queue: str) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_concurrency(conn, queue, 3)
     await put(conn, queue, 8)
     held = await jobs.claim(conn, queue, 10_000, count=8)
@@ -94,6 +99,7 @@ async def test_lowering_raising_and_clearing_the_cap(conn: echomq.Connection, qu
 
 
 async def test_the_cap_counts_grouped_jobs_too(conn: echomq.Connection, queue: str) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_concurrency(conn, queue, 3)
     await put(conn, queue, 4, group="a")
     await put(conn, queue, 4, group="b")

@@ -38,6 +38,7 @@ async def test_a_queue_at_its_rate_answers_when_the_window_reopens(
     ends, writing nothing."""
     from echomq.cli.explain_text import summary
 
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 3, 60)
     ids = await put(conn, queue, None, 5)
     batch = await jobs.claim_batch(conn, queue, 10_000, count=10)
@@ -54,6 +55,7 @@ async def test_a_queue_at_its_rate_answers_when_the_window_reopens(
 
 
 async def test_the_window_reopens_on_the_server_clock(conn: echomq.Connection, queue: str) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 2, 0.05)
     await put(conn, queue, None, 5)
     assert len(await jobs.claim(conn, queue, 10_000, count=10)) == 2
@@ -69,6 +71,7 @@ async def test_the_window_reopens_on_the_server_clock(conn: echomq.Connection, q
 async def test_clearing_the_rate_lets_claims_take_everything(
     conn: echomq.Connection, queue: str
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 1, 60)
     await put(conn, queue, None, 4)
     assert len(await jobs.claim(conn, queue, 10_000, count=10)) == 1
@@ -82,6 +85,7 @@ async def test_a_group_at_its_rate_waits_and_the_others_go_on(
 ) -> None:
     """A group past its window leaves the ring for glimited (until the window ends); the
     other groups keep their turns; the claim tells how long until it reopens."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 2, 60, group="a")
     await put(conn, queue, "a", 5)
     await put(conn, queue, "b", 5)
@@ -97,6 +101,7 @@ async def test_a_group_at_its_rate_waits_and_the_others_go_on(
 async def test_a_group_window_reopens_and_the_group_rejoins(
     conn: echomq.Connection, queue: str
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 1, 0.05, every_group=True)
     await put(conn, queue, "a", 3)
     await put(conn, queue, "b", 3)
@@ -113,6 +118,7 @@ async def test_a_group_window_reopens_and_the_group_rejoins(
 async def test_raising_a_group_rate_lets_it_start_at_once(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 2, 60, group="a")
     await put(conn, queue, "a", 5)
     assert len(await jobs.claim(conn, queue, 10_000, count=10)) == 2
@@ -126,6 +132,7 @@ async def test_raising_a_group_rate_lets_it_start_at_once(
 
 
 async def test_queue_and_group_rates_both_hold(conn: echomq.Connection, queue: str) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 3, 60)
     await admin.set_rate_limit(conn, queue, 1, 60, every_group=True)
     await put(conn, queue, "a", 3)
@@ -143,6 +150,7 @@ async def test_a_window_counter_expires_at_its_last_ms(
     """The queue's and a group's counters end with their window: set to expire at its last
     ms, so a claim in the very ms the window ends (a waiting consumer wakes then) finds the
     next window empty, not the old count."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 5, 60)
     await admin.set_rate_limit(conn, queue, 2, 7, group="a")
     await put(conn, queue, "a", 3)

@@ -126,9 +126,10 @@ async def test_a_jobs_own_keep_wins_and_zero_keeps_nothing(
 async def test_queue_settings_apply_and_reset(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
-    """set_retention writes meta (and marks the queue); retention() reads it back with the
-    defaults filled; None resets a setting."""
+    """set_retention writes meta; retention() reads it back with the defaults filled; None
+    resets a setting."""
     assert await admin.retention(conn, queue) == admin.Retention()
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_retention(conn, queue, keep_result=60, keep_dead=0.5, max_completed=10)
     got = await admin.retention(conn, queue)
     assert (got.keep_result, got.keep_dead, got.max_completed) == (60.0, 0.5, 10)
@@ -161,6 +162,7 @@ async def test_the_count_guard_deletes_the_rows_closest_to_their_end_and_counts_
 ) -> None:
     """Past max_completed, the rows whose retention ends first go (with their logs), and
     metrics:capped counts them; stats reports it."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_retention(conn, queue, max_completed=2)
     short = await run(conn, queue, jobs.NewJob(payload=b"", keep_result_ms=60_000))
     await jobs.add_log(conn, queue, short, "line")
@@ -177,6 +179,7 @@ async def test_the_count_guard_never_deletes_a_row_that_is_no_longer_completed(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
     """An index member whose row is live again (removed, re-enqueued) survives the guard."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_retention(conn, queue, max_completed=1)
     reused = await run(conn, queue, jobs.NewJob(payload=b""))
     await conn.execute("DEL", ks.job(reused))  # an operator removed the row, not the member
@@ -226,6 +229,7 @@ async def test_logs_are_capped_by_default_and_end_with_their_job(
 ) -> None:
     """add_log keeps max_log_lines (the queue's, else 1,000); a line added after the job
     finished takes the row's remaining TTL."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_retention(conn, queue, max_log_lines=3)
     job_id = await jobs.enqueue(conn, queue, b"")
     counts = [await jobs.add_log(conn, queue, job_id, f"l{i}") for i in range(5)]
@@ -273,12 +277,13 @@ async def test_a_queue_first_written_by_its_settings_has_no_logs_flag(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
     """The flag is set only on a meta hash that held nothing else when it was marked (a new
-    queue; set_retention marks it first): one that set_rate_limit wrote first keeps reading
-    every finished job's logs key."""
+    queue): one whose settings were written before any version (a queue from before the
+    field) keeps reading every finished job's logs key."""
+    await admin.ensure_schema(conn, queue)
     await admin.set_retention(conn, queue, keep_result=60)
     assert await conn.execute("HGET", ks.meta, "logs") == b"0"
     other = Keyspace(queue + "-limited")
-    await admin.set_rate_limit(conn, other.queue, 1000)
+    await conn.execute("HSET", other.meta, "rate_max", "1000", "rate_ms", "1000")
     await run(conn, other.queue, jobs.NewJob(payload=b""))
     assert await conn.execute("HGET", other.meta, "logs") is None
 
@@ -298,6 +303,7 @@ async def test_the_stream_is_trimmed_by_count_and_the_guard_counts(
     conn: echomq.Connection, queue: str, ks: Keyspace, small_nodes: None
 ) -> None:
     """completions_max (MAXLEN ~): whole nodes go; metrics:capped counts the entries."""
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_retention(conn, queue, completions_max=10)
     for _ in range(40):
         await run(conn, queue, jobs.NewJob(payload=b""))

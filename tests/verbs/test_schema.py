@@ -11,7 +11,7 @@ import echomq
 from echomq import admin, jobs
 from echomq._scripts.calls import SCHEMA_VERSION
 from echomq._scripts.keyspace import Keyspace
-from echomq.errors import SchemaMismatch
+from echomq.errors import QueueNotFound, SchemaMismatch
 
 from ._support import snapshot
 
@@ -25,10 +25,15 @@ async def test_enqueue_marks_the_queue_even_with_only_a_delayed_job(
     assert queue in await admin.list_queues(conn)
 
 
-async def test_pause_marks_the_queue(conn: echomq.Connection, queue: str) -> None:
+async def test_pause_creates_no_queue(conn: echomq.Connection, queue: str) -> None:
+    """An operator's verb never makes a queue: pause of a missing one is refused by its
+    script, which writes nothing; once the queue exists, pause keeps its version."""
+    with pytest.raises(QueueNotFound):
+        await admin.pause(conn, queue)
+    assert queue not in await admin.list_queues(conn)
+    assert await admin.ensure_schema(conn, queue) == SCHEMA_VERSION
     await admin.pause(conn, queue)
     assert await admin.ensure_schema(conn, queue) == SCHEMA_VERSION
-    assert queue in await admin.list_queues(conn)
 
 
 async def test_ensure_schema_writes_an_absent_version_and_keeps_ours(

@@ -42,6 +42,7 @@ async def starts_of(conn: echomq.Connection, queue: str, ids: list[str]) -> list
 async def test_a_full_sliding_window_answers_when_its_oldest_start_leaves(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 3, 60, kind="sliding")
     rate = (await admin.limits(conn, queue)).rate
     assert rate == admin.RateLimit(max_jobs=3, period_ms=60_000, kind="sliding")
@@ -63,6 +64,7 @@ async def test_a_full_sliding_window_answers_when_its_oldest_start_leaves(
 async def test_no_stretch_of_one_period_holds_more_than_the_limit(
     conn: echomq.Connection, queue: str
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 3, 0.2, kind="sliding")
     ids = await put(conn, queue, None, 12)
     taken: list[str] = []
@@ -80,6 +82,7 @@ async def test_no_stretch_of_one_period_holds_more_than_the_limit(
 async def test_a_groups_sliding_window_parks_it_and_the_others_go_on(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 2, 60, group="a", kind="sliding")
     await put(conn, queue, "a", 5)
     await put(conn, queue, "b", 5)
@@ -96,6 +99,7 @@ async def test_a_groups_sliding_window_parks_it_and_the_others_go_on(
 
 
 async def test_every_group_sliding_by_default(conn: echomq.Connection, queue: str) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     await admin.set_rate_limit(conn, queue, 1, 60, every_group=True, kind="sliding")
     assert (await admin.limits(conn, queue)).group_rate == admin.RateLimit(
         max_jobs=1, period_ms=60_000, kind="sliding"
@@ -111,6 +115,7 @@ async def test_every_group_sliding_by_default(conn: echomq.Connection, queue: st
 
 
 async def test_a_bad_kind_is_refused_before_any_io(conn: echomq.Connection, queue: str) -> None:
+    await admin.ensure_schema(conn, queue)  # the queue exists first
     with pytest.raises(InvalidArgument):
         await admin.set_rate_limit(conn, queue, 3, 1, kind="gcra")
     assert (await admin.limits(conn, queue)).rate is None

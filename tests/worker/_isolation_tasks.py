@@ -4,9 +4,10 @@
 Each poison task does, once, one of the things that used to reach the worker: a
 ``trio.Cancelled`` that nothing cancelled (saved and re-raised, made by hand, raised in a
 thread), a cancel of the slot task's parent nursery, a cancel scope left open (entered by
-hand, or held by an async generator suspended at its yield). ``queue`` serves them in a
-worker subprocess (``echomq worker _isolation_tasks:queue``; the queue name from the
-environment); the in-process tests register the same functions on a queue of their own.
+hand, or held by an async generator suspended at its yield), a ``BaseException`` subclass
+of the job's own. ``queue`` serves them in a worker subprocess (``echomq worker
+_isolation_tasks:queue``; the queue name from the environment); the in-process tests
+register the same functions on a queue of their own.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ REASONS = {
     "cancel-parent-nursery": "RuntimeError: the task cancelled its slot task's nursery",
     "enter-by-hand": "RuntimeError: the task left a cancel scope open",
     "generator-scope": "RuntimeError: the task left a cancel scope open",
+    "base-exception": "Escape: not an Exception",
 }
 
 
@@ -76,6 +78,14 @@ async def generator_scope() -> int:
     return 0
 
 
+class Escape(BaseException):
+    """A user's own BaseException subclass (past ``except Exception``)."""
+
+
+async def base_exception() -> None:
+    raise Escape("not an Exception")
+
+
 POISON: dict[str, Callable[..., Any]] = {
     "reraise-saved": reraise_saved,
     "cancelled-by-hand": cancelled_by_hand,
@@ -83,6 +93,7 @@ POISON: dict[str, Callable[..., Any]] = {
     "cancel-parent-nursery": cancel_parent_nursery,
     "enter-by-hand": enter_by_hand,
     "generator-scope": generator_scope,
+    "base-exception": base_exception,
 }
 
 

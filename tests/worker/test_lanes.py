@@ -55,6 +55,7 @@ async def test_a_rate_limited_worker_sleeps_until_the_window_reopens(
 
     with trio.fail_after(20):
         async with q.open():
+            await admin.ensure_schema(q.connection, queue)  # the queue exists first
             await admin.set_rate_limit(q.connection, queue, 2, 0.3)
             handles = [await noop.delay(n) for n in range(6)]
             worker = echomq.Worker(q, concurrency=8)
@@ -86,6 +87,7 @@ async def test_a_sliding_window_holds_over_every_stretch_across_three_workers(
 
     with trio.fail_after(60):
         async with q.open():
+            await admin.ensure_schema(q.connection, queue)  # the queue exists first
             await admin.set_rate_limit(q.connection, queue, 10, 0.3, kind="sliding")
             handles = [await noop.delay(n) for n in range(50)]
             async with (

@@ -44,6 +44,7 @@ async def test_three_workers_of_16_slots_under_a_cap_of_5(redis_url: str, queue:
 
     with trio.fail_after(120):
         async with q.open(), AsyncExitStack() as stack:
+            await admin.ensure_schema(q.connection, queue)  # the queue exists first
             await admin.set_concurrency(q.connection, queue, 5)
             for _ in range(3):
                 await stack.enter_async_context(serving(echomq.Worker(q, concurrency=16)))

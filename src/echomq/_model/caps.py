@@ -34,6 +34,7 @@ __all__ = [
     "MAX_PRIORITY",
     "MAX_REPEAT_PAGE",
     "MAX_SETTING",
+    "MAX_SWEEP",
     "include_text",
     "int_in",
     "lua_constants",
@@ -90,13 +91,14 @@ MAX_ATTEMPTS = _cap("MAX_ATTEMPTS")  # handler failures a job may have
 MAX_LIMIT = _cap("MAX_LIMIT")  # a group's concurrency, a rate limit's jobs per period
 MAX_SETTING = _cap("MAX_SETTING")  # a retention count setting
 MAX_COUNT = _cap("MAX_COUNT")  # jobs per claim
-MAX_BATCH = _cap("MAX_BATCH")  # expired leases per reap / stalled sweep, complete_many jobs
+MAX_BATCH = _cap("MAX_BATCH")  # expired leases per reap / stalled sweep
 MAX_ENQUEUE = _cap("MAX_ENQUEUE")  # jobs per enqueue_many call
 MAX_FLOW_PAGE = _cap("MAX_FLOW_PAGE")  # a flow parent's children per flow_results call
 MAX_FLOW = _cap("MAX_FLOW")  # nodes (and held parents released) per add_flow call
-MAX_HELD = _cap("MAX_HELD")  # (id, token) pairs per extend_locks / release call
+MAX_HELD = _cap("MAX_HELD")  # held jobs per extend_locks / release / complete_many call
 MAX_BUDGET = _cap("MAX_BUDGET")  # jobs (or leftover keys) per drain / obliterate step
 MAX_REPEAT_PAGE = _cap("MAX_REPEAT_PAGE")  # repeat records per repeat_due / repeat_list
+MAX_SWEEP = _cap("MAX_SWEEP")  # index and stream entries per retention sweep call
 MAX_MINUTES = _cap("MAX_MINUTES")  # minutes of per-minute counters one stats call reads
 MAX_BEAT_FIELDS = _cap("MAX_BEAT_FIELDS")  # field pairs of one worker heartbeat record
 

@@ -26,6 +26,7 @@ both, and goes on.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from json import encoder as json_encoder
@@ -43,11 +44,46 @@ __all__ = [
     "JSON",
     "MSGPACK_LEADS",
     "argument_error",
+    "check_json_depth",
     "codec_named",
+    "json_depth",
     "peek_call",
 ]
 
 _DEEP = "nested too deeply (RecursionError)"
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)  # a JSON string (or its unended start)
+
+
+def json_depth(text: str, limit: int) -> int:
+    """How deep arrays and objects nest in JSON ``text`` (strings skipped), counted by a
+    scan, never by recursion; the scan stops once ``limit`` is passed (answers
+    ``limit + 1``). Malformed text is the parser's to refuse."""
+    depth = deepest = 0
+    for char in _STRING.sub("", text):
+        if char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def check_json_depth(text: str, what: str, limit: int) -> None:
+    """Refuse JSON ``text`` nested deeper than ``limit`` before it is parsed (Python's
+    parser recurses: a deep enough text would end in ``RecursionError``).
+
+    Raises:
+        SerializationError: nested deeper than ``limit``, naming ``what``.
+    """
+    if json_depth(text, limit) > limit:
+        raise SerializationError(
+            f"{what} nest arrays and objects deeper than {limit} levels (the limit)"
+        )
 
 
 @attrs.frozen(kw_only=True)

@@ -247,8 +247,8 @@ class EnqueueOptions:
             raise InvalidArgument("give delay or at, not both")
         if self.delay is not None:
             seconds("delay", self.delay, high=MAX_DELAY)
-        if self.at is not None and not isinstance(self.at, dt.datetime):
-            seconds("at", self.at)
+        if self.at is not None:
+            _at_epoch(self.at)  # a datetime or epoch seconds this machine can convert
         if self.priority is not None:
             limits.int_in("priority", self.priority, -limits.MAX_PRIORITY, limits.MAX_PRIORITY)
         if self.job_id is not None:
@@ -262,8 +262,7 @@ class EnqueueOptions:
         """Seconds from now until the job is due (``at`` read on this machine's clock)."""
         if self.at is None:
             return 0.0 if self.delay is None else float(self.delay)
-        target = self.at.timestamp() if isinstance(self.at, dt.datetime) else float(self.at)
-        return max(0.0, target - time.time())
+        return max(0.0, _at_epoch(self.at) - time.time())
 
     def new_job(
         self,
@@ -317,6 +316,26 @@ class EnqueueOptions:
             lean = {k: value for k, value in fields.items() if not _is_default(k, value)}
             _BUILT[(id(self), id(task), name)] = (self, task, lean)
         return NewJob(payload=payload, **fields)
+
+
+def _at_epoch(at: dt.datetime | float) -> float:
+    """``at`` as epoch seconds (a naive datetime is local time), at most :data:`MAX_DELAY`
+    seconds from now (past times are "now").
+
+    Raises:
+        InvalidArgument: not a datetime or a finite number, a datetime this machine cannot
+            place on its clock (year 1 in local time, say), or too far ahead.
+    """
+    if isinstance(at, dt.datetime):
+        try:
+            target = at.timestamp()
+        except (ValueError, OverflowError, OSError) as exc:
+            raise InvalidArgument(f"at {at!r} is out of range: {exc}") from None
+    else:
+        target = seconds("at", at)
+    if target - time.time() > MAX_DELAY:
+        raise InvalidArgument(f"at must be at most {MAX_DELAY:.0f} seconds from now, not {at!r}")
+    return target
 
 
 def _check_keeps(keep_result: object, keep_dead: object) -> None:

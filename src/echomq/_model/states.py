@@ -49,7 +49,7 @@ TRANSITIONS: dict[str, Moves] = {
     "enqueue": {None: frozenset({JobState.PENDING, JobState.SCHEDULED})},
     # flows (docs/flows.md): a tree in one call; a held parent released by the last page
     "add_flow": {
-        None: frozenset({JobState.PENDING, JobState.WAITING}),
+        None: frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.WAITING}),
         JobState.WAITING: frozenset({JobState.PENDING}),
     },
     "claim": {
@@ -93,6 +93,12 @@ TRANSITIONS: dict[str, Moves] = {
         **_PARENT,
     },
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
+    # the retention sweep: an index entry whose row is gone leaves; a row of echomq 0.1
+    # (no TTL) whose time is up is deleted
+    "retention_sweep": {
+        JobState.COMPLETED: frozenset({None}),
+        JobState.DEAD: frozenset({None}),
+    },
     # a durable sleep (docs/steps.md): the job schedules itself, nothing counted
     "sleep": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},
     # an in-task back-off (docs/lanes.md): scheduled, nothing counted; its group or queue

@@ -27,6 +27,7 @@ from ..errors import (
     NotCancellable,
     NotDead,
     NotPaused,
+    QueueNotFound,
     RepeatFormatError,
     ScriptError,
     StaleToken,
@@ -107,8 +108,13 @@ _ERROR_PREFIXES: tuple[tuple[str, type[EchoMQError]], ...] = (
 )
 
 
+_NO_QUEUE = "EMQNOQUEUE "  # a verb that needs the queue found no meta hash (its name follows)
+
+
 def translate(message: str) -> EchoMQError:
     """The typed error for a server error reply (:func:`server_error` when no script's)."""
+    if message.startswith(_NO_QUEUE):
+        return QueueNotFound(message[len(_NO_QUEUE) :])
     for prefix, cls in _ERROR_PREFIXES:
         if message.startswith(prefix):
             return cls(message)

@@ -8,7 +8,7 @@ Rule 2 (not settled here): a fenced job (Redis settled it cancelled) counts as c
 a job whose lease was lost counts as lost; neither is written. A job with no outcome (a
 shutdown past grace, the worker cancelled from outside) is handed back to pending.
 Rule 3 (completions in batches): the completions of one scheduler tick go to Redis in one
-``complete_many`` call per ``MAX_BATCH`` (100) jobs (and per ``MAX_BATCH_BYTES`` of
+``complete_many`` call per ``MAX_HELD`` (250) jobs (and per ``MAX_BATCH_BYTES`` of
 results), each job fenced by its own token, one answer per job. The first completion of a
 tick starts the batch's own task (in the jobs nursery, in the context the settler was
 made in, not the job's), which runs one tick later: every job finishing in the same tick
@@ -74,7 +74,7 @@ __all__ = ["Item", "Settler"]
 log = logging.getLogger("echomq.worker")
 
 Item = tuple[Held, bytes, bool]  # the held job, its result, whether it was cancelled
-CHUNK = v.MAX_BATCH  # jobs per complete_many call (the verb's cap)
+CHUNK = v.MAX_HELD  # jobs per complete_many call (the verb's cap)
 _LOST = (StaleToken, NotActive, JobGone)
 _REFUSALS: dict[ExtendResult, type[EchoMQError]] = {
     ExtendResult.STALE: StaleToken,

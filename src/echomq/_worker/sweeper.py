@@ -17,6 +17,13 @@ and left unacknowledged for 10 intervals first, then new ones; a failed relay is
 and retried at the next sweep (nothing is acknowledged before the parent's script answered).
 An ACL refusal of the relay (``PermissionDenied``) is logged once as an error (again only
 when it changes), not at every sweep.
+Rule 6: the worker that sweeps also runs the retention sweep (``admin.sweep_retention``):
+the finished-state indexes and the completions stream lose what retention has ended,
+``MAX_SWEEP`` entries per call, called again at once while a call says ``more`` (so an idle
+queue is clean one tick after its retention ends; with nothing to do it is one cheap
+call per tick). A refused sweep (not transient) is logged and tried at the next tick; an
+ACL refusal (a rule from before the sweep, without ``+xrange``) is logged once as an
+error, as the relay's is; neither stops the stall sweep or the worker.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ log = logging.getLogger("echomq.worker")
 
 _PAGE = 100
 _MAX_PAGES = 10
+_RETENTION_PAGE = admin.MAX_SWEEP
+_MAX_RETENTION_PAGES = 1000  # calls per tick at most (each within the scripts' bound)
 
 
 @attrs.define(eq=False)
@@ -54,10 +63,12 @@ class Sweeper:
     recovered: int = 0
     dead: int = 0
     relayed: int = 0  # outbox entries relayed to parents on other queues
+    swept: int = 0  # index and stream entries the retention sweep removed
     _nudged: trio.Event = attrs.field(factory=trio.Event, init=False)
     capped: admin.Capped | None = None  # the count-guard counters last read
     _capped_warned: float = -math.inf
     _refused: str | None = None  # the relay's ACL refusal last logged
+    _sweep_refused: str | None = None  # the retention sweep's ACL refusal last logged
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -96,8 +107,30 @@ class Sweeper:
             if len(sweep.recovered) + len(sweep.dead) < _PAGE:
                 break
         await self._relay()
+        await self._sweep_retention()
         await self._check_capped()
         return True
+
+    async def _sweep_retention(self) -> None:
+        for _ in range(_MAX_RETENTION_PAGES):
+            try:
+                step = await admin.sweep_retention(self.conn, self.queue, limit=_RETENTION_PAGE)
+            except TRANSIENT:  # as the sweep: retried next interval
+                raise
+            except PermissionDenied as exc:  # configuration: said once, tried each tick
+                # by what was refused: the text differs between EVAL and EVALSHA
+                refused = f"{exc.command}: {exc.missing}"
+                if refused != self._sweep_refused:
+                    self._sweep_refused = refused
+                    log.error("retention sweep of %s refused: %s", self.queue, exc)
+                return
+            except Exception as exc:  # a refused sweep: logged, tried at the next tick
+                log.warning("retention sweep of %s failed: %s", self.queue, exc)
+                return
+            self._sweep_refused = None
+            self.swept += step.work
+            if not step.more:
+                return
 
     def relay_soon(self) -> None:
         """An outbox entry was written (its script published ``outbox`` on the workers'

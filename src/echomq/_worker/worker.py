@@ -61,6 +61,7 @@ from . import handback
 from .cancellation import InFlight
 from .claims import ClaimLoop
 from .escalation import Escalator
+from .gc_pace import young_threshold
 from .lease import LeaseKeeper
 from .listeners import follow_cancels, follow_outbox, follow_schedule
 from .pool import SlotPool
@@ -281,13 +282,17 @@ class Worker:
             raise RuntimeError("this worker is already serving")
         self._serving = True
         try:
-            async with trio.open_nursery() as outside:
-                outside.start_soon(self._stop_when_cancelled)
-                with trio.CancelScope(shield=True):
-                    await self._serve_shielded(task_status)
-                outside.cancel_scope.cancel()
+            with young_threshold():  # gc_pace.py: the collector's pace while serving
+                await self._serve_outside(task_status)
         finally:
             self._serving = False
+
+    async def _serve_outside(self, task_status: trio.TaskStatus[None]) -> None:
+        async with trio.open_nursery() as outside:
+            outside.start_soon(self._stop_when_cancelled)
+            with trio.CancelScope(shield=True):
+                await self._serve_shielded(task_status)
+            outside.cancel_scope.cancel()
 
     async def _stop_when_cancelled(self) -> None:
         """Outside the shield: a cancellation of ``serve`` lands here and asks for a stop."""

@@ -12,6 +12,8 @@ before any I/O, and either answers a value or raises a typed error from
 - ``stats``: counts per state, the gate, and throughput by the minute, in one atomic read.
 - ``set_retention`` / ``retention``: how long finished jobs and completions entries are
   kept, and the count caps that guard memory (docs/results.md).
+- ``sweep_retention``: one bounded call of the retention sweep every worker runs at its
+  recovery tick: the indexes and the completions stream lose what retention ended.
 - ``ensure_schema``: the queue's data layout version, written if absent, refused
   (``SchemaMismatch``) if not this echomq's; every worker calls it at start.
 - ``list_queues``: every queue (a queue exists when it has ``emq:{q}:meta``), every master;
@@ -51,12 +53,14 @@ from .queues import (
     DEFAULT_BUDGET,
     MAX_BUDGET,
     MAX_STATS_MINUTES,
+    MAX_SWEEP,
     THROUGHPUT_WINDOW_MS,
     Capped,
     DrainStep,
     ObliterateStep,
     QueueStats,
     Retention,
+    RetentionSweep,
     capped,
     drain,
     drain_step,
@@ -70,6 +74,7 @@ from .queues import (
     retention,
     set_retention,
     stats,
+    sweep_retention,
 )
 from .queues import drain_call as drain_call  # builders (no I/O), for other drivers
 from .queues import ensure_schema_call as ensure_schema_call
@@ -78,6 +83,7 @@ from .queues import pause_call as pause_call
 from .queues import resume_call as resume_call
 from .queues import set_retention_call as set_retention_call
 from .queues import stats_call as stats_call
+from .queues import sweep_retention_call as sweep_retention_call
 from .reprocess import (
     DEFAULT_REPROCESS_BATCH,
     MAX_REPROCESS_BATCH,
@@ -111,6 +117,7 @@ __all__ = [
     "MAX_REPROCESS_BATCH",
     "MAX_SCAN",
     "MAX_STATS_MINUTES",
+    "MAX_SWEEP",
     "MAX_VIEW",
     "THROUGHPUT_WINDOW_MS",
     "ActiveRow",
@@ -127,6 +134,7 @@ __all__ = [
     "RateKind",
     "RateLimit",
     "Retention",
+    "RetentionSweep",
     "Reprocessed",
     "WorkerList",
     "WorkerRecord",
@@ -158,4 +166,5 @@ __all__ = [
     "set_group_concurrency",
     "set_rate_limit",
     "stats",
+    "sweep_retention",
 ]

@@ -140,6 +140,7 @@ async def set_concurrency(conn: Executor, queue: str, limit: int | None) -> None
 
     Raises:
         InvalidArgument: a limit that is not a positive int, None or 0 (before any I/O).
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     await evaluate(conn, set_limits_call(queue, "", concurrency=None if limit == 0 else limit))
 
@@ -156,6 +157,7 @@ async def set_group_concurrency(
     Raises:
         InvalidKey: a bad group name. InvalidArgument: a limit that is not a positive int
             (0 and negative ones are refused). Both before any I/O.
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     target = EVERY_GROUP if group is None else group
     await evaluate(conn, set_limits_call(queue, target, concurrency=limit))
@@ -186,6 +188,7 @@ async def set_rate_limit(
         InvalidKey: a bad group name. InvalidArgument: ``max_jobs`` not a positive int, a
             period under 1 ms, a kind other than "fixed" and "sliding", or both ``group``
             and ``every_group``. Before any I/O.
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     if group is not None and every_group:
         raise InvalidArgument("give group or every_group, not both")

@@ -17,6 +17,10 @@ stats. ``echomq.admin`` is their public face.
 - ``set_retention`` / ``retention``: the queue's retention settings in its meta hash
   (docs/results.md): how long finished rows and completions entries are kept, and the
   count caps that guard memory.
+- ``sweep_retention``: one call of the retention sweep (``retention_sweep.lua``): the
+  finished-state indexes and the completions stream lose what retention has ended, at most
+  ``limit`` entries per call; every worker runs it at its recovery tick (docs/results.md,
+  "Cleanup").
 - ``ensure_schema``: the queue's data layout version, written if absent, refused if not
   this echomq's (every worker calls it at start).
 (The lanes' limits at run time are ``admin/limits.py``.)
@@ -40,12 +44,14 @@ __all__ = [
     "DEFAULT_BUDGET",
     "MAX_BUDGET",
     "MAX_STATS_MINUTES",
+    "MAX_SWEEP",
     "THROUGHPUT_WINDOW_MS",
     "DrainStep",
     "ObliterateStep",
     "Capped",
     "QueueStats",
     "Retention",
+    "RetentionSweep",
     "capped",
     "drain",
     "drain_call",
@@ -66,6 +72,8 @@ __all__ = [
     "set_retention_call",
     "stats",
     "stats_call",
+    "sweep_retention",
+    "sweep_retention_call",
 ]
 
 MAX_BUDGET = v.MAX_BUDGET  # jobs per drain / obliterate script call (a ~10 ms bound)
@@ -73,6 +81,7 @@ DEFAULT_BUDGET = MAX_BUDGET  # the operator-plane design says 1000: docs/operati
 THROUGHPUT_WINDOW_MS = 60_000
 DEFAULT_STATS_MINUTES = 15
 MAX_STATS_MINUTES = v.MAX_MINUTES  # = METRICS_KEEP_MINUTES: the counters live 12 h
+MAX_SWEEP = v.MAX_SWEEP  # index and stream entries per retention sweep call
 
 
 def _ok(what: str) -> Any:
@@ -97,13 +106,30 @@ class Capped:
 
 
 @attrs.frozen(kw_only=True)
+class RetentionSweep:
+    """What one retention sweep call did (docs/results.md, "Cleanup")."""
+
+    removed: int  # index entries whose row had gone (or lives on in another state)
+    deleted: int  # rows with no TTL (written by echomq 0.1) whose time was up
+    trimmed: int  # completions stream entries older than completions_keep
+    more: bool  # the call stopped at its limit: call again at once
+
+    @property
+    def work(self) -> int:
+        return self.removed + self.trimmed
+
+
+@attrs.frozen(kw_only=True)
 class QueueStats:
     """One queue at one instant (server clock): counts per state, the gate, throughput.
 
     Throughput comes from the per-minute counters (``metrics:<outcome>:<minute>``), not
     from the retained rows: ``completed_per_minute`` (and ``dead_``, ``cancelled_``) hold
     the last ``minutes`` minutes, oldest first, the last one being the current minute
-    (partial). The totals count since the metrics began.
+    (partial). The totals count since the metrics began. ``dead`` and ``completed`` count
+    the jobs whose retention has not ended (the index members scored now or later): a job
+    whose row Redis has deleted is not counted, whether or not the retention sweep has
+    reached its index entry yet.
     """
 
     queue: str
@@ -305,6 +331,20 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
     return script_call("queue_stats", keys, [ks.base, minutes], read)
 
 
+def sweep_retention_call(queue: str, *, limit: int = MAX_SWEEP) -> ScriptCall[RetentionSweep]:
+    """``retention_sweep.lua``: the meta and the completions stream; the base, the limit."""
+    ks = Keyspace(queue)
+    argv = [ks.base, v.positive_int("limit", limit, MAX_SWEEP)]
+
+    def read(reply: Any) -> RetentionSweep:
+        if not isinstance(reply, list) or len(reply) != 4:
+            raise ScriptError(f"retention sweep {queue}: unexpected reply {reply!r}")
+        n = [as_int(x) for x in reply]
+        return RetentionSweep(removed=n[0], deleted=n[1], trimmed=n[2], more=bool(n[3]))
+
+    return script_call("retention_sweep", [ks.meta, ks.completions], argv, read)
+
+
 def set_retention_call(queue: str, **settings: Any) -> ScriptCall[None]:
     ks = Keyspace(queue)
     argv = Retention.meta_args(settings)
@@ -344,12 +384,20 @@ def ensure_schema_call(queue: str) -> ScriptCall[int]:
 
 
 async def pause(conn: Executor, queue: str) -> None:
-    """Stop claiming on ``queue`` (verb claim and workers alike). Idempotent."""
+    """Stop claiming on ``queue`` (verb claim and workers alike). Idempotent.
+
+    Raises:
+        QueueNotFound: the queue does not exist (no meta hash): a pause makes no queue.
+    """
     await evaluate(conn, pause_call(queue))
 
 
 async def resume(conn: Executor, queue: str) -> None:
-    """Claim again on ``queue`` and wake idle workers. Idempotent."""
+    """Claim again on ``queue`` and wake idle workers. Idempotent.
+
+    Raises:
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
+    """
     await evaluate(conn, resume_call(queue))
 
 
@@ -372,6 +420,7 @@ async def drain_step(
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     return await evaluate(
         conn,
@@ -397,6 +446,7 @@ async def drain(
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     total = 0
     cursor = ""
@@ -459,6 +509,7 @@ async def obliterate(
 
     Raises:
         InvalidKey, InvalidArgument: before any I/O (``budget`` is 1..500).
+        QueueNotFound: the queue does not exist (no meta hash); nothing was deleted.
         NotPaused: the queue is not paused; nothing was deleted.
         ActiveJobs: jobs are in flight and ``force`` is not set; nothing was deleted.
     """
@@ -499,6 +550,19 @@ async def stats(conn: Executor, queue: str, *, minutes: int = DEFAULT_STATS_MINU
     return await evaluate(conn, stats_call(queue, minutes=minutes))
 
 
+async def sweep_retention(conn: Executor, queue: str, *, limit: int = MAX_SWEEP) -> RetentionSweep:
+    """One call of the retention sweep (server clock): index entries of jobs whose
+    retention ended leave the ``completed`` / ``dead`` indexes, and completions entries
+    older than ``completions_keep`` leave the stream, at most ``limit`` (1..``MAX_SWEEP``)
+    entries in all. A live row is never touched. ``more``: call again. Workers run it at
+    every recovery tick; an operator needs it only for a queue no worker serves.
+
+    Raises:
+        InvalidKey, InvalidArgument: before any I/O.
+    """
+    return await evaluate(conn, sweep_retention_call(queue, limit=limit))
+
+
 async def capped(conn: Executor, queue: str) -> Capped:
     """What the count guard removed before its time, ever (one HMGET; ``stats`` has it too).
 
@@ -520,6 +584,7 @@ async def set_retention(conn: Executor, queue: str, **settings: Any) -> None:
 
     Raises:
         InvalidKey, InvalidArgument: an unknown setting or a bad value, before any I/O.
+        QueueNotFound: the queue does not exist (no meta hash); nothing was written.
     """
     await evaluate(conn, set_retention_call(queue, **settings))
 

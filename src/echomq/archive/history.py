@@ -49,13 +49,18 @@ def parse_since(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
     ``now``) or an ISO 8601 date/time (without an offset: UTC).
 
     Raises:
-        InvalidArgument: neither form.
+        InvalidArgument: neither form, or a duration reaching before year 1.
     """
     now = now or dt.datetime.now(dt.UTC)
     text = text.strip()
     total = span_ms(text)
     if total is not None:
-        return now - dt.timedelta(milliseconds=total)
+        try:
+            return now - dt.timedelta(milliseconds=total)
+        except OverflowError:  # (a timedelta's days, or a datetime, out of range)
+            raise InvalidArgument(
+                f"{text!r} reaches back before the year 1: give a shorter duration or a date"
+            ) from None
     try:
         moment = dt.datetime.fromisoformat(text)
     except ValueError:

@@ -75,11 +75,18 @@ log = logging.getLogger("echomq.archive")
 DEFAULT_RETENTION = 24 * 3600.0  # the scripts' default time retention of the stream
 
 
+_MAX_SECONDS = 2**40 / 1000  # the scripts' cap on milliseconds (MAX_MS), in seconds
+
+
 def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise InvalidArgument(f"{attribute.name} must be a positive number, not {value!r}")
     if not math.isfinite(value):
         raise InvalidArgument(f"{attribute.name} must be finite, not {value!r}")
+    if value > _MAX_SECONDS:  # (as milliseconds, the commands' unit, it must fit 2^40)
+        raise InvalidArgument(
+            f"{attribute.name} must be at most {_MAX_SECONDS:.0f} seconds, not {value!r}"
+        )
 
 
 def _positive_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -391,7 +398,7 @@ class Archiver:
                 log.error(
                     "archive of %s: %d entries were trimmed from the stream before they were "
                     "archived (a consumer held them too long): %s",
-                    queue, len(page.deleted), ", ".join(page.deleted[:5]),
+                    queue, len(page.deleted), _first(page.deleted),
                 )  # fmt: skip
             if page.entries:
                 await self._settle(conn, queue, page.entries)
@@ -438,18 +445,29 @@ class Archiver:
         """Store a slice (retrying until the store takes it), then acknowledge all of it."""
         counters = self._counters[queue]
         jobs: list[FinishedJob] = []
+        trimmed: list[str] = []
+        corrupt: list[tuple[str, CorruptEntry]] = []
         for entry in entries:
             if entry.fields is None:
-                counters.lost += 1
-                log.error(
-                    "archive of %s: entry %s was trimmed before it was archived", queue, entry.id
-                )
+                trimmed.append(entry.id)
                 continue
             try:
                 jobs.append(parse_entry(queue, entry.id, entry.fields))
             except CorruptEntry as exc:
-                counters.corrupt += 1
-                log.error("archive of %s: skipped corrupt entry %s: %s", queue, entry.id, exc)
+                corrupt.append((entry.id, exc))
+        # one line per slice, whatever its size: a count and the first ids
+        if trimmed:
+            counters.lost += len(trimmed)
+            log.error(
+                "archive of %s: %d entries were trimmed before they were archived: %s",
+                queue, len(trimmed), _first(trimmed),
+            )  # fmt: skip
+        if corrupt:
+            counters.corrupt += len(corrupt)
+            log.error(
+                "archive of %s: skipped %d corrupt entries: %s",
+                queue, len(corrupt), _first([f"{i} ({why})" for i, why in corrupt]),
+            )  # fmt: skip
         if jobs:
             inserted, rejected = await self._store_slice(conn, queue, jobs)
             counters.archived += inserted
@@ -471,18 +489,21 @@ class Archiver:
             return await self._write(conn, queue, jobs), 0
         except EntryRejected:
             pass
-        inserted = rejected = 0
+        inserted = 0
+        refused: list[tuple[FinishedJob, EntryRejected]] = []
         for job in jobs:
             try:
                 inserted += await self._write(conn, queue, [job])
             except EntryRejected as exc:
-                rejected += 1
-                self._counters[queue].rejected += 1
-                log.error(
-                    "archive of %s: skipped job %s (attempt %d): %s",
-                    queue, job.id, job.attempts, exc,
-                )  # fmt: skip
-        return inserted, rejected
+                refused.append((job, exc))
+        if refused:  # one line for the slice
+            self._counters[queue].rejected += len(refused)
+            first, why = refused[0]
+            log.error(
+                "archive of %s: skipped %d jobs the store refused: %s (first: attempt %d: %s)",
+                queue, len(refused), _first([j.id for j, _ in refused]), first.attempts, why,
+            )  # fmt: skip
+        return inserted, len(refused)
 
     async def _write(self, conn: Connection, queue: str, jobs: Sequence[FinishedJob]) -> int:
         """The store's write, retried with backoff while the store is unavailable.
@@ -515,6 +536,12 @@ class Archiver:
                     queue, trio.current_time() - first_failure, attempt,
                 )  # fmt: skip
             return inserted
+
+
+def _first(ids: Sequence[str], shown: int = 5) -> str:
+    """The first ``shown`` ids, and how many more (a log line stays one line)."""
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(ids[:shown]) + more
 
 
 async def serve_archive(

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 import trio
 
 from .. import admin
+from .._model.codec import check_json_depth
 from .._model.text import show_bytes
 from .._wire.connection import Connection
 from .._wire.dial import connect
@@ -268,10 +269,20 @@ def show(data: bytes | None) -> str:
 # -- argument types ------------------------------------------------------------------------
 
 
+#: arrays and objects ``enqueue``'s JSON arguments may nest, at most (refused before parsing)
+MAX_ARGS_DEPTH = 100
+
+
 def call_args(raw: str | None) -> tuple[list[Any], dict[str, Any]]:
-    """``[json args]``: a JSON array is the args, an object the kwargs, anything else one arg."""
+    """``[json args]``: a JSON array is the args, an object the kwargs, anything else one arg.
+
+    Raises:
+        UsageError: not JSON.
+        SerializationError: nested deeper than :data:`MAX_ARGS_DEPTH` (before parsing).
+    """
     if raw is None:
         return [], {}
+    check_json_depth(raw, "the arguments", MAX_ARGS_DEPTH)
     try:
         value = json.loads(raw)
     except ValueError as exc:

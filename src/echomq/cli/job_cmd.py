@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from .. import admin, cancel, jobs
+from .._model.backoff import MAX_DELAY
 from .._model.codec import codec_named
 from .._wire.connection import Connection
 from ..errors import JobGone
@@ -86,6 +87,8 @@ async def cmd_enqueue(conn: Connection, args: argparse.Namespace, out: Console) 
         call_kwargs.update(extra)
     if not math.isfinite(args.delay) or args.delay < 0:
         raise UsageError("--delay must be a number of seconds >= 0")
+    if args.delay > MAX_DELAY:
+        raise UsageError(f"--delay must be at most {MAX_DELAY:.0f} seconds")
     payload = codec_named(args.codec).encode_call(args.task, positional, call_kwargs)
     job = jobs.NewJob(
         payload=payload,

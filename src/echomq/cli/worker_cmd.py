@@ -37,7 +37,7 @@ import trio
 from .._worker.fleet import SUPERVISED, Fleet
 from .._worker.worker import Worker
 from ..app import Queue
-from ..config import WorkerConfig, env_name
+from ..config import WorkerConfig, env_name, resolve_bind_host
 from ..errors import (
     AuthenticationError,
     EchoMQError,
@@ -164,6 +164,8 @@ def run_worker(
         worker = obj if isinstance(obj, Worker) else Worker(obj, config, **options)
         if url is not None:
             worker.queue.url = url
+        if worker.config.metrics_port is not None:  # a name that does not resolve: now
+            resolve_bind_host("metrics_host", worker.config.metrics_host)
     except (TargetError, ValueError) as exc:
         log.error("%s", exc)
         return 2
@@ -173,6 +175,10 @@ def run_worker(
         leaf = _leaf(exc)
         if isinstance(leaf, AuthenticationError | PermissionDenied | TLSError | SchemaMismatch):
             # not transient: one clear line, not a traceback (docs/wire.md)
+            log.error("cannot serve %r: %s", worker.queue.name, leaf)
+            return 1
+        if isinstance(leaf, OSError) and not isinstance(leaf, EchoMQError):  # a bind
+            # that failed (/metrics on a port in use, an address not this machine's)
             log.error("cannot serve %r: %s", worker.queue.name, leaf)
             return 1
         log.exception("worker failed")
@@ -231,6 +237,8 @@ def _run_command(args: argparse.Namespace) -> int:
         return USAGE
     try:
         config = config_from_flags(args)
+        if config.metrics_port is not None:  # a name that does not resolve: before anything
+            resolve_bind_host("metrics_host", config.metrics_host)
     except InvalidArgument as exc:
         say(args, str(exc))
         return USAGE

@@ -52,7 +52,13 @@ from .._scripts.keyspace import check_queue
 from .._wire.connection import Connection
 from .._wire.dial import connect
 from .._worker.metrics import queue_families, render
-from ..config import DEFAULT_URL, ConnectionConfig, resolve_url
+from ..config import (
+    DEFAULT_URL,
+    ConnectionConfig,
+    check_bind_host,
+    resolve_bind_host,
+    resolve_url,
+)
 from ..errors import EchoMQError, InvalidArgument
 from .commands import CommandRefused, not_shown, run_command, token_matches
 from .flow_view import read_flow
@@ -456,8 +462,8 @@ def check_options(
 
     Raises:
         InvalidKey: a bad queue name.
-        InvalidArgument: a bad port, token or allowed host; a non-loopback ``host`` with
-            no ``allowed_hosts``.
+        InvalidArgument: a bad port, token or allowed host; a ``host`` that is no address
+            (``999.1.1.1``); a non-loopback ``host`` with no ``allowed_hosts``.
     """
     check_port(port)
     names = [check_queue(q) for q in queues] if queues is not None else None
@@ -467,6 +473,7 @@ def check_options(
     allowed = frozenset(check_allowed_host(name) for name in allowed_hosts)
     if not isinstance(host, str):
         raise InvalidArgument(f"host must be a str, not {host!r}")
+    check_bind_host("host", host)
     if not is_loopback(host) and not allowed:
         where = "every interface" if host in WILDCARDS else host
         raise InvalidArgument(
@@ -540,6 +547,7 @@ def run_dashboard(
     )
     if archive is not None:
         check_archive_url(archive)
+    resolve_bind_host("host", host)  # a name that does not resolve: one line, exit 2
     if not is_loopback(host):
         print(f"echomq dashboard: warning: {exposed_warning(host, allowed)}", file=sys.stderr)
     options = {

@@ -250,6 +250,13 @@ def enqueue_gated_call(queue: str, jobs: Sequence[GatedJob]) -> ScriptCall[list[
         as :func:`_enqueue_argv`.
     """
     ks = keyspace(queue)
+    if len(jobs) == 1:  # a lone delay(): _enqueue_argv's argv, without its table of sets
+        job_id, payload, options = jobs[0]
+        v.batch_bytes(len(payload))
+        argv: list[Any] = [ks.base, 1, 1]
+        argv += options if _SET_SENT is None else _SET_SENT(options)
+        argv += (job_id, payload, "1")
+        return script_call("enqueue", _enqueue_keys(ks), argv, _read_lone)
     argv, ids = _enqueue_argv(ks.base, jobs)
     n = len(ids)
 
@@ -264,6 +271,16 @@ def enqueue_gated_call(queue: str, jobs: Sequence[GatedJob]) -> ScriptCall[list[
         ]
 
     return script_call("enqueue", _enqueue_keys(ks), argv, read)
+
+
+def _read_lone(reply: Any) -> list[Answer]:
+    """The reply of :func:`enqueue_gated_call` for one job (no closure made per call)."""
+    if reply == 1:
+        return [None]
+    if not isinstance(reply, list) or len(reply) != 1:
+        raise ScriptError(f"enqueue: unexpected reply {reply!r}")
+    answer = reply[0]
+    return [None if answer == 1 else Enqueued(id=text(answer), deduplicated=True)]
 
 
 def _gated(queue: str, jobs: Sequence[NewJob]) -> list[GatedJob]:
@@ -417,10 +434,8 @@ def complete_many_call(
     if isinstance(done, str | bytes | dict):
         raise InvalidArgument("done must be an iterable of (job_id, token, result) triples")
     done = list(done)
-    if not 1 <= len(done) <= v.MAX_BATCH:
-        raise InvalidArgument(
-            f"complete_many takes 1..{v.MAX_BATCH} jobs per call, not {len(done)}"
-        )
+    if not 1 <= len(done) <= v.MAX_HELD:
+        raise InvalidArgument(f"complete_many takes 1..{v.MAX_HELD} jobs per call, not {len(done)}")
     ids: list[str] = []
     tokens: list[int] = []
     results: list[bytes] = []
@@ -445,11 +460,11 @@ def complete_held_call(
     queue: str, ids: Sequence[str], tokens: Sequence[int], results: Sequence[bytes]
 ) -> ScriptCall[list[ExtendResult]]:
     """The ``complete_many`` call (:func:`complete_many_call` gates its arguments, then
-    builds it here) for a worker's own jobs: 1..``MAX_BATCH`` distinct ids and the tokens
+    builds it here) for a worker's own jobs: 1..``MAX_HELD`` distinct ids and the tokens
     a claim answered (not gated again; each result is, and the batch's size). Answers one
     :class:`ExtendResult` per job, in their order."""
-    if not 1 <= len(ids) <= v.MAX_BATCH or len(tokens) != len(ids) or len(results) != len(ids):
-        raise InvalidArgument(f"complete_many takes 1..{v.MAX_BATCH} jobs per call")
+    if not 1 <= len(ids) <= v.MAX_HELD or len(tokens) != len(ids) or len(results) != len(ids):
+        raise InvalidArgument(f"complete_many takes 1..{v.MAX_HELD} jobs per call")
     ks = keyspace(queue)
     argv: list[Any] = [ks.base, len(ids)]
     total = 0
@@ -742,7 +757,7 @@ async def complete_many(
     conn: Executor, queue: str, done: Iterable[tuple[str, int, bytes | str]]
 ) -> dict[str, ExtendResult]:
     """Settle many held jobs as completed in one script call: ``done`` is ``(job_id,
-    token, result)`` triples (1..``MAX_BATCH`` (100), distinct ids). Answers id ->
+    token, result)`` triples (1..``MAX_HELD`` (250), distinct ids). Answers id ->
     ``ok`` (completed, or already completed with that token: nothing changed) | ``gone``
     | ``stale`` | ``not_active`` (nothing changed for that job), one per job: each job is
     fenced by its own token and checked in :func:`complete`'s order, and finishes as

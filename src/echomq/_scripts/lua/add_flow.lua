@@ -1,10 +1,12 @@
 --[[
   Add a flow (a tree of parent and child jobs, docs/flows.md) in one call, all or nothing:
-  leaves go to pending, parents wait in `waiting` with a counter of open children.
+  leaves go to pending (or, delayed, to the schedule), parents wait in `waiting` with a
+  counter of open children.
   KEYS  1 pending   ZSET  ready ids; score = -priority * 2^40 + seq
         2 waiting   ZSET  flow parents with open children; score = created ms
         3 meta      HASH  seq = the FIFO counter; schema_version (set if absent)
         4 wake      LIST  wake tokens for idle consumers
+        5 schedule  ZSET  delayed ids; score = run-at ms (a delayed leaf)
   ARGV  1 queue base (emq:{q}:)   2 number of nodes n (1..MAX_FLOW)   3 number of held
         parents to release r (0..MAX_FLOW)   then r parent ids   then n groups of 13: id,
         payload, priority, max_attempts, task, keep_result ms, keep_dead ms ('' = none),
@@ -14,7 +16,8 @@
         later calls; 'r' = a stub: a child on another queue, written there, only listed
         and counted here as its parent's child; its parent queue field is then the
         child's own queue, kept in the parent's `:remote` hash), group ('' = none: a
-        grouped job waits in its group's lane when it is ready, docs/lanes.md)   then,
+        grouped job waits in its group's lane when it is ready, docs/lanes.md), delay ms
+        (0 = none; a leaf only: it waits in the schedule until then)   then,
         optionally, the flow's root id: a row of it on this queue (written by this call or
         an earlier one) counts the page in its `pages` field (`flows --held` shows it)
   Returns  n (the number of nodes added)
@@ -22,8 +25,11 @@
            EMQARG        n or r out of range, or the argument count does not match
            EMQSTATE      a parent outside the call (or one to release) is not a held
                          waiting parent, or a node's parent comes after it
-  Events   enqueued (a leaf) | waiting (a parent) | ready (a released parent that may run)
-  Moves    (none) -> pending | waiting; waiting -> pending (a released held parent)
+  Events   enqueued (a leaf) | scheduled (a delayed leaf) | waiting (a parent) | ready (a
+           released parent that may run); on the workers' channel (emq:{q}:control) one
+           scheduled {delay_ms} per call with delayed leaves: the soonest delay
+  Moves    (none) -> pending | scheduled | waiting; waiting -> pending (a released held
+           parent)
   Bound    O((n + r) * log N); at most MAX_FLOW nodes and MAX_FLOW releases per
            call (include/caps.lua)
   Nodes come parents first. A node whose parent is not in the call attaches to an existing
@@ -45,13 +51,13 @@
 -- @include lanes
 -- @include ready
 -- @include finished
-local pending, waiting, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local pending, waiting, meta, wake, schedule = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
 local n, r = tonumber(ARGV[2]), tonumber(ARGV[3])
-local GROUP = 14
+local GROUP = 15
 if not n or not r or n < 1 or n > MAX_FLOW or r < 0 or r > MAX_FLOW
     or (#ARGV ~= 3 + r + n * GROUP and #ARGV ~= 4 + r + n * GROUP) then
-  return redis.error_reply('EMQARG add_flow takes 1..' .. MAX_FLOW .. ' nodes of 14 arguments')
+  return redis.error_reply('EMQARG add_flow takes 1..' .. MAX_FLOW .. ' nodes of 15 arguments')
 end
 local first = 4 + r  -- ARGV index of the first node
 local root = ARGV[4 + r + n * GROUP]  -- the flow's root (nil: not given)
@@ -111,11 +117,13 @@ local seq = 0
 if leaves > 0 then seq = redis.call('HINCRBY', meta, 'seq', leaves) - leaves end
 local OPTIONAL = {'task', 'keep_result', 'keep_dead'}
 local flat = 0  -- leaves placed in the flat pending set (one wake token each, capped)
+local soonest = nil  -- the shortest delay of the call's delayed leaves
 for i = 0, n - 1 do
   local j = first + i * GROUP
   local id, payload, priority, max_attempts = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
   local parent, kids, held, parent_queue = ARGV[j + 7], ARGV[j + 11], ARGV[j + 12], ARGV[j + 8]
   local stub, group = held == 'r', ARGV[j + 13]
+  local delay = tonumber(ARGV[j + 14]) or 0
   local row = base .. 'job:' .. id
   local fields = {'payload', payload, 'attempts', 0, 'failures', 0, 'stalled', 0,
     'priority', priority, 'max_attempts', max_attempts, 'created_at', now}
@@ -160,6 +168,12 @@ for i = 0, n - 1 do
     if held == '1' then redis.call('HSET', row, 'held', '1') end
     redis.call('ZADD', waiting, now, id)
     redis.call('PUBLISH', channel, '{"event":"waiting","job":"' .. id .. '"}')
+  elseif delay > 0 then
+    local run_at = now + delay
+    redis.call('HSET', row, 'state', 'scheduled', 'run_at', run_at, unpack(fields))
+    redis.call('ZADD', schedule, run_at, id)
+    redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}')
+    if not soonest or delay < soonest then soonest = delay end
   else
     seq = seq + 1
     redis.call('HSET', row, 'state', 'pending', unpack(fields))
@@ -173,6 +187,9 @@ for i = 0, n - 1 do
   end
 end
 if flat > 0 then push_wake(wake, flat) end
+if soonest then
+  redis.call('PUBLISH', base .. 'control', '{"event":"scheduled","delay_ms":' .. soonest .. '}')
+end
 if counted then redis.call('HINCRBY', base .. 'job:' .. root, 'pages', 1) end
 for _, p in ipairs(releases) do
   redis.call('HDEL', p.row, 'held')

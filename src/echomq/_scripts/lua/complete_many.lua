@@ -2,16 +2,16 @@
   Complete many held jobs in one call (a worker's completions of one scheduler tick):
   complete's checks and writes, job by job, each fenced by its own token.
   KEYS  1 active  ZSET  claimed ids
-  ARGV  1 queue base   2 number of jobs n (1..MAX_BATCH)   then n triples: id, token, result
+  ARGV  1 queue base   2 number of jobs n (1..MAX_HELD)   then n triples: id, token, result
   Returns  one code per job, in order: 1 completed | 2 already completed with this token
            (nothing changed) | -1 no row | -2 stale token | -3 not in active
-  Errors   EMQARG   n is not 1..MAX_BATCH, does not match the argument count, or an id repeats
+  Errors   EMQARG   n is not 1..MAX_HELD, does not match the argument count, or an id repeats
            (nothing written; the verb refuses them first)
   Events   completed (per job completed; only while the channel has a listener:
            include/events.lua)
   Moves    active -> completed; completed -> (none) (the retention, other rows);
            waiting -> pending (a flow parent: its last open child, docs/flows.md)
-  Bound    O(n * log N); at most MAX_BATCH jobs per call (include/caps.lua), plus the
+  Bound    O(n * log N); at most MAX_HELD jobs per call (include/caps.lua), plus the
            retention's cleanup: at most 100 expired index entries and 100 rows past the
            count cap (and their logs) per call, as for one complete
   Per job the checks run in complete's order (row, token, idempotent repeat, membership),
@@ -31,8 +31,8 @@
 -- @include finished
 local active, base = KEYS[1], ARGV[1]
 local n = tonumber(ARGV[2])
-if not n or n < 1 or n > MAX_BATCH or #ARGV ~= 2 + n * 3 then
-  return redis.error_reply('EMQARG complete_many takes 1..' .. MAX_BATCH .. ' jobs of 3 arguments')
+if not n or n < 1 or n > MAX_HELD or #ARGV ~= 2 + n * 3 then
+  return redis.error_reply('EMQARG complete_many takes 1..' .. MAX_HELD .. ' jobs of 3 arguments')
 end
 local ids, seen = {}, {}
 for i = 0, n - 1 do

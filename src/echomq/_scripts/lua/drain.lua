@@ -13,6 +13,7 @@
            waiting in the drained sets and lanes (0: the drain is done), and the cursor
            for the next step ('' once every lane has been visited)
   Errors   EMQARG   the budget is not 1..MAX_BUDGET (nothing written; the verb refuses it first)
+           EMQNOQUEUE  the queue has no meta hash: it does not exist (nothing written)
   Events   drained {"event":"drained","job":"","count":n,"remaining":r} when n > 0
   Moves    pending | scheduled -> (none)
   Bound    O(budget * log N); at most MAX_BUDGET jobs and MAX_BUDGET groups per
@@ -31,6 +32,9 @@ local base, with_schedule, budget = ARGV[1], ARGV[2] == '1', tonumber(ARGV[3])
 local cursor = ARGV[4]
 if not budget or budget < 1 or budget > MAX_BUDGET then
   return redis.error_reply('EMQARG drain budget must be 1..' .. MAX_BUDGET)
+end
+if redis.call('EXISTS', meta) == 0 then  -- no queue: a typo creates none (nothing written)
+  return redis.error_reply('EMQNOQUEUE ' .. string.match(meta, '{(.-)}'))
 end
 
 -- reads first (docs/lua.md, rule 1): the ids to delete, and every row, log list and lock

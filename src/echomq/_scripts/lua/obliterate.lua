@@ -20,6 +20,8 @@
            2 = every set is empty (leftovers may remain); 0 = finished, meta deleted
   Errors   EMQARG                       the budget is not 1..MAX_BUDGET, or more leftover keys
                                         than the budget (nothing written)
+           EMQNOQUEUE                   the queue has no meta hash: it does not exist
+                                        (nothing written)
            EMQSTATE not paused          the queue is not paused (nothing written)
            EMQSTATE active jobs present  active members and not forced (nothing written)
   Events   (none)
@@ -43,6 +45,9 @@ local finish = ARGV[4] == '1'
 -- checks, in order: arguments, paused, active (unless forced)
 if not budget or budget < 1 or budget > MAX_BUDGET or #KEYS - 11 > budget then
   return redis.error_reply('EMQARG obliterate budget must be 1..' .. MAX_BUDGET)
+end
+if redis.call('EXISTS', meta) == 0 then  -- no queue: a typo creates none (nothing written)
+  return redis.error_reply('EMQNOQUEUE ' .. string.match(meta, '{(.-)}'))
 end
 if redis.call('HEXISTS', meta, 'paused') == 0 then
   return redis.error_reply('EMQSTATE not paused: pause the queue first')

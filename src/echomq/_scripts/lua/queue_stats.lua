@@ -16,8 +16,12 @@
   Errors   EMQARG   minutes is not 1..MAX_MINUTES
   Events   (none)
   Moves    (none)
-  Bound    O(minutes): ZCARDs, one ZCOUNT, 2 HGETs, 3 HGETs per minute, at most MAX_MINUTES minutes per
+  Bound    O(minutes): ZCARDs, 3 ZCOUNTs, 2 HGETs, 3 HGETs per minute, at most MAX_MINUTES minutes per
            call (include/caps.lua)
+  dead and completed count only the jobs whose retention has not ended: the members of
+  each index scored now or later (a member's score is when its row's TTL ends), so a
+  member whose row Redis has already deleted, and that the retention sweep
+  (retention_sweep.lua) has not reached yet, is not counted.
   The per-minute counters are `metrics:<outcome>:<minute>` (minute = server ms / 60000),
   written by include/finished.lua with a TTL of MAX_MINUTES (and 2 minutes): what is older reads as 0.
 ]]
@@ -47,8 +51,8 @@ return {
   redis.call('ZCARD', KEYS[2]),
   redis.call('ZCARD', KEYS[3]),
   redis.call('ZCARD', KEYS[4]),
-  redis.call('ZCARD', KEYS[5]),
-  redis.call('ZCARD', KEYS[6]),
+  redis.call('ZCOUNT', KEYS[5], now, '+inf'),
+  redis.call('ZCOUNT', KEYS[6], now, '+inf'),
   redis.call('HEXISTS', KEYS[1], 'paused'),
   total('completed'),
   total('failed'),

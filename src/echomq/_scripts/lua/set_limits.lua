@@ -12,6 +12,7 @@
         6 the rate's kind (with a rate max): 'fixed' | 'sliding' (meta `rate_kind`,
         `group_rate_kind`, absent = fixed; a group's own: `<max>:<ms>:sliding`)
   Returns  1
+  Errors   EMQNOQUEUE  the queue has no meta hash: it does not exist (nothing written)
   Events   (none)
   Moves    (none)
   Bound    O(log N)
@@ -27,6 +28,9 @@ local concurrency, rate_max, rate_ms, kind = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local sliding = kind == 'sliding'
 -- @include wake
 -- @include lanes
+if redis.call('EXISTS', meta) == 0 then  -- no queue: a typo creates none (nothing written)
+  return redis.error_reply('EMQNOQUEUE ' .. string.match(meta, '{(.-)}'))
+end
 if target == '' or target == '*' then
   local names = {'group_concurrency', 'group_rate_max', 'group_rate_ms', 'group_rate_kind'}
   if target == '' then names = {'concurrency', 'rate_max', 'rate_ms', 'rate_kind'} end

@@ -1,11 +1,12 @@
 --[[
   Set (or reset to the defaults) a queue's retention settings in its meta hash.
-  KEYS  1 meta   HASH  the queue's settings (schema_version set if absent: the queue exists)
+  KEYS  1 meta   HASH  the queue's settings (schema_version set if absent)
   ARGV  pairs of: name, value ('' = back to the default: the field is deleted); a name is
         a key of RETENTION_DEFAULTS (include/retention.lua: times in ms, counts)
   Returns  1
   Errors   EMQARG   an unknown name, a value that is not a whole number >= 0, or more than
                     one pair per setting (nothing written)
+           EMQNOQUEUE  the queue has no meta hash: it does not exist (nothing written)
   Events   (none)
   Moves    (none)
   Bound    O(1): at most one field per setting
@@ -26,6 +27,9 @@ for i = 1, #ARGV, 2 do
   if not RETENTION_DEFAULTS[ARGV[i]] or (value ~= '' and not string.match(value, '^%d+$')) then
     return redis.error_reply('EMQARG not a retention setting: ' .. ARGV[i])
   end
+end
+if redis.call('EXISTS', meta) == 0 then  -- no queue: a typo creates none (nothing written)
+  return redis.error_reply('EMQNOQUEUE ' .. string.match(meta, '{(.-)}'))
 end
 mark_queue(meta)
 for i = 1, #ARGV, 2 do

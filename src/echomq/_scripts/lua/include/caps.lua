@@ -14,13 +14,15 @@ local MAX_SETTING = 1099511627776  -- 2^40: a retention count setting (exact in 
 -- queue of 1M jobs (`python -m benchmarks bounds`).
 local MAX_COUNT = 250  -- jobs per claim
 local MAX_ENQUEUE = 250  -- jobs per enqueue call
-local MAX_BATCH = 100  -- expired leases per reap / stalled sweep, jobs per complete_many,
-                       -- cancels per fence_cancels, records per list_workers
-local MAX_HELD = 250  -- (id, token) pairs per extend_locks / release call
+local MAX_BATCH = 100  -- expired leases per reap / stalled sweep, cancels per fence_cancels,
+                       -- records per list_workers
+local MAX_HELD = 250  -- a worker's held jobs per call: (id, token) pairs per extend_locks /
+                      -- release, (id, token, result) triples per complete_many
 local MAX_FLOW = 250  -- nodes (and held parents released) per add_flow call: a page
 local MAX_FLOW_PAGE = 1000  -- a flow parent's children read per flow_results call
 local MAX_BUDGET = 500  -- jobs (or leftover keys, groups) per drain / obliterate /
                         -- lanes_rejoin step
 local MAX_REPEAT_PAGE = 100  -- repeat records per repeat_due / repeat_list call
+local MAX_SWEEP = 500  -- index and stream entries per retention sweep call
 local MAX_MINUTES = 720  -- minutes of per-minute counters one stats call reads
 local MAX_BEAT_FIELDS = 32  -- field pairs of one worker heartbeat record

@@ -11,3 +11,11 @@ local RETENTION_DEFAULTS = {
   max_dead = 1000000,  -- dead rows kept (the memory guard)
   max_log_lines = 1000,  -- a job's log lines, when add_log is given no keep
 }
+-- The finished-state indexes, each `emq:{q}:<name>` (a ZSET scored by when each member's
+-- retention ends), with the setting that times its rows: the retention sweep
+-- (retention_sweep.lua) trims each of them, in this order. A new finished state with an
+-- index of its own is one line here.
+local FINISHED_INDEXES = {
+  {'completed', 'keep_result'},
+  {'dead', 'keep_dead'},
+}
