@@ -96,3 +96,14 @@ async def test_a_grouped_back_off_ends_and_the_group_is_served_again(
     await eventually(both)
     assert sorted(got) == sorted(ids)
     await check_lanes(conn, queue)
+
+
+async def test_explain_says_the_queue_backs_off(conn: echomq.Connection, queue: str) -> None:
+    from echomq.cli.explain_text import summary
+
+    ids = await put(conn, queue, None, 2)
+    (held,) = await jobs.claim(conn, queue, 10_000)
+    await jobs.rate_limited(conn, queue, held.id, held.token, 60_000)
+    e = await jobs.explain(conn, queue, ids[1])
+    assert e.blocked_until_ms is not None and e.blocked_until_ms > e.now_ms
+    assert summary(e).startswith("waiting: the queue backs off (a task raised RateLimited")

@@ -106,3 +106,16 @@ async def test_the_cap_counts_grouped_jobs_too(conn: echomq.Connection, queue: s
     await put(conn, queue, 4)
     assert len(await jobs.claim(conn, queue, 10_000, count=20)) == 3
     assert await jobs.claim(conn, queue, 10_000, count=20) == []
+
+
+async def test_explain_says_the_queue_is_at_its_cap(conn: echomq.Connection, queue: str) -> None:
+    from echomq.cli.explain_text import facts, summary
+
+    await admin.ensure_schema(conn, queue)
+    await admin.set_concurrency(conn, queue, 1)
+    ids = await put(conn, queue, 2)
+    await jobs.claim(conn, queue, 10_000, count=2)
+    e = await jobs.explain(conn, queue, ids[1])
+    assert (e.concurrency, e.running) == (1, 1)
+    assert summary(e).startswith("waiting: the queue at its concurrency of 1 (1 running")
+    assert ("queue cap", "1 running at once, 1 running now") in facts(e)

@@ -119,3 +119,16 @@ async def test_a_bad_kind_is_refused_before_any_io(conn: echomq.Connection, queu
     with pytest.raises(InvalidArgument):
         await admin.set_rate_limit(conn, queue, 3, 1, kind="gcra")
     assert (await admin.limits(conn, queue)).rate is None
+
+
+async def test_explain_reads_a_sliding_window(conn: echomq.Connection, queue: str) -> None:
+    from echomq.cli.explain_text import summary
+
+    await admin.ensure_schema(conn, queue)
+    await admin.set_rate_limit(conn, queue, 2, 60, kind="sliding")
+    ids = await put(conn, queue, None, 3)
+    await jobs.claim(conn, queue, 10_000, count=3)
+    e = await jobs.explain(conn, queue, ids[2])
+    assert e.queue_rate is not None and e.queue_rate.used == 2
+    assert e.queue_rate.reopens_in_ms is not None and 59_000 < e.queue_rate.reopens_in_ms <= 60_000
+    assert summary(e).startswith("waiting: the queue at its rate limit of 2 per 1 min 0 s")
