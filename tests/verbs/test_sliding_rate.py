@@ -77,6 +77,7 @@ async def test_no_stretch_of_one_period_holds_more_than_the_limit(
     starts = await starts_of(conn, queue, taken)
     assert most_in_any_stretch(starts, 200) <= 3
     assert max(starts) - min(starts) >= 3 * 200 - 1  # 12 starts take at least 3 periods
+    assert int(await conn.execute("ZCARD", Keyspace(queue).slide)) <= 3  # trimmed as it went
 
 
 async def test_a_groups_sliding_window_parks_it_and_the_others_go_on(

@@ -16,9 +16,11 @@
 -- of the last `period` ms; a claim may start a job while fewer than `max` are in it, so
 -- no `period`-long stretch of time, wherever it begins, holds more than `max` starts.
 -- slide_window(key, max, period, now): the window's state (ZCOUNT, and one ZRANGEBYSCORE
--- when it holds starts: the ms until the start whose leaving makes room); its sixth field
--- is the period (a sliding window's mark). count_starts trims what left the window, adds
--- the starts and sets the key to expire a period after them.
+-- when it holds starts: the ms until the start whose leaving makes room; and ZCARD: the
+-- starts that left it are the lowest ranks); its sixth field is the period (a sliding
+-- window's mark), its seventh those left starts. count_starts trims them (by rank: the
+-- worker's ACL rule has no ZREMRANGEBYSCORE), adds the starts and sets the key to expire
+-- a period after them.
 -- @include score
 local function window_left(now, period)
   return (math.floor(now / period) + 1) * period - now
@@ -33,19 +35,20 @@ end
 local function slide_window(key, max, period, now)
   local from = '(' .. int_arg(now - period)
   local used = redis.call('ZCOUNT', key, from, '+inf')
+  local old = redis.call('ZCARD', key) - used  -- starts that left the window (the lowest)
   local left = period
   if used > 0 then
     local first = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT',
       math.max(0, used - max), 1)
     if first[2] then left = math.max(1, tonumber(first[2]) + period - now) end
   end
-  return {key, used, max, left, false, period}
+  return {key, used, max, left, false, period, old}
 end
 local function count_starts(win, n, now)
   local period = win[6]
   if period then
     local at = int_arg(now)
-    redis.call('ZREMRANGEBYSCORE', win[1], '-inf', int_arg(now - period))
+    if win[7] > 0 then redis.call('ZREMRANGEBYRANK', win[1], 0, win[7] - 1) end
     local add = {}
     for i = 1, n do
       add[2 * i - 1], add[2 * i] = at, at .. ':' .. (win[2] + i)
