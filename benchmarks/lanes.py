@@ -1,7 +1,7 @@
 """Group lanes and rate limits: fairness, the claim's cost with groups, a shared rate limit.
 
     python -m benchmarks lanes [--parts fairness,claim,rate] [--reps 5] [--rate-seconds 30]
-        [--scale 1.0] [--publish]
+        [--rate-kind fixed|sliding|both] [--rate-processes 4] [--scale 1.0] [--publish]
 
 Each section starts its own private redis-server (``echomq.testing.RedisServer``):
 - fairness: 2 groups, 10,000 then 10 ready jobs, 8 slots. (a) The consumer's claims
@@ -27,7 +27,10 @@ Each section starts its own private redis-server (``echomq.testing.RedisServer``
   -c1``), recorded beside the figures.
 - rate: 100 jobs/s on the queue, 4 worker processes (``echomq worker``, concurrency 16)
   and a backlog of no-op jobs; the starts (rows' ``claimed_at``, server clock) counted
-  over 30 whole windows, and over 30 s from the first start.
+  over 30 whole windows, and over 30 s from the first start; ``max_any_1s``, the most
+  starts in any 1 s stretch of the run wherever it begins (the edge burst a fixed window
+  allows). ``--rate-kind`` picks the limiter (``sliding``: the part is ``rate_sliding``;
+  ``both``: the two, one after the other); ``--rate-processes`` the worker processes.
 A run of some parts merges into the file it saves to when that file exists (each part
 beside its run's metadata, ``meta_<part>``), so a part can be measured again alone.
 """
@@ -421,7 +424,12 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 
 
 async def run_rate(
-    reps: int, seconds: int, rate: int, processes: int, log: Callable[[str], None]
+    reps: int,
+    seconds: int,
+    rate: int,
+    processes: int,
+    log: Callable[[str], None],
+    kind: str = "fixed",
 ) -> dict[str, Any]:
     runs = []
     for rep in range(reps):
@@ -431,7 +439,7 @@ async def run_rate(
                 queue = f"rate-{rep}"
                 backlog = rate * (seconds + 10) + 1000
                 await admin.ensure_schema(conn, queue)  # (limits make no queue)
-                await admin.set_rate_limit(conn, queue, rate, 1.0)
+                await admin.set_rate_limit(conn, queue, rate, 1.0, kind=kind)
                 await fill(conn, queue, backlog, 0)
                 procs = await trio.to_thread.run_sync(_workers, server.url, queue, processes, 16)
                 try:
@@ -446,8 +454,8 @@ async def run_rate(
                     await trio.to_thread.run_sync(_stop, procs)
                 starts = await claimed_at(conn, queue)
         runs.append(count_windows(starts, seconds, rate))
-        log(f"rate rep {rep + 1}: {runs[-1]}")
-    return {"rate": rate, "seconds": seconds, "processes": processes, "runs": runs}
+        log(f"rate ({kind}) rep {rep + 1}: {runs[-1]}")
+    return {"rate": rate, "seconds": seconds, "processes": processes, "kind": kind, "runs": runs}
 
 
 async def claimed_at(conn: echomq.Connection, queue: str) -> list[int]:
@@ -478,7 +486,18 @@ def count_windows(starts: list[int], seconds: int, rate: int) -> dict[str, Any]:
         "whole_windows_error": sum(whole) / (seconds * rate) - 1,
         "per_window_min": min(whole),
         "per_window_max": max(whole),
+        "max_any_1s": max_in_any_stretch(starts, 1000),
     }
+
+
+def max_in_any_stretch(starts: list[int], ms: int) -> int:
+    """The most starts (sorted) in any half-open stretch [s, s + ms), s any start."""
+    most, lo = 0, 0
+    for hi, s in enumerate(starts):
+        while starts[lo] <= s - ms:
+            lo += 1
+        most = max(most, hi - lo + 1)
+    return most
 
 
 # -- entry --------------------------------------------------------------------------------------
@@ -493,7 +512,12 @@ async def run_lanes(args: argparse.Namespace, *, log: Callable[[str], None]) -> 
     if "claim" in parts:
         out["claim"] = await run_claims(args.reps, scale, log)
     if "rate" in parts:
-        out["rate"] = await run_rate(max(1, min(args.reps, 3)), args.rate_seconds, 100, 4, log)
+        kinds = ["fixed", "sliding"] if args.rate_kind == "both" else [args.rate_kind]
+        for kind in kinds:
+            name = "rate" if kind == "fixed" else "rate_sliding"
+            out[name] = await run_rate(
+                max(1, min(args.reps, 3)), args.rate_seconds, 100, args.rate_processes, log, kind
+            )
     return out
 
 
@@ -541,24 +565,36 @@ def _tables(found: dict[str, Any]) -> str:
         lines += ["", "| ratio | median |", "|---|---:|"]
         lines += [f"| {k} | {v:.2f} |" for k, v in claim["ratios"].items()]
         lines.append("")
-    rate = found.get("rate")
-    if rate:
-        lines += [
-            f"| {rate['rate']}/s, {rate['processes']} worker processes | starts | rate | error | "
-            "per window min..max |",
-            "|---|---:|---:|---:|---|",
-        ]
-        for i, run in enumerate(rate["runs"]):
-            lines.append(
-                f"| rep {i + 1}, {rate['seconds']} whole windows | {run['whole_windows_starts']} | "
-                f"{run['whole_windows_rate']:.2f}/s | {run['whole_windows_error']:+.2%} | "
-                f"{run['per_window_min']}..{run['per_window_max']} |"
-            )
-            lines.append(
-                f"| rep {i + 1}, {rate['seconds']} s from the first start | {run['span_starts']} | "
-                f"{run['span_rate']:.2f}/s | {run['span_error']:+.2%} | |"
-            )
+    for part in ("rate", "rate_sliding"):
+        rate = found.get(part)
+        if rate:
+            lines += _rate_table(rate)
     return "\n".join(lines)
+
+
+def _rate_table(rate: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    kind = f", {rate['kind']}" if "kind" in rate else ""
+    lines += [
+        f"| {rate['rate']}/s{kind}, {rate['processes']} worker processes | starts | rate | "
+        "error | per window min..max |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for i, run in enumerate(rate["runs"]):
+        lines.append(
+            f"| rep {i + 1}, {rate['seconds']} whole windows | {run['whole_windows_starts']} | "
+            f"{run['whole_windows_rate']:.2f}/s | {run['whole_windows_error']:+.2%} | "
+            f"{run['per_window_min']}..{run['per_window_max']} |"
+        )
+        lines.append(
+            f"| rep {i + 1}, {rate['seconds']} s from the first start | {run['span_starts']} | "
+            f"{run['span_rate']:.2f}/s | {run['span_error']:+.2%} | |"
+        )
+        if "max_any_1s" in run:
+            lines.append(
+                f"| rep {i + 1}, the most in any 1 s stretch | {run['max_any_1s']} | | | |"
+            )
+    return lines
 
 
 def parser() -> argparse.ArgumentParser:
@@ -569,6 +605,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--parts", default="fairness,claim,rate", help="which parts")
     p.add_argument("--rate-seconds", type=int, default=30, help="the rate run's length")
+    p.add_argument(
+        "--rate-kind", choices=("fixed", "sliding", "both"), default="fixed", help="the limiter"
+    )
+    p.add_argument("--rate-processes", type=int, default=4, help="the rate run's workers")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the claim's counts")
     files.add_arguments(p, reps=5)
     return p
@@ -589,7 +629,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def readme(doc: dict[str, Any], source: str) -> str:
     lines = []
-    for part in ("fairness", "claim", "rate"):
+    for part in ("fairness", "claim", "rate", "rate_sliding"):
         if f"meta_{part}" in doc:
             lines.append(f"{part}: " + md.conditions(doc[f"meta_{part}"]))
     lines.append(f"From `{source}`.")

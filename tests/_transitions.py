@@ -281,6 +281,9 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await step("release", lambda: jobs.release(rec, queue, [(c.id, c.token)]))
     [c] = await claim()
     await step("sleep", lambda: step_verbs.sleep(rec, queue, c.id, c.token, "nap", 600_000))
+    [c] = await claim()
+    await step("rate_limited", lambda: jobs.rate_limited(rec, queue, c.id, c.token, 600_000))
+    await conn.execute("HDEL", Keyspace(queue).meta, "blocked_until")  # the queue goes on
     [dead_one] = await conn.execute("ZRANGE", Keyspace(queue).dead, 0, -1)
     await step("reprocess", lambda: jobs.reprocess_job(rec, queue, dead_one.decode()))
     await step("cancel scheduled", lambda: cancel.request(rec, queue, "s3"))

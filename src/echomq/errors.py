@@ -44,6 +44,7 @@
     └── WrongEventLoop       an asyncio twin (adelay, aapply...) called with no asyncio loop (trio)
 
     Retry(delay=...)         raised by a task to ask for a retry; not an error
+    RateLimited(retry_after=...)  raised by a task to back off (a 429): not a failure
 
 Script refusals and server error replies reach these classes through one table,
 ``_scripts/replies.py``. Two errors are transient: ``ConnectionLost`` (the command may have
@@ -55,6 +56,7 @@ or a certificate nobody trusts.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 __all__ = [
@@ -99,6 +101,7 @@ __all__ = [
     "StepFailed",
     "WrongEventLoop",
     "Retry",
+    "RateLimited",
 ]
 
 
@@ -449,6 +452,26 @@ class Retry(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.delay, self.reason))
+
+
+class RateLimited(Exception):
+    """Raised by a task whose upstream said "too many requests, come back in
+    ``retry_after``" (seconds, or a timedelta): BullMQ's ``RateLimitError``.
+
+    The job goes back to the schedule until then **without counting a failure** (its
+    attempts budget is untouched), and its group (a grouped job) or else its whole queue
+    claims nothing more until then, on the server clock (docs/lanes.md). A ``retry_after``
+    that cannot be scheduled (not a real number, NaN, inf, negative, or more than 2^40 ms)
+    makes the job dead with that reason.
+    """
+
+    def __init__(self, retry_after: float | timedelta = 1.0, reason: str = "rate limited") -> None:
+        super().__init__(reason)
+        self.retry_after = retry_after
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.retry_after, self.reason))
 
 
 def _cancelled(cls: type[JobCancelled], reason: str | None, job_id: str | None) -> JobCancelled:

@@ -453,12 +453,34 @@ async def test_limits_show_and_change_at_run_time(
     assert json.loads(out(p))["rate"] is None
 
 
+async def test_limits_set_and_clear_the_queues_concurrency(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    await admin.ensure_schema(conn, queue)
+    p = await run(redis_url, "limits", queue, "--concurrency", "5")
+    assert p.returncode == 0, err(p)
+    assert "queue concurrency        5" in out(p)
+    assert (await admin.limits(conn, queue)).concurrency == 5
+    p = await run(redis_url, "limits", queue, "--concurrency", "0", "--json")
+    assert p.returncode == 0, err(p)
+    assert json.loads(out(p))["concurrency"] is None
+    await admin.set_group_concurrency(conn, queue, 2, group="g")
+    p = await run(redis_url, "limits", queue, "--group", "g", "--concurrency", "0", "--json")
+    assert p.returncode == 0 and json.loads(out(p))["limit"] is None, err(p)
+    p = await run(redis_url, "limits", queue, "--rate", "100/s", "--rate-kind", "sliding")
+    assert p.returncode == 0, err(p)
+    assert "queue rate               100 per 1.0 s (sliding)" in out(p)
+    rate = (await admin.limits(conn, queue)).rate
+    assert rate is not None and rate.kind == "sliding"
+
+
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--concurrency", "0", "--group", "g"],
         ["--concurrency", "-1", "--group", "g"],
-        ["--concurrency", "2"],
+        ["--concurrency", "-1"],
+        ["--rate-kind", "sliding"],
+        ["--rate", "5/s", "--rate-kind", "gcra"],
         ["--rate", "0/s"],
         ["--rate", "ten/s"],
         ["--group", "a b", "--concurrency", "1"],

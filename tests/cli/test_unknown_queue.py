@@ -102,7 +102,7 @@ async def test_the_default_queue_of_a_job_command_is_checked_too(redis_url: str)
         ["enqueue", "t", "--job-id", "bad id", "-q", "{q}"],
         ["job", "bad/id", "-q", "{q}"],
         ["reprocess", "bad/id", "-q", "{q}"],
-        ["limits", "{q}", "--concurrency", "2"],
+        ["limits", "{q}", "--rate-kind", "sliding"],
         ["repeat", "add", "{q}", "k", "app.t", "--cron", "61 * * * *"],
         ["jobs", "{q}", "--state", "dead", "--group", "g"],
         ["reprocess", "{q}", "--all-dead", "-q", "other"],

@@ -72,3 +72,38 @@ async def test_a_rate_limited_worker_sleeps_until_the_window_reopens(
     per_window = Counter(ms // 300 for ms in starts)
     assert len(starts) == 6 and max(per_window.values()) <= 2
     assert claims <= 16, claims
+
+
+async def test_a_sliding_window_holds_over_every_stretch_across_three_workers(
+    redis_url: str, queue: str
+) -> None:
+    """10 starts per 300 ms, sliding, served by 3 workers: no 300 ms stretch of the server
+    clock, wherever it begins, holds more than 10 starts."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task
+    async def noop(n: int) -> int:
+        return n
+
+    with trio.fail_after(60):
+        async with q.open():
+            await admin.ensure_schema(q.connection, queue)  # the queue exists first
+            await admin.set_rate_limit(q.connection, queue, 10, 0.3, kind="sliding")
+            handles = [await noop.delay(n) for n in range(50)]
+            async with (
+                serving(echomq.Worker(q, concurrency=16)),
+                serving(echomq.Worker(q, concurrency=16)),
+                serving(echomq.Worker(q, concurrency=16)),
+            ):
+                for h in handles:
+                    await h.result(timeout=30)
+            starts = [
+                info.claimed_at
+                for h in handles
+                if (info := await jobs.get_job(q.connection, queue, h.id)) is not None
+                and info.claimed_at is not None
+            ]
+    starts.sort()
+    assert len(starts) == 50
+    most = max(sum(1 for t in starts[i:] if t < s + 300) for i, s in enumerate(starts))
+    assert most <= 10, most

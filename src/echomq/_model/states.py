@@ -109,6 +109,9 @@ TRANSITIONS: dict[str, Moves] = {
     },
     # a durable sleep (docs/steps.md): the job schedules itself, nothing counted
     "sleep": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},
+    # an in-task back-off (docs/lanes.md): scheduled, nothing counted; its group or queue
+    # blocked until then
+    "rate_limited": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},
     # the operator plane (docs/operations.md)
     # a dead flow child reprocessed re-opens its parent's wait (dead | pending -> waiting)
     "reprocess_job": {

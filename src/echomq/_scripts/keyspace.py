@@ -149,10 +149,15 @@ class Keyspace:
         """A group's current rate window: jobs started in it (a string with a TTL)."""
         return f"{self.base}g:{check_group(group)}:rate"
 
+    def group_slide(self, group: str) -> str:
+        """A group's sliding window: its starts of the last period (zset; score = ms)."""
+        return f"{self.base}g:{check_group(group)}:slide"
+
     @property
     def gstate(self) -> str:
         """The groups' state (a hash): ``<group>`` -> its jobs held now (absent at 0),
-        ``<group>:limit`` -> its own concurrency limit, ``<group>:rate`` -> ``<max>:<ms>``."""
+        ``<group>:limit`` -> its own concurrency limit, ``<group>:rate`` -> ``<max>:<ms>``
+        (``<max>:<ms>:sliding`` for a sliding window)."""
         return self.base + "gstate"
 
     @property
@@ -162,7 +167,8 @@ class Keyspace:
 
     @property
     def limited(self) -> str:
-        """The groups waiting for their rate window (zset; score = ms it reopens)."""
+        """The groups waiting for their rate window or a back-off (zset; score = ms it
+        reopens)."""
         return self.base + "glimited"
 
     @property
@@ -174,6 +180,11 @@ class Keyspace:
     def rate(self) -> str:
         """The queue's current rate window: jobs started in it (a string with a TTL)."""
         return self.base + "rate"
+
+    @property
+    def slide(self) -> str:
+        """The queue's sliding window: its starts of the last period (zset; score = ms)."""
+        return self.base + "slide"
 
     @property
     def repeat(self) -> str:

@@ -11,6 +11,7 @@ the worker's log and to the job's log list, at most one log line (head and tail 
 cut says where: ``... [truncated 12,345 chars]``.
 Rule 3 (what each ending means): a failure is retried after the task's backoff, dead when
 the backoff cannot answer a delay; ``Retry`` is a failure with its own delay;
+``RateLimited`` is no failure: the job backs off to the schedule (``backoff_ms``);
 ``JobCancelled`` or a cancel request settles the job cancelled (its state ``cancelled``); a timeout
 is ``TimeoutError: ran longer than N s``; an undecodable payload or unencodable result is
 dead at once (a retry cannot help).
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from datetime import timedelta
 
 import attrs
 import trio
@@ -31,7 +33,7 @@ import trio
 from .._model.backoff import NoDelay, backoff_ms, delay_ms
 from .._model.cancel import cancelled_result
 from .._model.text import clip, error_text, safe_str
-from ..errors import JobCancelled, Retry, SerializationError
+from ..errors import JobCancelled, RateLimited, Retry, SerializationError
 from ..jobs.rows import MAX_LOG_LINE
 from .cancellation import Held, Stop
 from .protocols import TaskSpec
@@ -60,7 +62,8 @@ REASON_ROOM = 1024  # bytes of an error text kept for "(not retried: ...)"
 
 @attrs.frozen(kw_only=True)
 class Settlement:
-    """How a job ends this attempt: ``complete`` (with a result) or ``fail``.
+    """How a job ends this attempt: ``complete`` (with a result) or ``fail``; or, with
+    ``backoff_ms``, neither: it backs off (``RateLimited``), no failure counted.
 
     ``fallback``: this is already the dead-letter that replaced a refused settlement.
     """
@@ -73,6 +76,7 @@ class Settlement:
     cancelled: bool = False
     traceback: str | None = None
     fallback: bool = False
+    backoff_ms: int | None = None  # RateLimited: back on the schedule, no failure counted
 
 
 Outcome = Settlement | bytes | None
@@ -142,6 +146,21 @@ def _retry(task: TaskSpec, failures: int, ask: Retry) -> Settlement:
     return Settlement(complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay)
 
 
+def _rate_limited(ask: RateLimited) -> Settlement:
+    error = f"RateLimited: {safe_str(ask.reason)}"
+    after = ask.retry_after
+    seconds = after.total_seconds() if isinstance(after, timedelta) else after
+    try:
+        if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds < 0:
+            raise NoDelay(f"the delay {seconds!r} is negative")
+        ms = delay_ms(seconds)
+    except NoDelay as why:
+        return Settlement(
+            complete=False, error=with_reason(error, f"not retried: {why}"), dead=True
+        )
+    return Settlement(complete=False, error=clip(error, MAX_ERROR_TEXT), backoff_ms=max(1, ms))
+
+
 def raised(
     task: TaskSpec,
     job_id: str,
@@ -154,6 +173,8 @@ def raised(
     """What ``failure`` (the job's part of ``exc``, what its handler raised) means."""
     if isinstance(failure, Retry):
         return _retry(task, failures, failure)
+    if isinstance(failure, RateLimited):
+        return _rate_limited(failure)
     if isinstance(failure, JobCancelled):
         reason = failure.reason if failure.reason is not None else held.cancel_token.reason
         return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)

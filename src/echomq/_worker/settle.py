@@ -17,7 +17,8 @@ once. Jobs that finish while a batch is in flight start the next one.
 Rule 4 (nothing acknowledged before Redis has it): a job counts as completed, leaves the
 held-job table and frees its slot only once the server answered for it. A job answered
 stale / not active / gone was taken over: counted lost, logged, never retried.
-Rule 5 (one job alone): failures, retries and completions with a traceback to log are
+Rule 5 (one job alone): failures, retries, back-offs (``RateLimited``: ``rate_limited``,
+no failure counted, not in the tally) and completions with a traceback to log are
 settled one job at a time (``fail``, ``complete``: rare on a busy queue).
 Rule 6 (bounded, retried, never forced): every write runs under a shield bounded by
 ``settle_timeout``; ``ConnectionLost`` and ``Unavailable`` (``errors.TRANSIENT``: a slot
@@ -46,6 +47,7 @@ import trio
 
 from .. import jobs
 from .._jitter import Backoff
+from .._model.cancel import cancelled_result
 from .._model.text import error_text
 from .._scripts import validate as v
 from .._scripts.calls import Executor
@@ -365,6 +367,16 @@ class Settler:
 
     async def _apply(self, held: Held, s: Settlement) -> None:
         conn, name = self.conn, self.queue
+        if s.backoff_ms is not None:  # RateLimited: no failure counted (docs/lanes.md)
+            until = await jobs.rate_limited(conn, name, held.id, held.token, s.backoff_ms)
+            if until == 0:  # a cancel request came first: the job ends cancelled
+                reason = held.cancel_token.reason
+                await jobs.complete(conn, name, held.id, held.token, cancelled_result(reason))
+                self._count(held, "cancelled")
+                return
+            held.recorded = "rate limited"
+            log.info("job %s is rate limited: back in %d ms", held.id, s.backoff_ms)
+            return
         if s.complete:
             await jobs.complete(conn, name, held.id, held.token, s.result)
             self._count(held, "cancelled" if s.cancelled else "completed")

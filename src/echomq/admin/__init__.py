@@ -27,8 +27,9 @@ before any I/O, and either answers a value or raises a typed error from
   (``WorkerRecord``: alive or gone, blocked or running, what they hold).
 - ``reprocess_dead``: dead jobs back to pending in bulk (``reprocess_job`` per id, a
   pipelined batch per round trip, bounded by the dead count at the start).
-- ``set_group_concurrency`` / ``set_rate_limit`` / ``limits``: the group lanes' limits and
-  the rate limits, changed at run time; ``groups`` / ``group``: per-group counts and
+- ``set_concurrency`` / ``set_group_concurrency`` / ``set_rate_limit`` / ``limits``: the
+  queue's concurrency across its workers, the group lanes' limits and the rate limits,
+  changed at run time; ``groups`` / ``group``: per-group counts and
   standing (docs/lanes.md).
 
 The package's modules: ``queues`` (the queue-scope verbs), ``discovery``, ``views``,
@@ -39,9 +40,12 @@ from __future__ import annotations
 
 from .discovery import list_queues, queue_exists, require_queue
 from .limits import (
+    RATE_KINDS,
     Limits,
+    RateKind,
     RateLimit,
     limits,
+    set_concurrency,
     set_group_concurrency,
     set_rate_limit,
 )
@@ -133,9 +137,11 @@ __all__ = [
     "MigrateStep",
     "ObliterateStep",
     "QueueStats",
+    "RATE_KINDS",
+    "RateKind",
+    "RateLimit",
     "Retention",
     "RetentionSweep",
-    "RateLimit",
     "Reprocessed",
     "WorkerList",
     "WorkerRecord",
@@ -165,6 +171,7 @@ __all__ = [
     "retention",
     "server_now_ms",
     "set_retention",
+    "set_concurrency",
     "set_group_concurrency",
     "set_rate_limit",
     "stats",

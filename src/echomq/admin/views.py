@@ -23,7 +23,7 @@ from .._model.text import raw_text
 from .._scripts.keyspace import Keyspace, check_group
 from .._wire.interface import RedisConnection
 from ..errors import InvalidArgument, ServerError
-from .limits import RateLimit
+from .limits import RateLimit, own_rate, rate_of
 
 __all__ = [
     "JOB_STATES",
@@ -330,7 +330,14 @@ async def _group_rows(conn: RedisConnection, queue: str, names: list[str]) -> li
     per = 3
     own_fields = [f for name in names for f in (name, name + ":limit", name + ":rate")]
     commands: list[tuple[Any, ...]] = [
-        ("HMGET", ks.meta, "group_concurrency", "group_rate_max", "group_rate_ms"),
+        (
+            "HMGET",
+            ks.meta,
+            "group_concurrency",
+            "group_rate_max",
+            "group_rate_ms",
+            "group_rate_kind",
+        ),
         ("HMGET", ks.gstate, *own_fields),
     ]
     for name in names:
@@ -340,18 +347,17 @@ async def _group_rows(conn: RedisConnection, queue: str, names: list[str]) -> li
             ("ZSCORE", ks.limited, name),
         ]
     replies = await _read_many(conn, commands)
-    default_limit, default_max, default_ms = replies[0]
+    default_limit, default_max, default_ms, default_kind = replies[0]
     own = replies[1]
     rows = []
     for i, name in enumerate(names):
         waiting, ring_score, until = replies[2 + i * per : 2 + (i + 1) * per]
-        held, limit, own_rate = own[3 * i : 3 * i + 3]
-        rate = None
-        if own_rate is not None:
-            max_jobs, period = (int(x) for x in own_rate.split(b":"))
-            rate = RateLimit(max_jobs=max_jobs, period_ms=period)
-        elif default_max is not None and default_ms is not None:
-            rate = RateLimit(max_jobs=int(default_max), period_ms=int(default_ms))
+        held, limit, own_value = own[3 * i : 3 * i + 3]
+        rate: RateLimit | None = None
+        if own_value is not None:
+            rate = own_rate(own_value)
+        else:
+            rate = rate_of(default_max, default_ms, default_kind)
         rows.append(
             GroupRow(
                 name=name,
@@ -360,7 +366,7 @@ async def _group_rows(conn: RedisConnection, queue: str, names: list[str]) -> li
                 limit=_int(limit if limit is not None else default_limit),
                 own_limit=limit is not None,
                 rate=rate,
-                own_rate=own_rate is not None,
+                own_rate=own_value is not None,
                 in_ring=ring_score is not None,
                 limited_until_ms=None if until is None else int(float(until)),
             )

@@ -134,20 +134,36 @@ def lane_text(lane: LaneFacts, now_ms: int) -> str | None:
     return None
 
 
+def queue_text(e: Explanation) -> str | None:
+    """Why the queue claims nothing now, or None (docs/lanes.md): a back-off, its cap, its
+    rate window."""
+    if e.blocked_until_ms is not None and e.blocked_until_ms > e.now_ms:
+        return (
+            "the queue backs off (a task raised RateLimited; "
+            f"reopens in {span(e.blocked_until_ms - e.now_ms)})"
+        )
+    if e.concurrency is not None and e.running >= e.concurrency:
+        return (
+            f"the queue at its concurrency of {e.concurrency} "
+            f"({e.running} running across its workers)"
+        )
+    if e.queue_rate is not None and e.queue_rate.full and e.queue_rate.reopens_in_ms:
+        return (
+            f"the queue at its rate limit of {rate_text(e.queue_rate)} "
+            f"(reopens in {span(e.queue_rate.reopens_in_ms)})"
+        )
+    return None
+
+
 def _pending_grouped(e: Explanation, lane: LaneFacts, gate: str) -> str:
     if lane.position is None:
         return f"pending by its row, but not in group {lane.group}'s lane: it cannot be claimed"
     where = f"position {lane.position + 1} of {lane.waiting} in group {lane.group}'s lane"
     if e.paused:
         return f"waiting at {where}{gate}"
-    held = lane_text(lane, e.now_ms)
+    held = lane_text(lane, e.now_ms) or queue_text(e)
     if held is not None:
         return f"waiting: {held}; {where}"
-    if e.queue_rate is not None and e.queue_rate.full and e.queue_rate.reopens_in_ms:
-        return (
-            f"waiting: the queue at its rate limit of {rate_text(e.queue_rate)} "
-            f"(reopens in {span(e.queue_rate.reopens_in_ms)}); {where}"
-        )
     return f"ready at {where}: the group's turns in the round robin claim it in that order"
 
 
@@ -199,11 +215,9 @@ def summary(e: Explanation) -> str:
         where = f"position {e.position + 1} of {e.pending_count} in pending"
         if e.paused:
             return f"waiting at {where}{gate}"
-        if e.queue_rate is not None and e.queue_rate.full and e.queue_rate.reopens_in_ms:
-            return (
-                f"waiting: the queue at its rate limit of {rate_text(e.queue_rate)} "
-                f"(reopens in {span(e.queue_rate.reopens_in_ms)}); {where}"
-            )
+        held = queue_text(e)
+        if held is not None:
+            return f"waiting: {held}; {where}"
         return f"ready at {where}: the next free worker claims it in that order"
     if state is JobState.SCHEDULED:
         if e.run_at_ms is None:
@@ -299,6 +313,10 @@ def facts(e: Explanation) -> list[tuple[str, str]]:
             out.append(("group rate", f"{rate_text(lane.rate)}, {lane.rate.used} started"))
     if e.queue_rate is not None:
         out.append(("queue rate", f"{rate_text(e.queue_rate)}, {e.queue_rate.used} started"))
+    if e.concurrency is not None:
+        out.append(("queue cap", f"{e.concurrency} running at once, {e.running} running now"))
+    if e.blocked_until_ms is not None and e.blocked_until_ms > e.now_ms:
+        out.append(("backs off", f"for {span(e.blocked_until_ms - e.now_ms)} (RateLimited)"))
     if e.lease_deadline_ms is not None:
         left = e.lease_deadline_ms - e.now_ms
         when = f"in {span(left)}" if left > 0 else f"expired {span(left)} ago"

@@ -35,28 +35,40 @@ def parse_rate(text: str) -> tuple[int, float] | None:
 
 
 def _limit(text: str) -> int | None:
-    return None if text == NONE else positive_int(text)
+    """A limit: N, or ``none`` / ``0`` to clear it."""
+    return None if text in (NONE, "0") else positive_int(text)
 
 
 def _rate_text(rate: admin.RateLimit | None) -> str:
-    return "-" if rate is None else f"{rate.max_jobs} per {span(rate.period_ms)}"
+    if rate is None:
+        return "-"
+    sliding = " (sliding)" if rate.kind == "sliding" else ""
+    return f"{rate.max_jobs} per {span(rate.period_ms)}{sliding}"
 
 
 async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -> int:
     changing = args.concurrency is not None or args.rate is not None
+    if args.rate_kind != "fixed" and args.rate is None:
+        raise UsageError("--rate-kind goes with --rate")
     if args.group and args.every_group:
         raise UsageError("give --group or --every-group, not both")
-    if args.concurrency is not None and not (args.group or args.every_group):
-        raise UsageError("--concurrency is a group's: give --group NAME or --every-group")
     if changing:
-        if args.concurrency is not None:
+        if args.concurrency is not None and not (args.group or args.every_group):
+            await admin.set_concurrency(conn, args.queue, args.concurrency[0])
+        elif args.concurrency is not None:
             await admin.set_group_concurrency(
                 conn, args.queue, args.concurrency[0], group=args.group
             )
         if args.rate is not None:
             max_jobs, per = args.rate[0] if args.rate[0] is not None else (None, 1.0)
             await admin.set_rate_limit(
-                conn, args.queue, max_jobs, per, group=args.group, every_group=args.every_group
+                conn,
+                args.queue,
+                max_jobs,
+                per,
+                group=args.group,
+                every_group=args.every_group,
+                kind=args.rate_kind,
             )
     if args.group:
         row = await admin.group(conn, args.queue, args.group)
@@ -75,6 +87,7 @@ async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -
             json.dumps(
                 {
                     "queue": args.queue,
+                    "concurrency": limits.concurrency,
                     "rate": _rate_json(limits.rate),
                     "group_concurrency": limits.group_concurrency,
                     "group_rate": _rate_json(limits.group_rate),
@@ -83,6 +96,8 @@ async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -
         )
         return DONE
     out.print(f"limits of {args.queue}")
+    cap = limits.concurrency
+    out.print(f"  queue concurrency        {cap if cap is not None else 'no limit'}")
     out.print(f"  queue rate               {_rate_text(limits.rate)}")
     default = limits.group_concurrency
     out.print(f"  every group: concurrency {default if default is not None else 'no limit'}")
@@ -90,8 +105,10 @@ async def cmd_limits(conn: Connection, args: argparse.Namespace, out: Console) -
     return DONE
 
 
-def _rate_json(rate: admin.RateLimit | None) -> dict[str, int] | None:
-    return None if rate is None else {"max_jobs": rate.max_jobs, "period_ms": rate.period_ms}
+def _rate_json(rate: admin.RateLimit | None) -> dict[str, int | str] | None:
+    if rate is None:
+        return None
+    return {"max_jobs": rate.max_jobs, "period_ms": rate.period_ms, "kind": rate.kind}
 
 
 def _group_json(row: admin.GroupRow) -> dict[str, object]:
@@ -146,7 +163,7 @@ async def cmd_groups(conn: Connection, args: argparse.Namespace, out: Console) -
 def register(commands: Commands) -> None:
     p = commands.add(
         "limits",
-        "show or change a queue's rate limit and its groups' limits (at run time)",
+        "show or change a queue's concurrency and rate and its groups' limits (run time)",
         queue="positional",
         run=cmd_limits,
     )
@@ -157,8 +174,9 @@ def register(commands: Commands) -> None:
         "--concurrency",
         type=_limit,
         nargs=1,
-        metavar="N|none",
-        help="jobs of a group running at once (none: clear)",
+        metavar="N|0",
+        help="jobs running at once (0 or none: clear): the queue's, across every worker, "
+        "unless --group or --every-group",
     )
     p.add_argument(
         "--rate",
@@ -167,6 +185,13 @@ def register(commands: Commands) -> None:
         metavar="N/PERIOD|none",
         help="jobs started per period: 100/s, 10/1.5s, 60/m (none: clear); "
         "the queue's unless --group or --every-group",
+    )
+    p.add_argument(
+        "--rate-kind",
+        choices=admin.RATE_KINDS,
+        default="fixed",
+        help="fixed: windows aligned on the clock (the default); sliding: the last period, "
+        "wherever it begins (no burst across an edge)",
     )
     p.add_argument("--json", action="store_true", help="print JSON")
 

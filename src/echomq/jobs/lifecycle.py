@@ -1,4 +1,5 @@
-"""The lifecycle verbs: enqueue, claim, complete, fail, extend, release, reap, get_job.
+"""The lifecycle verbs: enqueue, claim, complete, fail, rate_limited, extend, release, reap,
+get_job.
 
 Each verb gates its arguments (before any I/O), builds a :class:`ScriptCall` with a plain
 ``*_call`` function, runs it on the trio wire, and reads the reply into a value or a typed
@@ -58,6 +59,8 @@ __all__ = [
     "extend_locks",
     "fail",
     "get_job",
+    "rate_limited",
+    "rate_limited_call",
     "get_job_args",
     "new_id",
     "read_job",
@@ -517,6 +520,37 @@ def fail_call(
         raise ScriptError(f"fail {job_id}: unexpected reply {reply!r}")
 
     return script_call("fail", keys, argv, read)
+
+
+def rate_limited_call(queue: str, job_id: str, token: int, ms: int) -> ScriptCall[int]:
+    """The ``rate_limited`` call: the held job back on the schedule for ``ms``, no failure
+    counted, its group (or queue) blocked until then; the reply is the block's end (server
+    ms), or 0 when a cancel was requested (nothing written: the job ends cancelled)."""
+    ks = keyspace(queue)
+    argv = [job_id, v.token_str(token), v.positive_int("ms", ms, v.MAX_MS), ks.base]
+
+    def read(reply: Any) -> int:
+        if isinstance(reply, int) and reply >= 0:
+            return reply
+        check_status(reply, f"rate_limited {job_id}")
+        raise ScriptError(f"rate_limited {job_id}: unexpected reply {reply!r}")
+
+    return script_call(
+        "rate_limited", [ks.job(job_id), ks.active, ks.schedule, ks.meta], argv, read
+    )
+
+
+async def rate_limited(conn: Executor, queue: str, job_id: str, token: int, ms: int) -> int:
+    """A held job backs off for ``ms`` (its task raised :class:`~echomq.RateLimited`): it
+    goes to the schedule without counting a failure, and its group, or else its queue,
+    claims nothing until then (docs/lanes.md). Answers the block's end (server ms), or 0
+    when a cancel request came first (nothing done).
+
+    Raises:
+        InvalidArgument: a bad token or ms (before any I/O). JobGone, StaleToken,
+        NotActive: not the job's holder.
+    """
+    return await evaluate(conn, rate_limited_call(queue, job_id, token, ms))
 
 
 def extend_lock_call(queue: str, job_id: str, token: int, lease_ms: int) -> ScriptCall[None]:

@@ -232,6 +232,11 @@ class Explanation:
     holder: WorkerRecord | None = None
     lane: LaneFacts | None = None
     queue_rate: RateWindow | None = None
+    # the queue's concurrency across its workers (None: no cap) and its jobs in active
+    # (read only with a cap); a back-off's end (a task raised RateLimited; server ms)
+    concurrency: int | None = None
+    running: int = 0
+    blocked_until_ms: int | None = None
     # a flow (docs/flows.md): the parent's id and its queue when that is another one; a
     # parent's children counts and (at most 10 of) the ids it still waits for, each with
     # its queue and state (a child on another queue read there)
@@ -300,7 +305,7 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
     def read(reply: Any) -> Explanation:
         if reply == Code.GONE:
             check_status(reply, f"explain {job_id}")
-        if not isinstance(reply, list) or len(reply) != 19 or not isinstance(reply[0], list):
+        if not isinstance(reply, list) or len(reply) != 20 or not isinstance(reply[0], list):
             raise ScriptError(f"explain {job_id}: unexpected reply {reply!r}")
         flat = reply[0]
         row = dict(zip(flat[::2], flat[1::2], strict=True))
@@ -334,6 +339,9 @@ def explain_call(queue: str, job_id: str) -> ScriptCall[Explanation]:
             holder=holder,
             lane=lane,
             queue_rate=_window(reply[14]),
+            concurrency=None if not reply[19][0] else int(reply[19][0]),
+            running=int(reply[19][1]),
+            blocked_until_ms=ms(reply[19][2]) if reply[19][2] else None,
             parent=text(row[b"parent"]) if b"parent" in row else None,
             parent_queue=text(row[b"parent_queue"]) if b"parent_queue" in row else None,
             children=int(row.get(b"kids", 0)),

@@ -6,7 +6,8 @@
         4 meta      HASH  `paused` = the claim gate; `hold` = a flow cancel's claim hold
                           (its end, server ms: flow_cancel.lua); `seq` = the FIFO counter;
                           the limits (`rate_max`, `rate_ms`, `group_rate_max`,
-                          `group_rate_ms`)
+                          `group_rate_ms`, `concurrency`, `rate_kind`, `group_rate_kind`);
+                          `blocked_until` = a back-off's end
         5 wake      LIST  wake tokens for idle consumers
   ARGV  1 queue base   2 lease_ms   3 count (1..MAX_COUNT)   4 the claiming worker's id ('': none)
   Returns  flat array: id, payload, token (the row's `token`, grown by one), failures, headers (the row's
@@ -30,8 +31,16 @@
   none of its jobs is claimed between the pages; docs/flows.md) answers {ms until it ends}
   and writes nothing either; one that lapsed (its canceller died) is ignored.
   The queue's rate limit (meta `rate_max` starts per `rate_ms` window, aligned on the
-  server clock; docs/lanes.md): a full window answers {ms until it reopens} and writes
-  nothing; otherwise at most what the window has left is claimed.
+  server clock; docs/lanes.md; with meta `rate_kind` = sliding, the starts of the last
+  `rate_ms` ms, kept in the zset `slide`): a full window answers {ms until it reopens} and
+  writes nothing; otherwise at most what the window has left is claimed.
+  A back-off (rate_limited.lua: a task raised RateLimited): until meta `blocked_until`
+  (server ms) the claim answers {ms until then} and writes nothing; a group's back-off
+  parks it in glimited, as a full rate window does.
+  The queue's concurrency (meta `concurrency`): at most that many jobs in active, across
+  every worker (ZCARD of active, read only when the field is set); at the cap the claim
+  answers {-1} and writes nothing (a finish pushes a wake token while the queue has a cap
+  and ready work: include/finished.lua); under it, at most the room left is claimed.
   Reads before writes (docs/lua.md, rule 1): the due ids and their rows, the candidates
   and the rows of those it will take, every lane and group key it touches, all before
   the first write.
@@ -74,20 +83,36 @@ end
 
 -- the gate: any `paused` field means paused; the backlog is untouched
 local gate = redis.call('HMGET', meta, 'paused', 'rate_max', 'rate_ms', 'group_rate_max',
-  'group_rate_ms', 'group_concurrency', 'hold')
+  'group_rate_ms', 'group_concurrency', 'hold', 'concurrency', 'blocked_until', 'rate_kind',
+  'group_rate_kind')
 if gate[1] then return {} end
 
 local now = now_ms()
 if gate[7] and tonumber(gate[7]) > now then return {tonumber(gate[7]) - now} end
 local channel = base .. 'events'
+if gate[9] then  -- a back-off of the whole queue (rate_limited.lua)
+  local left = tonumber(gate[9]) - now
+  if left > 0 then return {left} end
+end
 
 -- the queue's rate window: a full one answers when it reopens; else it bounds the claim
 local qwin = nil
 local want = count
 if gate[2] then
-  qwin = rate_window(base .. 'rate', tonumber(gate[2]), tonumber(gate[3]), now)
+  if gate[10] == 'sliding' then  -- include/rate_window.lua: no edge to burst across
+    qwin = slide_window(base .. 'slide', tonumber(gate[2]), tonumber(gate[3]), now)
+  else
+    qwin = rate_window(base .. 'rate', tonumber(gate[2]), tonumber(gate[3]), now)
+  end
   if qwin[2] >= qwin[3] then return {qwin[4]} end
   want = math.min(count, qwin[3] - qwin[2])
+end
+-- the queue's concurrency: the room left in active, across every worker
+local capped = false  -- it bounds this claim
+if gate[8] then
+  local room = tonumber(gate[8]) - redis.call('ZCARD', active)
+  if room <= 0 then return {-1} end
+  if room <= want then want, capped = room, true end
 end
 
 -- reads: the due scheduled jobs (each to the back of its band), then the candidates
@@ -244,7 +269,9 @@ if flat_left and redis.call('ZCARD', pending) > 0 then push_wake(wake, #promoted
 -- under-filled: tell an idle consumer how long it may block before more may be claimable
 if #out < count * 6 then
   local wait = -1
-  if qwin and qwin[2] + #picks >= qwin[3] then
+  if capped and #picks >= want then
+    wait = -1  -- at the queue's concurrency: a finish wakes a consumer
+  elseif qwin and qwin[2] + #picks >= qwin[3] then
     wait = qwin[4]
   elseif turns and turns.more and #picks < want then
     wait = 0  -- ring members left unread: claim again now

@@ -13,10 +13,13 @@
            the group's lane (nil when ungrouped): {lane rank | nil, lane count, active,
            limit | nil, in the ring (0|1), rate window reopens at ms | nil, rate max | nil,
            rate ms | nil, started in the window},
-           the queue's rate window (nil when none): {max, ms, started, ms until it reopens},
+           the queue's rate window (nil when none): {max, ms, started, ms until it reopens}
+           (a sliding window: the starts of the last period, the ms until one leaves),
            waiting score | nil, {open children ids: at most 10, of the first 1000},
            {for each of those: {its `:remote` entry | nil (on this queue), its row's
-           state | nil (on another queue, or no row)}}, cancelled score | nil}
+           state | nil (on another queue, or no row)}}, cancelled score | nil,
+           {the queue's concurrency | nil, jobs in active (0 without a cap),
+           a back-off's end (meta `blocked_until`, server ms) | nil}}
   Events   (none)
   Moves    (none)
   Bound    O(log N): one ZRANK, eight ZSCOREs, the row and the holder's record (a fixed set
@@ -46,12 +49,12 @@ if worker then
   beat = redis.call('ZSCORE', KEYS[9], worker)
 end
 local defaults = redis.call('HMGET', KEYS[7], 'group_concurrency', 'group_rate_max',
-  'group_rate_ms', 'rate_max', 'rate_ms')
+  'group_rate_ms', 'rate_max', 'rate_ms', 'rate_kind', 'concurrency', 'blocked_until')
 local lane = false
 if group then
   local own = redis.call('HMGET', base .. 'gstate', group, group .. ':limit', group .. ':rate')
   local max, ms = defaults[2], defaults[3]
-  if own[3] then max, ms = string.match(own[3], '^(%d+):(%d+)$') end
+  if own[3] then max, ms = string.match(own[3], '^(%d+):(%d+)') end
   lane = {
     redis.call('ZRANK', lane_key(base, group), id),
     redis.call('ZCARD', lane_key(base, group)),
@@ -65,10 +68,20 @@ if group then
   }
 end
 local window = false
-if defaults[4] then
+if defaults[4] and defaults[6] == 'sliding' then  -- the starts of the last period
+  local from = '(' .. (now - tonumber(defaults[5]))
+  local used = redis.call('ZCOUNT', base .. 'slide', from, '+inf')
+  local first = redis.call('ZRANGEBYSCORE', base .. 'slide', from, '+inf', 'WITHSCORES',
+    'LIMIT', math.max(0, used - tonumber(defaults[4])), 1)
+  local ttl = first[2] and math.max(1, tonumber(first[2]) + tonumber(defaults[5]) - now) or -1
+  window = {defaults[4], defaults[5], used, ttl}
+elseif defaults[4] then
   local ttl = redis.call('PTTL', base .. 'rate')
   window = {defaults[4], defaults[5], tonumber(redis.call('GET', base .. 'rate') or '0'), ttl}
 end
+-- the queue's concurrency (its cap, the jobs in active) and a back-off's end
+local queue_hold = {defaults[7] or false, defaults[7] and redis.call('ZCARD', KEYS[4]) or 0,
+  defaults[8] or false}
 local open_ids, open_where = {}, {}
 local kids = redis.call('LRANGE', KEYS[11], 0, 999)
 if #kids > 0 then
@@ -101,4 +114,5 @@ return {
   open_ids,
   open_where,
   redis.call('ZSCORE', base .. 'cancelled', id),
+  queue_hold,
 }

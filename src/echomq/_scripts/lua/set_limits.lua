@@ -1,13 +1,16 @@
 --[[
-  Set or clear limits at run time (docs/lanes.md): the queue's rate limit, the default
-  concurrency and rate limit of every group, or one group's own.
-  KEYS  1 meta  HASH  the queue's limits (`rate_max`, `rate_ms`) and the groups' defaults
+  Set or clear limits at run time (docs/lanes.md): the queue's concurrency and rate limit,
+  the default concurrency and rate limit of every group, or one group's own.
+  KEYS  1 meta  HASH  the queue's limits (`concurrency`, `rate_max`, `rate_ms`) and the
+                      groups' defaults
                       (`group_concurrency`, `group_rate_max`, `group_rate_ms`); a group's
                       own are in `gstate` (`<group>:limit`, `<group>:rate` =
                       `<max>:<ms>`)
   ARGV  1 queue base (emq:{q}:)   2 target: '' = the queue, '*' = every group's default,
         else a group's name   3 concurrency ('' = unchanged, 0 = clear, n)
         4 rate max ('' = unchanged, 0 = clear, n)   5 rate period ms (with a rate max)
+        6 the rate's kind (with a rate max): 'fixed' | 'sliding' (meta `rate_kind`,
+        `group_rate_kind`, absent = fixed; a group's own: `<max>:<ms>:sliding`)
   Returns  1
   Errors   EMQNOQUEUE  the queue has no meta hash: it does not exist (nothing written)
   Events   (none)
@@ -21,16 +24,17 @@
 ]]
 local meta = KEYS[1]
 local base, target = ARGV[1], ARGV[2]
-local concurrency, rate_max, rate_ms = ARGV[3], ARGV[4], ARGV[5]
+local concurrency, rate_max, rate_ms, kind = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local sliding = kind == 'sliding'
 -- @include wake
 -- @include lanes
 if redis.call('EXISTS', meta) == 0 then  -- no queue: a typo creates none (nothing written)
   return redis.error_reply('EMQNOQUEUE ' .. string.match(meta, '{(.-)}'))
 end
 if target == '' or target == '*' then
-  local names = {'group_concurrency', 'group_rate_max', 'group_rate_ms'}
-  if target == '' then names = {false, 'rate_max', 'rate_ms'} end
-  if concurrency ~= '' and names[1] then
+  local names = {'group_concurrency', 'group_rate_max', 'group_rate_ms', 'group_rate_kind'}
+  if target == '' then names = {'concurrency', 'rate_max', 'rate_ms', 'rate_kind'} end
+  if concurrency ~= '' then
     if tonumber(concurrency) > 0 then
       redis.call('HSET', meta, names[1], concurrency)
     else
@@ -40,8 +44,10 @@ if target == '' or target == '*' then
   if rate_max ~= '' then
     if tonumber(rate_max) > 0 then
       redis.call('HSET', meta, names[2], rate_max, names[3], rate_ms)
+      if sliding then redis.call('HSET', meta, names[4], 'sliding')
+      else redis.call('HDEL', meta, names[4]) end
     else
-      redis.call('HDEL', meta, names[2], names[3])
+      redis.call('HDEL', meta, names[2], names[3], names[4])
     end
   end
 else
@@ -56,7 +62,8 @@ else
   end
   if rate_max ~= '' then
     if tonumber(rate_max) > 0 then
-      redis.call('HSET', own, target .. ':rate', rate_max .. ':' .. rate_ms)
+      redis.call('HSET', own, target .. ':rate',
+        rate_max .. ':' .. rate_ms .. (sliding and ':sliding' or ''))
     else
       redis.call('HDEL', own, target .. ':rate')
     end

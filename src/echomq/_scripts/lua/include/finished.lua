@@ -36,6 +36,8 @@
 -- per job (the first
 -- with MINID ~, the stream's time retention: once per call, as the counters; the call's
 -- other entries are as new). Numbers go to redis.call as strings made once (int_arg).
+-- A queue with a concurrency (meta `concurrency`, read with the retention settings) and
+-- ready work pushes one wake token per call: a consumer at the cap waits for it (claim.lua).
 -- Flows (docs/flows.md): a job with a `parent` field tells its parent, in the same call:
 -- its outcome goes into the parent's results hash (`c`|`d`|`x`|`r` + result | error |
 -- reason | nothing), the parent's `open` counter drops by one (and `failed` grows for a
@@ -48,6 +50,7 @@
 -- on the parent's queue, idempotent per child and generation; docs/flows.md "Across
 -- queues").
 -- @include caps
+-- @include wake
 -- @include retention
 -- @include score
 -- @include lanes
@@ -127,11 +130,16 @@ local function finish_read(base, kept, now, jobs, parents)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
     'max_completed', 'max_dead'}
   local s = redis.call('HMGET', base .. 'meta', 'keep_result', 'keep_dead', 'completions_keep',
-    'completions_max', 'max_completed', 'max_dead', 'logs')
+    'completions_max', 'max_completed', 'max_dead', 'logs', 'concurrency')
   local no_logs = s[7] == '0'  -- no job of the queue has a log list (include/schema.lua)
   local fin = {base = base, kept = kept, now = now, now_arg = int_arg(now), jobs = {},
     stream = base .. 'completions', drop = {}, migrate = {}, capped = {}, cleaned = false,
-    parents = parents or {}, keep_args = {}, entry = {}}
+    parents = parents or {}, keep_args = {}, entry = {}, wake = false}
+  if s[8] then  -- the queue's concurrency: a consumer at the cap waits for this finish
+    fin.wake = redis.call('ZCARD', base .. 'pending') > 0
+      or tonumber(redis.call('HGET', base .. 'meta', 'lane_jobs') or '0') > 0
+    redis.call('EXISTS', base .. 'wake')
+  end
   for i, name in ipairs(names) do fin[name] = tonumber(s[i]) or RETENTION_DEFAULTS[name] end
   fin.keep = fin[kept == 'dead' and 'keep_dead' or 'keep_result']  -- the queue's (a row's own first)
   local minute = math.floor(now / 60000)
@@ -352,6 +360,7 @@ local function finished(fin, i, detail)
     end
     local trimmed = redis.call('XTRIM', stream, 'MAXLEN', '~', fin.completions_max)
     if trimmed > 0 then redis.call('HINCRBY', base .. 'metrics:capped', 'completions', trimmed) end
+    if fin.wake then push_wake(base .. 'wake', 1) end
     if fin.kept then finish_clean(fin) else fin.cleaned = true end
   end
 end

@@ -19,9 +19,10 @@
 -- first ungrouped candidates), `more` (ring members left unread), `limited` (the key of
 -- the groups waiting for their window). `cands`: the ungrouped candidates' ids in claim
 -- order, `head_n` of them read from pending (which may hold more); `gate`: the claim's
--- HMGET of meta (4 group_rate_max, 5 group_rate_ms, 6 group_concurrency: the defaults of
--- the queue's groups). lane_turns_place writes the ring, glimited, the lanes and meta's
--- `lane_jobs`; lane_turns_count the groups' active counts and `:turn` (gstate), their
+-- HMGET of meta (4 group_rate_max, 5 group_rate_ms, 6 group_concurrency, 11
+-- group_rate_kind: the defaults of the queue's groups; a group's own rate is `<max>:<ms>`,
+-- or `<max>:<ms>:sliding` for a sliding window, include/rate_window.lua).
+-- lane_turns_place writes the ring, glimited, the lanes and meta's `lane_jobs`; lane_turns_count the groups' active counts and `:turn` (gstate), their
 -- rate windows, and lets a group with nothing left leave (lane_forget).
 -- @include lanes
 -- @include rate_window
@@ -102,13 +103,19 @@ local function lane_turns(base, now, want, cands, head_n, gate)
       local g = {name = name, taken = 0, per = per, active = tonumber(own[3 * i - 2] or '0'),
         limit = tonumber(own[3 * i - 1] or gate[6]), lane = false, lane_end = false,
         key = false, max = false, period = false, win = false, seen = false, why = false}
-      local max, period = gate[4], gate[5]
-      if own[3 * i] then max, period = string.match(own[3 * i], '^(%d+):(%d+)$') end
+      local max, period, kind = gate[4], gate[5], gate[11]
+      if own[3 * i] then
+        max, period, kind = string.match(own[3 * i], '^(%d+):(%d+):?(%a*)$')
+      end
       if max and period then
         g.max, g.period = tonumber(max), tonumber(period)
-        if not rated then rated, keys = {}, {} end
-        rated[#rated + 1] = g
-        keys[#keys + 1] = base .. 'g:' .. name .. ':rate'
+        if kind == 'sliding' then
+          g.win = slide_window(base .. 'g:' .. name .. ':slide', g.max, g.period, now)
+        else
+          if not rated then rated, keys = {}, {} end
+          rated[#rated + 1] = g
+          keys[#keys + 1] = base .. 'g:' .. name .. ':rate'
+        end
       end
       groups[name] = g
     end
