@@ -107,6 +107,11 @@ class Task(Generic[P, R]):
         """The function's pydantic adapters (rule 4), made on first use."""
         return Loader(self.fn, skip_first=self.wants_job)
 
+    @property
+    def loads_models(self) -> bool:
+        """Whether :meth:`load_call` validates any argument (rule 4)."""
+        return bool(self.loader.keywords)
+
     def load_call(self, call: Call) -> Call:
         """``call`` with its model arguments validated (rule 4; the worker calls it).
 

@@ -40,6 +40,12 @@ class TaskSpec(Protocol):
     @property
     def is_async(self) -> bool: ...
 
+    @property
+    def loads_models(self) -> bool:
+        """Whether :meth:`load_call` validates anything (a parameter annotated with a
+        model); False: the decoded call is the call."""
+        ...
+
     def load_call(self, call: Call) -> Call:
         """The decoded call as the function takes it (a typed task's models validated;
         raises ``SerializationError`` when an argument does not fit)."""

@@ -72,7 +72,7 @@ from .pool import Ending, SlotScope, soft_limited
 from .processes import ProcessPool
 from .protocols import QueueSpec, TaskSpec
 from .settle import Settler
-from .tally import Counters
+from .tally import Counters, TaskTally
 from .timelimits import ThreadCall
 
 __all__ = ["JobRunner"]
@@ -81,6 +81,18 @@ log = logging.getLogger("echomq.worker")
 
 # a decoded job: its task, its call, whether it is a flow parent, whether it runs plain
 Plan = tuple[TaskSpec, Call, bool, bool]
+
+
+@attrs.frozen
+class _Known:
+    """A task as its jobs run: its lease, whether it runs plain (rule 1), whether its
+    arguments are validated into models, its numbers (tally.py)."""
+
+    task: TaskSpec
+    lease_ms: int
+    plain: bool
+    loads: bool
+    tally: TaskTally
 
 
 @attrs.define(eq=False)
@@ -93,8 +105,8 @@ class JobRunner:
     counters: Counters
     processes: ProcessPool = attrs.field(factory=ProcessPool)
     hooks: Hooks | None = None  # the queue's (rule 5)
-    # task name -> (the task, its lease ms, whether it runs plain): read once per task
-    _known: dict[str, tuple[TaskSpec, int, bool]] = attrs.field(factory=dict, init=False)
+    # task name -> what its jobs need (``_first_job``): read once per task
+    _known: dict[str, _Known] = attrs.field(factory=dict, init=False)
 
     async def run(self, claimed: Claimed, held: Held) -> None:
         """Rule 1: run the job, then hand its outcome to the settler."""
@@ -153,9 +165,6 @@ class JobRunner:
         if isinstance(plan, Settlement):  # it ends before it runs
             return plan
         task, call, is_parent, plain = plan
-        if claimed.waited_ms is not None:  # tally.py rule 3
-            waited = claimed.waited_ms / 1000 + (perf_counter() - held.claimed_at)
-            self.settler.tally.record_wait(task.name, waited)
         limit = soft_at = None
         around: list[Any] = []
         if plain:  # rule 1: the Job made only when asked for
@@ -225,20 +234,33 @@ class JobRunner:
                 complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay
             )
         known = self._known.get(call.task)
-        if known is None or known[0] is not task:  # a task's first job: what it needs
-            opts = task.options
-            plain = task.is_async and opts.timeout is None and opts.soft_timeout is None
-            known = self._known[call.task] = (task, opts.lease_ms, plain)
-        held.lease_ms = known[1]
+        if known is None or known.task is not task:  # a task's first job: what it needs
+            known = self._known[call.task] = self._first_job(task)
+        held.lease_ms = known.lease_ms
         held.task = task.name
-        try:
-            call = task.load_call(call)
-        except Exception as exc:  # an argument that does not fit its annotation
-            return undecodable(claimed.id, exc, "the arguments do not fit the task")
-        plain = known[2] and not is_parent
+        waited_ms = claimed.waited_ms
+        if waited_ms is not None:  # tally.py rule 3
+            known.tally.wait(waited_ms / 1000 + (perf_counter() - held.claimed_at))
+        if known.loads:
+            try:
+                call = task.load_call(call)
+            except Exception as exc:  # an argument that does not fit its annotation
+                return undecodable(claimed.id, exc, "the arguments do not fit the task")
+        plain = known.plain and not is_parent
         if plain and self.hooks is not None and self.hooks.runs:
             plain = False  # rule 5: its Job is made
         return task, call, is_parent, plain
+
+    def _first_job(self, task: TaskSpec) -> _Known:
+        """What a task's jobs need, read at its first job (then kept: ``_known``)."""
+        opts = task.options
+        return _Known(
+            task=task,
+            lease_ms=opts.lease_ms,
+            plain=task.is_async and opts.timeout is None and opts.soft_timeout is None,
+            loads=task.loads_models,
+            tally=self.settler.tally.task(task.name),
+        )
 
     async def _prepare(
         self, claimed: Claimed, held: Held, task: TaskSpec, args: tuple[Any, ...], parent: bool

@@ -74,6 +74,11 @@ class TaskTally:
         self.wait_buckets = [0] * (len(WAIT_BUCKETS) + 1)  # rule 3, as ``buckets``
         self.waited = 0.0
 
+    def wait(self, seconds: float) -> None:
+        """Rule 3: a job of the task started ``seconds`` after it was due."""
+        self.wait_buckets[bisect_left(WAIT_BUCKETS, seconds)] += 1
+        self.waited += seconds
+
     @property
     def runs(self) -> int:
         """Runs timed (the histogram's count)."""
@@ -87,6 +92,13 @@ class Tally:
 
     def __init__(self) -> None:
         self.tasks: dict[str, TaskTally] = {}
+
+    def task(self, name: str) -> TaskTally:
+        """``name``'s numbers (made at the first ask: the runner keeps it per task)."""
+        tally = self.tasks.get(name)
+        if tally is None:
+            tally = self.tasks[name] = TaskTally()
+        return tally
 
     def record(self, task: str | None, outcome: str, seconds: float | None) -> None:
         """Count one finished attempt of ``task`` (None: the payload could not be decoded,
@@ -103,11 +115,7 @@ class Tally:
 
     def record_wait(self, task: str, seconds: float) -> None:
         """Rule 3: ``task``'s job started ``seconds`` after it was due."""
-        tally = self.tasks.get(task)
-        if tally is None:
-            tally = self.tasks[task] = TaskTally()
-        tally.wait_buckets[bisect_left(WAIT_BUCKETS, seconds)] += 1
-        tally.waited += seconds
+        self.task(task).wait(seconds)
 
     def record_many(self, runs: Iterable[Run], outcome: str) -> None:
         """:meth:`record` each of ``runs`` (its ``task`` and ``ran``), all with ``outcome``
