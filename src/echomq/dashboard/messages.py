@@ -23,6 +23,8 @@ from typing import Any
 
 import attrs
 
+from .._model.codec import json_depth
+
 __all__ = [
     "ACTIONS",
     "JOB_ACTIONS",
@@ -355,24 +357,13 @@ def refusal(error: BadMessage) -> dict[str, Any]:
     return reply
 
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.DOTALL)  # a JSON string (or its unended start)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def nesting_depth(text: str, limit: int = MAX_DEPTH) -> int:
-    """How deep arrays and objects nest in ``text`` (strings skipped), counted by a scan,
-    never by recursion; the scan stops once ``limit`` is passed (answers ``limit + 1``)."""
-    depth = deepest = 0
-    for char in _STRING.sub("", text):
-        if char in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    break
-        elif char in "]}":
-            depth -= 1
-    return deepest
+    """How deep arrays and objects nest in ``text`` (``codec.json_depth``: a scan, never
+    recursion, stopping once ``limit`` is passed)."""
+    return json_depth(text, limit)
 
 
 def _text_of(message: str | bytes) -> str:
