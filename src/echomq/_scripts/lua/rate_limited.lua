@@ -26,7 +26,7 @@ local id, token, base = ARGV[1], ARGV[2], ARGV[4]
 local ms = tonumber(ARGV[3])
 -- @include time
 -- @include lanes
--- @include leave_active
+-- @include to_schedule
 local f = redis.call('HMGET', row, 'token', 'group', 'cancel_requested')
 if not f[1] then return -1 end
 if f[1] ~= token then return -2 end
@@ -43,11 +43,7 @@ if group then
 elseif until_ms > blocked then
   redis.call('HSET', meta, 'blocked_until', until_ms)
 end
-leave_active(base, active, id, group)
-redis.call('HSET', row, 'state', 'scheduled', 'run_at', until_ms)
-redis.call('ZADD', schedule, until_ms, id)
-redis.call('PUBLISH', base .. 'control',
-  '{"event":"scheduled","job":"' .. id .. '","delay_ms":' .. ms .. '}')
+to_schedule(base, active, schedule, row, id, group, until_ms, ms)
 redis.call('PUBLISH', base .. 'events', cjson.encode({event = 'rate_limited', job = id,
   until_ms = until_ms, group = group or nil}))
 return until_ms

@@ -22,7 +22,7 @@ local id, token, step, base = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
 local ms = tonumber(ARGV[4])
 -- @include time
 -- @include lanes
--- @include leave_active
+-- @include to_schedule
 local f = redis.call('HMGET', row, 'token', 'group', step, 'cancel_requested')
 if not f[1] then return -1 end
 if f[1] ~= token then return -2 end
@@ -33,12 +33,9 @@ local group = f[2]
 if group then lanes_touch(base, group) end
 local now = now_ms()
 local until_ms = now + ms
-leave_active(base, active, id, group)
 redis.call('HSET', row, step, cjson.encode({state = 'sleep', token = tonumber(token),
-  ms = 0, at_ms = now, until_ms = until_ms}) .. '\n', 'state', 'scheduled', 'run_at', until_ms)
-redis.call('ZADD', schedule, until_ms, id)
-redis.call('PUBLISH', base .. 'control',
-  '{"event":"scheduled","job":"' .. id .. '","delay_ms":' .. ms .. '}')
+  ms = 0, at_ms = now, until_ms = until_ms}) .. '\n')
+to_schedule(base, active, schedule, row, id, group, until_ms, ms)
 redis.call('PUBLISH', base .. 'events',
   '{"event":"sleeping","job":"' .. id .. '","until_ms":' .. until_ms .. '}')
 return until_ms
