@@ -319,3 +319,20 @@ class Outer:
     @dataclasses.dataclass
     class Inner:
         n: int
+
+
+def test_a_call_that_holds_a_tag_says_so_and_only_such_a_call_is_read_for_tags() -> None:
+    plain = JSON.encode_call("t", ["__emq__", {"a": 1}], {"k": '"__emq__":'})
+    assert b'"tagged"' not in plain
+    assert JSON.decode_call(plain).args == ("__emq__", {"a": 1})
+    tagged = JSON.encode_call("t", [], {"when": dt.date(2026, 1, 2)})
+    assert tagged.endswith(b',"tagged":true}')
+    assert JSON.decode_call(tagged).kwargs == {"when": dt.date(2026, 1, 2)}
+    escaped = JSON.encode_call("t", [{"__emq__": 1}], {})  # a user's dict with the key
+    assert escaped.endswith(b',"tagged":true}')
+    assert JSON.decode_call(escaped).args == ({"__emq__": 1},)
+    # another producer's tag object without the envelope's key stays the object it wrote
+    raw = b'{"task":"t","args":[{"__emq__":"date","v":"2026-01-02"}],"kwargs":{}}'
+    assert JSON.decode_call(raw).args == ({"__emq__": "date", "v": "2026-01-02"},)
+    flagged = raw[:-1] + b',"tagged":true}'
+    assert JSON.decode_call(flagged).args == (dt.date(2026, 1, 2),)

@@ -8,7 +8,10 @@ Rule 1 (types): besides JSON's own, the codecs carry datetime, date, time, timed
 UUID, Decimal, bytes, sets, enums, dataclasses and attrs classes as tagged values, and
 pydantic models as their JSON dump (``_model/tags.py`` has the table, the tag format and
 the rules that keep decoding safe). Plain JSON from another language is read exactly as
-``json.loads`` reads it: only the reserved key ``__emq__`` marks a tag.
+``json.loads`` reads it: only the reserved key ``__emq__`` marks a tag. A call whose
+arguments hold a tag says so in its envelope (``"tagged": true``, after ``kwargs``), so a
+worker decodes a plain call with the scanner alone and only a tagged one looks for tags
+(another language's producer that writes tags sets the key too).
 Rule 2 (before any I/O): encoding happens before any I/O, so an argument that cannot be
 encoded raises :class:`~echomq.errors.UnencodableArgument` (a ``SerializationError``)
 naming the argument and the type, and nothing is sent. Every way a value or a payload
@@ -30,9 +33,8 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from json import encoder as json_encoder
-from typing import Any, Protocol
-
-import attrs
+from types import MappingProxyType
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import CodecMismatch, InvalidArgument, SerializationError, UnencodableArgument
 from .tags import KEY, Refused, reduce, untag
@@ -86,13 +88,13 @@ def check_json_depth(text: str, what: str, limit: int) -> None:
         )
 
 
-@attrs.frozen(kw_only=True)
-class Call:
-    """A decoded payload: which task, with which arguments."""
+class Call(NamedTuple):
+    """A decoded payload: which task, with which arguments. (A named tuple: a worker makes
+    one per job, and a frozen attrs class costs three times as much to build.)"""
 
     task: str
     args: tuple[Any, ...] = ()
-    kwargs: Mapping[str, Any] = attrs.field(factory=dict)
+    kwargs: Mapping[str, Any] = MappingProxyType({})
 
 
 class Codec(Protocol):
@@ -113,6 +115,9 @@ class Codec(Protocol):
 # it writes: JSON text with more '"__emq__":' keys than that has a user's dict with the
 # key, and is written again by _escaped (the common payload pays one substring search).
 _TAGS = threading.local()
+# what a call's envelope ends with after its kwargs: the plain one's, a tagged one's (rule 1)
+_PLAIN_END = "}"
+_TAGGED_END = ',"tagged":true}'
 _MARK = '"' + KEY + '":'
 _MARK_BYTES = KEY.encode()
 
@@ -202,6 +207,7 @@ def _json(value: Any) -> str:
             _TAGS.n = 0
             text = _ENCODER.encode(value)
     if _MARK in text and text.count(_MARK) != _TAGS.n:
+        _TAGS.n = 1  # (the escape writes the key: tagged)
         return _ENCODER.encode(_escaped(value))
     return text
 
@@ -308,10 +314,15 @@ class JsonCodec:
             args = list(args)
         try:
             if not kwargs:
-                return (head + self._text(args, "arguments") + ',"kwargs":{}}').encode()
+                text = self._text(args, "arguments")
+                end = _TAGGED_END if _TAGS.n else _PLAIN_END  # (module rule 1)
+                return (head + text + ',"kwargs":{}' + end).encode()
             kw = kwargs if type(kwargs) is dict else dict(kwargs)
-            tail = ',"kwargs":' + self._text(kw, "arguments") + "}"  # (checked first)
-            return (head + self._text(args, "arguments") + tail).encode()
+            kw_text = self._text(kw, "arguments")  # (checked first)
+            tagged = _TAGS.n
+            text = self._text(args, "arguments")
+            end = _TAGGED_END if tagged or _TAGS.n else _PLAIN_END
+            return (head + text + ',"kwargs":' + kw_text + end).encode()
         except SerializationError as exc:  # rule 2: which argument
             named = argument_error(_json, args, kwargs, self.name)
             if named is None:
@@ -320,7 +331,9 @@ class JsonCodec:
 
     def decode_call(self, payload: bytes) -> Call:
         try:
-            data = _read(payload)
+            data = _loads(payload)
+            if "tagged" in data:  # (module rule 1: only a tagged call looks for tags)
+                data = json.loads(payload, object_hook=_hook)
             task = data["task"]
             args = data.get("args", [])
             kwargs = data.get("kwargs", {})

@@ -44,7 +44,7 @@ import trio
 
 from .. import _tracing
 from .._model.backoff import backoff_ms, default_backoff
-from .._model.codec import Call
+from .._model.codec import Call, Codec
 from .._model.flow import Feed, Policy, split_payload, value_or_failure
 from .._model.headers import decode_headers
 from .._model.job import Claimed
@@ -107,6 +107,10 @@ class JobRunner:
     hooks: Hooks | None = None  # the queue's (rule 5)
     # task name -> what its jobs need (``_first_job``): read once per task
     _known: dict[str, _Known] = attrs.field(factory=dict, init=False)
+    _codec: Codec = attrs.field(init=False)  # the queue's, read once
+
+    def __attrs_post_init__(self) -> None:
+        self._codec = self.queue.codec
 
     async def run(self, claimed: Claimed, held: Held) -> None:
         """Rule 1: run the job, then hand its outcome to the settler."""
@@ -219,16 +223,16 @@ class JobRunner:
         """The decoded payload and its task: ``(task, call, is a flow parent, plain)``; or
         the settlement of a job that ends before it runs (a payload that cannot be
         decoded, no such task)."""
-        queue = self.queue
         is_parent, payload = split_payload(claimed.payload)
         try:
-            call = queue.codec.decode_call(payload)
+            call = self._codec.decode_call(payload)
         except Exception as exc:  # a custom codec's own error is the job's too
             return undecodable(claimed.id, exc, "the payload could not be decoded")
         held.task = call.task
-        task = queue.tasks.get(call.task)
+        task = self.queue.tasks.get(call.task)
         if task is None:
-            error = f"TaskNotRegistered: no task named {call.task!r} on queue {queue.name!r}"
+            name = self.queue.name
+            error = f"TaskNotRegistered: no task named {call.task!r} on queue {name!r}"
             delay = backoff_ms(default_backoff, claimed.failures + 1)
             return Settlement(
                 complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay
@@ -237,7 +241,6 @@ class JobRunner:
         if known is None or known.task is not task:  # a task's first job: what it needs
             known = self._known[call.task] = self._first_job(task)
         held.lease_ms = known.lease_ms
-        held.task = task.name
         waited_ms = claimed.waited_ms
         if waited_ms is not None:  # tally.py rule 3
             known.tally.wait(waited_ms / 1000 + (perf_counter() - held.claimed_at))
@@ -357,7 +360,7 @@ class JobRunner:
     def _encode(self, claimed: Claimed, value: Any) -> bytes | Settlement:
         """The job's result as stored, or (a value the codec refuses) its dead-letter."""
         try:
-            return self.queue.codec.encode_result(value)
+            return self._codec.encode_result(value)
         except Exception as exc:  # as for decoding
             return undecodable(claimed.id, exc, "the result could not be encoded")
 
