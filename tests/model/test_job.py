@@ -69,10 +69,9 @@ def test_read_job_refuses_a_row_without_state() -> None:
 
 def test_values_are_frozen() -> None:
     """Claimed and Sweep are immutable values."""
-    import attrs
 
     claimed = Claimed(id="j", payload=b"", token=1)
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         claimed.token = 2  # type: ignore[misc]
     assert Sweep(recovered=["a"], dead=[]) == Sweep(recovered=["a"], dead=[])
 
@@ -80,7 +79,6 @@ def test_values_are_frozen() -> None:
 def test_a_claim_reply_reads_as_claimed_values() -> None:
     """A claim's reply becomes the same values Claimed(...) makes: equal, hashable,
     frozen; the trailing next_due_ms is not a job."""
-    import attrs
 
     reply = [b"a", b"p", 1, 0, None, None, "b", b"q", 3, 2, b"t", 40, 25]
     batch = _read_claim(reply)
@@ -91,7 +89,7 @@ def test_a_claim_reply_reads_as_claimed_values() -> None:
     assert batch.next_due_ms == 25
     assert len({hash(j) for j in batch.jobs}) == 2
     assert repr(batch.jobs[0]) == repr(Claimed(id="a", payload=b"p", token=1))
-    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         batch.jobs[0].token = 2  # type: ignore[misc]
     assert _read_claim([b"a", b"p", 1, 0, None, 7]).next_due_ms is None
     with pytest.raises(ScriptError):

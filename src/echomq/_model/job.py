@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import attrs
 
@@ -80,10 +80,9 @@ class Enqueued:
     deduplicated: bool = False
 
 
-# no slots, as NewJob; its fields also by position: a claim's reply makes up to 250 of
-# them per call (``jobs.lifecycle._claimed``), and a keyword per field costs more
-@attrs.frozen(slots=False)
-class Claimed:
+# a named tuple, filled by position: a claim's reply makes up to 250 of them per call
+# (``jobs.lifecycle._claimed``), and a frozen attrs class costs twice as much to build
+class Claimed(NamedTuple):
     """A job this caller now holds: ``token`` (the row's ``token``) fences every later move.
 
     ``headers``: the row's ``headers`` field (a JSON object of strings), None when absent.
