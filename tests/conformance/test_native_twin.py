@@ -14,7 +14,6 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-import attrs
 import pytest
 import trio
 
@@ -214,7 +213,7 @@ def normalise(log: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         if isinstance(value, echomq.JobInfo):
             value = (value.state, value.token, value.failures, value.stalled, value.last_error)
         elif isinstance(value, list) and value and all(isinstance(c, Claimed) for c in value):
-            value = [attrs.evolve(c, waited_ms=0) for c in value]
+            value = [c._replace(waited_ms=0) for c in value]
         result.append((name, value))
     return result
 

@@ -123,10 +123,6 @@ class Settler:
         then awaits :meth:`settle` for (rule 5); None: done here, or joined this tick's
         batch of completions (rule 3)."""
         stop = held.stop
-        if stop is None and type(outcome) is bytes:  # completed: the common case
-            held.settling = True  # the lease keeper leaves it alone
-            self._join(held, outcome, False)
-            return None
         if stop is Stop.FENCED:
             self._count(held, "cancelled")
             log.warning(
@@ -140,8 +136,8 @@ class Settler:
         elif stop is Stop.SLEPT:  # a durable sleep: the job is scheduled (docs/steps.md)
             log.debug("job %s sleeps: back on the schedule", held.id)
         elif outcome is not None:
-            held.settling = True
-            if type(outcome) is bytes:  # completed, after a cancel request it did not see
+            held.settling = True  # the lease keeper leaves it alone
+            if type(outcome) is bytes:  # completed: its encoded result (the common case)
                 self._join(held, outcome, False)
                 return None
             assert isinstance(outcome, Settlement)
