@@ -426,6 +426,51 @@ def _bool(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise InvalidArgument(f"{attribute.name} must be True or False, not {value!r}")
 
 
+def _as_tuple(value: Any) -> Any:
+    """A list or tuple given for a per-queue option becomes a tuple (else left to the check)."""
+    return tuple(value) if isinstance(value, list | tuple) else value
+
+
+def _per_queue(*, none_allowed: bool) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """A sequence of positive ints, one per queue (``none_allowed``: an entry may be None);
+    its length is checked against the queues by ``Worker``."""
+
+    def check(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None:
+            return
+        if not isinstance(value, tuple) or not value:
+            raise InvalidArgument(
+                f"{attribute.name} must be a sequence of positive ints, one per queue, "
+                f"not {value!r}"
+            )
+        for item in value:
+            if item is None and none_allowed:
+                continue
+            if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+                raise InvalidArgument(
+                    f"{attribute.name} must be positive ints"
+                    + (" or None" if none_allowed else "")
+                    + f", not {item!r}"
+                )
+
+    return check
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    """``5,3,1`` (a flag or a variable) as ``(5, 3, 1)``."""
+    return tuple(int(part) for part in text.split(","))
+
+
+def _cap_list(text: str) -> tuple[int | None, ...]:
+    """``10,0,5`` as ``(10, None, 5)``: 0 is no cap."""
+    return tuple(int(part) or None for part in text.split(","))
+
+
+def per_queue_text(value: tuple[int | None, ...]) -> str:
+    """A per-queue option as its flag writes it (None: 0), for ``--processes``' children."""
+    return ",".join(str(item or 0) for item in value)
+
+
 def _meta(
     help: str, parse: Callable[[str], Any], choices: tuple[str, ...] | None = None
 ) -> dict[str, Any]:
@@ -533,6 +578,26 @@ class WorkerConfig:
             "claimed jobs held beyond concurrency, waiting for a slot, while jobs finish "
             "fast (0: never; default: half the concurrency)",
             int,
+        ),
+    )
+    weights: tuple[int, ...] | None = attrs.field(
+        default=None,
+        converter=_as_tuple,
+        validator=_per_queue(none_allowed=False),
+        metadata=_meta(
+            "serve several queues by weight, one positive int per queue (5,3,1: in "
+            "proportion while all have work); default: strict order, the first queue first",
+            _int_list,
+        ),
+    )
+    caps: tuple[int | None, ...] | None = attrs.field(
+        default=None,
+        converter=_as_tuple,
+        validator=_per_queue(none_allowed=True),
+        metadata=_meta(
+            "the most jobs held at once per queue served, one per queue (10,0,5; 0: no "
+            "cap); within concurrency",
+            _cap_list,
         ),
     )
     metrics_port: int | None = attrs.field(

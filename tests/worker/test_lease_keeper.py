@@ -33,14 +33,14 @@ async def test_a_job_settled_while_its_renewal_ran_is_not_lost(
 ) -> None:
     await jobs.enqueue(conn, queue, b"{}")
     (claimed,) = await jobs.claim(conn, queue, 30_000)
-    inflight = InFlight()
+    inflight = InFlight(queue)
     held = inflight.add(claimed.id, claimed.token, 30_000)
 
     async def settle() -> None:
         held.settling = True
         await jobs.complete(conn, queue, claimed.id, claimed.token, b'"ok"')
 
-    keeper = LeaseKeeper(SettlesDuringRenewal(conn, settle), queue, inflight, period=10)  # type: ignore[arg-type]
+    keeper = LeaseKeeper(SettlesDuringRenewal(conn, settle), inflight, period=10)  # type: ignore[arg-type]
     await keeper.tick()
     assert held.stop is None  # not lost: its own settlement took it out of active
     info = await jobs.get_job(conn, queue, claimed.id)

@@ -119,7 +119,7 @@ async def test_a_prefetched_job_that_lost_its_lease_never_runs(redis_url: str, q
     with trio.fail_after(20):
         async with prefetching(q, gate) as (worker, handles, ran):
             waiting = [h for h in handles if h.id not in ran]
-            lost = worker.inflight.jobs[waiting[0].id]
+            lost = worker.inflight.get(waiting[0].id)
             worker.inflight.lose(lost.id, lost.token)  # as the keeper does on "stale"
             gate.set()
             await until(lambda: worker.statistics().lost == 1 and worker.statistics().held == 0)
@@ -138,7 +138,7 @@ async def test_a_crash_hands_prefetched_jobs_back_uncounted(
     ran: list[str] = []
     hold = _hold(q, gate, ran)
 
-    async def buggy_record(self: Settler, batch: Any, settled: Any) -> None:
+    async def buggy_record(self: Settler, queue: str, batch: Any, settled: Any) -> None:
         raise RuntimeError("a bug in the worker")
 
     worker = echomq.Worker(q, concurrency=2, prefetch=2, recovery_interval=60)

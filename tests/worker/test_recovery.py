@@ -235,7 +235,7 @@ async def test_a_failing_worker_leaves_its_jobs_to_recovery_counted(
     async def buggy_settle(self: Settler, held: Any, settlement: Any) -> bool:
         raise RuntimeError("a bug in the worker")
 
-    async def buggy_record(self: Settler, batch: Any, settled: Any) -> None:
+    async def buggy_record(self: Settler, queue: str, batch: Any, settled: Any) -> None:
         raise RuntimeError("a bug in the worker")
 
     monkeypatch.setattr(Settler, "_settle", buggy_settle)

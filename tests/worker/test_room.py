@@ -77,7 +77,7 @@ async def test_the_table_hands_back_what_was_not_settled_unless_recovery_or_a_fe
     helds[2].stop, helds[3].stop = Stop.LOST, Stop.FENCED
     inflight.finish(helds, {helds[0]})
     assert len(inflight) == 0
-    assert inflight.take_hand_back() == [("unsettled", 2)]
+    assert inflight.take_hand_back() == [("", "unsettled", 2)]
     assert inflight.take_hand_back() == []
     await inflight.wait_idle()  # (returns at once: nothing held)
 
@@ -87,9 +87,7 @@ async def test_the_settler_finishes_what_it_does_not_write_and_frees_its_slot() 
     no outcome (a shutdown past grace) is handed back. Each frees its slot at once."""
     inflight, room = InFlight(), Room(3)
     async with trio.open_nursery() as nursery:
-        settler = Settler(
-            conn=cast(Any, None), queue="q", inflight=inflight, room=room, nursery=nursery
-        )
+        settler = Settler(conn=cast(Any, None), inflight=inflight, room=room, nursery=nursery)
         fenced, lost, shut = (inflight.add(name, 1, 1000) for name in ("f", "l", "s"))
         for _ in range(3):
             room.take()
@@ -105,5 +103,5 @@ async def test_the_settler_finishes_what_it_does_not_write_and_frees_its_slot() 
     counters = settler.counters
     assert (counters.cancelled, counters.lost, counters.completed) == (1, 1, 0)
     assert room.available == 3 and len(inflight) == 0
-    assert inflight.take_hand_back() == [("s", 1)]
+    assert inflight.take_hand_back() == [("", "s", 1)]
     assert settler.batches == 0

@@ -97,7 +97,7 @@ async def test_a_stop_that_comes_after_the_handler_returned_reaches_no_other_job
 
     @q.task
     async def step(n: int) -> int:
-        helds[n] = worker.inflight.jobs[echomq.current_job().id]
+        helds[n] = worker.inflight.get(echomq.current_job().id)
         if n == 1:
             waiting.set()
             await gate.wait()
@@ -144,7 +144,7 @@ async def test_a_job_stopped_in_the_slot_scope_settles_as_before_and_the_next_ge
         async with q.open(), serving(worker):
             stopped = await work.delay(-1)
             await until(lambda: stopped.id in running)
-            held = worker.inflight.jobs[stopped.id]
+            held = worker.inflight.get(stopped.id)
             if stop == "cancel":
                 worker.inflight.request_cancel(stopped.id, "stop")
                 with pytest.raises(JobCancelled) as caught:

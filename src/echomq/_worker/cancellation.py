@@ -1,8 +1,10 @@
 """The held-job table: the jobs a worker holds, and the one place that cancels them.
 
-Rule 1: every claimed job has a :class:`Held` record (id, token, lease, its
-``CancelToken``) from the moment the claim answers until its outcome is settled or handed
-back (:meth:`InFlight.finish`). The lease keeper reads this map; nobody else keeps one.
+Rule 1: every claimed job has a :class:`Held` record (its queue, id, token, lease, its
+``CancelToken``), keyed by queue and id (a worker may serve several queues, and a job id
+is unique within its queue only), from the moment the claim answers until its outcome is
+settled or handed back (:meth:`InFlight.finish`). The lease keeper reads this map;
+nobody else keeps one.
 A job finished without being settled (a shutdown past grace, a worker cancelled from
 outside) joins the table's hand-back list, which the worker releases to pending.
 Rule 2: remote reasons cancel a job's scope only through :class:`InFlight`: a cancel
@@ -70,6 +72,7 @@ class Held:
     id: str
     token: int
     lease_ms: int
+    queue: str = ""  # the queue it was claimed from
     _scope: trio.CancelScope | None = attrs.field(default=None, init=False)
     # rule 5: the scope of the slot task that carries it; the same while its handler runs
     slot: SlotScope | None = attrs.field(default=None, init=False)
@@ -155,14 +158,21 @@ class Held:
             self.hard_scope.cancel()
 
 
+Key = tuple[str, str]  # (queue, job id)
+Returned = tuple[str, str, int]  # (queue, job id, token): a job to hand back
+
+
 @attrs.define(eq=False)
 class InFlight:
-    """The map ``job_id -> Held`` and the events that change it."""
+    """The map ``(queue, job_id) -> Held`` and the events that change it. ``queue``: the
+    queue a call names when it names none (the worker's first)."""
 
-    jobs: dict[str, Held] = attrs.field(factory=dict, init=False)
-    # rule 1: (id, token) of jobs finished unsettled, for the worker to release to pending
-    hand_back: list[tuple[str, int]] = attrs.field(factory=list, init=False)
-    _early: OrderedDict[str, tuple[float, str | None, float | None, bool]] = attrs.field(
+    queue: str = ""
+    jobs: dict[Key, Held] = attrs.field(factory=dict, init=False)
+    # rule 1: the jobs finished unsettled, for the worker to release to pending
+    hand_back: list[Returned] = attrs.field(factory=list, init=False)
+    _by_queue: dict[str, int] = attrs.field(factory=dict, init=False)  # held per queue
+    _early: OrderedDict[Key, tuple[float, str | None, float | None, bool]] = attrs.field(
         factory=OrderedDict, init=False
     )
     _idle: trio.Event = attrs.field(factory=trio.Event, init=False)
@@ -174,12 +184,24 @@ class InFlight:
     def __len__(self) -> int:
         return len(self.jobs)
 
-    def add(self, job_id: str, token: int, lease_ms: int) -> Held:
-        held = Held(job_id, token, lease_ms)
-        self.jobs[job_id] = held
+    def get(self, job_id: str, queue: str | None = None) -> Held | None:
+        """The held job ``job_id`` of ``queue`` (default: the table's), or None."""
+        return self.jobs.get((self.queue if queue is None else queue, job_id))
+
+    def held_in(self, queue: str) -> int:
+        """How many jobs of ``queue`` are held (running, settling or prefetched)."""
+        return self._by_queue.get(queue, 0)
+
+    def add(self, job_id: str, token: int, lease_ms: int, queue: str | None = None) -> Held:
+        queue = self.queue if queue is None else queue
+        held = Held(job_id, token, lease_ms, queue)
+        key = (queue, job_id)
+        if key not in self.jobs:
+            self._by_queue[queue] = self._by_queue.get(queue, 0) + 1
+        self.jobs[key] = held
         if self._idle.is_set():
             self._idle = trio.Event()
-        early = self._early.pop(job_id, None) if self._early else None
+        early = self._early.pop(key, None) if self._early else None
         if early is not None and trio.current_time() - early[0] < _EARLY_CANCEL_TTL:
             at, reason, grace, fenced = early
             self._apply(held, reason, None if grace is None else at + grace, fenced)
@@ -189,14 +211,16 @@ class InFlight:
         """``helds`` are done: they leave the table. ``settled``: those whose outcome the
         server has (None: every one); the others are handed back, unless recovery or a
         fence owns them (a lost lease, a fence)."""
-        jobs = self.jobs
+        jobs, counts = self.jobs, self._by_queue
         for held in helds:
-            if jobs.get(held.id) is held:
-                del jobs[held.id]
+            key = (held.queue, held.id)
+            if jobs.get(key) is held:
+                del jobs[key]
+                counts[held.queue] -= 1
         if settled is not None and len(settled) < len(helds):
             for held in helds:
                 if held not in settled and held.stop not in SETTLED_ELSEWHERE:
-                    self.hand_back.append((held.id, held.token))
+                    self.hand_back.append((held.queue, held.id, held.token))
         if not jobs:
             self._idle.set()
 
@@ -205,7 +229,7 @@ class InFlight:
         table and onto the hand-back list."""
         self.finish(helds, ())
 
-    def take_hand_back(self) -> list[tuple[str, int]]:
+    def take_hand_back(self) -> list[Returned]:
         """The hand-back list, emptied."""
         pending, self.hand_back = self.hand_back, []
         return pending
@@ -221,18 +245,21 @@ class InFlight:
         *,
         grace: float | None = None,
         fenced: bool = False,
+        queue: str | None = None,
     ) -> bool:
-        """Cancel a held job (True), or remember the request for a claim in flight.
+        """Cancel a held job of ``queue`` (default: the table's) (True), or remember the
+        request for a claim in flight.
 
         ``grace`` (seconds): arm the job's fence time (rule 4). ``fenced``: the attempt is
         fenced already: stop it hard now.
         """
         now = trio.current_time()
-        held = self.jobs.get(job_id)
+        key = (self.queue if queue is None else queue, job_id)
+        held = self.jobs.get(key)
         if held is not None:
             self._apply(held, reason, None if grace is None else now + grace, fenced)
             return True
-        self._early[job_id] = (now, reason, grace, fenced)
+        self._early[key] = (now, reason, grace, fenced)
         while len(self._early) > _EARLY_CANCELS:
             self._early.popitem(last=False)
         return False
@@ -260,8 +287,8 @@ class InFlight:
         """Held jobs whose fence time has come."""
         return [h for h in self.jobs.values() if h.fence_at is not None and h.fence_at <= now]
 
-    def lose(self, job_id: str, token: int) -> None:
-        held = self.jobs.get(job_id)
+    def lose(self, job_id: str, token: int, queue: str | None = None) -> None:
+        held = self.get(job_id, queue)
         if held is not None and held.token == token:
             held.lose()
 

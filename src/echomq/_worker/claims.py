@@ -37,6 +37,16 @@ jobs back at once (``give_back``; the worker releases them, fenced, before the g
 starts); a worker that fails starts none once its jobs nursery is cancelled, and hands
 them back uncounted (they never ran: not what failed it). Slow jobs never prefetch:
 a prefetched job would wait behind them while another worker idles.
+Rule 6 (several queues; ``queues.py``): one loop claims for every queue a worker serves,
+into the same slots, held-job table and prefetch. Each pass asks the turn policy
+(``QueueTurns.share``: strict order or weights, per-queue caps) whom to ask for how many,
+and claims from each in turn, each queue on a wake connection of its own (its master's,
+on a cluster). A queue that answers fewer than asked rests: it is not asked again until
+its watcher (a ``BLPOP`` on its wake list and this loop's own list there, for its idle
+time, claiming nothing) returns, so an empty or paused queue costs one blocking call,
+not a claim per pass. With every queue resting the loop waits for a watcher to return
+(or a slot to free, for a capped queue). A worker of one queue keeps rules 1-5 as they
+are (its idle claim goes out behind its ``BLPOP``, in one write).
 """
 
 from __future__ import annotations
@@ -56,19 +66,31 @@ from .._scripts import validate as v
 from .._wire.interface import RedisConnection
 from ..errors import TRANSIENT, ConnectionLost
 from ..jobs import ClaimBatch
-from ..jobs.wake import nudge, wait_then_claim
+from ..jobs.wake import nudge, wait_for_work, wait_then_claim
 from .cancellation import Held, InFlight
 from .pool import SlotPool
+from .queues import QueueTurns
 from .room import Room
 from .tally import Counters
 
-__all__ = ["ClaimLoop"]
+__all__ = ["ClaimLoop", "Source"]
 
 log = logging.getLogger("echomq.worker")
 
 CLAIM_TIMEOUT = 10.0  # a claim with no reply by then is treated as a lost connection
 IDLE_CAP = 1.0  # the longest an idle loop blocks before claiming again
 _MIN_IDLE = 0.05  # a due-but-unclaimable job (a paused queue) must not make us spin
+
+
+@attrs.define(eq=False)
+class Source:
+    """One queue of a worker serving several (rule 6)."""
+
+    name: str
+    wake_conn: RedisConnection  # its claims and its watcher's BLPOP, one at a time
+    claims: int = 0  # claim calls made to it
+    resting: bool = False  # it answered short: its watcher waits for work
+    until: float | None = None  # while resting: when its watcher's wait ends (trio time)
 
 
 @attrs.define(eq=False)
@@ -84,6 +106,10 @@ class ClaimLoop:
     id: str = attrs.field(factory=lambda: uuid.uuid4().hex[:16])  # its own wake list's
     worker: str | None = None  # written on each claimed row (the holder: explain)
     prefetch: int = 0  # rule 5: the most claimed jobs waiting for a slot (0: none)
+    # rule 6: the queues of a worker serving several (the first is ``queue``), and whom
+    # to ask; empty: one queue (``queue``, on ``wake_conn``)
+    sources: tuple[Source, ...] = ()
+    turns: QueueTurns | None = None
     _ready: deque[tuple[Claimed, Held]] = attrs.field(factory=deque, init=False)  # rule 5
     _batch: int = attrs.field(init=False)  # rule 5: the most one claim asks for
     claims: int = 0
@@ -94,6 +120,8 @@ class ClaimLoop:
 
     def __attrs_post_init__(self) -> None:
         self._batch = min(v.MAX_COUNT, self.room.concurrency)
+        if self.sources and self.turns is None:
+            self.turns = QueueTurns(len(self.sources))
 
     @property
     def prefetched(self) -> int:
@@ -140,8 +168,13 @@ class ClaimLoop:
             nursery.start_soon(self._start_prefetched)
             task_status.started()
             try:
-                await self._claim_loop()
+                if self.sources:
+                    await self._claim_many(nursery)
+                else:
+                    await self._claim_loop()
             finally:
+                self._stopped.set()
+                # (rule 6: a watcher's BLPOP is shielded: it ends at stop's nudge, or its time)
                 nursery.cancel_scope.cancel()
 
     async def _claim_loop(self) -> None:
@@ -169,13 +202,70 @@ class ClaimLoop:
                 # rule 1c: the batches of completions answered with this claim free their
                 # slots first, so that the next claim goes out before these jobs run
                 await trio.lowlevel.cancel_shielded_checkpoint()
-                self._take(batch)
+                self._take(batch, self.queue)
                 idle_for = self._idle_time(batch) if len(batch.jobs) < want else None
                 await trio.lowlevel.checkpoint_if_cancelled()  # the claims are shielded
         finally:
             self._stopped.set()
 
-    def _take(self, batch: ClaimBatch) -> None:
+    async def _claim_many(self, nursery: trio.Nursery) -> None:
+        """Rule 6: one pass asks the queues the turn policy names, each in turn."""
+        backoff = Backoff(0.02, 2.0)
+        sources, turns, inflight = self.sources, self.turns, self.inflight
+        assert turns is not None
+        while not self._stopping:
+            while (room := self._room())[0] <= 0 and not self._stopping:
+                await self.room.changed()  # a finished job, or stop()
+            if self._stopping:
+                break
+            free, most = room
+            plan = turns.share(
+                free, [not s.resting for s in sources], [inflight.held_in(s.name) for s in sources]
+            )
+            if not plan:  # every queue resting (or at its cap): a watcher wakes the room
+                await self.room.changed()
+                continue
+            for index, count in plan:
+                if self._stopping:
+                    break
+                source = sources[index]
+                want = min(count, most)
+                try:
+                    batch = await self._claim(want, source)
+                except TRANSIENT as exc:
+                    delay = backoff.next()
+                    log.warning("claim loop (%s): %s; retrying in %.2f s", source.name, exc, delay)
+                    await trio.sleep(delay)
+                    break
+                backoff.reset()
+                await trio.lowlevel.cancel_shielded_checkpoint()  # rule 1c
+                self._take(batch, source.name)
+                if len(batch.jobs) < want:
+                    self._rest(source, self._idle_time(batch), nursery)
+                await trio.lowlevel.checkpoint_if_cancelled()  # the claims are shielded
+
+    def _rest(self, source: Source, block: float, nursery: trio.Nursery) -> None:
+        """Rule 6: ``source`` answered short: closed to claims until its watcher returns."""
+        source.resting = True
+        source.until = trio.current_time() + block
+        self.idle_waits += 1
+        nursery.start_soon(self._watch, source, block)
+
+    async def _watch(self, source: Source, block: float) -> None:
+        try:
+            with trio.CancelScope(shield=True):  # stop() nudges it awake
+                with trio.move_on_after(block + CLAIM_TIMEOUT) as bound:
+                    await wait_for_work(source.wake_conn, source.name, self.id, block)
+                if bound.cancelled_caught:  # no reply: a BLPOP left on the server holds
+                    source.wake_conn.drop()  # the socket; drop it (the next call redials)
+        except TRANSIENT as exc:
+            log.warning("claim loop (%s): waiting for work: %s", source.name, exc)
+        finally:
+            source.resting = False
+            source.until = None
+            self.room.wake()
+
+    def _take(self, batch: ClaimBatch, queue: str) -> None:
         """Start each claimed job (no checkpoint here: nothing claimed is dropped)."""
         self.claims += 1
         add, lease = self.inflight.add, self.claim_lease_ms
@@ -184,9 +274,9 @@ class ClaimLoop:
         now = perf_counter()
         for job in batch.jobs:
             if self._stopping:  # claimed as we stop: straight back to pending
-                self.inflight.hand_back.append((job.id, job.token))
+                self.inflight.hand_back.append((queue, job.id, job.token))
                 continue
-            held = add(job.id, job.token, lease)
+            held = add(job.id, job.token, lease, queue)
             held.claimed_at = now
             taken += 1
             if room.available > 0 and not ready:
@@ -205,16 +295,20 @@ class ClaimLoop:
             return IDLE_CAP
         return min(IDLE_CAP, max(batch.next_due_ms / 1000.0, _MIN_IDLE))
 
-    async def _claim(self, want: int) -> ClaimBatch:
+    async def _claim(self, want: int, source: Source | None = None) -> ClaimBatch:
         # Shielded: a claim cancelled after it was sent would still run on the server and
         # its jobs would wait for a lease to lapse (and count as stalled). Stopping waits
         # for the reply instead (bounded), and the jobs it brings are run or handed back.
+        conn, queue = self.wake_conn, self.queue
+        if source is not None:
+            conn, queue = source.wake_conn, source.name
+            source.claims += 1
         with trio.CancelScope(shield=True):
             with trio.move_on_after(CLAIM_TIMEOUT):
                 return await jobs.claim_batch(  # rule 1d: on the wake connection
-                    self.wake_conn, self.queue, self.claim_lease_ms, count=want, worker=self.worker
+                    conn, queue, self.claim_lease_ms, count=want, worker=self.worker
                 )
-        raise ConnectionLost(f"claim on {self.queue!r}: no reply in {CLAIM_TIMEOUT} s")
+        raise ConnectionLost(f"claim on {queue!r}: no reply in {CLAIM_TIMEOUT} s")
 
     async def _claim_when_woken(self, want: int, block: float) -> ClaimBatch:
         self.idle_waits += 1
@@ -248,23 +342,31 @@ class ClaimLoop:
         self._stopping = True
         self.room.wake()
         self.give_back()  # rule 5: the worker releases them before the grace starts
+        resting = [s.name for s in self.sources if s.resting]  # rule 6: their watchers
         if self._idle_until is not None:
+            resting.append(self.queue)
+        for queue in resting:
             try:
-                await nudge(self.conn, self.queue, self.id)
+                await nudge(self.conn, queue, self.id)
             except TRANSIENT as exc:
                 log.warning("stop: could not wake the idle claim (%s); it ends by itself", exc)
         with trio.move_on_after(CLAIM_TIMEOUT):
             await self._stopped.wait()
 
-    async def scheduled(self, due_in: float | None) -> None:
-        """A job was scheduled (or retried later): wake our idle wait if it is due sooner.
+    async def scheduled(self, due_in: float | None, queue: str | None = None) -> None:
+        """A job was scheduled (or retried later) on ``queue`` (default: the loop's
+        first): wake our idle wait on it if it is due sooner.
 
         The scripts push wake tokens only for ready work; a wait that started before
         this job was scheduled would otherwise sleep past its due time (up to the cap).
         """
-        until = self._idle_until
+        name = self.queue if queue is None else queue
+        if self.sources:
+            until = next((s.until for s in self.sources if s.name == name), None)
+        else:
+            until = self._idle_until
         if until is None:
             return  # busy: the next claim reads the schedule again
         if due_in is not None and trio.current_time() + due_in >= until:
             return
-        await nudge(self.conn, self.queue, self.id)
+        await nudge(self.conn, name, self.id)

@@ -35,8 +35,7 @@ log = logging.getLogger("echomq.worker")
 
 @attrs.define(eq=False)
 class Escalator:
-    conn: Executor
-    queue: str
+    conn: Executor  # any queue's keys
     inflight: InFlight
     retry: float  # rule 2: seconds before a job not fenced yet is tried again
     fenced: int = 0  # jobs this worker fenced itself
@@ -56,13 +55,14 @@ class Escalator:
         due = self.inflight.due_fences(now)
         if not due:
             return
-        try:
-            fenced = set(await cancel.fence_due(self.conn, self.queue))
-        except ConnectionLost as exc:
-            log.warning("cancel fence: %s; retrying in %.2f s", exc, self.retry)
-            fenced = set()
+        fenced: set[tuple[str, str]] = set()
+        for queue in sorted({held.queue for held in due}):
+            try:
+                fenced.update((queue, job) for job in await cancel.fence_due(self.conn, queue))
+            except ConnectionLost as exc:
+                log.warning("cancel fence: %s; retrying in %.2f s", exc, self.retry)
         for held in due:
-            if held.id in fenced:
+            if (held.queue, held.id) in fenced:
                 self.fenced += 1
                 log.warning(
                     "job %s (%s) did not stop within its cancel grace: fenced (settled "

@@ -1,8 +1,8 @@
 """The lease keeper: one timer renews every held lease in one batch call per tick.
 
 Rule 1: every ``period`` (a third of the shortest lease) the keeper sends
-``extend_locks`` for every job this worker holds, by lease length (usually one length,
-so one round trip), in chunks of at most ``CHUNK`` jobs.
+``extend_locks`` for every job this worker holds, by queue and lease length (usually one
+queue and one length, so one round trip), in chunks of at most ``CHUNK`` jobs.
 Rule 2: an answer other than ``ok`` / ``cancel`` (stale / not_active / gone) means the
 lease is lost: the job's scope is cancelled and its outcome is never settled (after a
 cancel request it is the cancel's fence: the job is stopped hard, ``Held.lose``). A job
@@ -42,8 +42,7 @@ CHUNK = v.MAX_HELD  # pairs per extend_locks call (the verb's cap)
 
 @attrs.define(eq=False)
 class LeaseKeeper:
-    conn: Executor
-    queue: str
+    conn: Executor  # any queue's keys (one server, or a cluster routing each by its slot)
     inflight: InFlight
     period: float
     ticks: int = 0
@@ -60,15 +59,15 @@ class LeaseKeeper:
     async def tick(self) -> None:
         """Renew every held lease once."""
         self.ticks += 1
-        by_lease: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        by_lease: dict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
         for held in list(self.inflight.jobs.values()):
             if held.stop not in (Stop.LOST, Stop.SLEPT) and not held.settling:
-                by_lease[held.lease_ms].append((held.id, held.token))
-        for lease_ms, pairs in by_lease.items():
+                by_lease[held.queue, held.lease_ms].append((held.id, held.token))
+        for (queue, lease_ms), pairs in by_lease.items():
             for start in range(0, len(pairs), CHUNK):
                 chunk = pairs[start : start + CHUNK]
                 try:
-                    answers = await jobs.extend_locks(self.conn, self.queue, chunk, lease_ms)
+                    answers = await jobs.extend_locks(self.conn, queue, chunk, lease_ms)
                 except TRANSIENT as exc:
                     log.warning("lease keeper: %s; retrying next tick", exc)
                     return
@@ -78,7 +77,7 @@ class LeaseKeeper:
                     if answer is ExtendResult.OK:
                         self.renewed += 1
                         continue
-                    found = self.inflight.jobs.get(job_id)
+                    found = self.inflight.get(job_id, queue)
                     if found is None or found.token != token:
                         continue
                     if found.stop in (Stop.LOST, Stop.SLEPT) or found.settling:
@@ -90,7 +89,7 @@ class LeaseKeeper:
                             log.info(
                                 "job %s: cancel requested (%s), seen at its lease", job_id, reason
                             )
-                            self.inflight.request_cancel(job_id, reason)
+                            self.inflight.request_cancel(job_id, reason, queue=queue)
                         continue
                     if found.stop is Stop.CANCEL:
                         log.warning(

@@ -1,4 +1,5 @@
-"""The loops that follow the workers' channel (``emq:{q}:control``), one per event kind.
+"""The loops that follow the workers' channel (``emq:{q}:control``), one per event kind
+(and per queue, for a worker serving several: ``queue`` names the feed's).
 
 Rule 1 (cancel requests): a ``cancel`` event goes to the held-job table
 (``InFlight.request_cancel``) with its reason, its grace (which arms the fence time) and
@@ -32,6 +33,7 @@ log = logging.getLogger("echomq.worker")
 async def follow_cancels(
     feed: EventFeed,
     inflight: InFlight,
+    queue: str | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -49,6 +51,7 @@ async def follow_cancels(
                 reason if isinstance(reason, str) else None,
                 grace=grace / 1000 if isinstance(grace, int | float) else None,
                 fenced=fenced,
+                queue=queue,
             )
             if found and fenced:
                 log.warning(
@@ -61,6 +64,7 @@ async def follow_cancels(
 async def follow_schedule(
     feed: EventFeed,
     claims: ClaimLoop,
+    queue: str | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -73,7 +77,7 @@ async def follow_schedule(
             if event.event == "retrying" and not due_in:
                 continue  # retried at once: the script pushed a wake token
             try:
-                await claims.scheduled(due_in)
+                await claims.scheduled(due_in, queue)
             except TRANSIENT:
                 pass  # the idle cap still bounds the wait
 

@@ -94,8 +94,9 @@ def queue_families(stats: Sequence[QueueStats], ok: bool = True) -> list[Metric]
     return [depth, paused, completed, failed, cancelled, scrape]
 
 
-def task_families(queue: str, tally: Tally) -> list[Metric]:
-    """Jobs by task and outcome, retries, and the run-time histogram of each task."""
+def task_families(tallies: Sequence[tuple[str, Tally]]) -> list[Metric]:
+    """Jobs by task and outcome, retries, and the run-time histogram of each task, of each
+    ``(queue, tally)`` (one family each, a sample per queue and task)."""
     jobs = CounterMetricFamily(
         "echomq_jobs",
         "Finished attempts run by this worker, by task and outcome",
@@ -119,13 +120,14 @@ def task_families(queue: str, tally: Tally) -> list[Metric]:
         labels=["queue", "task"],
         unit="",
     )
-    for task, t in sorted(tally.tasks.items()):
-        for outcome, count in t.outcomes.items():
-            jobs.add_metric([queue, task, outcome], count)
-        retries.add_metric([queue, task], t.outcomes["retried"])
-        runs.add_metric([queue, task], _cumulative(BUCKETS, t.buckets), t.seconds)
-        if any(t.wait_buckets):
-            waits.add_metric([queue, task], _cumulative(WAIT_BUCKETS, t.wait_buckets), t.waited)
+    for queue, tally in tallies:
+        for task, t in sorted(tally.tasks.items()):
+            for outcome, count in t.outcomes.items():
+                jobs.add_metric([queue, task, outcome], count)
+            retries.add_metric([queue, task], t.outcomes["retried"])
+            runs.add_metric([queue, task], _cumulative(BUCKETS, t.buckets), t.seconds)
+            if any(t.wait_buckets):
+                waits.add_metric([queue, task], _cumulative(WAIT_BUCKETS, t.wait_buckets), t.waited)
     return [jobs, retries, runs, waits]
 
 
@@ -147,16 +149,17 @@ class WorkerCollector(Collector):
 
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
-        self.stats: QueueStats | None = None
+        self.stats: list[QueueStats] = []  # each queue's it serves
         self.stats_ok = False
 
     async def refresh(self) -> None:
         """Read the queue's gauges now (at most ``_READ_TIMEOUT`` seconds)."""
-        queue = self.worker.queue
         self.stats_ok = False
         with trio.move_on_after(_READ_TIMEOUT):
             try:
-                self.stats = await admin.stats(queue.connection, queue.name)
+                self.stats = [
+                    await admin.stats(queue.connection, queue.name) for queue in self.worker.queues
+                ]
                 self.stats_ok = True
             except (EchoMQError, RuntimeError) as exc:  # Redis down, or not serving yet
                 log.warning("metrics: queue gauges not read (%s)", exc)
@@ -218,9 +221,8 @@ class WorkerCollector(Collector):
                 hook_errors.add_metric([name, hook], count)
         yield from (up, held, prefetched, slots, renewals, lost, stalls, sweeps, restarts)
         yield hook_errors
-        yield from task_families(name, worker._tally())
-        stats = [self.stats] if self.stats_ok and self.stats is not None else []
-        yield from queue_families(stats, self.stats_ok)
+        yield from task_families([(q.name, worker._tally(q.name)) for q in worker.queues])
+        yield from queue_families(self.stats if self.stats_ok else [], self.stats_ok)
 
 
 def render(registry: CollectorRegistry, accept: str | None = None) -> tuple[bytes, str]:

@@ -262,7 +262,7 @@ class JobRunner:
             lease_ms=opts.lease_ms,
             plain=task.is_async and opts.timeout is None and opts.soft_timeout is None,
             loads=task.loads_models,
-            tally=self.settler.tally.task(task.name),
+            tally=self.settler.tally_of(self.queue.name).task(task.name),
         )
 
     async def _prepare(

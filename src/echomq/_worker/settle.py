@@ -8,7 +8,7 @@ Rule 2 (not settled here): a fenced job (Redis settled it cancelled) counts as c
 a job whose lease was lost counts as lost; neither is written. A job with no outcome (a
 shutdown past grace, the worker cancelled from outside) is handed back to pending.
 Rule 3 (completions in batches): the completions of one scheduler tick go to Redis in one
-``complete_many`` call per ``MAX_HELD`` (250) jobs (and per ``MAX_BATCH_BYTES`` of
+``complete_many`` call per queue and ``MAX_HELD`` (250) jobs (and per ``MAX_BATCH_BYTES`` of
 results), each job fenced by its own token, one answer per job. The first completion of a
 tick starts the batch's own task (in the jobs nursery, in the context the settler was
 made in, not the job's), which runs one tick later: every job finishing in the same tick
@@ -33,6 +33,10 @@ recovery returns the jobs.
 Rule 7 (hooks; hooks.py): once an outcome is counted (the server took it, or a fence
 settled it cancelled), its outcome hooks are called: plain ones inline, async ones in a
 task of their own in the jobs nursery, bounded by the hooks' timeout. A lost job has none.
+Rule 8 (several queues): one settler serves every queue a worker serves; each job is
+written to its own queue (``Held.queue``), counted in its queue's tally, and its queue's
+hooks are called (one connection reaches every queue: one server, or a cluster routing
+each queue's keys to its master).
 """
 
 from __future__ import annotations
@@ -104,17 +108,17 @@ def _chunks(batch: list[Item]) -> list[list[Item]]:
 class Settler:
     """Records, counts and finishes the outcomes of one worker's jobs (the module's rules)."""
 
-    conn: Executor
-    queue: str
+    conn: Executor  # every queue's keys (rule 8)
     inflight: InFlight
     room: Room
     nursery: trio.Nursery  # the jobs nursery: the batches' own tasks (rule 3)
     settle_timeout: float = 10.0
     counters: Counters = attrs.field(factory=Counters)
-    tally: Tally = attrs.field(factory=Tally)  # per task: outcomes, run times (tally.py)
+    # per queue, per task: outcomes, run times (tally.py)
+    tallies: dict[str, Tally] = attrs.field(factory=dict)
     batches: int = 0  # complete_many calls made
-    hooks: Hooks | None = None  # the queue's (rule 7)
-    _collecting: list[Item] | None = attrs.field(default=None, init=False)
+    hooks: dict[str, Hooks] = attrs.field(factory=dict)  # each queue's (rule 7)
+    _collecting: dict[str, list[Item]] = attrs.field(factory=dict, init=False)
     # rule 3: the context the batches' tasks are made in
     _base: contextvars.Context = attrs.field(factory=contextvars.copy_context, init=False)
 
@@ -148,6 +152,13 @@ class Settler:
         self.unsettled(held)
         return None
 
+    def tally_of(self, queue: str) -> Tally:
+        """``queue``'s tally (made when first asked for)."""
+        tally = self.tallies.get(queue)
+        if tally is None:
+            tally = self.tallies[queue] = Tally()
+        return tally
+
     def unsettled(self, held: Held) -> None:
         """``held`` ends without an outcome: out of the table (handed back unless lost or
         fenced), its slot free."""
@@ -167,7 +178,7 @@ class Settler:
 
     def _count(self, held: Held, outcome: str, s: Settlement | None = None) -> None:
         held.recorded = outcome
-        hooks = self.hooks
+        hooks = self.hooks.get(held.queue)
         if hooks is not None and outcome != "lost" and held.job is not None:
             self._fire(hooks, held, outcome, s)
         c = self.counters
@@ -181,18 +192,18 @@ class Settler:
             c.failed += 1
         else:
             c.retried += 1
-        self.tally.record(held.task, outcome, held.ran)
+        self.tally_of(held.queue).record(held.task, outcome, held.ran)
 
-    def _recorded(self, items: list[Item]) -> None:
-        """Count the completions the server took (cancelled or not)."""
+    def _recorded(self, queue: str, items: list[Item]) -> None:
+        """Count the completions the server took (cancelled or not), all of ``queue``."""
         done = [held for held, _, cancelled in items if not cancelled]
         if len(done) < len(items):
             for held, _, cancelled in items:
                 if cancelled:
                     self._count(held, "cancelled")
         self.counters.completed += len(done)
-        self.tally.record_many(done, "completed")
-        hooks = self.hooks
+        self.tally_of(queue).record_many(done, "completed")
+        hooks = self.hooks.get(queue)
         if hooks is not None and hooks.settled["completed"]:
             for held in done:
                 if held.job is not None:
@@ -229,28 +240,29 @@ class Settler:
     # -- rule 3: batches of completions ------------------------------------------------
 
     def _join(self, held: Held, result: bytes, cancelled: bool) -> None:
-        batch = self._collecting
+        queue = held.queue
+        batch = self._collecting.get(queue)
         if batch is None:
-            batch = self._collecting = []
-            self._base.run(self.nursery.start_soon, self._lead, batch)
+            batch = self._collecting[queue] = []
+            self._base.run(self.nursery.start_soon, self._lead, queue, batch)
         batch.append((held, result, cancelled))
 
-    async def _lead(self, batch: list[Item]) -> None:
+    async def _lead(self, queue: str, batch: list[Item]) -> None:
         """A batch's own task: it runs one tick after its first job joined."""
-        if self._collecting is batch:
-            self._collecting = None
+        if self._collecting.get(queue) is batch:
+            del self._collecting[queue]
         settled: set[Held] = set()
         try:
-            await self._record(batch, settled)  # (shielded: no cancellation lands here)
+            await self._record(queue, batch, settled)  # (shielded: nothing lands here)
         finally:  # (not settled: handed back, or left to recovery)
             self.inflight.finish([held for held, _, _ in batch], settled)
             self.room.free(len(batch))
 
-    async def _record(self, batch: list[Item], settled: set[Held]) -> None:
+    async def _record(self, queue: str, batch: list[Item], settled: set[Held]) -> None:
         with trio.CancelScope(shield=True):
             with trio.move_on_after(self.settle_timeout):
                 for chunk in _chunks(batch):
-                    await self._chunk(chunk, settled)
+                    await self._chunk(queue, chunk, settled)
             if len(settled) < len(batch):
                 log.error(
                     "%d job(s) could not be settled within %.1f s; their leases will "
@@ -260,14 +272,14 @@ class Settler:
                 )
                 settled.update(held for held, _, _ in batch)  # recovery owns them now
 
-    async def _chunk(self, chunk: list[Item], settled: set[Held]) -> None:
+    async def _chunk(self, queue: str, chunk: list[Item], settled: set[Held]) -> None:
         backoff = Backoff(0.02, 1.0)
         while True:
             try:
                 self.batches += 1
                 answers = await complete_held(
                     self.conn,
-                    self.queue,
+                    queue,
                     [held.id for held, _, _ in chunk],
                     [held.token for held, _, _ in chunk],
                     [result for _, result, _ in chunk],
@@ -299,7 +311,7 @@ class Settler:
                 log.warning(
                     "job %s: settling refused (%r); a newer holder owns it", held.id, refusal
                 )
-        self._recorded(recorded)
+        self._recorded(queue, recorded)
         settled.update([held for held, _, _ in chunk])
 
     async def _alone(self, item: Item, settled: set[Held]) -> None:
@@ -357,7 +369,7 @@ class Settler:
     async def _write_log(self, held: Held, line: str) -> None:
         """Append the traceback to the job's logs; only a transient error is worth a retry."""
         try:
-            await jobs.add_log(self.conn, self.queue, held.id, line)
+            await jobs.add_log(self.conn, held.queue, held.id, line)
         except TRANSIENT:
             raise
         except JobGone:
@@ -366,7 +378,7 @@ class Settler:
             log.error("job %s: its traceback was not logged (%s)", held.id, error_text(exc, 512))
 
     async def _apply(self, held: Held, s: Settlement) -> None:
-        conn, name = self.conn, self.queue
+        conn, name = self.conn, held.queue
         if s.backoff_ms is not None:  # RateLimited: no failure counted (docs/lanes.md)
             until = await jobs.rate_limited(conn, name, held.id, held.token, s.backoff_ms)
             if until == 0:  # a cancel request came first: the job ends cancelled

@@ -1,7 +1,8 @@
 """The watchdog: the worker's heartbeat record, and "blocked" told from "dead".
 
 Rule 1: a thread of its own, running a Trio loop of its own with its own connection
-(the same wire and verbs as the worker), writes the worker's heartbeat record every
+(the same wire and verbs as the worker), writes the worker's heartbeat record (one on each
+queue it serves) every
 ``beat`` seconds (``heartbeat``, at most 0.9 of a lease keeper tick;
 ``admin/workers.beat``): it beats whatever the worker's loop does, so a
 blocked worker still shows alive and a dead one (its process gone) stops beating: its
@@ -74,7 +75,7 @@ _MAX_STACK = 16 * 1024  # characters of a blocked stack logged
 SLOW_BEAT = 1.0  # seconds: a beat slower than this is a stall on Redis's side (rule 5)
 RECENT_OUTAGE = 60.0  # seconds the records carry an outage after it ended (rule 5)
 
-Held = tuple[str, int, int, str | None]  # id, token, lease ms, task name
+Held = tuple[str, int, int, str | None, str]  # id, token, lease ms, task name, queue
 
 
 def make_worker_id() -> str:
@@ -115,7 +116,7 @@ class Watchdog:
         self,
         *,
         url: str,
-        queue: str,
+        queues: tuple[str, ...],
         worker_id: str,
         inflight: InFlight,
         counters: Callable[[], Mapping[str, int]],
@@ -125,7 +126,7 @@ class Watchdog:
         config: WorkerConfig,
     ) -> None:
         self.url = url
-        self.queue = queue
+        self.queues = queues  # a record on each (a worker serving several queues)
         self.worker_id = worker_id
         self.inflight = inflight
         self.counters = counters
@@ -199,7 +200,7 @@ class Watchdog:
             except RuntimeError:  # the map changed under us: read it again
                 continue
             return tuple(
-                (h.id, h.token, h.lease_ms, h.task)
+                (h.id, h.token, h.lease_ms, h.task, h.queue)
                 for h in found
                 if h.stop not in SETTLED_ELSEWHERE and not h.settling
             )
@@ -248,7 +249,8 @@ class Watchdog:
                 await self._watch(conn)
             with trio.move_on_after(_CALL_TIMEOUT):
                 try:
-                    await workers.forget(conn, self.queue, self.worker_id)
+                    for queue in self.queues:
+                        await workers.forget(conn, queue, self.worker_id)
                 except EchoMQError as exc:
                     log.warning("watchdog: could not remove the heartbeat record (%s)", exc)
 
@@ -350,10 +352,10 @@ class Watchdog:
             self._renewal_running = False
 
     async def _renew_held(self, conn: RedisConnection, silent: float) -> None:
-        by_lease: dict[int, list[tuple[str, int]]] = defaultdict(list)
+        by_lease: dict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
         held = self._held()
-        for job_id, token, lease_ms, _ in held:
-            by_lease[lease_ms].append((job_id, token))
+        for job_id, token, lease_ms, _, queue in held:
+            by_lease[queue, lease_ms].append((job_id, token))
         if not by_lease:
             return
         if not self._renewing:
@@ -365,12 +367,12 @@ class Watchdog:
                 silent,
                 self.hold,
             )
-        for lease_ms, pairs in by_lease.items():
+        for (queue, lease_ms), pairs in by_lease.items():
             for start in range(0, len(pairs), v.MAX_HELD):
                 chunk = pairs[start : start + v.MAX_HELD]
                 with trio.move_on_after(_CALL_TIMEOUT):
                     try:
-                        await jobs.extend_locks(conn, self.queue, chunk, lease_ms)
+                        await jobs.extend_locks(conn, queue, chunk, lease_ms)
                         self.renewals += 1
                     except EchoMQError as exc:
                         log.warning("watchdog: renewing leases failed (%s)", exc)
@@ -414,7 +416,7 @@ class Watchdog:
             host=self.host,
             pid=os.getpid(),
             version=self.version,
-            queues=(self.queue,),
+            queues=self.queues,
             concurrency=self.concurrency,
             lease_ms=self.claim_lease_ms,
             beat_ms=round(self.beat * 1000),
@@ -431,17 +433,20 @@ class Watchdog:
         fenced: list[str] | None = None
         with trio.move_on_after(_CALL_TIMEOUT):
             try:
-                await workers.beat(
-                    conn,
-                    self.queue,
-                    self.worker_id,
-                    beat,
-                    ttl_ms=self.ttl_ms,
-                    up_ms=up_ms,
-                    blocked_ms=blocked_ms,
-                )
+                found: list[str] = []
+                for queue in self.queues:  # a record on each queue served
+                    await workers.beat(
+                        conn,
+                        queue,
+                        self.worker_id,
+                        beat,
+                        ttl_ms=self.ttl_ms,
+                        up_ms=up_ms,
+                        blocked_ms=blocked_ms,
+                    )
+                    found += await cancel.fence_due(conn, queue)
                 self.beats += 1
-                fenced = await cancel.fence_due(conn, self.queue)
+                fenced = found
             except TRANSIENT as exc:
                 self._unreachable(started, str(exc))
                 return

@@ -34,6 +34,14 @@ with one fenced ``release``; wait up to ``grace`` seconds for held jobs (the lea
 keeps renewing them); cancel the rest and hand them back to pending at once with one
 fenced ``release``; then stop the helpers. A second ``shutdown(grace=0)`` cuts the wait short.
 
+Several queues (``Worker([high, default, low], ...)``; docs/queues.md): one claim loop asks
+them in turn (``queues.py``: strict order or weights, per-queue caps) into the same slots;
+one held-job table, lease keeper, settler, escalator and watchdog serve them all (each job
+keyed by its queue); each queue has its own wake connection (its claims and its idle
+``BLPOP``), event feed and listeners, recovery supervisor, repeat scheduler and run path
+(its tasks, its codec, its hooks). The queues share one URL (one server, or one cluster:
+each queue's keys on its own master).
+
 A worker that fails (an error leaves ``serve``) is a crash: its started jobs go to
 recovery, counted as stalls, its prefetched jobs back to pending (handback.py). Only a
 stop asked for ends ``serve`` quietly: its jobs or helpers ending without one (a scope of
@@ -44,12 +52,15 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 import attrs
 import trio
 
 from .. import admin
+from .._model.job import Claimed
 from .._model.options import DEFAULT_LEASE, seconds, to_ms
 from .._trio import open_service_nursery
 from .._wire.dial import connect
@@ -58,14 +69,16 @@ from ..config import WorkerConfig, parse_url
 from ..errors import InvalidArgument
 from ..events import EventFeed, open_control_feed
 from . import handback
-from .cancellation import InFlight
-from .claims import ClaimLoop
+from .cancellation import Held, InFlight
+from .claims import ClaimLoop, Source
 from .escalation import Escalator
 from .gc_pace import young_threshold
 from .lease import LeaseKeeper
 from .listeners import follow_cancels, follow_outbox, follow_schedule
 from .pool import SlotPool
+from .processes import ProcessPool
 from .protocols import QUEUE_ATTRIBUTES, QueueSpec
+from .queues import QueueTurns, check_turns
 from .repeater import Repeater
 from .room import Room
 from .run import JobRunner
@@ -87,7 +100,7 @@ _CONFIG_FIELDS = frozenset(field.name for field in attrs.fields(WorkerConfig))
 class WorkerStatistics:
     """A snapshot of one worker."""
 
-    queue: str
+    queue: str  # the first queue it serves
     concurrency: int
     held: int
     claimed: int = 0
@@ -114,6 +127,8 @@ class WorkerStatistics:
     heartbeats: int = 0  # heartbeat records written
     redis_stalls: int = 0  # outages the watchdog saw (heartbeats failing or slow): not blocks
     redis_unreachable: bool = False  # the watchdog's last heartbeat did not get through in time
+    queues: tuple[str, ...] = ()  # every queue it serves, in its order
+    queue_claims: tuple[int, ...] = ()  # claim calls made to each (several queues only)
 
 
 @attrs.frozen
@@ -123,14 +138,15 @@ class _Parts:
     counters: Counters
     room: Room
     settler: Settler
-    runner: JobRunner
+    runners: dict[str, JobRunner]  # per queue
+    processes: ProcessPool  # the runners' (one)
     pool: SlotPool
     claims: ClaimLoop
     keeper: LeaseKeeper
-    sweeper: Sweeper
+    sweepers: tuple[Sweeper, ...]  # per queue
     escalator: Escalator
     watchdog: Watchdog
-    repeater: Repeater | None
+    repeaters: tuple[Repeater, ...]  # per queue (none: scheduler off)
 
 
 async def _control_feed(url: str, queue: str, *, task_status: trio.TaskStatus[EventFeed]) -> None:
@@ -140,7 +156,8 @@ async def _control_feed(url: str, queue: str, *, task_status: trio.TaskStatus[Ev
 
 
 class Worker:
-    """Runs a queue's tasks. ``trio.run(worker.serve)`` or ``await nursery.start(worker.serve)``.
+    """Runs a queue's tasks (or several queues'). ``trio.run(worker.serve)`` or
+    ``await nursery.start(worker.serve)``.
 
     ``Worker(queue, config=WorkerConfig(...))``, or the config's fields as keywords:
     ``Worker(queue, concurrency=8, grace=0)`` (keywords given with a config replace its
@@ -150,7 +167,9 @@ class Worker:
 
     Args:
         queue: the :class:`~echomq.Queue` whose registered tasks this worker runs (any
-            object with its shape will do: ``_worker/protocols.QueueSpec``).
+            object with its shape will do: ``_worker/protocols.QueueSpec``), or a list of
+            them, served by one claim loop in their order (``weights=``, ``caps=``:
+            docs/queues.md); they share one URL.
         config: the options (default: ``WorkerConfig()``).
         **options: fields of ``WorkerConfig`` (concurrency, recovery, recovery_interval,
             max_stalled, grace, settle_timeout).
@@ -160,10 +179,20 @@ class Worker:
     """
 
     def __init__(
-        self, queue: QueueSpec, config: WorkerConfig | None = None, **options: Any
+        self,
+        queue: QueueSpec | Sequence[QueueSpec],
+        config: WorkerConfig | None = None,
+        **options: Any,
     ) -> None:
-        if not all(hasattr(queue, name) for name in QUEUE_ATTRIBUTES):
-            raise InvalidArgument(f"Worker needs an echomq.Queue, not {queue!r}")
+        queues = tuple(queue) if isinstance(queue, list | tuple) else (queue,)
+        if not queues:
+            raise InvalidArgument("Worker needs an echomq.Queue, or a list of them: none given")
+        for one in queues:
+            if not all(hasattr(one, name) for name in QUEUE_ATTRIBUTES):
+                raise InvalidArgument(f"Worker needs an echomq.Queue, not {one!r}")
+        names = [one.name for one in queues]
+        if len(set(names)) < len(names):
+            raise InvalidArgument(f"a queue is named twice in {names}")
         unknown = sorted(set(options) - _CONFIG_FIELDS)
         if unknown:
             raise InvalidArgument(
@@ -174,9 +203,12 @@ class Worker:
             raise InvalidArgument(f"config must be a WorkerConfig, not {config!r}")
         base = config if config is not None else WorkerConfig()
         self.config = attrs.evolve(base, **options) if options else base
-        self.queue = queue
+        check_turns(len(queues), self.config.weights, self.config.caps)
+        self.queues = queues
+        self._one_url()
+        self.queue = queues[0]
         self.id = make_worker_id()  # its heartbeat record: emq:{q}:worker:<id>
-        self.inflight = InFlight()
+        self.inflight = InFlight(queues[0].name)
         self._stop = trio.Event()
         self._hurry = trio.Event()
         self._parts: _Parts | None = None  # while (and after) serving
@@ -214,14 +246,27 @@ class Worker:
 
     @property
     def _repeater(self) -> Repeater | None:
-        return self._parts.repeater if self._parts is not None else None
+        """The first queue's repeat scheduler."""
+        parts = self._parts
+        return parts.repeaters[0] if parts is not None and parts.repeaters else None
 
-    def _tally(self) -> Tally:
-        """The per-task numbers (``metrics.py``)."""
-        return self._parts.settler.tally if self._parts is not None else Tally()
+    def _tally(self, queue: str | None = None) -> Tally:
+        """The per-task numbers of ``queue`` (default: the first) (``metrics.py``)."""
+        name = self.queue.name if queue is None else queue
+        return self._parts.settler.tally_of(name) if self._parts is not None else Tally()
+
+    def _one_url(self) -> None:
+        """The queues must share one URL (one server, or one cluster)."""
+        urls = sorted({one.url for one in self.queues})
+        if len(urls) > 1:
+            raise InvalidArgument(
+                "the queues of one worker share one URL (one server, or one cluster); "
+                f"these have {len(urls)}: {', '.join(parse_url(u).display for u in urls)}"
+            )
 
     def statistics(self) -> WorkerStatistics:
         p = self._parts
+        names = tuple(one.name for one in self.queues)
         if p is None:
             return WorkerStatistics(
                 queue=self.queue.name,
@@ -229,6 +274,7 @@ class Worker:
                 held=len(self.inflight),
                 helper_restarts=self._supervisor.restarts,
                 stopping=self.stopping,
+                queues=names,
             )
         c = p.counters
         return WorkerStatistics(
@@ -242,16 +288,16 @@ class Worker:
             cancelled=c.cancelled,
             lost=c.lost,
             released=c.released,
-            sweeps=p.sweeper.sweeps,
-            recovered=p.sweeper.recovered,
-            dead_lettered=p.sweeper.dead,
+            sweeps=sum(one.sweeps for one in p.sweepers),
+            recovered=sum(one.recovered for one in p.sweepers),
+            dead_lettered=sum(one.dead for one in p.sweepers),
             helper_restarts=self._supervisor.restarts,
             claims=p.claims.claims,
             idle_waits=p.claims.idle_waits,
             stopping=self.stopping,
             prefetched=p.claims.prefetched,
-            repeats_fired=p.repeater.fired if p.repeater else 0,
-            repeats_raced=p.repeater.raced if p.repeater else 0,
+            repeats_fired=sum(one.fired for one in p.repeaters),
+            repeats_raced=sum(one.raced for one in p.repeaters),
             abandoned=c.abandoned,
             terminated=c.terminated,
             fenced=p.escalator.fenced + p.watchdog.fenced,
@@ -259,13 +305,15 @@ class Worker:
             heartbeats=p.watchdog.beats,
             redis_stalls=p.watchdog.stalls,
             redis_unreachable=p.watchdog.unreachable_since is not None,
+            queues=names,
+            queue_claims=tuple(source.claims for source in p.claims.sources),
         )
 
     # -- serving -----------------------------------------------------------------------
 
     def _leases(self) -> tuple[int, float]:
         """The claim lease (the longest task lease, ms) and the keeper's period (s)."""
-        leases = [t.options.lease_ms for t in self.queue.tasks.values()] or [
+        leases = [t.options.lease_ms for q in self.queues for t in q.tasks.values()] or [
             to_ms("lease", DEFAULT_LEASE)
         ]
         return max(leases), min(leases) / 3000.0
@@ -302,49 +350,60 @@ class Worker:
             self.shutdown(grace=0)
 
     async def _serve_shielded(self, task_status: trio.TaskStatus[None]) -> None:
-        queue = self.queue
-        async with queue.open(), open_service_nursery() as feeds:
-            # Redis may not be up yet (a fleet booting): wait for it, or for a stop;
-            # then the queue's layout must be this echomq's (SchemaMismatch otherwise).
-            # The worker hears the workers' channel (cancel requests, jobs scheduled),
-            # not every job's lifecycle events.
-            async def ready() -> EventFeed:
-                await admin.ensure_schema(queue.connection, queue.name)
-                feed: EventFeed = await feeds.start(_control_feed, queue.url, queue.name)
-                return feed
+        self._one_url()  # (a --url given after construction replaces every queue's)
+        queues, url = self.queues, self.queue.url
+        async with AsyncExitStack() as stack:
+            for one in queues:
+                await stack.enter_async_context(one.open())
+            feeds = await stack.enter_async_context(open_service_nursery())
 
-            feed = await wait_for_redis(queue.url, self._stop, ready)
-            if feed is None:
+            # Redis may not be up yet (a fleet booting): wait for it, or for a stop;
+            # then each queue's layout must be this echomq's (SchemaMismatch otherwise).
+            # The worker hears the workers' channel of each queue (cancel requests, jobs
+            # scheduled), not every job's lifecycle events.
+            async def ready() -> list[EventFeed]:
+                found: list[EventFeed] = []
+                for one in queues:
+                    await admin.ensure_schema(one.connection, one.name)
+                    found.append(await feeds.start(_control_feed, url, one.name))
+                return found
+
+            found = await wait_for_redis(url, self._stop, ready)
+            if found is None:
                 log.info("stopped while waiting for redis")
                 return
-            async with connect(queue.url) as wake_conn:
-                await self._serve(queue.connection, wake_conn, feed, task_status)
+            # each queue a wake connection of its own: its claims, and its idle BLPOP
+            wake_conns: list[RedisConnection] = [
+                await stack.enter_async_context(connect(url)) for _ in queues
+            ]
+            await self._serve(self.queue.connection, wake_conns, found, task_status)
 
     async def _serve(
         self,
         conn: RedisConnection,
-        wake_conn: RedisConnection,
-        feed: EventFeed,
+        wake_conns: list[RedisConnection],
+        feeds: list[EventFeed],
         task_status: trio.TaskStatus[None],
     ) -> None:
-        name = self.queue.name
-        if not self.queue.tasks:
-            log.warning("queue %r has no registered tasks: every job will fail", name)
+        for one in self.queues:
+            if not one.tasks:
+                log.warning("queue %r has no registered tasks: every job will fail", one.name)
         crashed = False
         parts: _Parts | None = None
         try:
             async with trio.open_nursery() as jobs_nursery:
-                parts = self._parts = self._assemble(conn, wake_conn, feed, jobs_nursery)
+                parts = self._parts = self._assemble(conn, wake_conns, feeds, jobs_nursery)
                 async with trio.open_nursery() as helpers:
-                    await self._start_helpers(helpers, parts, feed)
+                    await self._start_helpers(helpers, parts, feeds)
                     claiming = trio.CancelScope()
                     await helpers.start(self._claim_until_stopped, claiming, parts.claims)
                     log.info(
-                        "worker serving %r at %s: tasks %s, concurrency %d, "
+                        "worker serving %r at %s%s: tasks %s, concurrency %d, "
                         "recovery %s every %.1f s, worker id %s",
-                        name,
+                        self.queue.name,
                         parse_url(self.queue.url).display,
-                        sorted(self.queue.tasks),
+                        self._serving_too(),
+                        sorted({t for one in self.queues for t in one.tasks}),
                         self.config.concurrency,
                         self.config.recovery,
                         self.config.recovery_interval,
@@ -354,7 +413,7 @@ class Worker:
                     await self._stop.wait()
                     await parts.claims.stop()
                     # the prefetched jobs, at once
-                    await handback.release(conn, self.queue.name, self.inflight, parts.counters)
+                    await handback.release(conn, self.inflight, parts.counters)
                     claiming.cancel()
                     await self._drain()
                     parts.pool.close()
@@ -367,26 +426,41 @@ class Worker:
         finally:
             if parts is not None:
                 await handback.serve_ended(
-                    conn, self.queue.name, self.inflight, parts.claims, parts.counters, crashed
+                    conn, self.inflight, parts.claims, parts.counters, crashed
                 )
-                await parts.runner.processes.aclose()
+                await parts.processes.aclose()
+
+    def _serving_too(self) -> str:
+        """The other queues, as the start line says them (after the first's name)."""
+        names = [one.name for one in self.queues]
+        if len(names) == 1:
+            return ""
+        config = self.config
+        how = "strict order" if config.weights is None else f"weights {config.weights}"
+        if config.caps is not None:
+            how += f", caps {config.caps}"
+        return f" with {', '.join(map(repr, names[1:]))} ({how})"
 
     def _assemble(
         self,
         conn: RedisConnection,
-        wake_conn: RedisConnection,
-        feed: EventFeed,
+        wake_conns: list[RedisConnection],
+        feeds: list[EventFeed],
         jobs_nursery: trio.Nursery,
     ) -> _Parts:
         """Build every part of one ``serve``, top down, each given what it needs."""
-        name, config, inflight = self.queue.name, self.config, self.inflight
+        queues, config, inflight = self.queues, self.config, self.inflight
+        name = self.queue.name
         claim_lease_ms, period = self._leases()
         counters = Counters()
         room = Room(config.concurrency)
-        hooks = getattr(self.queue, "hooks", None)  # (echomq.Queue's: hooks.py)
+        hooks = {
+            one.name: found
+            for one in queues
+            if (found := getattr(one, "hooks", None)) is not None  # (echomq.Queue's: hooks.py)
+        }
         settler = Settler(
             conn=conn,
-            queue=name,
             inflight=inflight,
             room=room,
             nursery=jobs_nursery,
@@ -394,13 +468,36 @@ class Worker:
             counters=counters,
             hooks=hooks,
         )
-        runner = JobRunner(
-            queue=self.queue, conn=conn, settler=settler, counters=counters, hooks=hooks
-        )
-        pool = SlotPool(jobs_nursery, runner.run)
+        processes = ProcessPool()
+        runners = {
+            one.name: JobRunner(
+                queue=one,
+                conn=conn,
+                settler=settler,
+                counters=counters,
+                hooks=hooks.get(one.name),
+                processes=processes,
+            )
+            for one in queues
+        }
+        if len(runners) == 1:
+            pool = SlotPool(jobs_nursery, runners[name].run)
+        else:
+
+            async def run(job: Claimed, held: Held) -> None:
+                await runners[held.queue].run(job, held)
+
+            pool = SlotPool(jobs_nursery, run)
+        sources: tuple[Source, ...] = ()
+        turns = None
+        if len(queues) > 1:
+            sources = tuple(
+                Source(one.name, wake) for one, wake in zip(queues, wake_conns, strict=True)
+            )
+            turns = QueueTurns(len(queues), config.weights, config.caps)
         claims = ClaimLoop(
             conn=conn,
-            wake_conn=wake_conn,
+            wake_conn=wake_conns[0],
             queue=name,
             inflight=inflight,
             room=room,
@@ -409,22 +506,28 @@ class Worker:
             claim_lease_ms=claim_lease_ms,
             worker=self.id,
             prefetch=self._prefetch(),
+            sources=sources,
+            turns=turns,
         )
         return _Parts(
             counters=counters,
             room=room,
             settler=settler,
-            runner=runner,
+            runners=runners,
+            processes=processes,
             pool=pool,
             claims=claims,
-            keeper=LeaseKeeper(conn, name, inflight, period),
-            sweeper=Sweeper(
-                conn, name, config.recovery, config.recovery_interval, config.max_stalled
+            keeper=LeaseKeeper(conn, inflight, period),
+            sweepers=tuple(
+                Sweeper(
+                    conn, one.name, config.recovery, config.recovery_interval, config.max_stalled
+                )
+                for one in queues
             ),
-            escalator=Escalator(conn, name, inflight, retry=period / 2),
+            escalator=Escalator(conn, inflight, retry=period / 2),
             watchdog=Watchdog(
                 url=self.queue.url,
-                queue=name,
+                queues=tuple(one.name for one in queues),
                 worker_id=self.id,
                 inflight=inflight,
                 counters=functools.partial(attrs.asdict, counters),
@@ -433,24 +536,41 @@ class Worker:
                 keeper_period=period,
                 config=config,
             ),
-            repeater=Repeater(conn, self.queue, feed) if config.scheduler else None,
+            repeaters=tuple(
+                Repeater(conn, one, feed) for one, feed in zip(queues, feeds, strict=True)
+            )
+            if config.scheduler
+            else (),
         )
 
-    async def _start_helpers(self, helpers: trio.Nursery, parts: _Parts, feed: EventFeed) -> None:
+    async def _start_helpers(
+        self, helpers: trio.Nursery, parts: _Parts, feeds: list[EventFeed]
+    ) -> None:
         """The supervised helper loops (the claim loop starts last, on its own)."""
         supervise = self._supervisor.supervise
         if self.config.metrics_port is not None:
             await self._serve_metrics(helpers)
-        loops = [
-            ("cancel listener", functools.partial(follow_cancels, feed, self.inflight)),
-            ("schedule listener", functools.partial(follow_schedule, feed, parts.claims)),
-            ("lease keeper", parts.keeper.run),
-            ("recovery", parts.sweeper.run),
-            ("outbox relay", parts.sweeper.run_relay),
-            ("outbox listener", functools.partial(follow_outbox, feed, parts.sweeper)),
-        ]
-        if parts.repeater is not None:
-            loops.append(("repeat scheduler", parts.repeater.run))
+        several = len(self.queues) > 1
+        loops = [("lease keeper", parts.keeper.run)]
+        for i, one in enumerate(self.queues):
+            feed, sweeper = feeds[i], parts.sweepers[i]
+            of = f" ({one.name})" if several else ""  # a loop per queue says whose
+            mine = one.name if several else None
+            loops += [
+                (
+                    "cancel listener" + of,
+                    functools.partial(follow_cancels, feed, self.inflight, mine),
+                ),
+                (
+                    "schedule listener" + of,
+                    functools.partial(follow_schedule, feed, parts.claims, mine),
+                ),
+                ("recovery" + of, sweeper.run),
+                ("outbox relay" + of, sweeper.run_relay),
+                ("outbox listener" + of, functools.partial(follow_outbox, feed, sweeper)),
+            ]
+            if parts.repeaters:
+                loops.append(("repeat scheduler" + of, parts.repeaters[i].run))
         loops += [("escalator", parts.escalator.run), ("watchdog", parts.watchdog.run)]
         for name, loop in loops:
             await helpers.start(supervise, name, loop)

@@ -1,10 +1,14 @@
-"""``echomq worker module:queue``: the one command-line front end of a worker.
+"""``echomq worker module:queue [module:queue...]``: the one command-line front end of a
+worker.
 
 ``echomq worker module:attr [--url ...] [--concurrency N] ...`` (also ``python -m echomq
 worker``) imports ``attr`` from ``module`` (a :class:`~echomq.Queue`, or a ready
 :class:`~echomq.Worker`), runs it under ``trio.run``, and maps signals through
 ``trio.open_signal_receiver``: the first SIGINT/SIGTERM is a graceful shutdown (stop
 claiming, wait ``grace``, hand the rest back to pending); the second cuts the wait short.
+Several targets (``echomq worker app:high app:default app:low``, each a Queue) are one
+worker serving them all, in strict order or by ``--weights 5,3,1``, with optional
+``--caps 10,0,5`` (docs/queues.md).
 ``--processes N`` (default 1) runs N worker processes under one supervisor instead
 (``_worker/fleet.py``: restarts with backoff, signals forwarded, exit 1 on a crash loop,
 ``/metrics`` of child ``i`` on ``--metrics-port`` + ``i``).
@@ -28,16 +32,17 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
 import trio
 
 from .._worker.fleet import SUPERVISED, Fleet
+from .._worker.queues import check_turns
 from .._worker.worker import Worker
 from ..app import Queue
-from ..config import WorkerConfig, env_name, resolve_bind_host
+from ..config import WorkerConfig, env_name, per_queue_text, resolve_bind_host
 from ..errors import (
     AuthenticationError,
     EchoMQError,
@@ -141,13 +146,14 @@ def _freeze_renewal(worker: Worker, *, frozen: bool) -> None:
 
 
 def run_worker(
-    target: str,
+    target: str | Sequence[str],
     *,
     url: str | None = None,
     config: WorkerConfig | None = None,
     **options: Any,
 ) -> int:
-    """Load ``target`` and serve it until signalled; answer the process exit code.
+    """Load ``target`` (or several, each a Queue: one worker serving them all) and serve
+    it until signalled; answer the process exit code.
 
     ``config`` (or ``options``, fields of :class:`~echomq.config.WorkerConfig`) apply when
     ``target`` names a Queue; when it names a Worker, its own options are used and only
@@ -160,15 +166,20 @@ def run_worker(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
     try:
-        obj = load_target(target)
-        worker = obj if isinstance(obj, Worker) else Worker(obj, config, **options)
+        worker = _load_worker(
+            [target] if isinstance(target, str) else list(target), config, options
+        )
         if url is not None:
-            worker.queue.url = url
+            for queue in worker.queues:
+                queue.url = url
         if worker.config.metrics_port is not None:  # a name that does not resolve: now
             resolve_bind_host("metrics_host", worker.config.metrics_host)
     except (TargetError, ValueError) as exc:
         log.error("%s", exc)
         return 2
+    except InvalidArgument as exc:  # several queues with weights or caps that do not fit
+        log.error("%s", exc)
+        return USAGE
     try:
         trio.run(serve_until_signalled, worker)
     except Exception as exc:
@@ -187,6 +198,19 @@ def run_worker(
         log.error("the worker stopped serving although no shutdown was asked for")
         return 1
     return 0
+
+
+def _load_worker(targets: list[str], config: WorkerConfig | None, options: Any) -> Worker:
+    """The worker of ``targets``: one Worker, one Queue, or several Queues."""
+    found = [load_target(target) for target in targets]
+    if len(found) == 1 and isinstance(found[0], Worker):
+        return found[0]
+    queues: list[Queue] = []
+    for target, obj in zip(targets, found, strict=True):
+        if not isinstance(obj, Queue):
+            raise TargetError(f"{target} is a Worker: name it alone, or name queues")
+        queues.append(obj)
+    return Worker(queues if len(queues) > 1 else queues[0], config, **options)
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -232,13 +256,15 @@ def config_from_flags(args: argparse.Namespace) -> WorkerConfig:
 
 
 def _run_command(args: argparse.Namespace) -> int:
-    if ":" not in args.target:
-        say(args, f"expected module:queue, not {args.target!r}")
-        return USAGE
+    for target in args.target:
+        if ":" not in target:
+            say(args, f"expected module:queue, not {target!r}")
+            return USAGE
     try:
         config = config_from_flags(args)
         if config.metrics_port is not None:  # a name that does not resolve: before anything
             resolve_bind_host("metrics_host", config.metrics_host)
+        check_turns(len(args.target), config.weights, config.caps)
     except InvalidArgument as exc:
         say(args, str(exc))
         return USAGE
@@ -258,7 +284,9 @@ def _run_command(args: argparse.Namespace) -> int:
 MAX_PROCESSES = 1024
 
 
-def run_fleet(target: str, processes: int, *, url: str | None, config: WorkerConfig) -> int:
+def run_fleet(
+    target: str | Sequence[str], processes: int, *, url: str | None, config: WorkerConfig
+) -> int:
     """``--processes N``: N children ``echomq worker target`` under a :class:`Fleet`, each
     given ``config`` through its ``$ECHOMQ_<FIELD>`` variables; answer the exit code."""
     if not logging.getLogger().handlers:
@@ -268,9 +296,12 @@ def run_fleet(target: str, processes: int, *, url: str | None, config: WorkerCon
     env = dict(os.environ)
     for field in attrs.fields(WorkerConfig):
         value = getattr(config, field.name)
-        if value is not None:
+        if isinstance(value, tuple):  # weights, caps: as the flag writes them
+            env[env_name(field.name)] = per_queue_text(value)
+        elif value is not None:
             env[env_name(field.name)] = str(value)
-    command = [sys.executable, "-m", "echomq", "worker", target]
+    targets = [target] if isinstance(target, str) else list(target)
+    command = [sys.executable, "-m", "echomq", "worker", *targets]
     if url is not None:
         command += ["--url", url]
     fleet = Fleet(command, processes, env, metrics_port=config.metrics_port)
@@ -279,9 +310,16 @@ def run_fleet(target: str, processes: int, *, url: str | None, config: WorkerCon
 
 def register(commands: Commands) -> None:
     p = commands.add(
-        "worker", "run a worker: module:queue names a Queue object", entry=_run_command
+        "worker",
+        "run a worker: module:queue names a Queue object (several: one worker serving them)",
+        entry=_run_command,
     )
-    p.add_argument("target", help="module:attribute of an echomq.Queue (e.g. app.tasks:queue)")
+    p.add_argument(
+        "target",
+        nargs="+",
+        help="module:attribute of an echomq.Queue (e.g. app.tasks:queue); several are "
+        "served by one worker, first first (or by --weights)",
+    )
     p.add_argument(
         "--processes",
         type=int,

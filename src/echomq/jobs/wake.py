@@ -20,7 +20,7 @@ from .._wire.interface import RedisConnection
 from ..errors import InvalidArgument, ServerError
 from .lifecycle import ClaimBatch, claim_batch_call
 
-__all__ = ["nudge", "wait_then_claim"]
+__all__ = ["nudge", "wait_for_work", "wait_then_claim"]
 
 _MIN_BLOCK = 0.01  # BLPOP's 0 means "forever": never send it
 _NUDGE_TTL_MS = 10_000  # a nudge nobody took does not linger
@@ -61,6 +61,29 @@ async def wait_then_claim(
     if isinstance(popped, ServerError) and not batch.jobs:
         raise popped  # (with jobs in hand, they are answered; the next wait raises it)
     return batch
+
+
+async def wait_for_work(
+    wake_conn: RedisConnection, queue: str, consumer: str, block: float
+) -> bool:
+    """Block up to ``block`` seconds for a wake token of ``queue`` (or a :func:`nudge` of
+    ``consumer``), claiming nothing: a worker serving several queues waits on one while
+    it claims from the others. True: a token of the queue's (there may be work).
+
+    ``wake_conn`` must be a connection of its own (BLPOP holds it).
+
+    Raises:
+        InvalidArgument: ``block`` is not a positive number (before any I/O).
+    """
+    if not isinstance(block, int | float) or isinstance(block, bool) or not block > 0:
+        raise InvalidArgument(f"block must be a positive number of seconds, not {block!r}")
+    ks = Keyspace(queue)
+    seconds = max(_MIN_BLOCK, round(float(block), 3))
+    popped = await wake_conn.execute("BLPOP", ks.wake, ks.wake_direct(consumer), seconds)
+    if not popped:
+        return False
+    key = popped[0]
+    return (key.decode() if isinstance(key, bytes) else key) == ks.wake
 
 
 async def nudge(conn: RedisConnection, queue: str, consumer: str) -> None:
