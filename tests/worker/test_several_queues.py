@@ -15,6 +15,7 @@ from echomq import admin, cancel, jobs
 from echomq._worker.queues import QueueTurns
 from echomq.cli import main
 from echomq.cli.common import USAGE
+from echomq.config import per_queue_text
 from echomq.errors import InvalidArgument
 from echomq.testing import open_worker_process
 
@@ -67,6 +68,21 @@ def test_bad_weights_and_caps_are_refused_before_any_io() -> None:
         echomq.Worker([a, echomq.Queue("multi-c", url="redis://127.0.0.1:1/0")])
     worker = echomq.Worker([a, b], weights=[2, 1], caps=[None, 4])
     assert worker.config.weights == (2, 1) and worker.config.caps == (None, 4)
+
+
+def test_weights_and_caps_read_from_flags_and_variables() -> None:
+    """``--weights 5,3,1`` / ``$ECHOMQ_WEIGHTS``; ``--caps 10,0,5`` (0: no cap); the form
+    ``--processes`` hands its children reads back the same."""
+    env = {"ECHOMQ_WEIGHTS": "5,3,1", "ECHOMQ_CAPS": "10,0,5"}
+    config = echomq.WorkerConfig.from_env(env)
+    assert config.weights == (5, 3, 1) and config.caps == (10, None, 5)
+    assert per_queue_text(config.caps) == "10,0,5"
+    assert echomq.WorkerConfig.from_env({"ECHOMQ_CAPS": per_queue_text((None, 2))}).caps == (
+        None,
+        2,
+    )
+    with pytest.raises(InvalidArgument):
+        echomq.WorkerConfig.from_env({"ECHOMQ_WEIGHTS": "5,x"})
 
 
 # -- a worker serving several queues -----------------------------------------------------

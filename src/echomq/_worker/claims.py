@@ -218,9 +218,11 @@ class ClaimLoop:
                 await self.room.changed()  # a finished job, or stop()
             if self._stopping:
                 break
-            free, most = room
+            free, most = room  # a pass deals at most what one claim may ask for
             plan = turns.share(
-                free, [not s.resting for s in sources], [inflight.held_in(s.name) for s in sources]
+                min(free, most),
+                [not s.resting for s in sources],
+                [inflight.held_in(s.name) for s in sources],
             )
             if not plan:  # every queue resting (or at its cap): a watcher wakes the room
                 await self.room.changed()
@@ -229,9 +231,8 @@ class ClaimLoop:
                 if self._stopping:
                     break
                 source = sources[index]
-                want = min(count, most)
                 try:
-                    batch = await self._claim(want, source)
+                    batch = await self._claim(count, source)
                 except TRANSIENT as exc:
                     delay = backoff.next()
                     log.warning("claim loop (%s): %s; retrying in %.2f s", source.name, exc, delay)
@@ -240,7 +241,7 @@ class ClaimLoop:
                 backoff.reset()
                 await trio.lowlevel.cancel_shielded_checkpoint()  # rule 1c
                 self._take(batch, source.name)
-                if len(batch.jobs) < want:
+                if len(batch.jobs) < count:
                     self._rest(source, self._idle_time(batch), nursery)
                 await trio.lowlevel.checkpoint_if_cancelled()  # the claims are shielded
 
