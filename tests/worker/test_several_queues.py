@@ -281,6 +281,62 @@ async def test_one_id_on_two_queues_is_two_held_jobs(redis_url: str, queue: str)
                 assert info is not None and info.state == "cancelled"
 
 
+async def test_a_job_arriving_above_is_claimed_while_the_queue_below_keeps_the_worker_busy(
+    redis_url: str, queue: str
+) -> None:
+    """The resting queue above wakes on its wake token: its new job runs at once, long
+    before the backlog below is done (strict order, the queue above first)."""
+    high, low = _queues(redis_url, queue, "high", "low")
+    ran: list[str] = []
+
+    @low.task(name="slow")
+    async def slow(job: echomq.Job) -> None:
+        ran.append(job.queue)
+        await trio.sleep(0.01)
+
+    @high.task(name="urgent")
+    async def urgent(job: echomq.Job) -> None:
+        ran.append(job.queue)
+
+    with trio.fail_after(60):
+        async with AsyncExitStack() as stack:
+            await _open_all(stack, [high, low])
+            await slow.starmap([()] * 400)  # 400 x 10 ms on 2 slots: about 2 s
+            worker = echomq.Worker([high, low], concurrency=2, prefetch=0)
+            async with serving(worker):
+                await until(lambda: len(ran) >= 20)
+                await urgent.delay()
+                await until(lambda: high.name in ran, 2)
+                assert ran.count(low.name) < 300  # the backlog below is far from done
+
+
+async def test_a_stop_hands_every_queues_jobs_back_to_their_own_queue(
+    redis_url: str, queue: str
+) -> None:
+    one, two = _queues(redis_url, queue, "one", "two")
+    started: list[str] = []
+    tasks = []
+    for q in (one, two):
+
+        @q.task(name="forever")
+        async def forever(job: echomq.Job) -> None:
+            started.append(job.queue)
+            await trio.sleep_forever()
+
+        tasks.append(forever)
+    with trio.fail_after(30):
+        async with AsyncExitStack() as stack:
+            await _open_all(stack, [one, two])
+            handles = [await task.delay() for task in tasks for _ in range(2)]
+            worker = echomq.Worker([one, two], concurrency=4, grace=0)
+            async with serving(worker):
+                await until(lambda: len(started) == 4)
+            assert worker.statistics().released == 4
+            for handle in handles:
+                info = await handle.info()
+                assert info is not None and info.state == "pending"
+
+
 async def test_the_command_line_serves_both_queues(redis_url: str, queue: str) -> None:
     """``echomq worker _multi_tasks:first _multi_tasks:second --weights 2,1 --caps 0,3``
     starts and runs the jobs of both."""
