@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from contextlib import AsyncExitStack
+from typing import Any, cast
 
 import pytest
 import trio
@@ -16,7 +17,7 @@ from echomq._worker.queues import QueueTurns
 from echomq.cli import main
 from echomq.cli.common import USAGE
 from echomq.config import per_queue_text
-from echomq.errors import InvalidArgument
+from echomq.errors import ConnectionLost, InvalidArgument
 from echomq.testing import open_worker_process
 
 from ._runtime import HERE, serving, until
@@ -335,6 +336,67 @@ async def test_a_stop_hands_every_queues_jobs_back_to_their_own_queue(
             for handle in handles:
                 info = await handle.info()
                 assert info is not None and info.state == "pending"
+
+
+class FailsFirst:
+    """A connection whose next ``failures`` calls are lost (its queue's master gone for a
+    moment); then it is the connection it wraps."""
+
+    def __init__(self, conn: Any, failures: int) -> None:
+        self._conn, self.failures = conn, failures
+
+    def _fail(self) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionLost("the test's lost connection")
+
+    async def execute(self, *args: Any) -> Any:
+        self._fail()
+        return await self._conn.execute(*args)
+
+    async def execute_packed(self, packed: bytes) -> Any:
+        self._fail()
+        return await self._conn.execute_packed(packed)
+
+    async def execute_pipeline(self, commands: Any) -> Any:
+        self._fail()
+        return await self._conn.execute_pipeline(commands)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+async def test_a_queue_whose_claims_fail_is_set_aside_while_the_others_are_served(
+    redis_url: str, queue: str
+) -> None:
+    first, second = _queues(redis_url, queue, "first", "second")
+    ran: list[str] = []
+    tasks = []
+    for q in (first, second):
+
+        @q.task(name="work")
+        async def work(job: echomq.Job) -> None:
+            ran.append(job.queue)
+
+        tasks.append(work)
+    with trio.fail_after(30):
+        async with AsyncExitStack() as stack:
+            await _open_all(stack, [first, second])
+            worker = echomq.Worker([first, second], concurrency=2)
+            async with serving(worker):
+                assert worker._parts is not None
+                sources = worker._parts.claims.sources
+                await until(lambda: all(s.resting for s in sources))  # both found empty
+                source = sources[0]
+                failing = FailsFirst(source.wake_conn, 1_000_000)
+                source.wake_conn = cast(Any, failing)  # its claims fail until told
+                for task in tasks:
+                    await task.starmap([()] * 10)
+                await until(lambda: len(ran) == 10, 10)  # the second's, while the first fails
+                assert ran == [second.name] * 10
+                failing.failures = 0  # its master is back
+                await until(lambda: len(ran) == 20, 10)
+    assert ran[10:] == [first.name] * 10
 
 
 async def test_the_command_line_serves_both_queues(redis_url: str, queue: str) -> None:

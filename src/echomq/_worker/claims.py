@@ -45,8 +45,9 @@ on a cluster). A queue that answers fewer than asked rests: it is not asked agai
 its watcher (a ``BLPOP`` on its wake list and this loop's own list there, for its idle
 time, claiming nothing) returns, so an empty or paused queue costs one blocking call,
 not a claim per pass. With every queue resting the loop waits for a watcher to return
-(or a slot to free, for a capped queue). A worker of one queue keeps rules 1-5 as they
-are (its idle claim goes out behind its ``BLPOP``, in one write).
+(or a slot to free, for a capped queue). A claim that fails (rule 4) sets its queue aside
+for its own back-off's delay; the other queues are asked meanwhile. A worker of one queue
+keeps rules 1-5 as they are (its idle claim goes out behind its ``BLPOP``, in one write).
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ class Source:
     claims: int = 0  # claim calls made to it
     resting: bool = False  # it answered short: its watcher waits for work
     until: float | None = None  # while resting: when its watcher's wait ends (trio time)
+    # rule 4 for this queue alone: its claims' back-off
+    backoff: Backoff = attrs.field(factory=lambda: Backoff(0.02, 2.0))
 
 
 @attrs.define(eq=False)
@@ -210,7 +213,6 @@ class ClaimLoop:
 
     async def _claim_many(self, nursery: trio.Nursery) -> None:
         """Rule 6: one pass asks the queues the turn policy names, each in turn."""
-        backoff = Backoff(0.02, 2.0)
         sources, turns, inflight = self.sources, self.turns, self.inflight
         assert turns is not None
         while not self._stopping:
@@ -233,24 +235,37 @@ class ClaimLoop:
                 source = sources[index]
                 try:
                     batch = await self._claim(count, source)
-                except TRANSIENT as exc:
-                    delay = backoff.next()
+                except TRANSIENT as exc:  # rule 4, for this queue alone: the others go on
+                    delay = source.backoff.next()
                     log.warning("claim loop (%s): %s; retrying in %.2f s", source.name, exc, delay)
-                    await trio.sleep(delay)
-                    break
-                backoff.reset()
+                    self._rest(source, delay, nursery, failed=True)
+                    continue
+                source.backoff.reset()
                 await trio.lowlevel.cancel_shielded_checkpoint()  # rule 1c
                 self._take(batch, source.name)
                 if len(batch.jobs) < count:
                     self._rest(source, self._idle_time(batch), nursery)
                 await trio.lowlevel.checkpoint_if_cancelled()  # the claims are shielded
 
-    def _rest(self, source: Source, block: float, nursery: trio.Nursery) -> None:
-        """Rule 6: ``source`` answered short: closed to claims until its watcher returns."""
+    def _rest(
+        self, source: Source, block: float, nursery: trio.Nursery, *, failed: bool = False
+    ) -> None:
+        """Rule 6: ``source`` answered short: closed to claims until its watcher returns.
+        ``failed``: its claim failed (rule 4): it sits out ``block`` seconds instead."""
         source.resting = True
-        source.until = trio.current_time() + block
+        source.until = None if failed else trio.current_time() + block
+        if failed:
+            nursery.start_soon(self._sit_out, source, block)
+            return
         self.idle_waits += 1
         nursery.start_soon(self._watch, source, block)
+
+    async def _sit_out(self, source: Source, delay: float) -> None:
+        try:
+            await trio.sleep(delay)
+        finally:
+            source.resting = False
+            self.room.wake()
 
     async def _watch(self, source: Source, block: float) -> None:
         try:
