@@ -28,6 +28,7 @@ from .config import ConnectionConfig, WorkerConfig, parse_url
 from .errors import (
     ActiveJobs,
     AuthenticationError,
+    ChildFailed,
     ClusterDown,
     ClusterError,
     CodecMismatch,
@@ -128,6 +129,7 @@ __all__ = [
     "SoftTimeLimit",
     "StaleToken",
     "StepFailed",
+    "ChildFailed",
     "Sweep",
     "TLSError",
     "TaskHandle",
