@@ -47,6 +47,29 @@ async def test_spawn_then_wait_resumes_with_the_results(redis_url: str, queue: s
     assert t["ran"] == {"add": 3}
 
 
+async def test_a_retried_run_spawns_the_same_children_once(redis_url: str, queue: str) -> None:
+    """The first run spawns, then fails (a retry): the retry's spawn names the same jobs
+    and adds none; each child runs once."""
+    q, t = make_app(queue, redis_url)
+    runs: list[int] = []
+
+    @q.task(name="fan", max_attempts=2, backoff=0)
+    async def fan(job: echomq.Job) -> Any:
+        runs.append(job.attempt)
+        ids = await job.spawn([t["add"].s(1), t["add"].s(2)])
+        if job.attempt == 1:
+            raise RuntimeError("after the spawn")
+        return [ids, await job.wait_children()]
+
+    async with running(q):
+        handle = await fan.delay()
+        with trio.fail_after(LIMIT):
+            ids, results = await handle.result()
+        kids = await flows.children(q.connection, queue, handle.id)
+    assert results == [1, 2] and kids.ids == ids and kids.kids == 2
+    assert runs[:2] == [1, 2] and t["ran"] == {"add": 2}  # (a third: it waited)
+
+
 async def test_children_on_another_queue(redis_url: str, queue: str) -> None:
     """The children on queue B: their finishes reach the waiting parent through B's
     outbox (another hash tag: on a cluster, another slot)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 
+from ..errors import InvalidArgument
 from .job import NewJob
 
 __all__ = ["ERRBACK_MARK", "encode_spec", "errback_payload", "split_errback"]
@@ -28,7 +29,11 @@ def _opt(value: int | None) -> str:
 
 
 def encode_spec(queue: str, job: NewJob) -> bytes:
-    """The row field ``errback`` for ``job`` (its id set) on ``queue`` (rule 1)."""
+    """The row field ``errback`` for ``job`` (its id set) on ``queue`` (rule 1).
+
+    Raises:
+        InvalidArgument: a task name with a newline (the spec's lines could not be read).
+    """
     assert job.job_id is not None
     payload = job.payload if isinstance(job.payload, bytes) else job.payload.encode()
     head = [
@@ -40,6 +45,8 @@ def encode_spec(queue: str, job: NewJob) -> bytes:
         _opt(job.keep_result_ms),
         _opt(job.keep_dead_ms),
     ]
+    if any("\n" in line for line in head):
+        raise InvalidArgument(f"an error callback's task name has no newline: {job.task!r:.80}")
     return ("\n".join(head) + "\n").encode() + payload
 
 

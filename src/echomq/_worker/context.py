@@ -205,9 +205,9 @@ class Job:
         spawn's stays).
 
         Raises:
-            InvalidArgument: no child, a bad name or policy; DuplicateStep: the name was
-            used in this run. StaleToken, NotActive, JobGone: the lease is gone (the
-            job stops).
+            InvalidArgument: no child, a bad name or policy.
+            DuplicateStep: the name was used in this run.
+            StaleToken, NotActive, JobGone: the lease is gone (the job stops).
         """
         return await self._step_log().spawn(list(children), name, policy)
 
