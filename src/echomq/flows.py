@@ -46,7 +46,7 @@ from ._model.text import clip, safe_str
 from ._scripts import validate as v
 from ._scripts.calls import Executor, ScriptCall, evaluate, script_call
 from ._scripts.keyspace import Keyspace, check_group, check_id, keyspace, remote_queue
-from ._scripts.replies import FlowNotice, text
+from ._scripts.replies import FlowNotice, check_status, text
 from .errors import (
     TRANSIENT,
     DuplicateJob,
@@ -54,10 +54,8 @@ from .errors import (
     FlowStateError,
     InvalidArgument,
     JobGone,
-    NotActive,
     NotCancellable,
     ScriptError,
-    StaleToken,
 )
 from .jobs.lifecycle import _task_name, enqueue_call, new_id
 
@@ -189,15 +187,6 @@ class Spawn:
     policy: Policy = Policy.FAIL
 
 
-def _spawn_read(reply: Any, job_id: str) -> None:
-    if reply == -1:
-        raise JobGone(f"job {job_id} has no row")
-    if reply == -2:
-        raise StaleToken(f"job {job_id}: stale token (the lease was lost)")
-    if reply == -3:
-        raise NotActive(f"job {job_id} is not active")
-
-
 def _queue_calls(
     queue: str, placed_all: list[_Placed], root_of: dict[str, str], spawn: Spawn | None = None
 ) -> list[ScriptCall[int]]:
@@ -248,9 +237,9 @@ def _queue_calls(
 
         def read(reply: Any, count: int = count, rows: int = rows) -> int:
             if spawn is not None and reply == 0:
-                return 0  # spawned by an earlier run: nothing written
-            if spawn is not None:
-                _spawn_read(reply, spawn.id)
+                return 0  # an earlier run spawned them: nothing written
+            if spawn is not None and isinstance(reply, int) and reply < 0:
+                check_status(reply, f"spawn by job {spawn.id}")  # the job's holder no more
             if reply != count:
                 raise ScriptError(f"add_flow: unexpected reply {reply!r}")
             return rows
@@ -386,10 +375,9 @@ def wait_children_call(queue: str, job_id: str, token: int) -> ScriptCall[int]:
     argv = [check_id(job_id), v.token_str(token), ks.base]
 
     def read(reply: Any) -> int:
-        if reply in (0, 1, 2):
-            return int(reply)
-        _spawn_read(reply, job_id)
-        raise ScriptError(f"wait_children: unexpected reply {reply!r}")
+        if reply == 2:
+            return 2
+        return check_status(reply, f"wait_children of {job_id}")
 
     return script_call("wait_children", [ks.job(job_id), ks.active, ks.waiting], argv, read)
 
