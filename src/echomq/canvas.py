@@ -328,6 +328,20 @@ class Signature(Canvas, Generic[R]):
 GROUP_TASK = "echomq.group"  # the built-in task of a group mid-chain (_worker/builtins.py)
 
 
+GROUP_ATTEMPTS = 5  # a group job's runs are safe to repeat (its spawn is once per job)
+
+
+def _group_job(payload: bytes) -> NewJob:
+    """A group job's row: a flow parent of the built-in task, retried on a failure of its
+    own (a lost connection mid-spawn); a dead member still fails it at once."""
+    return NewJob(
+        payload=mark_parent(payload),
+        job_id=_next_id(),
+        task=GROUP_TASK,
+        max_attempts=GROUP_ATTEMPTS,
+    )
+
+
 def _check_step(step: Canvas, i: int) -> None:
     """A chain step after the first: a task signature, or a group of task signatures."""
     if isinstance(step, Signature):
@@ -356,14 +370,14 @@ def _mid_group(group: Group, before: list[FlowJob], policy: Policy, was_group: b
     if was_group:  # two groups in a row: the one before is first collected by a group job
         before = [_collect(home, before, policy)]
     payload = home.producer.codec.encode_call(GROUP_TASK, (members,), {})
-    job = NewJob(payload=mark_parent(payload), job_id=_next_id(), task=GROUP_TASK)
+    job = _group_job(payload)
     return FlowJob(job=job, queue=home.name, children=tuple(before), policy=policy)
 
 
 def _collect(home: Queue, members: list[FlowJob], policy: Policy) -> FlowJob:
     """A group job with no members of its own: it answers its children's results."""
     payload = home.producer.codec.encode_call(GROUP_TASK, ([],), {})
-    job = NewJob(payload=mark_parent(payload), job_id=_next_id(), task=GROUP_TASK)
+    job = _group_job(payload)
     return FlowJob(job=job, queue=home.name, children=tuple(members), policy=policy)
 
 
