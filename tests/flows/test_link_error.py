@@ -11,6 +11,7 @@ import pytest
 import trio
 
 import echomq
+from echomq import flows, jobs, stalled
 from echomq._scripts.keyspace import Keyspace
 
 from ._app import make_app, running, until
@@ -127,3 +128,28 @@ def test_link_error_must_be_a_signature() -> None:
         t.s().set(link_error="nope")
     with pytest.raises(echomq.errors.InvalidArgument):
         echomq.chain(t.s(), link_error=echomq.group(t.s()))
+
+
+async def test_a_stalled_death_runs_the_errback(
+    redis_url: str, queue: str, conn: echomq.Connection
+) -> None:
+    """The stalled sweep dead-letters a job whose lease lapsed: the sweep's script
+    enqueues its errback, which runs with the error ``stalled``."""
+    q, t = make_app(queue, redis_url)
+    seen: list[tuple[str, str, Any]] = []
+    on_error = with_errback(q, seen)
+    async with q.open():
+        [root] = t["slow"].s(1).set(job_id="S", link_error=on_error.s()).flow_jobs()
+        await flows.add_flow(conn, [root])
+        [held] = await jobs.claim(conn, queue, 1)
+        assert held.id == "S"
+
+        async def swept() -> bool:
+            await stalled.check(conn, queue, max_stalled=1)
+            info = await jobs.get_job(conn, queue, "S")
+            return info is not None and info.state == "dead"
+
+        await until(swept, LIMIT)
+    async with running(q):
+        await until(lambda: len(seen) == 1, LIMIT)
+    assert seen == [("S", "stalled", None)]
