@@ -50,7 +50,7 @@ async def test_a_dead_signature_runs_its_errback_once(redis_url: str, queue: str
     assert seen == [(handle.id, "ValueError: flaky", "x")]
 
 
-async def test_no_errback_when_it_completes_or_retries(redis_url: str, queue: str) -> None:
+async def test_no_errback_when_it_completes(redis_url: str, queue: str) -> None:
     """A job that completes runs no errback."""
     q, t = make_app(queue, redis_url)
     seen: list[tuple[str, str, Any]] = []
