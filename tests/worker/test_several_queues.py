@@ -431,6 +431,42 @@ async def test_the_command_line_serves_both_queues(redis_url: str, queue: str) -
             assert [await h.result(timeout=20) for h in handles] == ["first 7", "second 7"]
 
 
+@pytest.mark.single_node("supervising processes does not depend on the backend")
+async def test_processes_each_serve_every_queue_with_the_same_weights(
+    redis_url: str, queue: str
+) -> None:
+    """``--processes 2`` hands each child every target and the per-queue options."""
+    first, second = _queues(redis_url, queue, "first", "second")
+    env = {"EMQ_TEST_FIRST": first.name, "EMQ_TEST_SECOND": second.name}
+    entry = [sys.executable, "-m", "echomq", "worker", "_multi_tasks:first"]
+    tasks = []
+    for q in (first, second):
+
+        @q.task(name="echo")
+        async def echo(n: int) -> str:
+            raise AssertionError("run by the worker processes")
+
+        tasks.append(echo)
+    with trio.fail_after(60):
+        async with (
+            open_worker_process(
+                "_multi_tasks:second",
+                url=redis_url,
+                cwd=HERE,
+                env=env,
+                entry=entry,
+                args=("--processes", "2", "--weights", "3,1", "--caps", "0,2"),
+            ) as proc,
+            first.open(),
+            second.open(),
+        ):
+            await until(lambda: proc.output.count("worker serving") == 2, 20)
+            assert proc.output.count("(weights (3, 1), caps (None, 2))") == 2
+            handles = [await task.delay(n) for task in tasks for n in range(10)]
+            answers = [await h.result(timeout=20) for h in handles]
+    assert answers == [f"first {n}" for n in range(10)] + [f"second {n}" for n in range(10)]
+
+
 def test_the_command_line_refuses_weights_that_do_not_fit() -> None:
     assert main(["worker", "a:x", "b:y", "--weights", "1,2,3"]) == USAGE
     assert main(["worker", "a:x", "b:y", "--caps", "1,-1"]) == USAGE
