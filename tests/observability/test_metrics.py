@@ -60,6 +60,30 @@ def make_queue(name: str, url: str) -> echomq.Queue:
     return q
 
 
+async def test_a_worker_of_several_queues_labels_each_queues_tasks_and_gauges(
+    redis_url: str, queue: str
+) -> None:
+    """One sample per queue and task (the same task name on both is two), and the gauges
+    of every queue served."""
+    one, two = make_queue(f"{queue}-one", redis_url), make_queue(f"{queue}-two", redis_url)
+    worker = echomq.Worker([one, two], concurrency=4, metrics_port=0, grace=0)
+    with trio.fail_after(30):
+        async with one.open(), two.open(), trio.open_nursery() as nursery:
+            await nursery.start(worker.serve)
+            assert worker.metrics_address is not None
+            host, port = worker.metrics_address
+            for q, n in ((one, 2), (two, 3)):
+                for handle in [await q.tasks["add"].delay(i, 1) for i in range(n)]:
+                    await handle.result(timeout=10)
+            found = await trio.to_thread.run_sync(scrape, f"http://{host}:{port}/metrics")
+            nursery.cancel_scope.cancel()
+    jobs = "echomq_jobs_total"
+    assert value(found, jobs, queue=one.name, task="add", outcome="completed") == 2
+    assert value(found, jobs, queue=two.name, task="add", outcome="completed") == 3
+    assert value(found, "echomq_queue_jobs", queue=one.name, state="completed") == 2
+    assert value(found, "echomq_queue_jobs", queue=two.name, state="completed") == 3
+
+
 async def test_worker_serves_metrics(redis_url: str, queue: str) -> None:
     """Jobs by task and outcome, run-time histograms, retries, lease renewals, queue depth
     per state and worker up, as the library's parser reads them."""

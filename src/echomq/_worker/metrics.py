@@ -215,10 +215,11 @@ class WorkerCollector(Collector):
             "Hooks that raised or timed out (their jobs' outcomes unchanged), by hook",
             labels=["queue", "hook"],
         )
-        hooks = getattr(worker.queue, "hooks", None)
-        if hooks is not None:
-            for hook, count in sorted(hooks.errors.counts.items()):
-                hook_errors.add_metric([name, hook], count)
+        for queue in worker.queues:  # each queue's hooks
+            hooks = getattr(queue, "hooks", None)
+            if hooks is not None:
+                for hook, count in sorted(hooks.errors.counts.items()):
+                    hook_errors.add_metric([queue.name, hook], count)
         yield from (up, held, prefetched, slots, renewals, lost, stalls, sweeps, restarts)
         yield hook_errors
         yield from task_families([(q.name, worker._tally(q.name)) for q in worker.queues])
