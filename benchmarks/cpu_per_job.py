@@ -299,17 +299,19 @@ def readme(doc: dict[str, Any], source: str) -> str:
         for key, title, digits in FIGURES
     ]
     out = tables.markdown(head, rows)
-    names = list(runs)
-    if "this" in runs and len(names) > 1:
-        other = next(n for n in names if n != "this")
-        pairs = list(zip(runs["this"], runs[other], strict=False))
-        per_rep = [
+    per_rep = []
+    for other in (n for n in runs if n != "this" and "this" in runs):
+        # a hooked worker against the same one without hooks; any other against this one
+        top, bottom = (other, "this") if other.startswith("hooks") else ("this", other)
+        pairs = list(zip(runs[top], runs[bottom], strict=False))
+        per_rep += [
             [
-                f"{title}, this / {other}",
+                f"{title}, {top} / {bottom}",
                 " ".join(f"{a[key] / b[key]:.2f}" for a, b in pairs if b.get(key)),
             ]
             for key, title, _ in FIGURES[:3]
         ]
+    if per_rep:
         out += "\n\n" + tables.markdown(("in each repetition", "ratio"), per_rep)
     jobs = f"A backlog of {doc['jobs']:,} jobs, drained by a fresh worker process."
     meta = tables.meta_of(doc)
