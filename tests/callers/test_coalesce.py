@@ -421,3 +421,27 @@ async def test_a_lone_calls_refusals_are_typed(
         with pytest.raises(echomq.errors.SchemaMismatch):
             await add.delay(3, 4)
     assert await conn.execute("ZCARD", ks.pending) == 2
+
+
+async def test_lone_calls_keep_a_bounded_number_of_heads(
+    conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    """Option sets that differ call by call (a dedup key per job) are each sent whole once
+    the queue keeps its first ``_LONE_SETS`` heads: every job is written, the heads kept
+    stay bounded, and a kept head still serves its set."""
+    from echomq.jobs import lifecycle
+
+    q = make_queue(queue, redis_url)
+    add = q.tasks["add"]
+    n = lifecycle._LONE_SETS + 6
+    async with q.open():
+        handles = [await add.apply((i, i), dedup=f"key-{i}", dedup_for=60) for i in range(n)]
+        again = await add.apply(
+            (0, 0), dedup="key-0", dedup_for=60
+        )  # a kept set: its holder answers
+    heads = lifecycle._LONE_HEADS.get(queue, {})
+    if type(conn) is echomq.Connection:
+        assert len(heads) == lifecycle._LONE_SETS
+    assert (again.id, again.deduplicated) == (handles[0].id, True)
+    for handle in handles:
+        assert await written(conn, queue, handle.id)

@@ -293,7 +293,9 @@ def enqueue_gated_call(queue: str, jobs: Sequence[GatedJob]) -> ScriptCall[list[
 async def enqueue_lone(conn: Connection, queue: str, job: GatedJob) -> Answer:
     """:func:`enqueue_gated_call` of the one job ``job`` on one server's trio wire (a lone
     ``delay()``), its :data:`Answer`. The call's ``EVALSHA``, keys and option set are
-    packed once per queue and option set (a ``CommandHead``): a call packs its id and
+    packed once per queue and option set (a ``CommandHead``, for the first
+    ``_LONE_SETS`` sets of a queue: sets that differ call by call, a dedup key or a trace
+    context of each job's own, go the whole way every time): a call packs its id and
     payload only, and makes no :class:`ScriptCall` unless the script must be loaded.
 
     Raises:
@@ -303,29 +305,24 @@ async def enqueue_lone(conn: Connection, queue: str, job: GatedJob) -> Answer:
     heads = _LONE_HEADS.get(queue)
     head = heads.get(options) if heads is not None else None
     if head is None:
-        head = _lone_head(queue, job)
-    else:
-        v.batch_bytes(len(payload))
+        sc = enqueue_gated_call(queue, [job])  # (gates the job, as every call does)
+        if heads is None:
+            if len(_LONE_HEADS) >= _LONE_QUEUES:
+                _LONE_HEADS.clear()
+            heads = _LONE_HEADS[queue] = {}
+        if len(heads) < _LONE_SETS:
+            heads[options] = CommandHead(sc.evalsha_args()[:-3], 3)  # (tail: id, payload, "1")
+        (answer,) = await evaluate(conn, sc)
+        return answer
+    v.batch_bytes(len(payload))
     packed = head.pack(job_id.encode(), payload, b"1")
     return await evaluate_packed(conn, packed, _read_one, lambda: enqueue_gated_call(queue, [job]))
 
 
-def _lone_head(queue: str, job: GatedJob) -> CommandHead:
-    """The kept head of a lone enqueue of ``job``'s queue and option set (made now from
-    :func:`enqueue_gated_call`'s argv, which gates the job as every call does)."""
-    args = enqueue_gated_call(queue, [job]).evalsha_args()
-    heads = _LONE_HEADS.get(queue)
-    if heads is None or len(heads) >= _LONE_HEADS_MAX:
-        if len(_LONE_HEADS) >= _LONE_HEADS_MAX:
-            _LONE_HEADS.clear()
-        heads = _LONE_HEADS[queue] = {}
-    head = heads[job.options] = CommandHead(args[:-3], 3)  # (the tail: id, payload, "1")
-    return head
-
-
 # queue -> option set -> the head of its lone enqueue (a producer has a few option sets)
 _LONE_HEADS: dict[str, dict[tuple[Any, ...], CommandHead]] = {}
-_LONE_HEADS_MAX = 1024
+_LONE_QUEUES = 1024
+_LONE_SETS = 64
 
 
 def _read_one(reply: Any) -> Answer:
