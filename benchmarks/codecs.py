@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import datetime as dt
 import enum
+import statistics
 import time
 import uuid
 from decimal import Decimal
@@ -27,7 +28,7 @@ import trio
 import echomq
 from echomq.testing import RedisServer
 
-from . import files, machine
+from . import files, machine, tables
 from .stats import Results
 
 __all__ = ["main", "run"]
@@ -121,6 +122,31 @@ def main(argv: list[str] | None = None) -> None:
     res.meta = machine.finish(meta)
     print(res.table("codecs: JSON and msgpack on a typed payload"), flush=True)
     files.save("codecs", res.to_json(), args)
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    """The README's table: each codec per repetition, and msgpack's ratios to JSON."""
+    by = {(s["codec"], s["rep"]): s for s in doc["samples"]}
+    reps = sorted({s["rep"] for s in doc["samples"]})
+    lines = [
+        tables.conditions(doc["meta"], reps=len(reps), source=source),
+        "",
+        "| | " + " | ".join(f"rep {r + 1}" for r in reps) + " | median |",
+        "|---|" + "---:|" * (len(reps) + 1),
+    ]
+    rows: list[tuple[str, list[float], str]] = []
+    for key, label, fmt in (
+        ("jobs_per_s", "jobs/s end to end", ",.0f"),
+        ("codec_us", "codec µs per job", ".0f"),
+    ):
+        for codec in ("json", "msgpack"):
+            rows.append((f"{codec} {label}", [by[codec, r][key] for r in reps], fmt))
+        ratios = [by["msgpack", r][key] / by["json", r][key] for r in reps]
+        rows.append((f"{label}, msgpack / json", ratios, ".2f"))
+    for label, values, fmt in rows:
+        cells = " | ".join(format(v, fmt) for v in values)
+        lines.append(f"| {label} | {cells} | **{format(statistics.median(values), fmt)}** |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

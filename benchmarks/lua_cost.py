@@ -99,9 +99,14 @@ def child(jobs: int, claim: int, complete: int, held_cap: int) -> dict[str, Any]
     import redis
 
     from echomq._model.job import NewJob
-    from echomq._scripts.calls import evaluate_sync
-    from echomq.jobs import lifecycle as calls
     from echomq.testing import RedisServer
+
+    try:
+        from echomq._scripts.calls import evaluate_sync
+        from echomq.jobs import lifecycle as calls
+    except ImportError:  # an echomq from before the _scripts layer (a --base run of 0.1)
+        from echomq._redis.scripts import evaluate_sync  # type: ignore[no-redef]
+        from echomq._verbs import lifecycle as calls  # type: ignore[no-redef]
 
     queue = "bench"
     base = f"emq:{{{queue}}}:"

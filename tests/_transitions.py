@@ -17,8 +17,10 @@ import attrs
 import echomq
 from _waits import clock_past, due
 from echomq import admin, cancel, flows, jobs, stalled
+from echomq._model.errback import encode_spec
 from echomq._model.job import NewJob
 from echomq._model.states import TRANSITIONS, JobState
+from echomq._model.steps import StepRecord
 from echomq._scripts.calls import SCRIPTS, evaluate, script_call
 from echomq._scripts.keyspace import Keyspace
 from echomq.jobs import steps as step_verbs
@@ -94,6 +96,13 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
             score = await conn.execute("ZSCORE", Keyspace(queue).active, c.id)
             await clock_past(conn, float(score), Keyspace(queue).meta)
 
+    async def errback(job_id: str) -> None:
+        """Give ``job_id`` an error callback on this queue (last in line: it is claimed
+        after every job of the script's order): its death enqueues ``eb-<id>``."""
+        ids.append(f"eb-{job_id}")
+        spec = encode_spec(queue, NewJob(payload=b"x", job_id=f"eb-{job_id}", priority=-4095))
+        await conn.execute("HSET", Keyspace(queue).job(job_id), "errback", spec)
+
     # flows (docs/flows.md), first, on an empty pending set
     def tree(parent: str, kids: Sequence[str], policy: str = "fail") -> flows.FlowJob:
         ids.extend([parent, *kids])
@@ -123,7 +132,24 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     def node(
         job_id: str, parent: str = "", kids: str = "", held: str = "", delay: int = 0
     ) -> list[Any]:
-        return [job_id, b"x", 0, 1, "", "", "", parent, "", "fail", "none", kids, held, "", delay]
+        return [
+            job_id,
+            b"x",
+            0,
+            1,
+            "",
+            "",
+            "",
+            parent,
+            "",
+            "fail",
+            "none",
+            kids,
+            held,
+            "",
+            delay,
+            "",
+        ]
 
     async def run(job_id: str, *, dead: bool = False, lease_ms: int = 60_000) -> echomq.Claimed:
         [c] = await claim(lease_ms)
@@ -141,6 +167,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await run("fa2")  # complete: the parent becomes pending
     await run("fa")
     await step("flow add fb", lambda: flows.add_flow(rec, [tree("fb", ["fb1"])]))
+    await errback("fb1")
     await run("fb1", dead=True)  # fail: the parent becomes pending (policy fail)
     await run("fb", dead=True)
     await step("reprocess fb1", lambda: jobs.reprocess_job(rec, queue, "fb1"))  # fb dead -> waiting
@@ -155,10 +182,12 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await run("fc2")
     await run("fc")
     await step("flow add fd", lambda: flows.add_flow(rec, [tree("fd", ["fd1"])]))
+    await errback("fd1")
     await lapse([await run("fd1", lease_ms=1)])
     await step("reap fd1", lambda: jobs.reap_counted(rec, queue, max_recoveries=0))
     await run("fd")
     await step("flow add fe", lambda: flows.add_flow(rec, [tree("fe", ["fe1"])]))
+    await errback("fe1")
     await lapse([await run("fe1", lease_ms=1)])
     await step("sweep fe1", lambda: stalled.check(rec, queue, max_stalled=1))
     await run("fe")
@@ -217,6 +246,17 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await clock_past(conn, float(fk1_deadline), Keyspace(queue).meta)
     await step("fence fk1", lambda: cancel.fence_due(rec, queue))
     await run("fk")
+    # dynamic children (docs/flows.md): a running job spawns one, waits, is resumed
+    await step("enqueue dy", new("dy", priority=50))
+    dy = await run("dy", lease_ms=60_001)  # held, not settled
+    ids.append("dy1")
+    kid = flows.FlowJob(job=NewJob(payload=b"x", job_id="dy1", priority=50), queue=queue)
+    record = StepRecord(name="spawn-1", state="done", token=dy.token).encode()
+    spawn = flows.Spawn(queue, "dy", dy.token, "spawn-1", record)
+    await step("spawn dy1", lambda: flows.spawn_children(rec, spawn, [kid]))
+    await step("wait dy", lambda: flows.wait_children(rec, queue, "dy", dy.token))
+    await run("dy1")  # dy -> pending
+    await run("dy")
 
     for i in range(1, 15):
         await step(f"enqueue p{i}", new(f"p{i}", max_attempts=3))

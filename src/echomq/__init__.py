@@ -28,6 +28,7 @@ from .config import ConnectionConfig, WorkerConfig, parse_url
 from .errors import (
     ActiveJobs,
     AuthenticationError,
+    ChildFailed,
     ClusterDown,
     ClusterError,
     CodecMismatch,
@@ -77,6 +78,7 @@ __all__ = [
     "ActiveJobs",
     "AuthenticationError",
     "CancelToken",
+    "ChildFailed",
     "ChildFailure",
     "Claimed",
     "ClusterDown",

@@ -21,14 +21,16 @@ cancelled; the reprs are shallow.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import datetime as dt
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 import trio
 
+from ._model.errback import encode_spec
 from ._model.flow import Feed, FlowJob, Policy, mark_parent
 from ._model.job import NewJob
 from ._model.options import EnqueueOptions, to_ms
@@ -69,10 +71,34 @@ def _policy(value: object) -> Policy:
         ) from None
 
 
+# where a compile draws its ids (``flow_jobs(ids=...)``; None: fresh random ones)
+_IDS: contextvars.ContextVar[Callable[[], str] | None] = contextvars.ContextVar(
+    "echomq_canvas_ids", default=None
+)
+
+
+def _next_id() -> str:
+    source = _IDS.get()
+    return new_id() if source is None else source()
+
+
+def _errback(canvas: object) -> Signature[Any] | None:
+    """A ``link_error=`` value checked: a task signature, or None."""
+    if canvas is None:
+        return None
+    sig = _as_canvas(canvas, "link_error")
+    if not isinstance(sig, Signature):
+        raise InvalidArgument("link_error must be a task signature (task.s(...))")
+    return sig
+
+
 class Canvas:
     """What chain, group, chord, flow and a signature share: ``apply()``."""
 
     policy: Policy = Policy.FAIL
+    #: the error callback of the job(s) this canvas compiles to as its root(s)
+    #: (docs/flows.md "Error callbacks"); a root with one of its own keeps it
+    link_error: Signature[Any] | None = None
 
     def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
         """The canvases compiled before this one (Rule 3), each with its policy."""
@@ -82,11 +108,19 @@ class Canvas:
         """This canvas's roots, from its parts' (in :meth:`_parts`' order)."""
         raise NotImplementedError
 
-    def flow_jobs(self, *, delay: Delay = None, at: At = None) -> list[FlowJob]:
+    def flow_jobs(
+        self, *, delay: Delay = None, at: At = None, ids: Callable[[], str] | None = None
+    ) -> list[FlowJob]:
         """The tree(s) this canvas adds; no I/O (Rule 1). ``delay`` (seconds or a
         timedelta) or ``at`` (a datetime, naive meaning local time, or epoch seconds): the
-        flow starts then: its leaves wait in the schedule (a leaf's own delay stays)."""
-        roots, _ = _compile(self, self.policy, _start_ms(delay, at))
+        flow starts then: its leaves wait in the schedule (a leaf's own delay stays).
+        ``ids``: where the jobs' ids come from, in the order of the compile (a spawn's
+        are the same in every run of its parent); a ``job_id`` set stays."""
+        token = _IDS.set(ids)
+        try:
+            roots, _ = _compile(self, self.policy, _start_ms(delay, at))
+        finally:
+            _IDS.reset(token)
         return roots
 
     async def apply(self, *, delay: Delay = None, at: At = None) -> FlowHandle:
@@ -176,7 +210,8 @@ def _compile(canvas: Canvas, policy: Policy, delay_ms: int = 0) -> _Compiled:
         if frame.parts is None:
             if isinstance(c, Signature):
                 work.pop()
-                results.append(([c.node((), frame.policy, delay_ms=delay_ms)], False))
+                leaf = c.node((), frame.policy, delay_ms=delay_ms)
+                results.append(([leaf], False))
                 continue
             if id(c) in compiling:
                 raise _cycle()
@@ -190,11 +225,28 @@ def _compile(canvas: Canvas, policy: Policy, delay_ms: int = 0) -> _Compiled:
         n = len(frame.parts)
         got = results[len(results) - n :]
         del results[len(results) - n :]
-        results.append(c._combine(frame.policy, got, compiling))
+        roots, was_group = c._combine(frame.policy, got, compiling)
+        if c.link_error is not None:
+            roots = [_with_errback(r, c.link_error) for r in roots]
+        results.append((roots, was_group))
         compiling.discard(id(c))
         work.pop()
     [compiled] = results
     return compiled
+
+
+def _errback_spec(sig: Signature[Any]) -> bytes:
+    """The spec of ``sig`` as an error callback (``_model/errback.py``): bound with two
+    stand-ins first, the failed job's id and its error, which the worker passes."""
+    task = sig.task
+    job = task.queue.producer.new_job(task, ("", "", *sig.args), sig.kwargs, None, sig.options)
+    return encode_spec(task.queue.name, attrs.evolve(job, job_id=job.job_id or _next_id()))
+
+
+def _with_errback(root: FlowJob, sig: Signature[Any]) -> FlowJob:
+    if root.errback is not None:
+        return root
+    return attrs.evolve(root, errback=_errback_spec(sig))
 
 
 def _as_canvas(step: object, where: str) -> Canvas:
@@ -219,10 +271,15 @@ class Signature(Canvas, Generic[R]):
     # ``task.si(...)``: a chain step or chord callback that is not given the previous
     # result (it still runs after it)
     immutable: bool = False
+    link_error: Signature[Any] | None = None
 
     def set(self, **options: Any) -> Signature[R]:
         """The same call with these enqueue options (``priority``, ``job_id``,
-        ``max_attempts``, ``keep_result``...)."""
+        ``max_attempts``, ``keep_result``...) and ``link_error=`` (a signature run with
+        the job's id and error when it dies: docs/flows.md "Error callbacks")."""
+        if "link_error" in options:
+            errback = _errback(options.pop("link_error"))
+            return attrs.evolve(self, options={**self.options, **options}, link_error=errback)
         return attrs.evolve(self, options={**self.options, **options})
 
     def _new_job(self, parent: bool, fed: bool, delay_ms: int = 0) -> NewJob:
@@ -233,7 +290,7 @@ class Signature(Canvas, Generic[R]):
         payload = job.payload if isinstance(job.payload, bytes) else job.payload.encode()
         return attrs.evolve(
             job,
-            job_id=job.job_id or new_id(),
+            job_id=job.job_id or _next_id(),
             payload=mark_parent(payload) if parent else payload,
         )
 
@@ -247,12 +304,14 @@ class Signature(Canvas, Generic[R]):
     ) -> FlowJob:
         if self.immutable:  # run after its children, given none of their results
             feed = Feed.NONE
+        job = self._new_job(bool(children), feed is not Feed.NONE, delay_ms)
         return FlowJob(
-            job=self._new_job(bool(children), feed is not Feed.NONE, delay_ms),
+            job=job,
             queue=self.task.queue.name,
             children=tuple(children),
             policy=policy,
             feed=feed,
+            errback=None if self.link_error is None else _errback_spec(self.link_error),
         )
 
     def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
@@ -266,24 +325,78 @@ class Signature(Canvas, Generic[R]):
         return f"{self.task.name}.{kind}(*{self.args!r}, **{dict(self.kwargs)!r})"
 
 
+GROUP_TASK = "echomq.group"  # the built-in task of a group mid-chain (_worker/builtins.py)
+
+
+GROUP_ATTEMPTS = 5  # a group job's runs are safe to repeat (its spawn is once per job)
+
+
+def _group_job(payload: bytes) -> NewJob:
+    """A group job's row: a flow parent of the built-in task, retried on a failure of its
+    own (a lost connection mid-spawn); a dead member still fails it at once."""
+    return NewJob(
+        payload=mark_parent(payload),
+        job_id=_next_id(),
+        task=GROUP_TASK,
+        max_attempts=GROUP_ATTEMPTS,
+    )
+
+
+def _check_step(step: Canvas, i: int) -> None:
+    """A chain step after the first: a task signature, or a group of task signatures."""
+    if isinstance(step, Signature):
+        return
+    if isinstance(step, Group) and all(isinstance(m, Signature) for m in step.members):
+        return
+    raise InvalidArgument(
+        f"chain step {i} must be a task signature or a group of task signatures, not "
+        f"{step!r:.80} (a chord or a flow after a step is not supported: docs/flows.md)"
+    )
+
+
+def _mid_group(group: Group, before: list[FlowJob], policy: Policy, was_group: bool) -> FlowJob:
+    """A group after a chain step (docs/flows.md "A group in the middle of a chain"): one
+    job of the built-in task ``echomq.group``, on its first member's queue, the parent of
+    the step before (a group before it: its members, whose list it is given), its call the
+    members as ``[fed, spec]`` pairs; its run spawns them and answers their results."""
+    members: list[list[Any]] = []
+    for m in group.members:
+        assert isinstance(m, Signature)
+        job = m._new_job(False, not m.immutable)
+        members.append([not m.immutable, encode_spec(m.task.queue.name, job)])
+    queue = group.members[0]
+    assert isinstance(queue, Signature)
+    home = queue.task.queue
+    if was_group:  # two groups in a row: the one before is first collected by a group job
+        before = [_collect(home, before, policy)]
+    payload = home.producer.codec.encode_call(GROUP_TASK, (members,), {})
+    job = _group_job(payload)
+    return FlowJob(job=job, queue=home.name, children=tuple(before), policy=policy)
+
+
+def _collect(home: Queue, members: list[FlowJob], policy: Policy) -> FlowJob:
+    """A group job with no members of its own: it answers its children's results."""
+    payload = home.producer.codec.encode_call(GROUP_TASK, ([],), {})
+    job = _group_job(payload)
+    return FlowJob(job=job, queue=home.name, children=tuple(members), policy=policy)
+
+
 @attrs.define(eq=False, init=False, repr=False)
 class Chain(Canvas):
     """Steps run one after the other, each given the previous step's result first."""
 
     steps: list[Canvas]
     policy: Policy
+    link_error: Signature[Any] | None = None
 
-    def __init__(self, *steps: object, policy: str = "fail") -> None:
+    def __init__(self, *steps: object, policy: str = "fail", link_error: object = None) -> None:
         if not steps:
             raise InvalidArgument("a chain needs at least one step")
         self.steps = [_as_canvas(s, f"chain step {i + 1}") for i, s in enumerate(steps)]
         for i, step in enumerate(self.steps[1:], 2):
-            if not isinstance(step, Signature):
-                raise InvalidArgument(
-                    f"chain step {i} must be a task signature: a group or chord after "
-                    "a step is not supported (not yet; docs/flows.md)"
-                )
+            _check_step(step, i)
         self.policy = _policy(policy)
+        self.link_error = _errback(link_error)
 
     def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
         return [(self.steps[0], policy)]
@@ -291,10 +404,16 @@ class Chain(Canvas):
     def _combine(self, policy: Policy, parts: list[_Compiled], compiling: _Stack) -> _Compiled:
         [(roots, was_group)] = parts
         for i, step in enumerate(self.steps[1:], 2):
-            if not isinstance(step, Signature):  # the steps were changed after __init__
-                if id(step) in compiling:  # itself (or an enclosing canvas): a cycle
-                    raise _cycle()
-                raise InvalidArgument(f"chain step {i} must be a task signature, not {step!r:.80}")
+            if id(step) in compiling:  # itself (or an enclosing canvas): a cycle
+                raise _cycle()
+            _check_step(step, i)  # (the steps may have changed after __init__)
+            if isinstance(step, Group):  # a group mid-chain: one built-in job (builtins.py)
+                roots = [_mid_group(step, roots, policy, was_group)]
+                was_group = False
+                if step.link_error is not None:
+                    roots = [_with_errback(roots[0], step.link_error)]
+                continue
+            assert isinstance(step, Signature)
             feed = Feed.ALL if was_group else Feed.ONE
             roots, was_group = [step.node(roots, policy, feed)], False
         return roots, was_group
@@ -309,14 +428,16 @@ class Group(Canvas):
 
     members: list[Canvas]
     policy: Policy
+    link_error: Signature[Any] | None = None
 
-    def __init__(self, *members: object, policy: str = "fail") -> None:
+    def __init__(self, *members: object, policy: str = "fail", link_error: object = None) -> None:
         if len(members) == 1 and isinstance(members[0], list | tuple):
             members = tuple(members[0])
         if not members:
             raise InvalidArgument("an empty group")
         self.members = [_as_canvas(m, f"group member {i + 1}") for i, m in enumerate(members)]
         self.policy = _policy(policy)
+        self.link_error = _errback(link_error)
 
     def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
         return [(m, policy) for m in self.members]
@@ -338,8 +459,11 @@ class Chord(Canvas):
     header: Group
     callback: Signature[Any]
     policy: Policy
+    link_error: Signature[Any] | None = None
 
-    def __init__(self, header: object, callback: object, *, policy: str = "fail") -> None:
+    def __init__(
+        self, header: object, callback: object, *, policy: str = "fail", link_error: object = None
+    ) -> None:
         if not isinstance(header, Group):
             header = Group(*header) if isinstance(header, list | tuple) else header
         if not isinstance(header, Group):
@@ -348,6 +472,7 @@ class Chord(Canvas):
         if not isinstance(body, Signature):
             raise InvalidArgument("a chord's callback must be a task signature")
         self.header, self.callback, self.policy = header, body, _policy(policy)
+        self.link_error = _errback(link_error)
 
     def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
         return [(self.header, policy)]
@@ -368,9 +493,15 @@ class Node(Canvas):
     parent: Signature[Any]
     children: list[Canvas]
     policy: Policy
+    link_error: Signature[Any] | None = None
 
     def __init__(
-        self, parent: object, children: Sequence[object] = (), *, policy: str = "fail"
+        self,
+        parent: object,
+        children: Sequence[object] = (),
+        *,
+        policy: str = "fail",
+        link_error: object = None,
     ) -> None:
         body = _as_canvas(parent, "a flow's parent")
         if not isinstance(body, Signature):
@@ -380,6 +511,7 @@ class Node(Canvas):
         self.parent = body
         self.children = [_as_canvas(c, f"child {i + 1}") for i, c in enumerate(children)]
         self.policy = _policy(policy)
+        self.link_error = _errback(link_error)
 
     def _parts(self, policy: Policy) -> list[tuple[Canvas, Policy]]:
         return [(c, c.policy if isinstance(c, Node) else policy) for c in self.children]
@@ -394,24 +526,37 @@ class Node(Canvas):
         return f"flow({self.parent!r}, <{len(self.children)} children>)"
 
 
-def chain(*steps: object, policy: str = "fail") -> Chain:
-    """``chain(a.s(1), b.s(), c.s())``: a, then b(a's result), then c(b's result)."""
-    return Chain(*steps, policy=policy)
+def chain(*steps: object, policy: str = "fail", link_error: object = None) -> Chain:
+    """``chain(a.s(1), b.s(), c.s())``: a, then b(a's result), then c(b's result).
+    ``link_error``: a signature run with the id and error of the chain's last job when it
+    dies (under policy ``fail``, a step's death is its death: docs/flows.md)."""
+    return Chain(*steps, policy=policy, link_error=link_error)
 
 
-def group(*members: object, policy: str = "fail") -> Group:
-    """``group(a.s(1), a.s(2))``: in parallel; the result is the list of results."""
-    return Group(*members, policy=policy)
+def group(*members: object, policy: str = "fail", link_error: object = None) -> Group:
+    """``group(a.s(1), a.s(2))``: in parallel; the result is the list of results.
+    ``link_error``: each member's error callback (a member's own stays)."""
+    return Group(*members, policy=policy, link_error=link_error)
 
 
-def chord(header: object, callback: object, *, policy: str = "fail") -> Chord:
-    """``chord(group(...), cb.s())``: cb(list of the group's results) after all of them."""
-    return Chord(header, callback, policy=policy)
+def chord(
+    header: object, callback: object, *, policy: str = "fail", link_error: object = None
+) -> Chord:
+    """``chord(group(...), cb.s())``: cb(list of the group's results) after all of them.
+    ``link_error``: the callback's error callback."""
+    return Chord(header, callback, policy=policy, link_error=link_error)
 
 
-def flow(parent: object, children: Sequence[object] = (), *, policy: str = "fail") -> Node:
-    """A parent and its children (signatures, chains, groups, chords, flows)."""
-    return Node(parent, children, policy=policy)
+def flow(
+    parent: object,
+    children: Sequence[object] = (),
+    *,
+    policy: str = "fail",
+    link_error: object = None,
+) -> Node:
+    """A parent and its children (signatures, chains, groups, chords, flows).
+    ``link_error``: the parent's error callback."""
+    return Node(parent, children, policy=policy, link_error=link_error)
 
 
 def _first_signature(canvas: Canvas) -> Signature[Any]:

@@ -41,6 +41,7 @@
     ├── JobCancelled         from handle.result() and CancelToken.check()
     ├── SoftTimeLimit        raised inside a job that ran past its soft_timeout (it may clean up)
     ├── StepFailed           a durable step replayed with the error an earlier run kept
+    ├── ChildFailed          a spawned child did not complete, under policy fail (job.wait_children)
     └── WrongEventLoop       an asyncio twin (adelay, aapply...) called with no asyncio loop (trio)
 
     Retry(delay=...)         raised by a task to ask for a retry; not an error
@@ -99,6 +100,7 @@ __all__ = [
     "JobCancelled",
     "SoftTimeLimit",
     "StepFailed",
+    "ChildFailed",
     "WrongEventLoop",
     "Retry",
     "RateLimited",
@@ -400,6 +402,12 @@ class JobCancelled(EchoMQError):
 
 class DuplicateStep(InvalidArgument):
     """A durable step's name was used twice in one run of a job (docs/steps.md)."""
+
+
+class ChildFailed(EchoMQError):
+    """A child of the job did not complete (dead, cancelled or removed) under policy
+    ``fail``: raised by ``job.wait_children()``; the job then dies without a retry, as a
+    flow parent does (docs/flows.md)."""
 
 
 class StepFailed(EchoMQError):

@@ -38,12 +38,15 @@ from typing import Any
 import attrs
 
 from ._model.cancel import MAX_REASON
+from ._model.errback import decode_spec, errback_payload
 from ._model.flow import ChildFailure, ChildOutcome, Feed, FlowJob, Policy
+from ._model.job import NewJob
+from ._model.steps import field
 from ._model.text import clip, safe_str
 from ._scripts import validate as v
 from ._scripts.calls import Executor, ScriptCall, evaluate, script_call
 from ._scripts.keyspace import Keyspace, check_group, check_id, keyspace, remote_queue
-from ._scripts.replies import FlowNotice, text
+from ._scripts.replies import FlowNotice, check_status, text
 from .errors import (
     TRANSIENT,
     DuplicateJob,
@@ -54,7 +57,7 @@ from .errors import (
     NotCancellable,
     ScriptError,
 )
-from .jobs.lifecycle import _task_name, new_id
+from .jobs.lifecycle import _task_name, enqueue_call, new_id
 
 __all__ = [
     "add_flow",
@@ -69,6 +72,7 @@ __all__ = [
     "ChildFailure",
     "ChildOutcome",
     "children",
+    "errback_call",
     "Feed",
     "flow_notify_call",
     "flow_results_call",
@@ -80,7 +84,11 @@ __all__ = [
     "relay_outbox",
     "remote_children",
     "remove_flow",
+    "Spawn",
+    "spawn_children",
     "subtree",
+    "wait_children",
+    "wait_children_call",
     "waiting_parents",
 ]
 
@@ -126,6 +134,7 @@ def _stub_argv(node: FlowJob, parent: FlowJob) -> list[Any]:
         "r",
         "",
         0,
+        "",
     ]
 
 
@@ -148,6 +157,7 @@ def _node_argv(node: FlowJob, parent: FlowJob | None, kids: int, held: bool) -> 
         "1" if held else "",
         "" if job.group is None else check_group(job.group),
         v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
+        b"" if node.errback is None else v.payload_bytes(node.errback),
     ]
 
 
@@ -163,13 +173,33 @@ def _hops(nodes: Sequence[tuple[FlowJob, FlowJob | None]]) -> dict[str, int]:
     return hops
 
 
+@attrs.frozen
+class Spawn:
+    """A running job that adds children (docs/flows.md "Dynamic children"): its id and
+    queue, the token of its claim (the fence), its step's name and record, the policy of
+    its children."""
+
+    queue: str
+    id: str
+    token: int
+    step: str
+    record: bytes
+    policy: Policy = Policy.FAIL
+
+
 def _queue_calls(
-    queue: str, placed_all: list[_Placed], root_of: dict[str, str]
+    queue: str, placed_all: list[_Placed], root_of: dict[str, str], spawn: Spawn | None = None
 ) -> list[ScriptCall[int]]:
     """One queue's pages (Rule 1): its jobs and the stubs of its jobs' remote children;
-    each page names its first job's root, whose row (on this queue) counts the pages."""
+    each page names its first job's root, whose row (on this queue) counts the pages. A
+    spawn's part on its parent's queue is one page, the spawn's fields after it (its
+    reply: 0 when an earlier run spawned them)."""
     ks = keyspace(queue)
     size = v.MAX_FLOW
+    if spawn is not None and len(placed_all) > size:
+        raise InvalidArgument(
+            f"a spawn adds at most {size} jobs on its parent's queue, not {len(placed_all)}"
+        )
     placed = [attrs.evolve(p, page=i // size) for i, p in enumerate(placed_all)]
     page_of = {p.node.id: p.page for p in placed if not p.stub}
     last_child_page: dict[str, int] = {}
@@ -200,10 +230,16 @@ def _queue_calls(
             argv += row
         v.batch_bytes(total)
         argv.append(root_of[members[0].node.id])
+        if spawn is not None:
+            argv += [spawn.id, spawn.token, field(spawn.step), spawn.record, str(spawn.policy)]
         count = len(members)
         rows = sum(1 for p in members if not p.stub)
 
         def read(reply: Any, count: int = count, rows: int = rows) -> int:
+            if spawn is not None and reply == 0:
+                return 0  # an earlier run spawned them: nothing written
+            if spawn is not None and isinstance(reply, int) and reply < 0:
+                check_status(reply, f"spawn by job {spawn.id}")  # the job's holder no more
             if reply != count:
                 raise ScriptError(f"add_flow: unexpected reply {reply!r}")
             return rows
@@ -222,8 +258,21 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
         DuplicateJob: an id repeats in the tree.
         InvalidKey, PayloadTooLarge: a bad id or payload.
     """
+    return _flow_calls(roots, None)
+
+
+def _flow_calls(roots: Sequence[FlowJob], spawn: Spawn | None) -> list[ScriptCall[int]]:
     if not roots:
         raise InvalidArgument("a flow needs at least one job")
+    top: FlowJob | None = None  # a spawn's running parent: not written, its children are
+    if spawn is not None:
+        top = FlowJob(
+            job=NewJob(payload=b"", job_id=check_id(spawn.id)),
+            queue=spawn.queue,
+            children=tuple(roots),
+            policy=spawn.policy,
+        )
+        roots = [top]
     nodes = list(_walk(roots))
     seen: set[str] = set()
     for node, _ in nodes:
@@ -246,15 +295,45 @@ def add_flow_calls(roots: Sequence[FlowJob]) -> list[ScriptCall[int]]:
     for node, parent in nodes:  # parents first
         root_of[node.id] = node.id if parent is None else root_of[parent.id]
     batches: dict[tuple[int, str], list[_Placed]] = {}
+    if top is not None:  # its children's page comes first, even when all are stubs
+        batches[(0, top.queue)] = []
     for node, parent in nodes:
-        batches.setdefault((hops[node.id], node.queue), []).append(_Placed(node, parent, 0))
+        if node is not top:
+            batches.setdefault((hops[node.id], node.queue), []).append(_Placed(node, parent, 0))
         if parent is not None and parent.queue != node.queue:
             where = (hops[parent.id], parent.queue)
             batches.setdefault(where, []).append(_Placed(node, parent, 0, stub=True))
     calls: list[ScriptCall[int]] = []
     for hop, queue in sorted(batches, key=lambda b: b[0]):  # stable: queues as first met
-        calls += _queue_calls(queue, batches[(hop, queue)], root_of)
+        first = top is not None and (hop, queue) == (0, top.queue)
+        calls += _queue_calls(queue, batches[(hop, queue)], root_of, spawn if first else None)
     return calls
+
+
+async def spawn_children(conn: Executor, spawn: Spawn, roots: Sequence[FlowJob]) -> bool:
+    """Add ``roots`` as children of the running job ``spawn.id`` (docs/flows.md "Dynamic
+    children"): its queue's part in one call, fenced by its token, that writes its step
+    once; then the parts on other queues. Answers False when an earlier run of the job
+    spawned them (its step is written): the parts on other queues are sent again, each
+    one's ``DuplicateJob`` meaning it was written then, so a run that stopped between
+    the calls loses no child.
+
+    Raises:
+        InvalidArgument, DuplicateJob, InvalidKey, PayloadTooLarge: before any I/O.
+        StaleToken, NotActive, JobGone: the caller no longer holds the job.
+    """
+    calls = _flow_calls(roots, spawn)
+    fresh = True
+    for i, call in enumerate(calls):
+        try:
+            written = await evaluate(conn, call)
+        except DuplicateJob:
+            if fresh:
+                raise
+            continue  # written by the earlier run
+        if i == 0 and written == 0:
+            fresh = False
+    return fresh
 
 
 async def add_flow(conn: Executor, roots: Sequence[FlowJob]) -> int:
@@ -285,6 +364,31 @@ async def add_flow(conn: Executor, roots: Sequence[FlowJob]) -> int:
                             root.id)  # fmt: skip
             raise
     return written
+
+
+def wait_children_call(queue: str, job_id: str, token: int) -> ScriptCall[int]:
+    """A running job waits for the children it spawned (docs/flows.md "Dynamic
+    children"); the reply is 1 (none is open, or under policy ``fail`` one failed: go
+    on), 2 (it waits: it left active for ``waiting``) or 0 (a cancel was requested:
+    nothing done)."""
+    ks = keyspace(queue)
+    argv = [check_id(job_id), v.token_str(token), ks.base]
+
+    def read(reply: Any) -> int:
+        if reply == 2:
+            return 2
+        return check_status(reply, f"wait_children of {job_id}")
+
+    return script_call("wait_children", [ks.job(job_id), ks.active, ks.waiting], argv, read)
+
+
+async def wait_children(conn: Executor, queue: str, job_id: str, token: int) -> int:
+    """Run :func:`wait_children_call`.
+
+    Raises:
+        InvalidKey: before any I/O. JobGone, StaleToken, NotActive: not the job's holder.
+    """
+    return await evaluate(conn, wait_children_call(queue, job_id, token))
 
 
 @attrs.frozen(kw_only=True)
@@ -754,6 +858,20 @@ def flow_notify_call(
     )
 
 
+def errback_call(spec: bytes, failed: str, error: bytes) -> ScriptCall[list[str]]:
+    """The enqueue of a dead job's error callback on its own queue (an outbox entry of
+    kind ``errback``: docs/flows.md "Error callbacks"); ``DuplicateJob`` when it was
+    enqueued already.
+
+    Raises:
+        ValueError, EchoMQError: a malformed spec (before any I/O).
+    """
+    queue, job = decode_spec(spec)
+    payload = job.payload if isinstance(job.payload, bytes) else job.payload.encode()
+    job = attrs.evolve(job, payload=errback_payload(failed, error.decode(), payload))
+    return enqueue_call(queue, [job])
+
+
 def _fields(raw: Sequence[Any]) -> dict[str, bytes]:
     return {
         (k.decode() if isinstance(k, bytes) else str(k)): v
@@ -832,24 +950,29 @@ async def relay_outbox(
         entries += list(fresh[0][1])
     done = 0
     for entry_id, raw in entries:
-        call = None
+        call: ScriptCall[Any] | None = None
         if raw is not None:  # None: deleted after its relay, before its XACK (see below)
             try:
                 f = _fields(raw)
-                call = flow_notify_call(
-                    f["parent_queue"].decode(),
-                    f["parent"].decode(),
-                    f["child"].decode(),
-                    f["state"].decode(),
-                    f.get("value", b""),
-                    int(f.get("gen", b"0")),
-                )
+                if f.get("kind") == b"errback":  # a dead job's error callback elsewhere
+                    call = errback_call(f["spec"], f["failed"].decode(), f["error"])
+                else:
+                    call = flow_notify_call(
+                        f["parent_queue"].decode(),
+                        f["parent"].decode(),
+                        f["child"].decode(),
+                        f["state"].decode(),
+                        f.get("value", b""),
+                        int(f.get("gen", b"0")),
+                    )
             except (KeyError, ValueError, EchoMQError) as exc:  # never relayable: dropped
                 log.warning("flows: outbox entry %r of %r is malformed (%s): dropped",
                             entry_id, queue, exc)  # fmt: skip
         if call is not None:
             try:
                 await evaluate(conn, call)
+            except DuplicateJob:  # an errback enqueued by an earlier delivery
+                pass
             except TRANSIENT:
                 raise  # nothing acknowledged: relayed again later
             except Exception as exc:  # refused: tried again, then set aside (not blocking)

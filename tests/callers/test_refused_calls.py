@@ -67,7 +67,7 @@ async def test_a_chain_changed_to_contain_itself_is_invalid_argument(
     looped = echomq.chain(step.s(), step.s())
     looped.steps.append(looped)
     other = echomq.chain(step.s(), step.s())
-    other.steps.append(echomq.group(step.s()))
+    other.steps.append(echomq.chord([step.s()], step.s()))
     async with q.open():
         with pytest.raises(InvalidArgument, match="contains itself"):
             await looped.apply()

@@ -155,3 +155,38 @@ async def test_a_reprocess_that_meets_a_moved_outbox_changes_nothing(
         assert await fields(conn, b, "C", "state", "gen") == ["pending", "1"]
         assert await flows.relay_outbox(conn, b, "relay", idle_ms=0) == 1
         assert await fields(conn, a, "P", "state", "open", "failed") == ["waiting", "1", "0"]
+
+
+async def test_a_group_mid_chain_and_an_errback_across_two_masters(
+    redis_cluster: RedisCluster,
+) -> None:
+    """chain(a on A, group(b, c on B), total on A): the group job on B spawns its members
+    there and its result reaches the last step on A through B's outbox; a job on A that
+    dies with an errback on B has it enqueued on B through A's outbox; a job on A that
+    spawns children on B is resumed with their results (each queue on its own master)."""
+    a, b = two_masters(redis_cluster)
+    qa, ta = make_app(a, redis_cluster.url)
+    qb, tb = make_app(b, redis_cluster.url)
+    seen: list[tuple[str, str]] = []
+
+    @qb.task(name="on_error")
+    async def on_error(job_id: str, error: str) -> None:
+        seen.append((job_id, error))
+
+    @qa.task(name="fan")
+    async def fan(job: echomq.Job) -> Any:
+        await job.spawn([tb["add"].s(1), tb["add"].s(2)])
+        return await job.wait_children()
+
+    async with running(qa), running(qb):
+        canvas = echomq.chain(
+            ta["add"].s(1), echomq.group(tb["add"].s(10), tb["add"].s(20)), ta["total"].s()
+        )
+        handle = await canvas.apply()
+        dying = await ta["boom"].s().set(job_id="D", link_error=on_error.s()).apply()
+        fanned = await fan.delay()
+        with trio.fail_after(LIMIT):
+            assert await handle.result() == 11 + 21
+            assert await fanned.result() == [1, 2]
+        await until(lambda: len(seen) == 1, LIMIT)
+    assert seen == [(dying.id, "ValueError: boom")]

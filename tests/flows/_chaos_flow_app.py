@@ -38,7 +38,15 @@ def register(q: echomq.Queue) -> dict[str, Any]:
         await trio.sleep(seconds)
         return sum(values)
 
-    return {"leaf": leaf, "total": total}
+    @q.task(name="fanout", lease=LEASE)
+    async def fanout(job: echomq.Job, n: int, seconds: float = 0.0) -> int:
+        await count("fanout")
+        await job.spawn([leaf.s(i, 0.2) for i in range(n)])
+        if job.attempt == 1:
+            await trio.sleep(seconds)  # (killed here: between the spawn and the wait)
+        return sum(await job.wait_children())
+
+    return {"leaf": leaf, "total": total, "fanout": fanout}
 
 
 queue = echomq.Queue(os.environ.get("EMQ_TEST_QUEUE", "chaos-flow"))

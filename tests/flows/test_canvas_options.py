@@ -54,6 +54,24 @@ async def test_a_delayed_flow_starts_when_its_delay_is_over(redis_url: str, queu
     assert took >= 0.55
 
 
+async def test_a_delayed_flow_across_queues(
+    conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    """The chord's members on queue B (another hash tag): they wait in B's schedule, the
+    callback waits on A, and the flow runs once the delay is over."""
+    qa, ta = make_app(queue, redis_url)
+    qb, tb = make_app(queue + "-b", redis_url)
+    async with running(qa, recovery_interval=60), running(qb, recovery_interval=60):
+        started = time.time()
+        canvas = echomq.chord([tb["add"].s(1), tb["add"].s(2)], ta["total"].s())
+        handle = await canvas.apply(delay=0.6)
+        assert (await echomq.admin.stats(conn, qb.name)).scheduled == 2
+        with trio.fail_after(LIMIT):
+            assert await handle.result() == 3
+        took = time.time() - started
+    assert took >= 0.55
+
+
 async def test_a_delayed_flows_leaves_wait_in_the_schedule(
     conn: echomq.Connection, redis_url: str, queue: str
 ) -> None:

@@ -85,3 +85,35 @@ async def test_kill_9_workers_under_a_3_level_flow_every_node_completes_once(
     assert done == dict.fromkeys(nodes, 1)  # every node completed, once
     assert set(runs) == {f"leaf:{n}" for n in range(6)} | {"m0", "m1", "root"}
     assert runs["leaf:0"] >= 2 and runs["m0"] >= 2  # killed mid-run, run again
+
+
+@pytest.mark.single_node("worker processes on one server; the cluster runs the flow tests")
+async def test_kill_9_between_a_spawn_and_its_wait(redis_url: str, queue: str) -> None:
+    """The worker dies after the job spawned its children, before it waited: the
+    recovered run spawns nothing again, waits, and answers their results; each child
+    completed once."""
+    q = echomq.Queue(queue, url=redis_url)
+    t = register(q)
+    options = {
+        "url": redis_url,
+        "cwd": HERE,
+        "env": {"EMQ_TEST_QUEUE": queue},
+        "concurrency": 4,
+        "recovery_interval": 0.1,
+        "max_stalled": 5,
+    }
+    row = Keyspace(queue).job("F")
+    with trio.fail_after(60):
+        async with q.open():
+            handle = await t["fanout"].apply((3, 30.0), job_id="F")
+            async with open_worker_process(APP, **options) as first:
+                while not await q.connection.execute("HEXISTS", row, "kids"):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+                assert await kill_worker(first) == -9
+            async with open_worker_process(APP, **options):
+                assert await handle.result(timeout=30) == 0 + 1 + 2
+            done = await completions(q.connection, queue)
+            kids = await echomq.flows.children(q.connection, queue, "F")
+            runs = int(await q.connection.execute("HGET", runs_key(queue), "fanout"))
+    assert len(kids.ids) == 3 and done == dict.fromkeys([*kids.ids, "F"], 1)
+    assert runs >= 2  # killed mid-run, run again

@@ -83,8 +83,17 @@ def make_app(name: str, url: str) -> tuple[echomq.Queue, dict[str, Any]]:
     @q.task(name="tick", every=0.3)
     async def tick() -> None: ...
 
+    @q.task(name="fan")
+    async def fan(job: Job) -> list[Any]:  # dynamic children: spawn, then wait
+        await job.spawn([add.s(1), add.s(2)])
+        return await job.wait_children()
+
+    @q.task(name="on_error")
+    async def on_error(job_id: str, error: str) -> str:
+        return error
+
     tasks.update(add=add, total=total, collect=collect, boom=boom, chatty=chatty, slow=slow)
-    tasks.update(stubborn=stubborn, tick=tick)
+    tasks.update(stubborn=stubborn, tick=tick, fan=fan, on_error=on_error)
     return q, tasks
 
 
@@ -110,8 +119,8 @@ async def active(handle: echomq.TaskHandle) -> None:
 
 async def producer(url: str, a: str, b: str, done: dict[str, Any]) -> None:
     qa, ta = make_app(a, url)
-    _, tb = make_app(b, url)
-    async with qa.open():
+    qb, tb = make_app(b, url)
+    async with qa.open(), qb.open():
         assert await (await ta["add"].delay(1, 2)).result(timeout=10) == 3
         with_delay = await ta["add"].apply((5,), delay=0.2)
         first = await ta["add"].apply((1,), dedup="once", dedup_for=30)
@@ -121,6 +130,20 @@ async def producer(url: str, a: str, b: str, done: dict[str, Any]) -> None:
         chatty = await ta["chatty"].delay()
         flow = await echomq.flow(ta["collect"].s(), [ta["add"].s(1), ta["add"].s(2)]).apply()
         chord = await echomq.chord([tb["add"].s(i, 10) for i in range(3)], ta["total"].s()).apply()
+        mid = echomq.chain(ta["add"].s(1), echomq.group(tb["add"].s(1), tb["add"].s(2)))
+        mid_group = await mid.apply()  # the group job on B spawns its members there
+        fanned = await ta["fan"].delay()
+        errback = tb["on_error"].s().set(job_id=f"eb-{a}")  # on B: relayed from A's outbox
+        await ta["boom"].s().set(link_error=errback).apply()
+        assert await mid_group.result(timeout=15) == [2, 3]
+        assert await fanned.result(timeout=10) == [1, 2]
+        errback_handle = qb.handle(f"eb-{a}")
+
+        async def enqueued() -> bool:  # (once the dying job's queue relayed it)
+            return await errback_handle.info() is not None
+
+        await until(enqueued, 15)
+        assert await errback_handle.result(timeout=15) == "ValueError: boom"
         assert await with_delay.result(timeout=10) == 5
         assert await first.result(timeout=10) == 1
         try:

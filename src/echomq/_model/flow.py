@@ -11,10 +11,12 @@ reason), ``r`` removed.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
+from ..errors import ChildFailed
 from .job import NewJob
 
 __all__ = [
@@ -29,6 +31,9 @@ __all__ = [
 ]
 
 PARENT_MARK = b"\x00emq-flow\x00"
+# a group member in the middle of a chain: the previous step's encoded result travels in
+# front of the codec's payload (length, newline, bytes); the worker passes it first
+FED_MARK = b"\x00emq-fed\x00"
 
 
 class Policy(enum.StrEnum):
@@ -93,11 +98,28 @@ class FlowJob:
     children: tuple[FlowJob, ...] = attrs.field(default=(), repr=_count)
     policy: Policy = Policy.FAIL
     feed: Feed = Feed.NONE
+    errback: bytes | None = None  # its error callback's spec (_model/errback.py)
 
     @property
     def id(self) -> str:
         assert self.job.job_id is not None
         return self.job.job_id
+
+
+def fed_payload(value: bytes, payload: bytes) -> bytes:
+    """A job's payload that carries ``value`` (an encoded result) as its first argument."""
+    return FED_MARK + str(len(value)).encode() + b"\n" + value + payload
+
+
+def split_fed(payload: bytes) -> tuple[bytes | None, bytes]:
+    """``(the encoded first argument, the codec's payload)``; ``(None, payload)`` for a
+    payload that carries none."""
+    if not payload.startswith(FED_MARK):
+        return None, payload
+    start = len(FED_MARK)
+    end = payload.index(b"\n", start)
+    size = int(payload[start:end])
+    return payload[end + 1 : end + 1 + size], payload[end + 1 + size :]
 
 
 def mark_parent(payload: bytes) -> bytes:
@@ -109,6 +131,31 @@ def split_payload(payload: bytes) -> tuple[bool, bytes]:
     if payload.startswith(PARENT_MARK):
         return True, payload[len(PARENT_MARK) :]
     return False, payload
+
+
+def children_values(
+    outcomes: Sequence[ChildOutcome | None], policy: Policy, decode: Any
+) -> list[Any]:
+    """A parent's children's results as its policy says (docs/flows.md): under ``fail``
+    a child that did not complete raises :class:`~echomq.errors.ChildFailed`; ``ignore``
+    leaves it out; ``continue`` gives a :class:`ChildFailure` for it. An unfinished
+    child (None) is left out.
+
+    Raises:
+        ChildFailed: policy ``fail`` and a child that did not complete.
+        Exception: what ``decode`` raises for a result.
+    """
+    values: list[Any] = []
+    for outcome in outcomes:
+        if outcome is None:
+            continue  # not finished: only a parent failed early by policy fail
+        if outcome.state != "completed":
+            if policy is Policy.FAIL:
+                raise ChildFailed(str(value_or_failure(outcome, decode)))
+            if policy is Policy.IGNORE:
+                continue
+        values.append(value_or_failure(outcome, decode))
+    return values
 
 
 def value_or_failure(outcome: ChildOutcome, decode: Any) -> Any:

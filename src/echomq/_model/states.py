@@ -47,6 +47,8 @@ Moves = dict[JobState | None, frozenset[JobState | None]]
 
 # a finished flow child's parent: its last open child finished (or a dead one fails it)
 _PARENT: Moves = {JobState.WAITING: frozenset({JobState.PENDING})}
+# a dead job's error callback on its own queue, enqueued where it dies (docs/flows.md)
+_ERRBACK: Moves = {None: frozenset({JobState.PENDING})}
 
 # script name -> its moves. A script that changes no state has no entry.
 TRANSITIONS: dict[str, Moves] = {
@@ -88,16 +90,19 @@ TRANSITIONS: dict[str, Moves] = {
         JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),
         **_PARENT,
+        **_ERRBACK,
     },
     "reap": {
         JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),
         **_PARENT,
+        **_ERRBACK,
     },
     "stalled_check": {
         JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),
         **_PARENT,
+        **_ERRBACK,
     },
     "release": {JobState.ACTIVE: frozenset({JobState.PENDING})},
     # the retention sweep: an index entry whose row is gone leaves; a row of echomq 0.1
@@ -109,6 +114,8 @@ TRANSITIONS: dict[str, Moves] = {
     },
     # a durable sleep (docs/steps.md): the job schedules itself, nothing counted
     "sleep": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},
+    # a running job waits for the children it spawned (docs/flows.md "Dynamic children")
+    "wait_children": {JobState.ACTIVE: frozenset({JobState.WAITING})},
     # an in-task back-off (docs/lanes.md): scheduled, nothing counted; its group or queue
     # blocked until then
     "rate_limited": {JobState.ACTIVE: frozenset({JobState.SCHEDULED})},

@@ -55,7 +55,9 @@ class Stop(enum.Enum):
     LOST = "lost"  # the lease is gone: never settle
     SHUTDOWN = "shutdown"  # past grace: hand back to pending
     FENCED = "fenced"  # a cancel's grace ran out: settled cancelled by the fence; never settle
-    SLEPT = "slept"  # the job moved itself to the schedule (a durable sleep): never settle
+    # the job moved itself out of active (a durable sleep: the schedule; a wait for its
+    # children: waiting): never settle
+    SLEPT = "slept"
 
 
 # stops after which the server already has the job's next state: nothing settles or hands
@@ -135,7 +137,8 @@ class Held:
         self._cancel_scope()
 
     def slept(self) -> None:
-        """The job moved itself to the schedule (``sleep.lua``): stop it; never settle."""
+        """The job moved itself out of active (``sleep.lua``, ``wait_children.lua``): stop
+        it; never settle."""
         self.stop = Stop.SLEPT
         self._cancel_scope()
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ParamSpec, Protocol, TypeVar
 
@@ -29,7 +29,7 @@ from .._model.codec import Codec
 from .._model.steps import check_name, step_key
 from .._scripts.calls import Executor
 from ..errors import TRANSIENT, JobGone, NotActive, StaleToken
-from .steps import Steps
+from .steps import Spawnable, Steps
 
 __all__ = ["Deferred", "Job", "bind", "current_job", "unbind"]
 
@@ -188,6 +188,47 @@ class Job:
             this run. JobCancelled: a cancel was requested before it slept.
         """
         await self._step_log().sleep(name, duration)
+
+    async def spawn(
+        self,
+        children: Sequence[Spawnable],
+        *,
+        name: str | None = None,
+        policy: str = "fail",
+    ) -> list[str]:
+        """Add ``children`` (signatures, chains, groups, chords, flows: each on any
+        queue) as children of this running job, BullMQ's dynamic children (docs/flows.md
+        "Dynamic children"); answer their root ids. A step: written once per job, fenced
+        by this claim's token (``name``: the step's, ``spawn-<n>`` for the n-th spawn of
+        the run); a later run of the job answers the same ids and adds nothing.
+        ``policy``: what a child that does not complete does (as a flow's; the first
+        spawn's stays).
+
+        Raises:
+            InvalidArgument: no child, a bad name or policy.
+            DuplicateStep: the name was used in this run.
+            StaleToken, NotActive, JobGone: the lease is gone (the job stops).
+        """
+        return await self._step_log().spawn(list(children), name, policy)
+
+    async def wait_children(self) -> list[Any]:
+        """Wait for the children this job spawned: while one is open the job leaves its
+        slot for ``waiting`` and this run stops; the finish of the last one makes it
+        pending, and its next run (which spawns nothing again) gets past here with their
+        results in the children's order, as ``children_results()`` answers them after.
+
+        Raises:
+            ChildFailed: policy ``fail`` and a child that did not complete (the job dies).
+            JobCancelled: a cancel was requested before it waited.
+            StaleToken, NotActive, JobGone: the lease is gone (the job stops).
+        """
+        values = await self._step_log().wait_children()
+        self._children = values
+        return list(values)
+
+    async def _group(self, members: list[list[Any]]) -> list[Any]:
+        """The built-in group task's run (``builtins.py``)."""
+        return await self._step_log().group(members)
 
     def step_key(self, name: str) -> str:
         """An idempotency key for step ``name``, the same in every run of this job: pass it

@@ -12,7 +12,8 @@ cut says where: ``... [truncated 12,345 chars]``.
 Rule 3 (what each ending means): a failure is retried after the task's backoff, dead when
 the backoff cannot answer a delay; ``Retry`` is a failure with its own delay;
 ``RateLimited`` is no failure: the job backs off to the schedule (``backoff_ms``);
-``JobCancelled`` or a cancel request settles the job cancelled (its state ``cancelled``); a timeout
+``JobCancelled`` or a cancel request settles the job cancelled (its state ``cancelled``);
+``ChildFailed`` (``job.wait_children()``) is dead at once, as a flow parent's; a timeout
 is ``TimeoutError: ran longer than N s``; an undecodable payload or unencodable result is
 dead at once (a retry cannot help).
 
@@ -33,7 +34,7 @@ import trio
 from .._model.backoff import NoDelay, backoff_ms, delay_ms
 from .._model.cancel import cancelled_result
 from .._model.text import clip, error_text, safe_str
-from ..errors import JobCancelled, RateLimited, Retry, SerializationError
+from ..errors import ChildFailed, JobCancelled, RateLimited, Retry, SerializationError
 from ..jobs.rows import MAX_LOG_LINE
 from .cancellation import Held, Stop
 from .protocols import TaskSpec
@@ -178,6 +179,10 @@ def raised(
     if isinstance(failure, JobCancelled):
         reason = failure.reason if failure.reason is not None else held.cancel_token.reason
         return Settlement(complete=True, result=cancelled_result(reason), cancelled=True)
+    if isinstance(failure, ChildFailed):  # as a flow parent's: dead, a retry cannot help
+        return Settlement(
+            complete=False, error=clip(error_text(failure), MAX_ERROR_TEXT), dead=True
+        )
     if (
         isinstance(failure, trio.TooSlowError)
         and deadline is not None

@@ -45,12 +45,14 @@ import trio
 from .. import _tracing
 from .._model.backoff import backoff_ms, default_backoff
 from .._model.codec import Call, Codec
-from .._model.flow import Feed, Policy, split_payload, value_or_failure
+from .._model.errback import split_errback
+from .._model.flow import Feed, Policy, split_fed, split_payload, value_or_failure
 from .._model.headers import decode_headers
 from .._model.job import Claimed
 from .._model.text import clip, error_text
 from .._scripts.calls import Executor
 from ..flows import children as flow_children
+from .builtins import BUILTINS
 from .cancellation import Held, Stop
 from .context import Job, bind, unbind
 from .hooks import Hooks, run_around
@@ -224,12 +226,22 @@ class JobRunner:
         the settlement of a job that ends before it runs (a payload that cannot be
         decoded, no such task)."""
         is_parent, payload = split_payload(claimed.payload)
+        failed_with = fed = None
         try:
+            if payload[:1] == b"\x00":  # an error callback's, a fed group member's
+                failed_with, payload = split_errback(payload)
+                fed, payload = split_fed(payload)
             call = self._codec.decode_call(payload)
+            if fed is not None:  # the step before's result, first
+                call = call._replace(args=(self._codec.decode_result(fed), *call.args))
         except Exception as exc:  # a custom codec's own error is the job's too
             return undecodable(claimed.id, exc, "the payload could not be decoded")
+        if failed_with is not None:  # the failed job's id and error, for the stand-ins
+            call = call._replace(args=(*failed_with, *call.args[2:]))
         held.task = call.task
         task = self.queue.tasks.get(call.task)
+        if task is None:
+            task = BUILTINS.get(call.task)
         if task is None:
             name = self.queue.name
             error = f"TaskNotRegistered: no task named {call.task!r} on queue {name!r}"

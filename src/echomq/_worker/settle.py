@@ -133,8 +133,8 @@ class Settler:
         elif stop is Stop.LOST:
             self._count(held, "lost")
             log.warning("job %s lost its lease; its outcome is not settled", held.id)
-        elif stop is Stop.SLEPT:  # a durable sleep: the job is scheduled (docs/steps.md)
-            log.debug("job %s sleeps: back on the schedule", held.id)
+        elif stop is Stop.SLEPT:  # a durable sleep, a wait for children (docs/steps.md)
+            log.debug("job %s left active by itself (a sleep, or a wait for children)", held.id)
         elif outcome is not None:
             held.settling = True  # the lease keeper leaves it alone
             if type(outcome) is bytes:  # completed: its encoded result (the common case)

@@ -13,17 +13,25 @@ at-least-once, which is what :func:`~echomq._model.steps.step_key` is for.
 Rule 4 (sleep): ``sleep`` commits its step and schedules the job in one script; the run
 then stops (``Held.defer``: its slot freed, nothing settled), and the next run goes on
 past the step.
+Rule 5 (dynamic children; docs/flows.md): ``spawn`` is a step too: its children and its
+record (their root ids) are written in one fenced script, once per job; their ids are
+drawn from the job's id, the step's name and their place (:func:`spawn_id`), so a later
+run names the same jobs. ``wait_children`` moves the job to ``waiting`` while some are
+open (the run stops as for a sleep, and the last child's finish makes it pending); the
+run that finds none open reads their results.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import itertools
 import math
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import trio
@@ -31,6 +39,8 @@ import trio.lowlevel
 
 from .._model.cancel import CancelToken
 from .._model.codec import Codec
+from .._model.errback import decode_spec
+from .._model.flow import FlowJob, Policy, children_values, fed_payload
 from .._model.steps import StepRecord, check_name
 from .._model.text import error_text
 from .._scripts.calls import Executor
@@ -43,9 +53,22 @@ from ..errors import (
     StaleToken,
     StepFailed,
 )
+from ..flows import FlowChildren, Spawn, children, spawn_children, wait_children
 from ..jobs import steps as verbs
 
-__all__ = ["Steps"]
+__all__ = ["Spawnable", "Steps", "spawn_id"]
+
+
+class Spawnable(Protocol):
+    """What ``job.spawn`` takes: a canvas (a signature, chain, group, chord or flow)."""
+
+    def flow_jobs(self, *, ids: Callable[[], str] | None = None) -> list[FlowJob]: ...
+
+
+def spawn_id(job_id: str, step: str, n: int) -> str:
+    """The id of the ``n``-th job a spawn step draws (rule 5): the same in every run."""
+    return hashlib.sha256(f"{job_id}\0{step}\0{n}".encode()).hexdigest()[:32]
+
 
 T = TypeVar("T")
 _LOST = (StaleToken, NotActive, JobGone)
@@ -66,6 +89,7 @@ class Steps:
     cancel_token: CancelToken
     _stored: dict[str, StepRecord] | None = attrs.field(default=None, init=False)
     _seen: set[str] = attrs.field(factory=set, init=False)
+    _spawns: int = attrs.field(default=0, init=False)  # spawn steps of this run
 
     def _use(self, name: object) -> str:
         name = check_name(name)
@@ -197,6 +221,94 @@ class Steps:
             raise JobCancelled(self.cancel_token.reason)
         self.defer()
         await trio.lowlevel.checkpoint()  # the job's scope is cancelled: the run stops here
+
+    async def spawn(self, canvases: list[Spawnable], name: str | None, policy: str) -> list[str]:
+        """Rule 5: add ``canvases`` as children of the job, once per job; answer their
+        root ids."""
+        self._spawns += 1
+        name = self._use(f"spawn-{self._spawns}" if name is None else name)
+        try:
+            chosen = Policy(policy)
+        except ValueError:
+            raise InvalidArgument(
+                f"policy must be one of {[p.value for p in Policy]}, not {policy!r}"
+            ) from None
+        if not canvases:
+            raise InvalidArgument("spawn needs at least one signature")
+        drawn = itertools.count()
+
+        def ids() -> str:
+            return spawn_id(self.job_id, name, next(drawn))
+
+        roots: list[FlowJob] = []
+        for canvas in canvases:
+            if not callable(getattr(canvas, "flow_jobs", None)):
+                raise InvalidArgument(f"spawn takes signatures and canvases, not {canvas!r:.80}")
+            roots += canvas.flow_jobs(ids=ids)
+        return await self._spawn(roots, name, chosen)
+
+    async def _spawn(self, roots: list[FlowJob], name: str, chosen: Policy) -> list[str]:
+        root_ids = [r.id for r in roots]
+        record = StepRecord(
+            name=name,
+            state="done",
+            token=self.token,
+            at_ms=_now_ms(),
+            value=self.codec.encode_result(root_ids),
+        )
+        spawn = Spawn(self.queue, self.job_id, self.token, name, record.encode(), chosen)
+        try:
+            await spawn_children(self.conn, spawn, roots)
+        except _LOST:
+            self.lose()
+            await trio.lowlevel.checkpoint()
+            raise
+        return root_ids
+
+    async def wait_children(self) -> list[Any]:
+        """Rule 5: wait (the run stops) while a spawned child is open; else their results
+        as the policy says."""
+        kids = await self._wait()
+        return children_values(kids.outcomes, Policy(kids.policy), self.codec.decode_result)
+
+    async def group(self, members: list[list[Any]]) -> list[Any]:
+        """A group in the middle of a chain (docs/flows.md; ``builtins.py``): spawn its
+        members, each given the result of the job's first child (the step before) first
+        unless immutable, wait for them, answer their results in order."""
+        kids = await children(self.conn, self.queue, self.job_id)
+        policy = Policy(kids.policy)
+        if not members:  # a group's collector (two groups in a row): its children's list
+            return children_values(kids.outcomes, policy, self.codec.decode_result)
+        first = kids.outcomes[0] if kids.outcomes else None
+        fed = first.data if first is not None and first.state == "completed" else None
+        value = self.codec.encode_result(None) if fed is None else fed
+        roots: list[FlowJob] = []
+        for takes, spec in members:
+            queue, new = decode_spec(spec)
+            if takes:
+                payload = new.payload if isinstance(new.payload, bytes) else new.payload.encode()
+                new = attrs.evolve(new, payload=fed_payload(value, payload))
+            roots.append(FlowJob(job=new, queue=queue))
+        self._use("group")
+        await self._spawn(roots, "group", policy)
+        done = await self._wait()
+        by_id = dict(zip(done.ids, done.outcomes, strict=True))
+        outcomes = [by_id.get(r.id) for r in roots]
+        return children_values(outcomes, policy, self.codec.decode_result)
+
+    async def _wait(self) -> FlowChildren:
+        try:
+            answer = await wait_children(self.conn, self.queue, self.job_id, self.token)
+        except _LOST:
+            self.lose()
+            await trio.lowlevel.checkpoint()
+            raise
+        if answer == 0:  # a cancel request came first: the job ends cancelled
+            raise JobCancelled(self.cancel_token.reason)
+        if answer == 2:
+            self.defer()
+            await trio.lowlevel.checkpoint()  # the job's scope is cancelled: it stops here
+        return await children(self.conn, self.queue, self.job_id)
 
 
 def _ms(started: float) -> float:

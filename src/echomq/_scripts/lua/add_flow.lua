@@ -8,7 +8,7 @@
         4 wake      LIST  wake tokens for idle consumers
         5 schedule  ZSET  delayed ids; score = run-at ms (a delayed leaf)
   ARGV  1 queue base (emq:{q}:)   2 number of nodes n (1..MAX_FLOW)   3 number of held
-        parents to release r (0..MAX_FLOW)   then r parent ids   then n groups of 13: id,
+        parents to release r (0..MAX_FLOW)   then r parent ids   then n groups of 16: id,
         payload, priority, max_attempts, task, keep_result ms, keep_dead ms ('' = none),
         parent id ('' = a root), parent queue ('' = this queue; else the parent's queue,
         whose keys this call cannot touch), policy (fail | ignore | continue), feed (none |
@@ -17,10 +17,17 @@
         and counted here as its parent's child; its parent queue field is then the
         child's own queue, kept in the parent's `:remote` hash), group ('' = none: a
         grouped job waits in its group's lane when it is ready, docs/lanes.md), delay ms
-        (0 = none; a leaf only: it waits in the schedule until then)   then,
-        optionally, the flow's root id: a row of it on this queue (written by this call or
-        an earlier one) counts the page in its `pages` field (`flows --held` shows it)
-  Returns  n (the number of nodes added)
+        (0 = none; a leaf only: it waits in the schedule until then), errback ('' =
+        none: the error callback's spec, written to the row's `errback`,
+        include/link_error.lua)   then, optionally, the flow's root id: a row of it on
+        this queue (written by this call or an earlier one) counts the page in its
+        `pages` field (`flows --held` shows it)   then, for a spawn (a running job adds
+        children: docs/flows.md "Dynamic children"), 5 more: the running parent's id,
+        its token, its step field (step:<name>), the step's record, the policy of its
+        children (set if it has none)
+  Returns  n (the number of nodes added) | a spawn: 0 the step is written already (an
+           earlier run spawned them: nothing written) | -1 the parent has no row | -2 a
+           stale token | -3 the parent is not in active
   Errors   EMQDUP <id>   a row with that id exists (or the id repeats in the call)
            EMQARG        n or r out of range, or the argument count does not match
            EMQSCHEMA     the queue's layout version is not this echomq's (nothing written)
@@ -55,13 +62,29 @@
 local pending, waiting, meta, wake, schedule = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
 local n, r = tonumber(ARGV[2]), tonumber(ARGV[3])
-local GROUP = 15
+local GROUP = 16
+local tail = n and r and #ARGV - 3 - r - n * GROUP
 if not n or not r or n < 1 or n > MAX_FLOW or r < 0 or r > MAX_FLOW
-    or (#ARGV ~= 3 + r + n * GROUP and #ARGV ~= 4 + r + n * GROUP) then
-  return redis.error_reply('EMQARG add_flow takes 1..' .. MAX_FLOW .. ' nodes of 15 arguments')
+    or (tail ~= 0 and tail ~= 1 and tail ~= 6) then
+  return redis.error_reply('EMQARG add_flow takes 1..' .. MAX_FLOW .. ' nodes of 16 arguments')
 end
 local first = 4 + r  -- ARGV index of the first node
 local root = ARGV[4 + r + n * GROUP]  -- the flow's root (nil: not given)
+
+-- a spawn: the running parent, fenced by its token; its step written once
+local running = nil
+if tail == 6 then
+  local t = 5 + r + n * GROUP
+  running = {id = ARGV[t], token = ARGV[t + 1], step = ARGV[t + 2], record = ARGV[t + 3],
+    policy = ARGV[t + 4], row = base .. 'job:' .. ARGV[t]}
+  local f = redis.call('HMGET', running.row, 'token', running.step)
+  if not f[1] then return -1 end
+  if f[1] ~= running.token then return -2 end
+  if not redis.call('ZSCORE', base .. 'active', running.id) then return -3 end
+  if f[2] then return 0 end
+  redis.call('EXISTS', running.row .. ':children', running.row .. ':remote')
+  root = nil
+end
 
 -- checks first: new ids, parents before children, outside parents held and waiting
 local function held_parent(id)
@@ -69,6 +92,7 @@ local function held_parent(id)
   return f[1] == 'waiting' and f[2] == '1'
 end
 local seen, outside, leaves = {}, {}, 0
+if running then outside[running.id] = true end
 for i = 0, n - 1 do
   local j = first + i * GROUP
   local id, parent, stub = ARGV[j], ARGV[j + 7], ARGV[j + 12] == 'r'
@@ -138,6 +162,10 @@ for i = 0, n - 1 do
     fields[#fields + 1] = 'group'
     fields[#fields + 1] = group
   end
+  if ARGV[j + 15] ~= '' then
+    fields[#fields + 1] = 'errback'
+    fields[#fields + 1] = ARGV[j + 15]
+  end
   if parent ~= '' then
     fields[#fields + 1] = 'parent'
     fields[#fields + 1] = parent
@@ -192,6 +220,12 @@ if soonest then
   redis.call('PUBLISH', base .. 'control', '{"event":"scheduled","delay_ms":' .. soonest .. '}')
 end
 if counted then redis.call('HINCRBY', base .. 'job:' .. root, 'pages', 1) end
+if running then
+  redis.call('HSET', running.row, running.step, running.record)
+  redis.call('HSETNX', running.row, 'policy', running.policy)
+  redis.call('HSETNX', running.row, 'feed', 'none')
+  redis.call('HSETNX', running.row, 'failed', 0)
+end
 for _, p in ipairs(releases) do
   redis.call('HDEL', p.row, 'held')
   local open = redis.call('HINCRBY', p.row, 'open', -1)

@@ -13,7 +13,8 @@
   Events   retrying {job, error, delay_ms} | dead {job, error}; a retry with a delay also
            publishes retrying {job, delay_ms} on the workers' channel (emq:{q}:control)
   Moves    active -> scheduled | pending | dead; dead -> (none) (the retention, other rows);
-           waiting -> pending (its flow parent, docs/flows.md)
+           waiting -> pending (its flow parent, docs/flows.md); (none) -> pending (a dead
+           job's error callback on its queue, include/link_error.lua)
   Bound    O(log N) for the job; dead: plus the retention's cleanup, at most 100 expired
            index entries and 100 rows past the count cap (and their logs) per call
   A dead job finishes (include/finished.lua): its completions entry, the counters, and

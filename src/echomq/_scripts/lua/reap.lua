@@ -16,7 +16,8 @@
   An id with no row leaves active, is listed nowhere, and no row is written for it.
   Events   recovered | dead (per job)
   Moves    active -> pending | dead; dead -> (none) (the retention, other rows);
-           waiting -> pending (its flow parent, docs/flows.md)
+           waiting -> pending (its flow parent, docs/flows.md); (none) -> pending (a dead
+           job's error callback on its queue, include/link_error.lua)
   Bound    O(limit * log N); at most MAX_BATCH expired leases per call (include/caps.lua),
            plus the dead retention's cleanup (at most 100 + 100 index entries per call)
   A dead job finishes (include/finished.lua: its completions entry, counters, retention).

@@ -14,7 +14,8 @@
   An id with no row leaves active, is listed nowhere, and no row is written for it.
   Events   recovered | dead (per job)
   Moves    active -> pending | dead; dead -> (none) (the retention, other rows);
-           waiting -> pending (its flow parent, docs/flows.md)
+           waiting -> pending (its flow parent, docs/flows.md); (none) -> pending (a dead
+           job's error callback on its queue, include/link_error.lua)
   A grouped job gives back its group's active slot (`leave_active`) and a recovered one
   goes back to its lane (`ready`; docs/lanes.md).
 ]]

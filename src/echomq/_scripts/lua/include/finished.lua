@@ -55,6 +55,7 @@
 -- @include score
 -- @include lanes
 -- @include ready
+-- @include link_error
 local FINISH_TRIM = 100
 -- the per-minute counters live as long as queue_stats may read them, and 2 min
 local METRICS_KEEP_MS = MAX_MINUTES * 60000 + 120000
@@ -122,9 +123,12 @@ end
 -- the row fields finish_read reads of each job (a caller that reads the row anyway may
 -- read these in the same HMGET, after its own, and hand them over: see finish_read)
 local function finish_fields(kept)
-  return {'task', 'token', 'failures', 'created_at', 'claimed_at',
-    'keep_' .. (kept == 'dead' and 'dead' or 'result'), 'parent', 'kids', 'parent_queue',
-    'dedup'}
+  if kept == 'dead' then  -- and a dying job's error callback (include/link_error.lua)
+    return {'task', 'token', 'failures', 'created_at', 'claimed_at', 'keep_dead', 'parent',
+      'kids', 'parent_queue', 'dedup', 'errback'}
+  end
+  return {'task', 'token', 'failures', 'created_at', 'claimed_at', 'keep_result', 'parent',
+    'kids', 'parent_queue', 'dedup'}
 end
 local function finish_read(base, kept, now, jobs, parents)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
@@ -169,6 +173,7 @@ local function finish_read(base, kept, now, jobs, parents)
     if f[o + 9] then rec.parent_queue = f[o + 9] end
     fin.jobs[i] = rec
     local dedup_name = f[o + 10]
+    if kept == 'dead' and f[o + 11] then rec.eb = errback_read(base, f[o + 11]) end
     f = rec
     if not kept then
       f.dedup = held_dedup(base, row, id)
@@ -306,6 +311,7 @@ local function finished(fin, i, detail)
       unpack(entry, 1, n))
   end
   if job.dedup then redis.call('DEL', job.dedup) end
+  if job.eb then errback_fire(base, job.eb, job.id, value, fin.now_arg) end
   if fin.kept then
     local keep = job.keep or fin.keep
     if keep <= 0 then
