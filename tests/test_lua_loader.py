@@ -111,6 +111,6 @@ def test_the_numbers_are_read_from_the_lua() -> None:
         loader.include_constant("schema", "NOPE")
     fields = loader.ENQUEUE_SET_FIELDS
     assert fields[:3] == ("delay_ms", "priority", "max_attempts") and len(set(fields)) == 12
-    assert re.search(r"^local SET, JOB = #SET_FIELDS, 3", SCRIPTS["enqueue"].source, re.M)
-    with pytest.raises(RuntimeError, match="does not declare the list NOPE"):
+    assert re.search(r"^local SET, JOB = 12, 3", SCRIPTS["enqueue"].source, re.M)
+    with pytest.raises(RuntimeError, match="does not unpack the names NOPE"):
         loader.lua_names("enqueue", "NOPE")

@@ -385,3 +385,63 @@ async def test_callers_still_queued_when_the_queue_closes_fail(
     assert isinstance(results["late"], RuntimeError) and "closed" in str(results["late"])
     assert gate.sizes == [1]
     assert not await written(conn, queue, "late")
+
+
+async def test_a_lone_call_after_a_script_flush_loads_the_script(
+    conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    """A lone call is packed from a head kept per queue and option set; once the server
+    forgot the script (SCRIPT FLUSH) the next lone call still runs (EVAL loads it), and
+    the one after it goes by EVALSHA again."""
+    q = make_queue(queue, redis_url)
+    async with q.open():
+        first = await q.tasks["add"].delay(1, 2)  # its head is kept from now on
+        await conn.execute("SCRIPT", "FLUSH")
+        second = await q.tasks["add"].delay(3, 4)
+        third = await q.tasks["add"].delay(5, 6)
+    for handle in (first, second, third):
+        assert await written(conn, queue, handle.id)
+
+
+async def test_a_lone_calls_refusals_are_typed(
+    conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    """A refusal of a lone packed call is the script's typed error, as a call built
+    whole would raise: a taken ``job_id`` answers the existing job (deduplicated), a
+    queue of another layout version raises SchemaMismatch and writes nothing."""
+    q = make_queue(queue, redis_url)
+    add = q.tasks["add"]
+    ks = Keyspace(queue)
+    async with q.open():
+        taken = await add.apply((1, 1), job_id="taken")
+        again = await add.apply((2, 2), job_id="taken")
+        assert (again.id, again.deduplicated, taken.deduplicated) == ("taken", True, False)
+        await add.delay(1, 2)  # the plain option set's head is kept
+        await conn.execute("HSET", ks.meta, "schema_version", "99")
+        with pytest.raises(echomq.errors.SchemaMismatch):
+            await add.delay(3, 4)
+    assert await conn.execute("ZCARD", ks.pending) == 2
+
+
+async def test_lone_calls_keep_a_bounded_number_of_heads(
+    conn: echomq.Connection, redis_url: str, queue: str
+) -> None:
+    """Option sets that differ call by call (a dedup key per job) are each sent whole once
+    the queue keeps its first ``_LONE_SETS`` heads: every job is written, the heads kept
+    stay bounded, and a kept head still serves its set."""
+    from echomq.jobs import lifecycle
+
+    q = make_queue(queue, redis_url)
+    add = q.tasks["add"]
+    n = lifecycle._LONE_SETS + 6
+    async with q.open():
+        handles = [await add.apply((i, i), dedup=f"key-{i}", dedup_for=60) for i in range(n)]
+        again = await add.apply(
+            (0, 0), dedup="key-0", dedup_for=60
+        )  # a kept set: its holder answers
+    heads = lifecycle._LONE_HEADS.get(queue, {})
+    if type(conn) is echomq.Connection:
+        assert len(heads) == lifecycle._LONE_SETS
+    assert (again.id, again.deduplicated) == (handles[0].id, True)
+    for handle in handles:
+        assert await written(conn, queue, handle.id)

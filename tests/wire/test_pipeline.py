@@ -56,3 +56,22 @@ async def test_a_command_behind_blpop_runs_when_it_unblocks(
                 assert await conn.execute("GET", counter) is None  # still queued behind
                 await conn.execute("RPUSH", wake, "token")
     assert got == [[[wake.encode(), b"token"], 1]]
+
+
+async def test_a_command_head_packs_the_same_bytes_and_runs(conn: echomq.Connection) -> None:
+    """A ``CommandHead`` and a call's tail are the bytes ``pack`` makes of every argument
+    (str, bytes and int heads; empty, binary and long tails), and the server runs them."""
+    from echomq._wire.connection import CommandHead, pack
+
+    head = ("RPUSH", "emq:{head}:list")
+    kept = CommandHead(head, 3)
+    for tail in ((b"a", b"", b"\r\n\x00"), (b"x" * 70_000, "é".encode(), b"1")):
+        assert kept.pack(*tail) == pack((*head, *tail))
+    assert CommandHead(("EVALSHA", "f" * 40, 1, 2.5), 1).pack(b"z") == pack(
+        ("EVALSHA", "f" * 40, 1, 2.5, b"z")
+    )
+    if type(conn) is echomq.Connection:  # (a cluster routes by the command's arguments)
+        await conn.execute("DEL", "emq:{head}:list")
+        assert await conn.execute_packed(kept.pack(b"a", b"", b"b")) == 3
+        assert await conn.execute("LRANGE", "emq:{head}:list", 0, -1) == [b"a", b"", b"b"]
+        await conn.execute("DEL", "emq:{head}:list")

@@ -32,9 +32,9 @@ import trio
 from .. import config
 from .._scripts import validate as v
 from .._scripts.calls import Executor, evaluate
-from .._wire.connection import Rendezvous
+from .._wire.connection import Connection, Rendezvous
 from ..errors import ConnectionLost, DuplicateJob
-from ..jobs.lifecycle import Answer, GatedJob, enqueue_gated_call
+from ..jobs.lifecycle import Answer, GatedJob, enqueue_gated_call, enqueue_lone
 
 __all__ = ["Coalescer", "Sent"]
 
@@ -129,14 +129,18 @@ class Coalescer:
                 self._batches.remove(batch)
         self.calls += 1
         self.in_flight = 1
+        conn = self.conn
         try:
-            (answer,) = await evaluate(self.conn, enqueue_gated_call(self.queue, [job]))
+            if type(conn) is Connection:  # one server's trio wire: packed from a kept head
+                answer = await enqueue_lone(conn, self.queue, job)
+            else:
+                (answer,) = await evaluate(conn, enqueue_gated_call(self.queue, [job]))
         except DuplicateJob:  # its job_id is taken: that job's answer
             return job.id, True
         finally:
             self.in_flight = 0
             self._next()
-        return _sent(job, answer)
+        return (job.id, False) if answer is None else (answer.id, answer.deduplicated)
 
     def _join(self, job: GatedJob) -> _Batch:
         """Queue ``job`` last in the open batch (a new one when it is full)."""

@@ -7,7 +7,9 @@ Rule 2: a :class:`ScriptCall` is plain data (script, keys, argv, and the functio
 reads the reply): the verbs build one without I/O, and the trio and sync drivers both run
 it through :func:`evaluate` / :func:`evaluate_sync`. A call kept and made again and again
 (``claim``'s, per queue, lease and count) is packed once (:func:`packed_call`): on one
-server's trio wire its bytes are sent as they are.
+server's trio wire its bytes are sent as they are; a call whose head repeats and whose
+tail changes (a lone enqueue) is packed by its verb from a kept ``CommandHead`` and run
+by :func:`evaluate_packed`.
 Rule 3: on a Redis Cluster (a connection whose ``sharded_pubsub`` is true) a script's
 sharded twin runs (``Script.variant``: ``SPUBLISH``, loader.py rule 3).
 (``SCRIPTS``, ``Script``, ``SCHEMA_VERSION``, ``REPEAT_FORMAT`` and ``sharded_source`` are
@@ -38,6 +40,7 @@ __all__ = [
     "SCRIPTS",
     "script_call",
     "evaluate",
+    "evaluate_packed",
     "evaluate_sync",
     "is_sharded",
     "retry_sync",
@@ -118,6 +121,26 @@ async def evaluate(conn: Executor, sc: ScriptCall[T]) -> T:
     except ServerError as exc:
         raise _typed(exc, sc.script) from None
     return sc.read(reply)
+
+
+async def evaluate_packed(
+    conn: Connection, packed: bytes, read: Callable[[Any], T], call: Callable[[], ScriptCall[Any]]
+) -> T:
+    """:func:`evaluate` of a call packed by its caller on one server's trio wire (a
+    ``CommandHead`` and the call's own tail: no :class:`ScriptCall` is made for it):
+    ``read`` reads the reply; ``call()`` makes the call itself only when ``packed`` did
+    not run (``NOSCRIPT``) or a refusal is typed for its script."""
+    try:
+        reply = await conn.execute_packed(packed)
+    except ServerError as exc:
+        sc = call()
+        if not str(exc).startswith("NOSCRIPT"):
+            raise _typed(exc, sc.script) from None
+        try:
+            reply = await conn.execute(*sc.eval_args())  # (loads it: EVALSHA from now on)
+        except ServerError as again:
+            raise _typed(again, sc.script) from None
+    return read(reply)
 
 
 def _typed(exc: ServerError, script: Script | None = None) -> ServerError | EchoMQError:

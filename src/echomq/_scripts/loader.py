@@ -182,20 +182,25 @@ def include_constant(include: str, name: str) -> int:
 
 
 def lua_names(script: str, name: str) -> tuple[str, ...]:
-    """The strings of the list ``<script>.lua`` declares with ``local <name> = {'a', ...}``
-    (its own text: a list of quoted names only).
+    """The names of the locals ``<script>.lua`` unpacks under its comment ``-- <name>:``
+    (the first ``local a, b, ... = unpack(...)`` after it, in order); their count must be
+    the script's ``local SET, JOB = <digits>, <digits>`` ``SET``.
 
     Raises:
-        RuntimeError: the script declares no such list.
+        RuntimeError: the script has no such comment, no unpack after it, or a count
+            other than ``SET``.
     """
     text = resources.files(__package__).joinpath("lua", f"{script}.lua").read_text("utf-8")
-    match = re.search(rf"^local {name} = \{{([^}}]*)\}}", text, re.MULTILINE)
-    if match is None or not match[1].strip():
-        raise RuntimeError(f"lua/{script}.lua does not declare the list {name}")
-    names = re.findall(r"'(\w+)'", match[1])
-    if re.sub(r"'\w+'|[\s,]", "", match[1]):
-        raise RuntimeError(f"lua/{script}.lua: {name} must list quoted names only")
-    return tuple(names)
+    match = re.search(
+        rf"^\s*-- {name}:.*?^\s*local ([\w,\s]+?)\s*=\s*unpack\(", text, re.MULTILINE | re.DOTALL
+    )
+    if match is None:
+        raise RuntimeError(f"lua/{script}.lua does not unpack the names {name}")
+    names = tuple(re.split(r"[\s,]+", match[1].strip()))
+    count = re.search(r"^local SET, JOB = (\d+), \d+", text, re.MULTILINE)
+    if count is None or int(count[1]) != len(names):
+        raise RuntimeError(f"lua/{script}.lua: {name} has {len(names)} names, not its SET")
+    return names
 
 
 #: the version of the queue's data layout, written by ``mark_queue`` (``include/schema.lua``)
@@ -204,5 +209,5 @@ SCHEMA_VERSION: int = include_constant("schema", "SCHEMA_VERSION")
 #: the layout version of a repeat record (``include/repeat.lua``): its field ``v``
 REPEAT_FORMAT: int = include_constant("repeat", "REPEAT_FORMAT")
 #: the fields of one enqueue option set, in the order ``enqueue.lua`` reads them
-#: (its ``SET_FIELDS``): ``jobs/lifecycle`` sends each set in this order
+#: (the locals under its ``SET_FIELDS`` comment): ``jobs/lifecycle`` sends each set in this order
 ENQUEUE_SET_FIELDS: tuple[str, ...] = lua_names("enqueue", "SET_FIELDS")

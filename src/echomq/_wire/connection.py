@@ -43,6 +43,7 @@ from .server_errors import is_transient, server_error
 
 __all__ = [
     "Arg",
+    "CommandHead",
     "Connection",
     "Rendezvous",
     "ReplyError",
@@ -96,6 +97,28 @@ pack_command = cast(Callable[[tuple[Arg, ...]], bytes], hiredis.pack_command)
 def pack(args: Sequence[Arg]) -> bytes:
     """Pack one command as RESP bytes (hiredis)."""
     return pack_command(tuple(args))
+
+
+class CommandHead:
+    """The first arguments of a command made again and again with ``tail`` more arguments
+    each time (a script's ``EVALSHA``, its keys and the argv that repeats), packed once:
+    :meth:`pack` adds a call's last arguments, already bytes, without packing the head
+    again (the same bytes as :func:`pack` of every argument)."""
+
+    __slots__ = ("_format", "head")
+
+    def __init__(self, args: Sequence[Arg], tail: int) -> None:
+        packed = pack_command(tuple(args))
+        # ``*<count>\r\n`` counts the tail too; the head's own arguments follow
+        self.head = b"*%d\r\n" % (len(args) + tail) + packed[packed.index(b"\r\n") + 2 :]
+        self._format = b"%b" + b"$%d\r\n%b\r\n" * tail
+
+    def pack(self, *tail: bytes) -> bytes:
+        """The whole command: the head, then ``tail`` (as many as the head was made for)."""
+        values: list[bytes | int] = [self.head]
+        for value in tail:
+            values += (len(value), value)
+        return self._format % tuple(values)
 
 
 async def open_stream(config: ConnectionConfig) -> trio.abc.Stream:

@@ -19,7 +19,14 @@ import attrs
 
 from .._model.job import Claimed, Enqueued, JobInfo, NewJob, Sweep, check_dedup_mode
 from .._scripts import validate as v
-from .._scripts.calls import Executor, ScriptCall, evaluate, packed_call, script_call
+from .._scripts.calls import (
+    Executor,
+    ScriptCall,
+    evaluate,
+    evaluate_packed,
+    packed_call,
+    script_call,
+)
 from .._scripts.keyspace import Keyspace, check_dedup_key, check_group, check_id, keyspace
 from .._scripts.loader import ENQUEUE_SET_FIELDS
 from .._scripts.replies import (
@@ -30,6 +37,7 @@ from .._scripts.replies import (
     check_status,
     text,
 )
+from .._wire.connection import CommandHead, Connection
 from ..errors import InvalidArgument, ScriptError
 
 __all__ = [
@@ -53,6 +61,7 @@ __all__ = [
     "enqueue_batch",
     "enqueue_call",
     "enqueue_gated_call",
+    "enqueue_lone",
     "gate_job",
     "enqueue_many",
     "extend_lock",
@@ -279,6 +288,49 @@ def enqueue_gated_call(queue: str, jobs: Sequence[GatedJob]) -> ScriptCall[list[
         ]
 
     return script_call("enqueue", _enqueue_keys(ks), argv, read)
+
+
+async def enqueue_lone(conn: Connection, queue: str, job: GatedJob) -> Answer:
+    """:func:`enqueue_gated_call` of the one job ``job`` on one server's trio wire (a lone
+    ``delay()``), its :data:`Answer`. The call's ``EVALSHA``, keys and option set are
+    packed once per queue and option set (a ``CommandHead``, for the first
+    ``_LONE_SETS`` sets of a queue: sets that differ call by call, a dedup key or a trace
+    context of each job's own, go the whole way every time): a call packs its id and
+    payload only, and makes no :class:`ScriptCall` unless the script must be loaded.
+
+    Raises:
+        as :func:`enqueue_gated_call`; then what the call raises.
+    """
+    job_id, payload, options = job
+    heads = _LONE_HEADS.get(queue)
+    head = heads.get(options) if heads is not None else None
+    if head is None:
+        sc = enqueue_gated_call(queue, [job])  # (gates the job, as every call does)
+        if heads is None:
+            if len(_LONE_HEADS) >= _LONE_QUEUES:
+                _LONE_HEADS.clear()
+            heads = _LONE_HEADS[queue] = {}
+        if len(heads) < _LONE_SETS:
+            heads[options] = CommandHead(sc.evalsha_args()[:-3], 3)  # (tail: id, payload, "1")
+        (answer,) = await evaluate(conn, sc)
+        return answer
+    v.batch_bytes(len(payload))
+    packed = head.pack(job_id.encode(), payload, b"1")
+    return await evaluate_packed(conn, packed, _read_one, lambda: enqueue_gated_call(queue, [job]))
+
+
+# queue -> option set -> the head of its lone enqueue (a producer has a few option sets)
+_LONE_HEADS: dict[str, dict[tuple[Any, ...], CommandHead]] = {}
+_LONE_QUEUES = 1024
+_LONE_SETS = 64
+
+
+def _read_one(reply: Any) -> Answer:
+    """A lone enqueue's reply (:func:`enqueue_lone`)."""
+    if reply == 1:
+        return None
+    (answer,) = _read_lone(reply)
+    return answer
 
 
 def _read_lone(reply: Any) -> list[Answer]:

@@ -55,18 +55,7 @@
 -- @include events
 -- @include lanes
 -- @include ready
--- an option set's fields, in the order they are sent (the one place of that order:
--- jobs/lifecycle.py reads this list and sends every set in it): the delay ms, the
--- priority, max_attempts; the row's optional fields task, keep_result / keep_dead ms and
--- headers (a JSON object of strings: the hooks' and the trace context's) ('' = none: the
--- row has no such field); the dedup key ('' = none), its window ms (0 = none: until
--- finished only) and its mode ('' = throttle, 'f' = until finished, 'd' = debounce); the
--- group ('' = none) and its concurrency (0 = none: the group's limit, set if it has none)
-local SET_FIELDS = {'delay_ms', 'priority', 'max_attempts', 'task', 'keep_result',
-  'keep_dead', 'dedup', 'dedup_ms', 'dedup_mode', 'group', 'group_concurrency', 'headers'}
-local SET, JOB = #SET_FIELDS, 3  -- arguments per option set, per job
-local at = {}  -- a field's offset in its set
-for k = 1, SET do at[SET_FIELDS[k]] = k - 1 end
+local SET, JOB = 12, 3  -- arguments per option set (its fields: SET_FIELDS below), per job
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -79,31 +68,42 @@ end
 local first = 4 + m * SET  -- the first job's id
 local last = first + n * JOB  -- the repeat tail, when there is one
 
--- the option sets, read once: the row's optional fields in this order when given (task,
--- keep_result, keep_dead, dedup, repeat, headers, group), the delay, the group
+-- the option sets, read once (one unpack each; no table per field): the row's optional
+-- fields in this order when given (task, keep_result, keep_dead, dedup, repeat, headers,
+-- group), the delay, the group. `dedups` / `grouped_sets`: some set has a dedup key / a
+-- group (the tables only those need are made only then)
 local fire = tail == 5
 local rkey = ARGV[last]
-local sets = {}
+local sets, dedups, grouped_sets = {}, false, false
 for k = 1, m do
-  local o = 4 + (k - 1) * SET
+  -- SET_FIELDS: an option set's fields, in the order they are sent (the one place of
+  -- that order: loader.ENQUEUE_SET_FIELDS reads these names, jobs/lifecycle.py sends
+  -- every set in it): the delay ms, the priority, max_attempts; the row's optional fields
+  -- task, keep_result / keep_dead ms and headers (a JSON object of strings: the hooks'
+  -- and the trace context's) ('' = none: the row has no such field); the dedup key
+  -- ('' = none), its window ms (0 = none: until finished only) and its mode
+  -- ('' = throttle, 'f' = until finished, 'd' = debounce); the group ('' = none) and its
+  -- concurrency (0 = none: the group's limit, set if it has none)
+  local delay_ms, priority, max_attempts, task, keep_result, keep_dead, dedup, dedup_ms,
+    dedup_mode, group, group_concurrency, headers = unpack(ARGV, 4 + (k - 1) * SET, 3 + k * SET)
   local extra, e = {}, 0
-  local function add(name, value)
-    if value ~= '' then extra[e + 1], extra[e + 2], e = name, value, e + 2 end
+  if task ~= '' then extra[e + 1], extra[e + 2], e = 'task', task, e + 2 end
+  if keep_result ~= '' then extra[e + 1], extra[e + 2], e = 'keep_result', keep_result, e + 2 end
+  if keep_dead ~= '' then extra[e + 1], extra[e + 2], e = 'keep_dead', keep_dead, e + 2 end
+  if dedup ~= '' then
+    extra[e + 1], extra[e + 2], e = 'dedup', dedup, e + 2
+    dedups = true
   end
-  local priority, dedup, group = ARGV[o + at.priority], ARGV[o + at.dedup], ARGV[o + at.group]
-  add('task', ARGV[o + at.task])
-  add('keep_result', ARGV[o + at.keep_result])
-  add('keep_dead', ARGV[o + at.keep_dead])
-  add('dedup', dedup)
-  if fire then add('repeat', rkey) end
-  add('headers', ARGV[o + at.headers])
-  add('group', group)
+  if fire then extra[e + 1], extra[e + 2], e = 'repeat', rkey, e + 2 end
+  if headers ~= '' then extra[e + 1], extra[e + 2], e = 'headers', headers, e + 2 end
+  if group ~= '' then
+    extra[e + 1], extra[e + 2] = 'group', group
+    grouped_sets = true
+  end
   sets[k] = {
-    delay = tonumber(ARGV[o + at.delay_ms]), priority = priority,
-    max_attempts = ARGV[o + at.max_attempts], dedup = dedup,
-    dedup_ms = ARGV[o + at.dedup_ms], dedup_mode = ARGV[o + at.dedup_mode],
-    group = group ~= '' and group,
-    limit = tonumber(ARGV[o + at.group_concurrency]), extra = extra,
+    delay = tonumber(delay_ms), priority = priority, max_attempts = max_attempts,
+    dedup = dedup, dedup_ms = dedup_ms, dedup_mode = dedup_mode, group = group ~= '' and group,
+    limit = tonumber(group_concurrency), extra = extra,
     score0 = -tonumber(priority) * BAND,  -- band_score(priority, 0): + seq per job
   }
 end
@@ -123,25 +123,32 @@ end
 
 -- checks first: dedup keys, then ids (none may exist, or repeat); then the lanes' keys
 -- are read (rule 1). One EXISTS over every row first: when none exists (the common
--- case), no job needs its own (the answer per job would be 0 each time)
+-- case), no job needs its own (the answer per job would be 0 each time). The tables a
+-- lone job never needs are made only when needed: `seen` (ids of the call) for more than
+-- one job, `taken` and `debounced` for dedup keys, `groups` for groups, `holders` at the
+-- first job not written
 local rows, jobset = {}, {}
-for i = 0, n - 1 do
-  local j = first + i * JOB
+for i = 1, n do
+  local j = first + (i - 1) * JOB
   rows[i] = base .. 'job:' .. ARGV[j]
   jobset[i] = sets[tonumber(ARGV[j + 2])]
   if not jobset[i] then
     return redis.error_reply('EMQARG enqueue: job ' .. ARGV[j] .. ' names no option set 1..' .. m)
   end
 end
-local some_exist = redis.call('EXISTS', unpack(rows, 0, n - 1)) > 0
-local seen, taken, holders, ready_n, written, groups = {}, {}, {}, 0, 0, {}
-local debounced = {}  -- i -> {the holder's row, its state}: its payload is replaced
-for i = 0, n - 1 do
-  local id, set = ARGV[first + i * JOB], jobset[i]
+local some_exist = redis.call('EXISTS', unpack(rows, 1, n)) > 0
+local seen = n > 1 and {}
+local taken, debounced = dedups and {}, dedups and {}  -- debounced: i -> {the holder's
+-- row, its state}: its payload is replaced
+local groups = grouped_sets and {}
+local holders, ready_n, written = false, 0, 0
+for i = 1, n do
+  local id, set = ARGV[first + (i - 1) * JOB], jobset[i]
   local dedup = set.dedup
   local holder = false
   if dedup ~= '' then holder = taken[dedup] or redis.call('GET', base .. 'dedup:' .. dedup) end
   if holder then
+    holders = holders or {}
     holders[i] = holder
     if set.dedup_mode == 'd' and not taken[dedup] then  -- debounce: a holder still waiting
       local hrow = base .. 'job:' .. holder
@@ -150,11 +157,12 @@ for i = 0, n - 1 do
         debounced[i] = {hrow, hstate}
       end
     end
-  elseif seen[id] or (some_exist and redis.call('EXISTS', rows[i]) == 1) then
+  elseif (seen and seen[id]) or (some_exist and redis.call('EXISTS', rows[i]) == 1) then
     if not fire then return redis.error_reply('EMQDUP job exists: ' .. id) end
+    holders = holders or {}
     holders[i] = id  -- the run's job exists: this slot fired already
   else
-    seen[id] = true
+    if seen then seen[id] = true end
     if dedup ~= '' then taken[dedup] = id end
     written = written + 1
     if set.delay == 0 then ready_n = ready_n + 1 end
@@ -176,17 +184,17 @@ local loud = heard(channel, n)  -- (include/events.lua)
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready
 local seq = 0
 if ready_n > 0 then seq = redis.call('HINCRBY', meta, 'seq', ready_n) - ready_n end
-local flat, grouped, nflat = {}, {}, 0  -- the ready jobs, placed by one ready_batch
+local flat, grouped, nflat = {}, false, 0  -- the ready jobs, placed by one ready_batch
 local soonest = nil  -- the shortest delay of the call, for the workers' channel
-for i = 0, n - 1 do
+for i = 1, n do
   -- a dedup hit (or a repeat slot that fired already): nothing to write, but for a
   -- debounce: the waiting holder takes this job's payload, its delay starts again, and
   -- the key's window is extended
-  local d = debounced[i]
+  local d = debounced and debounced[i]
   if d then
     local set = jobset[i]
     local holder = holders[i]
-    redis.call('HSET', d[1], 'payload', ARGV[first + i * JOB + 1])
+    redis.call('HSET', d[1], 'payload', ARGV[first + (i - 1) * JOB + 1])
     if d[2] == 'scheduled' and set.delay > 0 then
       local run_at = string.format('%d', now + set.delay)
       redis.call('HSET', d[1], 'run_at', run_at)
@@ -197,8 +205,8 @@ for i = 0, n - 1 do
     end
     if loud then redis.call('PUBLISH', channel, '{"event":"debounced","job":"' .. holder .. '"}') end
   end
-  if not holders[i] then
-    local j = first + i * JOB
+  if not (holders and holders[i]) then
+    local j = first + (i - 1) * JOB
     local id, set = ARGV[j], jobset[i]
     local delay, group = set.delay, set.group
     if delay > 0 then
@@ -215,6 +223,7 @@ for i = 0, n - 1 do
         'failures', '0', 'stalled', '0', 'priority', set.priority, 'max_attempts',
         set.max_attempts, 'created_at', now_s, unpack(set.extra))
       if group then
+        grouped = grouped or {}
         grouped[#grouped + 1] = {id, group, band_score(set.priority, seq)}
       else
         nflat = nflat + 2
@@ -253,5 +262,5 @@ if fire then
 end
 if written == n then return n end
 local answers = {}
-for i = 0, n - 1 do answers[i + 1] = holders[i] or 1 end
+for i = 1, n do answers[i] = holders[i] or 1 end
 return answers

@@ -28,6 +28,7 @@
 -- @include rate_window
 local MAX_TURNS = 100  -- ring members read per call: the distinct groups one claim serves
 local MAX_REOPEN = 100  -- groups whose rate window reopened, taken back per call
+local NONE = {}  -- an empty list or set never written: a call needs its own only when it fills one
 local function lane_turns(base, now, want, cands, head_n, gate)
   local ring, limited = base .. 'gring', base .. 'glimited'
   local lanes_n = redis.call('EXISTS', ring, limited)  -- 2: both exist
@@ -35,9 +36,8 @@ local function lane_turns(base, now, want, cands, head_n, gate)
   local picks, pgroup = {}, {}
   local groups = {}  -- member -> its state (read before the turns)
   local touched = {}  -- the members whose place in the ring this call decides, in order
-  local placed = {}  -- member -> true: it goes to the back of the ring (else: out of it)
   local back = {}  -- the members placed at the back of the ring (when not blocked), in order
-  local reopened = {}  -- groups whose rate window reopened (out of glimited)
+  local reopened = NONE  -- groups whose rate window reopened (out of glimited)
   local ring_back, more = 0, false  -- the ring's last turn; members left unread
 
   -- the ungrouped jobs this call may take (flat_more: pending may hold more than it read)
@@ -51,9 +51,11 @@ local function lane_turns(base, now, want, cands, head_n, gate)
   more = #order > reads
   if more then order[#order] = nil end
   local per = math.ceil(want / math.max(1, #order)) + 1  -- lane ids a first read takes
-  local joining, joiners = {}, {}
+  local joining, joiners = NONE, NONE
   local reopen = #order == 0 or lanes_n == 2  -- (glimited exists)
   if reopen or flat_total > 0 then
+    joining, joiners = {}, {}
+    if reopen then reopened = {} end
     local in_ring = {}
     for k = 1, #order do in_ring[order[k]] = true end
     if reopen then
@@ -77,7 +79,7 @@ local function lane_turns(base, now, want, cands, head_n, gate)
   -- the state of every group that may have a turn, in one read of `gstate` (and one MGET
   -- of the rate windows): its active count, its limit, its rate; and the ring's last turn
   -- (`:turn`; a ring from before that field: its back's score)
-  groups[''] = {name = '', taken = 0}
+  groups[''] = {name = '', taken = 0, placed = false}
   local names, fields = {}, {}
   local function add(name)
     if name ~= '' and not groups[name] then
@@ -102,7 +104,8 @@ local function lane_turns(base, now, want, cands, head_n, gate)
       -- every field in the constructor: one allocation, no rehash as the turns fill it
       local g = {name = name, taken = 0, per = per, active = tonumber(own[3 * i - 2] or '0'),
         limit = tonumber(own[3 * i - 1] or gate[6]), lane = false, lane_end = false,
-        key = false, max = false, period = false, win = false, seen = false, why = false}
+        key = false, max = false, period = false, win = false, seen = false, why = false,
+        placed = false}
       local max, period, kind = gate[4], gate[5], gate[11]
       if own[3 * i] then
         max, period, kind = string.match(own[3 * i], '^(%d+):(%d+):?(%a*)$')
@@ -197,7 +200,7 @@ local function lane_turns(base, now, want, cands, head_n, gate)
   for _, g in ipairs(back) do
     touch(g)
     g.why = blocked(g)
-    if not g.why or g.why == 'unread' then placed[g.name] = true end
+    if not g.why or g.why == 'unread' then g.placed = true end  -- (else: out of the ring)
   end
   for _, g in ipairs(touched) do
     if g.why == 'empty' and g.name ~= '' then
@@ -206,21 +209,23 @@ local function lane_turns(base, now, want, cands, head_n, gate)
     end
   end
   return {picks = picks, pgroup = pgroup, flat_n = flat_taken, more = more, ring = ring,
-    limited = limited, groups = groups, touched = touched, placed = placed, back = back,
+    limited = limited, groups = groups, touched = touched, back = back,
     reopened = reopened, ring_back = ring_back, placing = false}
 end
 
 local function lane_turns_place(base, meta, turns, now)
   local lane_taken = 0
-  local leaving, parked, placing = {}, {}, {}
+  local leaving, parked, placing = NONE, NONE, {}
   for _, g in ipairs(turns.touched) do
     if g.taken > 0 and g.name ~= '' then
       redis.call('ZREMRANGEBYRANK', g.key, 0, g.taken - 1)
       lane_taken = lane_taken + g.taken
     end
-    if not turns.placed[g.name] then
+    if not g.placed then
+      if leaving == NONE then leaving = {} end
       leaving[#leaving + 1] = g.name
       if g.why == 'window' then
+        if parked == NONE then parked = {} end
         parked[#parked + 1] = now + g.win[4]
         parked[#parked + 1] = g.name
       end
@@ -228,7 +233,7 @@ local function lane_turns_place(base, meta, turns, now)
   end
   local ring_back = turns.ring_back
   for _, g in ipairs(turns.back) do
-    if turns.placed[g.name] then
+    if g.placed then
       ring_back = ring_back + 1
       placing[#placing + 1] = ring_back
       placing[#placing + 1] = g.name

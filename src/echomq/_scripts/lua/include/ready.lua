@@ -6,7 +6,7 @@
 -- Call lanes_touch(base, group) in the script's read phase.
 -- ready_batch(base, pending, flat, grouped) does the same for many: `flat` the ungrouped
 -- jobs as ZADD arguments (score, id, ...; one variadic ZADD per 256), `grouped`
--- {id, group, score} triples.
+-- {id, group, score} triples (false: none).
 -- leave_ready(base, pending, id, group): take a waiting job out of its ready structure
 -- (removed, cancelled); answers 1 when it was there.
 -- @include wake
@@ -31,7 +31,9 @@ local function ready_batch(base, pending, flat, grouped)
     redis.call('ZADD', pending, unpack(flat, first, math.min(first + 511, #flat)))
   end
   if #flat > 0 then wake_once(base .. 'wake') end
-  for _, job in ipairs(grouped) do ready(base, pending, job[1], job[2], job[3]) end
+  if grouped then
+    for _, job in ipairs(grouped) do ready(base, pending, job[1], job[2], job[3]) end
+  end
 end
 
 local function leave_ready(base, pending, id, group)
