@@ -376,7 +376,7 @@ async def test_an_unusable_store_stops_the_archive_at_once(
     """A store made by a newer echomq: serve_archive raises instead of retrying forever."""
     open_store(sqlite_url).close()
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
-        db.execute("UPDATE emq_archive_meta SET value = '2' WHERE name = 'schema_version'")
+        db.execute("UPDATE emq_archive_meta SET value = '99' WHERE name = 'schema_version'")
     with trio.fail_after(10), pytest.raises(SchemaMismatch):
         await serve_archive(redis_url, [queue], sqlite_url)
 
