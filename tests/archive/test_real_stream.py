@@ -91,9 +91,7 @@ async def scenario(redis_url: str, queue: str, sqlite_url: str) -> bool:
                     )  # fmt: skip
                     await until(lambda: _archived(sqlite_url, queue, 4))
                     nursery.cancel_scope.cancel()
-            rows = {
-                h.id: await jobs.get_job(conn, queue, h.id) for h in (ok, dead, stopped, late)
-            }
+            rows = {h.id: await jobs.get_job(conn, queue, h.id) for h in (ok, dead, stopped, late)}
     if not written:
         return False
 
