@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import echomq
 from _waits import clock_past, due
-from echomq import admin, flows, jobs
+from echomq import admin, cancel, flows, jobs
 from echomq._scripts.keyspace import Keyspace
 from echomq.cli.explain_text import facts, summary
 
@@ -227,3 +227,39 @@ async def test_a_refused_enqueue_with_a_deadline_writes_nothing(
         else:
             raise AssertionError(f"expires_ms={bad!r} was taken")
     assert await snapshot(conn, ks) == before
+
+
+async def test_an_expired_job_fires_its_error_callback(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """Its error callback (link_error) is enqueued by the claim, with the error `expired`,
+    as where a job dies."""
+    from echomq._model.errback import encode_spec
+
+    late = await jobs.enqueue(conn, queue, b"x", expires_ms=1)
+    spec = encode_spec(queue, jobs.NewJob(payload=b"cb", job_id=f"eb-{late}"))
+    await conn.execute("HSET", ks.job(late), "errback", spec)
+    await past_deadline(conn, ks, late)
+    assert await jobs.claim(conn, queue, 10_000) == []  # the claim that drops it
+    [callback] = await jobs.claim(conn, queue, 10_000)
+    assert callback.id == f"eb-{late}"
+    assert b'"error":"expired"' in callback.payload and late.encode() in callback.payload
+    assert await state(conn, ks, late) == b"expired"
+
+
+async def test_a_cancel_due_on_an_expired_job_fences_nothing(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A job with a cancel grace handed back to pending that expires before the fence:
+    fence_cancels leaves it expired (a finished job only leaves `cancels`)."""
+    job_id = await jobs.enqueue(conn, queue, b"x", expires_ms=60_000)
+    [held] = await jobs.claim(conn, queue, 60_000)
+    await cancel.request(conn, queue, job_id, grace=0.001)
+    await jobs.release(conn, queue, [(job_id, held.token)])
+    await conn.execute("HSET", ks.job(job_id), "expires_at", 1)
+    assert await jobs.claim(conn, queue, 10_000) == []
+    deadline = await conn.execute("ZSCORE", ks.cancels, job_id)
+    await clock_past(conn, float(deadline), ks.meta)
+    assert await cancel.fence_due(conn, queue) == []
+    assert await state(conn, ks, job_id) == b"expired"
+    assert await conn.execute("ZSCORE", ks.cancels, job_id) is None
