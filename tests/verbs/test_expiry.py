@@ -263,3 +263,19 @@ async def test_a_cancel_due_on_an_expired_job_fences_nothing(
     assert await cancel.fence_due(conn, queue) == []
     assert await state(conn, ks, job_id) == b"expired"
     assert await conn.execute("ZSCORE", ks.cancels, job_id) is None
+
+
+async def test_a_claim_that_drops_a_promotion_still_leases_its_picks(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A due job expiring at its promotion and a live pick in the same call: the pick is
+    leased as any claim leases (its token, its lease epoch, its place in active)."""
+    late = await jobs.enqueue(conn, queue, b"late", delay_ms=5, expires_ms=1)
+    live = await jobs.enqueue(conn, queue, b"live")
+    await due(conn, queue, late)
+    await past_deadline(conn, ks, late)
+    [held] = await jobs.claim(conn, queue, 10_000, count=2)
+    assert held.id == live and held.token == 1
+    assert await conn.execute("HGET", ks.job(live), "lease_epoch") is not None
+    assert await conn.execute("ZSCORE", ks.active, live) is not None
+    assert await state(conn, ks, late) == b"expired"
