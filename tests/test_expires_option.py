@@ -278,3 +278,29 @@ async def test_the_cli_enqueue_takes_expires(
     bad = await run("enqueue", "app.send", "[1]", "-q", queue, "--expires", "-3")
     assert bad.returncode != 0 and b"--expires" in bad.stderr
     assert await conn.execute("ZCARD", Keyspace(queue).pending) == 1
+
+
+async def test_a_flow_node_s_deadline_and_its_parent(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """`task.s(...).set(expires=...)` in a chain: the step expires at its claim, and the
+    next step (its parent, policy fail) becomes pending, seeing a failed child."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task
+    async def first(x: int) -> int:
+        return x
+
+    @q.task
+    async def then(x: int) -> int:
+        return x
+
+    past = dt.datetime.now(UTC) - dt.timedelta(seconds=1)
+    with trio.fail_after(5):
+        async with q.open():
+            flow = await echomq.chain(first.s(1).set(expires=past), then.s()).apply()
+            assert await jobs.claim(conn, queue, 10_000) == []  # the first step expires
+            [parent] = await jobs.claim(conn, queue, 10_000)
+    assert parent.id == flow.id
+    row_ = await conn.execute("HMGET", Keyspace(queue).job(flow.id), "failed", "open")
+    assert row_ == [b"1", b"0"]
