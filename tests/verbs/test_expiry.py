@@ -279,3 +279,21 @@ async def test_a_claim_that_drops_a_promotion_still_leases_its_picks(
     assert await conn.execute("HGET", ks.job(live), "lease_epoch") is not None
     assert await conn.execute("ZSCORE", ks.active, live) is not None
     assert await state(conn, ks, late) == b"expired"
+
+
+async def test_a_debounced_holder_takes_the_new_deadline(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """Mode debounce: the waiting holder takes the new call's deadline with its payload."""
+    first = jobs.NewJob(
+        payload=b"a", dedup="k", dedup_ms=60_000, dedup_mode="debounce", expires_ms=1_000
+    )
+    [holder] = await jobs.enqueue_many(conn, queue, [first])
+    before = int(await conn.execute("HGET", ks.job(holder), "expires_at"))
+    again = jobs.NewJob(
+        payload=b"b", dedup="k", dedup_ms=60_000, dedup_mode="debounce", expires_ms=50_000
+    )
+    assert await jobs.enqueue_many(conn, queue, [again]) == [holder]
+    after = int(await conn.execute("HGET", ks.job(holder), "expires_at"))
+    assert after >= before + 49_000
+    assert await conn.execute("HGET", ks.job(holder), "payload") == b"b"
