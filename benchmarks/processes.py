@@ -1,4 +1,4 @@
-"""``--processes 2`` against 2 separately started worker processes, on the same backlog.
+"""One supervised ``--processes 2`` against 2 separately started workers, on one backlog.
 
     python -m benchmarks processes [--jobs 20000] [--processes 2] [--concurrency 100]
         [--reps 3] [--publish]
