@@ -1,7 +1,7 @@
 """``--processes 2`` against 2 separately started worker processes, on the same backlog.
 
     python -m benchmarks processes [--jobs 20000] [--processes 2] [--concurrency 100]
-        [--reps 3]
+        [--reps 3] [--publish]
 
 Per repetition and mode, in turns (each goes first in turn): a flushed private
 redis-server, N no-op jobs enqueued in bulk by the peers' echomq adapter, then the workers:
@@ -28,7 +28,7 @@ import redis
 
 from echomq.testing import RedisServer
 
-from . import files, harness, machine, turns
+from . import files, harness, machine, tables, turns
 
 ADAPTERS = harness.HERE
 MODES = ("supervised", "separate")
@@ -49,7 +49,9 @@ def _workers(mode: str, url: str, processes: int, concurrency: int) -> list[list
 
 def one(url: str, mode: str, jobs: int, processes: int, concurrency: int) -> dict[str, Any]:
     """One drain of ``jobs`` prefilled jobs by the workers of ``mode``."""
-    env = dict(os.environ, PYTHONPATH=str(ADAPTERS), PYTHONUNBUFFERED="1", BENCH_URL=url)
+    # the adapters first, then the caller's path (the tree measured: its src/ when given)
+    path = os.pathsep.join(p for p in (str(ADAPTERS), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1", BENCH_URL=url)
     fill = [sys.executable, "-c", _FILL, "drain", "--url", url, "--jobs", str(jobs)]
     drain = subprocess.Popen(fill, cwd=ADAPTERS, env=env, stdout=subprocess.PIPE)
     assert drain.stdout is not None
@@ -126,6 +128,45 @@ def main(argv: list[str] | None = None) -> None:
         "runs": runs,
     }
     files.save("processes", doc, args)
+
+
+def readme(doc: dict[str, Any], source: str) -> str:
+    """The README's table: each mode's drain rate per repetition, and supervised /
+    separate within each repetition, with the medians."""
+    runs = doc["runs"]
+    reps = len(runs["supervised"])
+    p = doc["processes"]
+    extra = (
+        f"A backlog of {doc['jobs']:,} jobs, drained by {p} worker processes of concurrency "
+        f"{doc['concurrency']}: one `echomq worker --processes {p}` (supervised) or {p} "
+        "`echomq worker` started side by side (separate), in turns."
+    )
+    head = ["", *(f"rep {r + 1}" for r in range(reps)), "median"]
+    rows = []
+    for mode in MODES:
+        rates = [x["drain_per_s"] for x in runs[mode]]
+        rows.append([f"{mode}: drain jobs/s", *map(tables.num, rates),
+                     f"**{tables.num(statistics.median(rates))}**"])  # fmt: skip
+    ratios = [
+        a["drain_per_s"] / b["drain_per_s"]
+        for a, b in zip(runs["supervised"], runs["separate"], strict=True)
+    ]
+    rows.append(["supervised / separate", *(f"{x:.2f}" for x in ratios),
+                 f"**{statistics.median(ratios):.2f}**"])  # fmt: skip
+    for mode in MODES:
+        busy = [x["machine_busy"] for x in runs[mode]]
+        rows.append([f"{mode}: machine busy", *(f"{x:.2f}" for x in busy),
+                     f"{statistics.median(busy):.2f}"])  # fmt: skip
+    for mode in MODES:
+        codes = [" ".join(map(str, x["exit_codes"])) for x in runs[mode]]
+        rows.append([f"{mode}: exit codes after SIGTERM", *codes, ""])
+    return "\n".join(
+        [
+            tables.conditions(tables.meta_of(doc), reps=reps, source=source, extra=extra),
+            "",
+            tables.markdown(head, rows),
+        ]
+    )
 
 
 if __name__ == "__main__":
