@@ -196,7 +196,7 @@ def readme(doc: dict[str, Any], source: str) -> str:
         f"A backlog of {doc['jobs']:,} jobs, drained by {p} worker processes of concurrency "
         f"{doc['concurrency']}: one `echomq worker --processes {p}` (supervised) or {p} "
         "`echomq worker` started side by side (separate), in turns. The CPU per job counts "
-        f"from the moment all {p} workers serve to the last completion (/proc; a tick is "
+        f"from the moment the {p} workers all serve to the last completion (/proc; a tick is "
         "10 ms)."
         if "worker_us_per_job" in runs["supervised"][0]
         else "`echomq worker` started side by side (separate), in turns."
