@@ -304,3 +304,30 @@ async def test_a_flow_node_s_deadline_and_its_parent(
     assert parent.id == flow.id
     row_ = await conn.execute("HMGET", Keyspace(queue).job(flow.id), "failed", "open")
     assert row_ == [b"1", b"0"]
+
+
+async def test_the_dead_listing_names_the_expired_jobs(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """`admin.list_jobs(..., "dead")` and `echomq jobs --state dead` hold the expired
+    jobs too, each marked expired."""
+    from echomq import admin
+
+    late = await jobs.enqueue(conn, queue, b"x", expires_ms=1)
+    [deadline] = await row(conn, queue, late, "expires_at")
+    await clock_past(conn, float(deadline or 0), Keyspace(queue).meta)
+    assert await jobs.claim(conn, queue, 10_000) == []
+    page = await admin.list_jobs(conn, queue, "dead")
+    [listed] = page.rows
+    assert listed.id == late and listed.expired and listed.last_error is None
+    env = {**os.environ, "ECHOMQ_URL": redis_url}
+    with trio.fail_after(30):
+        p = await trio.run_process(
+            [sys.executable, "-m", "echomq", "jobs", queue, "--state", "dead"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**env, "COLUMNS": "100"},
+        )
+    assert p.returncode == 0, p.stderr
+    assert b"expired: not started by its deadline" in p.stdout
