@@ -331,3 +331,14 @@ async def test_the_dead_listing_names_the_expired_jobs(
         )
     assert p.returncode == 0, p.stderr
     assert b"expired: not started by its deadline" in p.stdout
+
+
+def test_the_blocking_enqueue_takes_a_deadline(redis_url: str, queue: str) -> None:
+    """echomq.sync's enqueue (the blocking twin of jobs.enqueue) writes the deadline."""
+    import echomq.sync
+
+    with echomq.sync.connect(redis_url) as mq:
+        job_id = mq.enqueue(queue, b"x", expires_ms=45_000)
+        info = mq.get_job(queue, job_id)
+    assert info is not None and info.created_at is not None
+    assert info.expires_at == info.created_at + 45_000
