@@ -42,6 +42,9 @@ local state = cancelled and 'cancelled' or 'completed'
 local fin = finish_read(base, state, now, {{id, state}})
 
 leave_active(base, active, id, group)
+-- the lease's fields go first: what only the running job needs (docs/results.md, "The
+-- finished row"); the row then never holds more fields than it did while it ran
+redis.call('HDEL', row, 'lease_epoch', 'worker')
 if cancelled then
   local reason = string.sub(result, 11)
   redis.call('HSET', row, 'state', 'cancelled', 'cancel_reason', reason,

@@ -108,6 +108,7 @@ local loud = heard(channel, #jobs)  -- (include/events.lua)
 local detail = {}  -- finished's detail, one table rewritten job by job
 for k, job in ipairs(done) do
   local id, result = job[1], job[5]
+  redis.call('HDEL', job[6], 'lease_epoch', 'worker')  -- the lease's fields first (complete)
   redis.call('HSET', job[6], 'state', 'completed', 'result', result,
     'finished_at', fin.now_arg)
   if loud then redis.call('PUBLISH', channel, '{"event":"completed","job":"' .. id .. '"}') end
@@ -117,6 +118,7 @@ end
 detail.result = nil
 for k, job in ipairs(stopped) do
   local id, reason = job[1], string.sub(job[5], 11)
+  redis.call('HDEL', job[6], 'lease_epoch', 'worker')
   redis.call('HSET', job[6], 'state', 'cancelled', 'cancel_reason', reason,
     'finished_at', fin_x.now_arg)
   if loud then redis.call('PUBLISH', channel, '{"event":"cancelled","job":"' .. id .. '"}') end
