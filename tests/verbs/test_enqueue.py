@@ -134,7 +134,8 @@ async def test_the_row_is_stored_as_text_numbers(
     (plain,) = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"p")])
     raw = await conn.execute("HGETALL", ks.job(plain))
     fields = set(raw[::2])
-    assert fields == {b"state", b"payload", b"token", b"created_at"}  # defaults: absent
+    # the counters and max_attempts at their defaults: absent; priority: every row has it
+    assert fields == {b"state", b"payload", b"token", b"priority", b"created_at"}
 
 
 async def test_a_held_dedup_key_answers_before_an_existing_id_refuses(

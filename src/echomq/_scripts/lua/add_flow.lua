@@ -151,8 +151,7 @@ for i = 0, n - 1 do
   local delay = tonumber(ARGV[j + 14]) or 0
   local row = base .. 'job:' .. id
   -- the options at their default have no field (docs/keyspace.md, "The row")
-  local fields = {'payload', payload, 'token', 0, 'created_at', now}
-  if priority ~= '0' then fields[7], fields[8] = 'priority', priority end
+  local fields = {'payload', payload, 'token', 0, 'priority', priority, 'created_at', now}
   if max_attempts ~= '1' then
     fields[#fields + 1], fields[#fields + 2] = 'max_attempts', max_attempts
   end

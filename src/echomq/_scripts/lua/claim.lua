@@ -122,12 +122,11 @@ local candidates = {}  -- ungrouped: {id, score, promoted?}
 if #due > 0 then
   local seq = tonumber(redis.call('HGET', meta, 'seq') or '0')
   for i, id in ipairs(due) do
-    -- (the token: every row has one; an absent priority is 0)
-    local f = redis.call('HMGET', base .. 'job:' .. id, 'token', 'priority', 'group')
+    local f = redis.call('HMGET', base .. 'job:' .. id, 'priority', 'group')
     if f[1] then
-      local job = {id, band_score(f[2] or '0', seq + i), true, f[3]}
+      local job = {id, band_score(f[1], seq + i), true, f[2]}
       promoted[#promoted + 1] = job
-      if f[3] then lanes_touch(base, f[3]) else candidates[#candidates + 1] = job end
+      if f[2] then lanes_touch(base, f[2]) else candidates[#candidates + 1] = job end
     end
   end
 end

@@ -86,11 +86,10 @@ for k = 1, m do
   -- concurrency (0 = none: the group's limit, set if it has none)
   local delay_ms, priority, max_attempts, task, keep_result, keep_dead, dedup, dedup_ms,
     dedup_mode, group, group_concurrency, headers = unpack(ARGV, 4 + (k - 1) * SET, 3 + k * SET)
-  -- a row stores what differs from the defaults (readers take an absent `priority` as 0,
-  -- `max_attempts` as 1, `failures` and `stalled` as 0): a smaller row, in memory for as
-  -- long as the job is kept
-  local extra, e = {}, 0
-  if priority ~= '0' then extra[1], extra[2], e = 'priority', priority, 2 end
+  -- a row stores what differs from the defaults (readers take an absent `max_attempts`
+  -- as 1, `failures` and `stalled` as 0: docs/keyspace.md, "The row"), but for
+  -- `priority`, which every row has
+  local extra, e = {'priority', priority}, 2
   if max_attempts ~= '1' then
     extra[e + 1], extra[e + 2], e = 'max_attempts', max_attempts, e + 2
   end

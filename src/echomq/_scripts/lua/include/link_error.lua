@@ -43,9 +43,9 @@ local function errback_fire(base, eb, id, err, now)
   local row = base .. 'job:' .. eb.id
   local payload = ERRBACK_MARK .. cjson.encode({job = id, error = err or ''}) .. '\n'
     .. eb.payload
-  redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'token', 0, 'created_at', now)
+  redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'token', 0,
+    'priority', eb.priority, 'created_at', now)
   -- the options at their default have no field (docs/keyspace.md, "The row")
-  if tostring(eb.priority) ~= '0' then redis.call('HSET', row, 'priority', eb.priority) end
   if tostring(eb.max_attempts) ~= '1' then
     redis.call('HSET', row, 'max_attempts', eb.max_attempts)
   end
