@@ -31,6 +31,7 @@ BENCHMARKS = (
     "flows",
     "steps",
     "lanes",
+    "weights",
     "repeat_soak",
     "stopkit",
     "poison_mix",

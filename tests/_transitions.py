@@ -96,6 +96,17 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
             score = await conn.execute("ZSCORE", Keyspace(queue).active, c.id)
             await clock_past(conn, float(score), Keyspace(queue).meta)
 
+    async def past_deadline(job_id: str) -> None:
+        deadline = await conn.execute("HGET", Keyspace(queue).job(job_id), "expires_at")
+        await clock_past(conn, float(deadline), Keyspace(queue).meta)
+
+    async def expire(job_id: str) -> None:
+        """``job_id`` first in line with a deadline of 1 ms: once it passed, the claim drops
+        it into expired (kept in the dead index: a count guard there trims by it)."""
+        await step(f"enqueue {job_id}", new(job_id, priority=300, expires_ms=1))
+        await past_deadline(job_id)
+        await claim()
+
     async def errback(job_id: str) -> None:
         """Give ``job_id`` an error callback on this queue (last in line: it is claimed
         after every job of the script's order): its death enqueues ``eb-<id>``."""
@@ -148,6 +159,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
             held,
             "",
             delay,
+            "",
             "",
         ]
 
@@ -246,6 +258,20 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await clock_past(conn, float(fk1_deadline), Keyspace(queue).meta)
     await step("fence fk1", lambda: cancel.fence_due(rec, queue))
     await run("fk")
+    # expiry (docs/runtime.md "Expiry"): a delayed job past its deadline expires at its
+    # promotion, and a flow child with an error callback in the same claim: its parent
+    # sees a failed child (-> pending), its error callback is enqueued
+    await step("enqueue se", new("se", delay_ms=1, expires_ms=1))
+    await due(conn, queue, "se")
+    await past_deadline("se")
+    ids.extend(["fm", "fm1"])
+    expiring = flows.FlowJob(job=NewJob(payload=b"x", job_id="fm1", expires_ms=1), queue=queue)
+    fm = flows.FlowJob(job=NewJob(payload=b"x", job_id="fm"), queue=queue, children=(expiring,))
+    await step("flow add fm", lambda: flows.add_flow(rec, [fm]))
+    await errback("fm1")
+    await past_deadline("fm1")
+    assert await claim() == []  # se and fm1 expire
+    await run("fm")
     # dynamic children (docs/flows.md): a running job spawns one, waits, is resumed
     await step("enqueue dy", new("dy", priority=50))
     dy = await run("dy", lease_ms=60_001)  # held, not settled
@@ -258,7 +284,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await run("dy1")  # dy -> pending
     await run("dy")
 
-    for i in range(1, 15):
+    for i in range(1, 18):
         await step(f"enqueue p{i}", new(f"p{i}", max_attempts=3))
     await step("enqueue s1", new("s1", delay_ms=1))
     await step("enqueue s2", new("s2", delay_ms=1))
@@ -309,14 +335,28 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     held = await claim(lease_ms=1)
     await lapse(held)
     await step("reap counted", lambda: jobs.reap_counted(rec, queue, max_recoveries=0))
+    await expire("e1")  # the reaped row goes; e1 is the last, for the next counted reap
+    held = await claim(lease_ms=1)
+    await lapse(held)
+    await step("reap counted, expired", lambda: jobs.reap_counted(rec, queue, max_recoveries=0))
     held = await claim(lease_ms=1)
     await lapse(held)
     await step("sweep, below", lambda: stalled.check(rec, queue, max_stalled=5))
     held = await claim(lease_ms=1)
     await lapse(held)
     await step("sweep, at", lambda: stalled.check(rec, queue, max_stalled=1))
+    await expire("e2")  # the swept row goes
+    await expire("e3")  # e2 goes; e3 is the last, for the next sweep
+    held = await claim(lease_ms=1)
+    await lapse(held)
+    await step("sweep, at, expired", lambda: stalled.check(rec, queue, max_stalled=1))
     [c] = await claim()
     await step("fail dead, trim", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
+    await expire("e4")  # the dead row goes; e4 is the last, for the next dead-lettering
+    [c] = await claim()
+    await step(
+        "fail dead, trim expired", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True)
+    )
     [c] = await claim()
     await step("release", lambda: jobs.release(rec, queue, [(c.id, c.token)]))
     [c] = await claim()
@@ -366,6 +406,8 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     await step("complete r", lambda: jobs.complete(rec, queue, c.id, c.token, b"r"))
     [c] = await claim()
     await step("fail r", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
+    await admin.set_retention(conn, queue, max_dead=1000)  # the dead row stays
+    await expire("r0")
     [active] = await claim()
     await step("flow held W", raw_flow([node("W", kids="", held="1")]))
     states = await _states(conn, queue, ids)
@@ -387,6 +429,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     [active2] = await claim()
     await step("flow held W2", raw_flow([node("W2", kids="", held="1")]))
     await step("enqueue r3", new("r3"))
+    await expire("r7")
     states = await _states(conn, queue, ids)
     for state in JobState:
         victim = next(i for i, s in states.items() if s is state)
@@ -404,6 +447,7 @@ async def run_every_verb(conn: Any, queue: str) -> list[Step]:
     [c] = await claim()
     await step("fail o", lambda: jobs.fail(rec, queue, c.id, c.token, "e", dead=True))
     await claim()
+    await expire("o6")
     await step("flow held O", raw_flow([node("O", kids="", held="1")]))
     await step("pause", lambda: admin.pause(rec, queue))
     await step("obliterate", lambda: admin.obliterate_all(rec, queue, force=True))

@@ -110,7 +110,7 @@ def test_the_numbers_are_read_from_the_lua() -> None:
     with pytest.raises(RuntimeError, match="does not set NOPE"):
         loader.include_constant("schema", "NOPE")
     fields = loader.ENQUEUE_SET_FIELDS
-    assert fields[:3] == ("delay_ms", "priority", "max_attempts") and len(set(fields)) == 12
-    assert re.search(r"^local SET, JOB = 12, 3", SCRIPTS["enqueue"].source, re.M)
+    assert fields[:3] == ("delay_ms", "priority", "max_attempts") and len(set(fields)) == 13
+    assert re.search(r"^local SET, JOB = 13, 3", SCRIPTS["enqueue"].source, re.M)
     with pytest.raises(RuntimeError, match="does not unpack the names NOPE"):
         loader.lua_names("enqueue", "NOPE")

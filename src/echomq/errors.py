@@ -39,6 +39,7 @@
     │   └── CodecMismatch    a payload written by another codec than the queue's
     ├── JobFailed            from handle.result(): the job is dead; carries the error text
     ├── JobCancelled         from handle.result() and CancelToken.check()
+    ├── JobExpired           from handle.result(): the job's deadline passed before it started
     ├── SoftTimeLimit        raised inside a job that ran past its soft_timeout (it may clean up)
     ├── StepFailed           a durable step replayed with the error an earlier run kept
     ├── ChildFailed          a spawned child did not complete, under policy fail (job.wait_children)
@@ -98,6 +99,7 @@ __all__ = [
     "CodecMismatch",
     "JobFailed",
     "JobCancelled",
+    "JobExpired",
     "SoftTimeLimit",
     "StepFailed",
     "ChildFailed",
@@ -398,6 +400,18 @@ class JobCancelled(EchoMQError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_cancelled, (type(self), self.reason, self.job_id))
+
+
+class JobExpired(EchoMQError):
+    """The job's deadline (``expires=``) passed before it started: it never ran, and ended
+    in state ``expired`` (docs/runtime.md "Expiry")."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} expired: its deadline passed before it started")
+        self.job_id = job_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job_id,))
 
 
 class DuplicateStep(InvalidArgument):

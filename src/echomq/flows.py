@@ -57,7 +57,7 @@ from .errors import (
     NotCancellable,
     ScriptError,
 )
-from .jobs.lifecycle import _task_name, enqueue_call, new_id
+from .jobs.lifecycle import _task_name, enqueue_call, expires_arg, new_id
 
 __all__ = [
     "add_flow",
@@ -135,6 +135,7 @@ def _stub_argv(node: FlowJob, parent: FlowJob) -> list[Any]:
         "",
         0,
         "",
+        "",
     ]
 
 
@@ -158,6 +159,7 @@ def _node_argv(node: FlowJob, parent: FlowJob | None, kids: int, held: bool) -> 
         "" if job.group is None else check_group(job.group),
         v.non_negative_int("delay_ms", job.delay_ms, v.MAX_MS),
         b"" if node.errback is None else v.payload_bytes(node.errback),
+        expires_arg(job),
     ]
 
 

@@ -25,7 +25,7 @@ from ._scripts.keyspace import Keyspace
 from .admin.discovery import queue_exists
 from .cancel import CancelOutcome
 from .cancel import request as cancel_request
-from .errors import JobCancelled, JobFailed, JobGone
+from .errors import JobCancelled, JobExpired, JobFailed, JobGone
 from .results import FinishState, Outcome
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ class TaskHandle(Generic[R]):
         Raises:
             JobFailed: the job is dead (``error`` is its last error text).
             JobCancelled: the job was cancelled (``reason``).
+            JobExpired: the job's deadline passed before it started (it never ran).
             JobGone: the job has no row: it finished longer ago than its retention
                 (``keep_result``, 24 h by default), the count guard deleted it, or it was
                 removed; or the queue's meta hash is missing too, and the message says
@@ -184,6 +185,8 @@ class TaskHandle(Generic[R]):
             raise JobFailed(self.id, outcome.error)
         if outcome.state is FinishState.CANCELLED:
             raise JobCancelled(outcome.reason or None, job_id=self.id)
+        if outcome.state is FinishState.EXPIRED:
+            raise JobExpired(self.id)
         if not outcome.result:
             return cast(R, None)
         value: Any = self.queue.codec.decode_result(outcome.result)

@@ -241,6 +241,11 @@ class Queue:
           each may have a concurrency and a rate limit.
         - ``group_concurrency``: the group's concurrency limit, set when the group has
           none yet (``admin.set_group_concurrency`` changes it at run time).
+        - ``expires``: each job's deadline, a timedelta or seconds after its enqueue (on
+          the server's clock) or an aware datetime: a job not started by then is never
+          run, it ends ``expired`` and its ``result()`` raises ``JobExpired``
+          (docs/runtime.md, "Expiry"). A repeatable's runs each expire that long after
+          their own slot.
 
         Args:
             name: the task's name on the wire (default ``module.qualname``).

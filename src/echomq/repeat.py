@@ -165,6 +165,7 @@ def add_call(
     priority: int = 0,
     max_attempts: int = 1,
     source: RepeatSource = "api",
+    expires_ms: int | None = None,
 ) -> ScriptCall[Added]:
     ks = keyspace(queue)
     if not isinstance(schedule, Schedule):
@@ -186,6 +187,8 @@ def add_call(
         "task" if source == "task" else "api",
         v.non_negative_int("first_ms", first_ms),
     ]
+    if expires_ms is not None:
+        argv.append(v.positive_int("expires_ms", expires_ms, v.MAX_MS))
 
     def read(reply: Any) -> Added:
         status, next_ms = _as_list(reply, f"repeat add {key}")
@@ -293,6 +296,8 @@ def fire_call(queue: str, info: RepeatInfo, due_ms: int, plan: Plan) -> ScriptCa
         priority=info.priority,
         max_attempts=info.max_attempts,
         task=info.task,  # on the row: the completions entry carries it (docs/results.md)
+        # its deadline, from its own slot (a late run, missed="once", may expire at once)
+        expires_at_ms=None if info.expires_ms is None else plan.slot + info.expires_ms,
     )
     sc = enqueue_call(queue, [job])
     tail: list[str | bytes | int | float] = [
@@ -346,12 +351,15 @@ async def add(
     priority: int = 0,
     max_attempts: int = 1,
     source: RepeatSource = "api",
+    expires_ms: int | None = None,
 ) -> Added:
     """Register the repeatable ``key`` (or update it: an upsert).
 
     Its first slot is the schedule's first after the server's now; an update that keeps
     the schedule keeps the record's next slot (so registering the same schedule again,
     from any number of workers, changes nothing). A paused record stays paused.
+    ``expires_ms``: each run's deadline, that long after its own slot (docs/runtime.md
+    "Expiry": a run not started by then never runs).
 
     Raises:
         InvalidKey, InvalidArgument, SerializationError: before any I/O.
@@ -371,6 +379,7 @@ async def add(
             priority=priority,
             max_attempts=max_attempts,
             source=source,
+            expires_ms=expires_ms,
         )
 
     call(0)  # every argument gated before any I/O

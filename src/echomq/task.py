@@ -176,7 +176,9 @@ class Task(Generic[P, R]):
         ``group_concurrency`` (the group's limit when it has none yet), ``dedup`` with
         ``dedup_for`` (a dedup key and its window: inside the window a second apply with
         the key answers the first job's handle, ``handle.deduplicated``, and writes
-        nothing).
+        nothing), ``expires`` (a deadline: a timedelta or seconds after the enqueue, or an
+        aware datetime; not started by then, the job never runs and ``result()`` raises
+        ``JobExpired``; default the task's; docs/runtime.md, "Expiry").
 
         Raises:
             TypeError: the function does not take these arguments (before any I/O).

@@ -35,7 +35,7 @@ async def test_a_refused_flow_writes_nothing(
     calls = flows.add_flow_calls([flows.FlowJob(job=parent.job, queue=queue, children=(fake,))])
     argv = list(calls[0].argv)
     # drop the parent's own node: the child then names an outside parent ("taken": pending)
-    child_only = [argv[0], 1, 0, *argv[3 + 16 :]]
+    child_only = [argv[0], 1, 0, *argv[3 + 17 :]]
     from echomq._scripts.calls import evaluate, script_call
 
     with pytest.raises(FlowStateError):

@@ -84,6 +84,7 @@ def test_states_are_stored_lowercase_and_partitioned() -> None:
         "dead",
         "cancelled",
         "waiting",
+        "expired",
     ]
     assert TERMINAL_STATES | LIVE_STATES == frozenset(JobState)
     assert not TERMINAL_STATES & LIVE_STATES
@@ -106,10 +107,10 @@ def test_terminal_states_are_left_only_by_removal_or_reprocess() -> None:
 
 def test_only_enqueue_creates_a_row() -> None:
     """(none) is a source only for enqueue and add_flow (a flow's jobs), and for the
-    scripts where a job dies (its error callback, enqueued there): no other script
-    writes a row that did not exist."""
+    scripts where a job dies or expires (its error callback, enqueued there): no other
+    script writes a row that did not exist."""
     makers = [s for s, moves in TRANSITIONS.items() if None in moves]
-    assert makers == ["enqueue", "add_flow", "fail", "reap", "stalled_check"]
+    assert makers == ["enqueue", "add_flow", "claim", "fail", "reap", "stalled_check"]
 
 
 def test_every_live_state_is_reachable_and_can_finish() -> None:

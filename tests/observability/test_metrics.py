@@ -227,3 +227,4 @@ async def test_dashboard_serves_queue_metrics(
     assert value(found, "echomq_queue_jobs", queue=queue, state="scheduled") == 1
     assert value(found, "echomq_queue_paused", queue=queue) == 1
     assert value(found, "echomq_queue_completed_total", queue=queue) == 0
+    assert value(found, "echomq_queue_expired_total", queue=queue) == 0

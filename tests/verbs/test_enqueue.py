@@ -252,14 +252,14 @@ def _every_option() -> jobs.NewJob:
     return jobs.NewJob(
         payload=b"p", delay_ms=11, priority=12, max_attempts=13, task="t.x", keep_result_ms=14,
         keep_dead_ms=15, dedup="k", dedup_ms=16, dedup_mode="debounce", group="g",
-        group_concurrency=17, headers="tr",
+        group_concurrency=17, headers="tr", expires_ms=18,
     )  # fmt: skip
 
 
 SENT = {
     "delay_ms": 11, "priority": 12, "max_attempts": 13, "task": "t.x", "keep_result": 14,
     "keep_dead": 15, "dedup": "k", "dedup_ms": 16, "dedup_mode": "d", "group": "g",
-    "group_concurrency": 17, "headers": "tr",
+    "group_concurrency": 17, "headers": "tr", "expires": "18",
 }  # fmt: skip
 
 

@@ -67,6 +67,8 @@ def row_outcome(info: JobInfo) -> Outcome | None:
         return Outcome(state=FinishState.DEAD, error=info.last_error)
     if info.state is JobState.CANCELLED:
         return Outcome(state=FinishState.CANCELLED, reason=info.cancel_reason or "")
+    if info.state is JobState.EXPIRED:
+        return Outcome(state=FinishState.EXPIRED, error="expired")
     if info.state is not JobState.COMPLETED:
         return None
     return Outcome(state=FinishState.COMPLETED, result=info.result or b"")

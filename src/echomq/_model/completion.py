@@ -5,7 +5,8 @@ The stream ``emq:{q}:completions`` holds one entry per finished job (docs/result
 
 Rule 1: parsing is total: a malformed entry raises :class:`CorruptEntry` (a ValueError),
 nothing else, so the archive logs it and goes on.
-Rule 2: required: ``id``, ``state`` (``completed`` | ``dead`` | ``cancelled``) and
+Rule 2: required: ``id``, ``state`` (``completed`` | ``dead`` | ``cancelled`` |
+``expired``) and
 ``token`` (the fencing token, part of the job's identity in the archive; an entry written
 before the field's rename carries it as ``attempts``, read the same). Every other
 known field is optional; a time or count that is present must be an integer (an empty
@@ -55,6 +56,7 @@ class FinishState(enum.StrEnum):
     COMPLETED = "completed"
     DEAD = "dead"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"  # its deadline passed before it started (error: ``expired``)
 
 
 @attrs.frozen(kw_only=True)
@@ -62,8 +64,9 @@ class FinishedJob:
     """One finished run of a job: ``(queue, id, token, created_at)`` identifies it.
 
     Times are server-clock milliseconds. ``result`` is set for completed jobs, ``error`` for
-    dead ones, ``reason`` for cancelled ones. ``stream_id`` is the entry's id in
-    ``emq:{q}:completions``; ``archived_at`` is set on jobs read back from an archive.
+    dead ones (``expired`` for expired ones), ``reason`` for cancelled ones. ``stream_id``
+    is the entry's id in ``emq:{q}:completions``; ``archived_at`` is set on jobs read back
+    from an archive.
     """
 
     queue: str

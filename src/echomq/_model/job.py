@@ -69,6 +69,10 @@ class NewJob:
     # the job's headers: string metadata as a JSON object (before_enqueue hooks, the
     # trace context's carrier), carried in its row to the worker's Job.headers
     headers: str | None = None
+    # the job's deadline (docs/runtime.md "Expiry"): not started by then, it is never run;
+    # ``expires_ms`` after the enqueue (server clock) or at ``expires_at_ms`` (epoch ms)
+    expires_ms: int | None = None
+    expires_at_ms: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -154,6 +158,8 @@ class JobInfo:
     cancel_fenced_at: int | None = None
     cancel_reason: str | None = None  # the cancel's reason ('' when none was given)
     group: str | None = None
+    # its deadline (server ms): not started by then, the claim drops it into ``expired``
+    expires_at: int | None = None
 
     @property
     def cancelled(self) -> bool:
@@ -187,4 +193,5 @@ class JobInfo:
             cancel_fenced_at=_opt_int(row.get(b"cancel_fenced")),
             cancel_reason=_str(row.get(b"cancel_reason")),
             group=_str(row.get(b"group")),
+            expires_at=_opt_int(row.get(b"expires_at")),
         )

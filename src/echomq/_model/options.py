@@ -34,7 +34,9 @@ __all__ = [
     "EnqueueOptions",
     "GroupChoice",
     "TaskOptions",
+    "Expires",
     "build_options",
+    "expires_fields",
     "resolve_group",
     "seconds",
     "to_ms",
@@ -42,6 +44,11 @@ __all__ = [
 
 #: a group's name, or a callable of the job's arguments that answers one (or None)
 GroupChoice = str | Callable[..., object] | None
+
+#: a job's deadline (docs/runtime.md "Expiry"): a timedelta or seconds after the enqueue,
+#: or an aware datetime
+Expires = dt.timedelta | float | dt.datetime | None
+MAX_EPOCH_MS = 2**53  # an absolute deadline stays an exact double in the scripts
 
 OptionsT = TypeVar("OptionsT", "TaskOptions", "EnqueueOptions")
 
@@ -68,6 +75,36 @@ def seconds(
 def to_ms(name: str, value: float) -> int:
     """Float seconds (the API) to integer milliseconds (the verbs)."""
     return limits.non_negative_int(name, round(value * 1000), limits.MAX_MS)
+
+
+def expires_fields(value: object) -> dict[str, int]:
+    """An ``expires=`` option as :class:`NewJob`'s fields: ``{"expires_ms": ms}`` (a
+    timedelta or seconds, > 0, counted from the enqueue on the server's clock),
+    ``{"expires_at_ms": ms}`` (an aware datetime, epoch ms; one already past expires the
+    job at its first claim) or ``{}`` (None).
+
+    Raises:
+        InvalidArgument: a naive datetime, a duration <= 0 or over 2^40 ms, another type.
+    """
+    if value is None:
+        return {}
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidArgument(
+                f"expires must be an aware datetime (with a tzinfo), not the naive {value!r}"
+            )
+        try:
+            epoch_ms = round(value.timestamp() * 1000)
+        except (ValueError, OverflowError, OSError) as exc:
+            raise InvalidArgument(f"expires {value!r} is out of range: {exc}") from None
+        if not 0 <= epoch_ms <= MAX_EPOCH_MS:
+            raise InvalidArgument(f"expires {value!r} is out of range")
+        return {"expires_at_ms": epoch_ms}
+    if not isinstance(value, dt.timedelta | int | float) or isinstance(value, bool):
+        raise InvalidArgument(
+            f"expires must be a timedelta, seconds or an aware datetime, not {value!r}"
+        )
+    return {"expires_ms": duration_ms("expires", value)}
 
 
 def _check_group_choice(value: object) -> None:
@@ -121,6 +158,11 @@ class TaskOptions:
     every worker of its queue registers it at start under the task's name, and the
     scheduler enqueues one run per slot, with no arguments (docs/repeat.md); ``missed``
     says what a run due during a downtime does (``"once"``: runs late, once; ``"skip"``).
+
+    ``expires``: a deadline for each job of the task (a timedelta or seconds after its
+    enqueue, or an aware datetime): a job not started by then is never run, it ends
+    ``expired`` (docs/runtime.md "Expiry"). A repeatable's runs each expire that long
+    after their own slot (a datetime is refused there).
     """
 
     max_attempts: int = 1
@@ -138,6 +180,7 @@ class TaskOptions:
     missed: MissedPolicy = "once"
     group: GroupChoice = None
     group_concurrency: int | None = None
+    expires: Expires = None
 
     def __attrs_post_init__(self) -> None:
         # the caps the scripts enforce, checked now rather than when a job fails
@@ -161,6 +204,12 @@ class TaskOptions:
         check_missed(self.missed)
         _check_group_choice(self.group)
         _check_group_concurrency(self.group_concurrency)
+        expires_fields(self.expires)
+        if isinstance(self.expires, dt.datetime) and self.schedule() is not None:
+            raise InvalidArgument(
+                "a repeatable's expires is a timedelta or seconds after each run's slot, "
+                "not a datetime"
+            )
 
     @property
     def lease_ms(self) -> int:
@@ -212,6 +261,9 @@ class EnqueueOptions:
             docs/lanes.md): a name, or a callable of the job's arguments that picks one.
         group_concurrency: the group's concurrency limit, set when the group has none
             yet (``admin.set_group_concurrency`` changes it at run time).
+        expires: the job's deadline: a timedelta or seconds after the enqueue (on the
+            server's clock), or an aware datetime; not started by then, the job is never
+            run and ends ``expired`` (docs/runtime.md "Expiry"); default the task's.
 
     Raises:
         InvalidArgument, InvalidKey: a bad value, when built (before any I/O).
@@ -229,9 +281,11 @@ class EnqueueOptions:
     dedup_mode: DedupMode | None = None
     group: GroupChoice = None
     group_concurrency: int | None = None
+    expires: Expires = None
 
     def __attrs_post_init__(self) -> None:
         _check_keeps(self.keep_result, self.keep_dead)
+        expires_fields(self.expires)
         mode = check_dedup_mode(self.dedup_mode)
         if self.dedup_mode is not None and self.dedup is None:
             raise InvalidArgument("dedup_mode needs a dedup key")
@@ -308,6 +362,7 @@ class EnqueueOptions:
             dedup_mode=check_dedup_mode(self.dedup_mode),
             group=group,
             group_concurrency=concurrency if group is not None else None,
+            **expires_fields(self.expires if self.expires is not None else task.expires),
         )
         if cacheable:
             if len(_BUILT) >= _BUILT_MAX:

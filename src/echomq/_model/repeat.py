@@ -69,6 +69,8 @@ class RepeatInfo:
     fired_at: int | None
     created_at: int | None
     updated_at: int | None
+    # each run's deadline, ms after its own slot (docs/runtime.md "Expiry"); None: none
+    expires_ms: int | None = None
 
     def upcoming(self, n: int = 3) -> list[int]:
         """The next ``n`` slots (none while paused)."""
@@ -124,6 +126,7 @@ def _read(key: str, row: Mapping[bytes, bytes]) -> RepeatInfo:
         fired_at=_int(row, "fired_at"),
         created_at=_int(row, "created_at"),
         updated_at=_int(row, "updated_at"),
+        expires_ms=_int(row, "expires_ms"),
     )
 
 

@@ -6,6 +6,9 @@ Rule 2: cancelled is a terminal outcome of its own: a cancelled job ends in stat
 out; the row also carries ``cancel_fenced``). ``CANCELLED_PREFIX`` is only the worker's
 word for a cancelled run in the arguments of ``complete`` / ``complete_many``, never
 stored.
+Rule 2b: expired is a terminal outcome of its own too: a job with a deadline (its row's
+``expires_at``) not started by then is dropped by the claim into ``expired``, kept in the
+``dead`` index with the retention of a dead row (docs/runtime.md "Expiry").
 Rule 3: ``TRANSITIONS`` is the one table of moves. tests/test_lua_headers.py checks it
 against every script's ``Moves`` header line, and tests/model/test_states.py checks that
 docs/state-machine.md shows the table and diagram generated from it.
@@ -37,9 +40,12 @@ class JobState(enum.StrEnum):
     DEAD = "dead"
     CANCELLED = "cancelled"
     WAITING = "waiting"  # a flow parent with open children: not pending, not claimable
+    EXPIRED = "expired"  # its deadline passed before it started: never run
 
 
-TERMINAL_STATES = frozenset({JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED})
+TERMINAL_STATES = frozenset(
+    {JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED, JobState.EXPIRED}
+)
 LIVE_STATES = frozenset(JobState) - TERMINAL_STATES
 
 # from-state -> to-states; None is "no row" (before enqueue, after a removal).
@@ -58,9 +64,15 @@ TRANSITIONS: dict[str, Moves] = {
         None: frozenset({JobState.PENDING, JobState.SCHEDULED, JobState.WAITING}),
         JobState.WAITING: frozenset({JobState.PENDING}),
     },
+    # a job past its deadline is dropped, never run (expired: finished, the retention of
+    # a dead row; its flow parent told of a failed child, its error callback enqueued)
     "claim": {
-        JobState.SCHEDULED: frozenset({JobState.PENDING}),
-        JobState.PENDING: frozenset({JobState.ACTIVE}),
+        JobState.SCHEDULED: frozenset({JobState.PENDING, JobState.EXPIRED}),
+        JobState.PENDING: frozenset({JobState.ACTIVE, JobState.EXPIRED}),
+        JobState.DEAD: frozenset({None}),
+        JobState.EXPIRED: frozenset({None}),
+        **_PARENT,
+        **_ERRBACK,
     },
     # a finishing script also applies its set's retention (include/finished.lua): it
     # deletes other rows past the count cap (and 0.1 rows whose time is up); a row whose
@@ -89,18 +101,21 @@ TRANSITIONS: dict[str, Moves] = {
     "fail": {
         JobState.ACTIVE: frozenset({JobState.SCHEDULED, JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),
+        JobState.EXPIRED: frozenset({None}),
         **_PARENT,
         **_ERRBACK,
     },
     "reap": {
         JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),
+        JobState.EXPIRED: frozenset({None}),
         **_PARENT,
         **_ERRBACK,
     },
     "stalled_check": {
         JobState.ACTIVE: frozenset({JobState.PENDING, JobState.DEAD}),
         JobState.DEAD: frozenset({None}),
+        JobState.EXPIRED: frozenset({None}),
         **_PARENT,
         **_ERRBACK,
     },

@@ -80,6 +80,11 @@ def queue_families(stats: Sequence[QueueStats], ok: bool = True) -> list[Metric]
         "Jobs cancelled since the queue's metrics began",
         labels=["queue"],
     )
+    expired = CounterMetricFamily(
+        "echomq_queue_expired",
+        "Jobs expired (not started by their deadline) since the queue's metrics began",
+        labels=["queue"],
+    )
     for s in stats:
         for state in STATES:
             depth.add_metric([s.queue, state], getattr(s, state))
@@ -87,11 +92,12 @@ def queue_families(stats: Sequence[QueueStats], ok: bool = True) -> list[Metric]
         completed.add_metric([s.queue], s.completed_total)
         failed.add_metric([s.queue], s.dead_total)
         cancelled.add_metric([s.queue], s.cancelled_total)
+        expired.add_metric([s.queue], s.expired_total)
     scrape = GaugeMetricFamily(
         "echomq_queue_scrape_ok", "1 when the queue gauges could be read from Redis"
     )
     scrape.add_metric([], 1 if ok else 0)
-    return [depth, paused, completed, failed, cancelled, scrape]
+    return [depth, paused, completed, failed, cancelled, expired, scrape]
 
 
 def task_families(tallies: Sequence[tuple[str, Tally]]) -> list[Metric]:

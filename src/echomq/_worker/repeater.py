@@ -29,6 +29,7 @@ import trio
 
 from .. import repeat
 from .._jitter import Backoff
+from .._model.options import expires_fields
 from .._model.repeat import RepeatSource
 from .._scripts.keyspace import keyspace
 from .._wire.interface import RedisConnection
@@ -80,6 +81,7 @@ class Repeater:
                     priority=task.options.priority,
                     max_attempts=task.options.max_attempts,
                     source=_TASK,
+                    expires_ms=expires_fields(task.options.expires).get("expires_ms"),
                 )
             except RepeatFormatError as exc:
                 log.error("repeatable task %r not registered: %s", task.name, exc)

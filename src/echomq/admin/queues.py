@@ -162,6 +162,9 @@ class QueueStats:
     groups: int = 0  # groups with waiting or active jobs
     waiting: int = 0  # flow parents with open children (docs/flows.md)
     cancelled: int = 0  # cancelled rows kept by the retention (the state ``cancelled``)
+    # every job dropped past its deadline since the metrics began (metrics:expired); its
+    # rows are kept in the dead index, so ``dead`` counts them too (docs/runtime.md "Expiry")
+    expired_total: int = 0
 
     @property
     def jobs(self) -> int:
@@ -324,7 +327,7 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
     v.int_in("minutes", minutes, 1, MAX_STATS_MINUTES)
 
     def read(reply: Any) -> QueueStats:
-        if not isinstance(reply, list) or len(reply) != 20:
+        if not isinstance(reply, list) or len(reply) != 21:
             raise ScriptError(f"stats {queue}: unexpected reply {reply!r}")
         n = [as_int(x) for x in reply[:10]]
         capped = [as_int(x) for x in reply[10]]
@@ -355,6 +358,7 @@ def stats_call(queue: str, *, minutes: int = DEFAULT_STATS_MINUTES) -> ScriptCal
             groups=as_int(reply[17]),
             waiting=as_int(reply[18]),
             cancelled=as_int(reply[19]),
+            expired_total=as_int(reply[20]),
         )
 
     return script_call("queue_stats", keys, [ks.base, minutes], read)

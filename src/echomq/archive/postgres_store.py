@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .._model.completion import FinishedJob
-from .sql import COLUMNS, INDEXES, META_CREATE, history_sql, job_row, row_job
+from .sql import COLUMNS, INDEXES, META_CREATE, STATE_CHECK, history_sql, job_row, row_job
 from .store import (
     META_TABLE,
     SCHEMA_VERSION,
@@ -44,7 +44,7 @@ CREATE TABLE {TABLE} (
     attempts BIGINT NOT NULL,
     created_at BIGINT NOT NULL,
     task TEXT,
-    state TEXT NOT NULL CHECK (state IN ('completed', 'dead', 'cancelled')),
+    state TEXT NOT NULL CONSTRAINT {TABLE}_state_check CHECK ({STATE_CHECK}),
     result BYTEA,
     error TEXT,
     reason TEXT,
@@ -163,6 +163,24 @@ class PostgresStore:
                     )
         if version is not None and version > SCHEMA_VERSION:
             raise newer_schema(display, version)
+        if version is not None and version < SCHEMA_VERSION and create:
+            cls._migrate(conn)
+
+    @classmethod
+    def _migrate(cls, conn: psycopg.Connection[Any]) -> None:
+        """Version 1 to 2 (the state ``expired``): the state CHECK widened, under the
+        schema's advisory lock; a reader of version 1 (``create=False``) reads it as it is."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            if (cls._version(conn) or SCHEMA_VERSION) < 2:  # (another archiver may have)
+                conn.execute(
+                    f"ALTER TABLE {TABLE} DROP CONSTRAINT IF EXISTS {TABLE}_state_check, "
+                    f"ADD CONSTRAINT {TABLE}_state_check CHECK ({STATE_CHECK})"
+                )
+                conn.execute(
+                    f"UPDATE {META_TABLE} SET value = %s WHERE name = 'schema_version'",
+                    (str(SCHEMA_VERSION),),
+                )
 
     def _connection(self) -> psycopg.Connection[Any]:
         conn = self._conn

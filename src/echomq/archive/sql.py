@@ -9,7 +9,9 @@ The column ``attempts`` holds the job's fencing token (``FinishedJob.token``): i
 its name so that an archive made by an earlier echomq needs no migration.
 Unique on ``(queue, job_id, attempts, created_at)``; indexed for the history queries:
 ``(queue, finished_at, seq)``, ``(queue, state, finished_at, seq)`` and
-``(queue, task, finished_at, seq)``.
+``(queue, task, finished_at, seq)``. ``state`` is checked against ``STATE_CHECK``: every
+:class:`FinishState` (``expired`` from schema version 2 on: a store of version 1 is
+migrated by the first writer that opens it).
 """
 
 from __future__ import annotations
@@ -21,12 +23,23 @@ from typing import Any
 from .._model.completion import FinishedJob, FinishState
 from .store import META_TABLE, HistoryQuery
 
-__all__ = ["COLUMNS", "INDEXES", "META_CREATE", "history_sql", "job_row", "row_job"]
+__all__ = [
+    "COLUMNS",
+    "INDEXES",
+    "META_CREATE",
+    "STATE_CHECK",
+    "history_sql",
+    "job_row",
+    "row_job",
+]
 
 COLUMNS = (
     "queue", "job_id", "attempts", "created_at", "task", "state", "result", "error",
     "reason", "failures", "claimed_at", "finished_at", "stream_id", "archived_at", "extra",
 )  # fmt: skip
+
+#: the state column's CHECK: every way a job finishes
+STATE_CHECK = "state IN (" + ", ".join(f"'{s.value}'" for s in FinishState) + ")"
 
 META_CREATE = (
     f"CREATE TABLE IF NOT EXISTS {META_TABLE} (name TEXT PRIMARY KEY, value TEXT NOT NULL)"

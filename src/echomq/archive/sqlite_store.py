@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .._model.completion import FinishedJob
-from .sql import COLUMNS, INDEXES, META_CREATE, history_sql, job_row, row_job
+from .sql import COLUMNS, INDEXES, META_CREATE, STATE_CHECK, history_sql, job_row, row_job
 from .store import (
     META_TABLE,
     SCHEMA_VERSION,
@@ -31,14 +31,14 @@ from .store import (
 __all__ = ["SqliteStore"]
 
 _CREATE = f"""
-CREATE TABLE {TABLE} (
+CREATE TABLE {{table}} (
     seq INTEGER PRIMARY KEY,
     queue TEXT NOT NULL,
     job_id TEXT NOT NULL,
     attempts INTEGER NOT NULL,
     created_at INTEGER NOT NULL,
     task TEXT,
-    state TEXT NOT NULL CHECK (state IN ('completed', 'dead', 'cancelled')),
+    state TEXT NOT NULL CHECK ({STATE_CHECK}),
     result BLOB,
     error TEXT,
     reason TEXT,
@@ -131,9 +131,8 @@ class SqliteStore:
                 conn.execute(META_CREATE)
                 version = cls._version(conn)  # another process may have made it meanwhile
                 if version is None:
-                    conn.execute(_CREATE)
-                    for name, columns in INDEXES.items():
-                        conn.execute(f"CREATE INDEX {name} ON {TABLE} {columns}")
+                    conn.execute(_CREATE.format(table=TABLE))
+                    cls._indexes(conn)
                     conn.execute(
                         f"INSERT INTO {META_TABLE} (name, value) VALUES ('schema_version', ?)",
                         (str(SCHEMA_VERSION),),
@@ -145,6 +144,37 @@ class SqliteStore:
                 raise
         if version is not None and version > SCHEMA_VERSION:
             raise newer_schema(display, version)
+        if version is not None and version < SCHEMA_VERSION and create:
+            cls._migrate(conn)
+
+    @staticmethod
+    def _indexes(conn: sqlite3.Connection) -> None:
+        for name, columns in INDEXES.items():
+            conn.execute(f"CREATE INDEX {name} ON {TABLE} {columns}")
+
+    @classmethod
+    def _migrate(cls, conn: sqlite3.Connection) -> None:
+        """Version 1 to 2 (the state ``expired``): SQLite alters no CHECK, so the table is
+        made again, its rows (and their ``seq``) copied, in one transaction; a reader of
+        version 1 (``create=False``) reads it as it is."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if (cls._version(conn) or SCHEMA_VERSION) < 2:  # (another writer may have done it)
+                every = ", ".join(("seq", *COLUMNS))
+                conn.execute(_CREATE.format(table=f"{TABLE}_v2"))
+                conn.execute(f"INSERT INTO {TABLE}_v2 ({every}) SELECT {every} FROM {TABLE}")
+                conn.execute(f"DROP TABLE {TABLE}")
+                conn.execute(f"ALTER TABLE {TABLE}_v2 RENAME TO {TABLE}")
+                cls._indexes(conn)
+                conn.execute(
+                    f"UPDATE {META_TABLE} SET value = ? WHERE name = 'schema_version'",
+                    (str(SCHEMA_VERSION),),
+                )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def write(self, jobs: Sequence[FinishedJob]) -> int:
         """Store ``jobs`` in one transaction; answer how many were new."""

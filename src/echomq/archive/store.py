@@ -46,7 +46,9 @@ __all__ = [
     "store_kind",
 ]
 
-SCHEMA_VERSION = 1
+# 2: the state `expired` (docs/runtime.md "Expiry"); a store of version 1 is migrated by
+# the first writer that opens it (its state CHECK widened), and read as it is
+SCHEMA_VERSION = 2
 DEFAULT_STORE = "sqlite:///echomq-archive.db"
 TABLE = "emq_finished_jobs"
 META_TABLE = "emq_archive_meta"

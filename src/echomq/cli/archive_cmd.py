@@ -198,7 +198,7 @@ def _utc(ms: int | None) -> str:
 def _outcome(job: FinishedJob) -> str:
     if job.state == FinishState.COMPLETED:
         return job.result.decode("utf-8", "replace") if job.result is not None else "-"
-    if job.state == FinishState.DEAD:
+    if job.state in (FinishState.DEAD, FinishState.EXPIRED):
         return job.error or "-"
     return job.reason or "-"
 
@@ -245,6 +245,7 @@ def _table(args: argparse.Namespace, page: HistoryPage) -> Table:
         FinishState.COMPLETED: "green",
         FinishState.DEAD: "red",
         FinishState.CANCELLED: "magenta",
+        FinishState.EXPIRED: "yellow",
     }
     for job in page.jobs:
         ran = (

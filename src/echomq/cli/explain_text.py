@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 
-from .._model.states import JobState
+from .._model.states import TERMINAL_STATES, JobState
 from .._model.steps import StepRecord
 from ..admin.workers import WorkerRecord
 from ..jobs.rows import Explanation, LaneFacts, OpenChild, RateWindow
@@ -90,9 +90,10 @@ def last_claimed_by(w: WorkerRecord) -> str:
 
 
 def finished_text(e: Explanation) -> str | None:
-    """When and how a dead, completed or cancelled job finished, or None for any other."""
+    """When and how a dead, completed, cancelled or expired job finished, or None for any
+    other."""
     job = e.job
-    if job.state not in (JobState.DEAD, JobState.COMPLETED, JobState.CANCELLED):
+    if job.state not in TERMINAL_STATES:
         return None
     at = (
         f"{utc(job.finished_at)} ({span(e.now_ms - job.finished_at)} ago)"
@@ -101,6 +102,8 @@ def finished_text(e: Explanation) -> str | None:
     )
     if job.state is JobState.DEAD:
         return f"{at}: dead" + ("" if job.last_error else " (no error recorded)")
+    if job.state is JobState.EXPIRED:
+        return f"{at}: expired (not started by its deadline)"
     if job.cancelled:
         return f"{at}: cancelled ({job.cancel_reason or 'no reason given'})"
     return f"{at}: completed"
@@ -273,6 +276,11 @@ def summary(e: Explanation) -> str:
             f"dead{finished} after {job.failures} failure(s) of {job.max_attempts} allowed: "
             f"{job.last_error}; reprocess runs it again"
         )
+    if state is JobState.EXPIRED:
+        deadline = f" (its deadline {utc(job.expires_at)})" if job.expires_at is not None else ""
+        return (
+            f"expired{finished}: not started by its deadline{deadline}; it never ran, nor will it"
+        )
     if job.cancelled:
         how = (
             " (fenced: it did not stop within its cancel grace)"
@@ -324,6 +332,17 @@ def facts(e: Explanation) -> list[tuple[str, str]]:
     if job.lease_epoch is not None:
         current = "current run" if e.epoch_current else "another server run"
         out.append(("lease epoch", f"{job.lease_epoch} ({current})"))
+    if job.expires_at is not None:
+        left = job.expires_at - e.now_ms
+        if job.state is JobState.EXPIRED:
+            deadline = f"{utc(job.expires_at)} (passed before it started)"
+        elif left > 0:
+            deadline = f"{utc(job.expires_at)} (in {span(left)}: not started by then, it expires)"
+        elif job.state in (JobState.PENDING, JobState.SCHEDULED):
+            deadline = f"{utc(job.expires_at)} ({span(left)} ago: the next claim expires it)"
+        else:
+            deadline = f"{utc(job.expires_at)} ({span(left)} ago)"
+        out.append(("expires", deadline))
     finished = finished_text(e)
     if finished is not None:
         out.append(("finished", finished))

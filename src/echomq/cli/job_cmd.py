@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING
 from .. import admin, cancel, jobs
 from .._model.backoff import MAX_DELAY
 from .._model.codec import codec_named
+from .._model.options import expires_fields
 from .._wire.connection import Connection
-from ..errors import JobGone
+from ..errors import InvalidArgument, JobGone
 from ..jobs.steps import read_steps
 from . import explain_text
 from .common import (
@@ -63,6 +64,7 @@ async def cmd_job(conn: Connection, args: argparse.Namespace, out: Console) -> i
         ("created", utc(info.created_at)),
         ("claimed", utc(info.claimed_at)),
         ("run at", utc(info.run_at)),
+        ("expires", utc(info.expires_at)),
         ("finished", utc(info.finished_at)),
     ):
         table.add_row(label, escape(value))
@@ -89,6 +91,12 @@ async def cmd_enqueue(conn: Connection, args: argparse.Namespace, out: Console) 
         raise UsageError("--delay must be a number of seconds >= 0")
     if args.delay > MAX_DELAY:
         raise UsageError(f"--delay must be at most {MAX_DELAY:.0f} seconds")
+    expires_ms = None
+    if args.expires is not None:
+        try:
+            expires_ms = expires_fields(args.expires)["expires_ms"]
+        except InvalidArgument as exc:
+            raise UsageError(f"--expires: {exc}") from None
     payload = codec_named(args.codec).encode_call(args.task, positional, call_kwargs)
     job = jobs.NewJob(
         payload=payload,
@@ -97,6 +105,7 @@ async def cmd_enqueue(conn: Connection, args: argparse.Namespace, out: Console) 
         priority=args.priority,
         max_attempts=args.max_attempts,
         task=args.task,  # on the row, as the app's enqueue writes it (jobs --task reads it)
+        expires_ms=expires_ms,
     )
     [job_id] = await jobs.enqueue_many(conn, args.queue, [job])
     out.print(job_id)
@@ -219,6 +228,12 @@ def register(commands: Commands) -> None:
     p.add_argument("--kwargs", help="JSON object of keyword arguments")
     p.add_argument("--delay", type=float, default=0.0, help="seconds before it is due")
     p.add_argument("--priority", type=int, default=0, help="higher runs first (-4095..4095)")
+    p.add_argument(
+        "--expires",
+        type=float,
+        metavar="SECONDS",
+        help="its deadline, seconds after the enqueue: not started by then, it never runs",
+    )
     p.add_argument("--job-id", help="an explicit id (refused if it exists)")
     p.add_argument("--max-attempts", type=positive_int, default=1, help="failures allowed")
     p.add_argument("--create", action="store_true", help="make the queue if it does not exist")

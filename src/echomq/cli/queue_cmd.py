@@ -56,6 +56,7 @@ def _status_json(s: admin.QueueStats) -> dict[str, Any]:
         "completed_total": s.completed_total,
         "dead_total": s.dead_total,
         "cancelled_total": s.cancelled_total,
+        "expired_total": s.expired_total,
         "completed_last_minute": s.completed_last_minute,
         "dead_last_minute": s.last_minute("dead"),
         "per_minute": {
@@ -104,6 +105,7 @@ _WIDE: tuple[tuple[str, Callable[[admin.QueueStats, int], str]], ...] = (
     ("cancelled", lambda s, m: _n(s.cancelled)),
     ("done (total)", lambda s, m: _n(s.completed_total)),
     ("dead (total)", lambda s, m: _n(s.dead_total)),
+    ("expired (total)", lambda s, m: _n(s.expired_total)),
     ("done/min", lambda s, m: _n(s.completed_last_minute)),
     ("dead/min", lambda s, m: f"[red]{_n(f)}[/]" if (f := s.last_minute("dead")) else "0"),
     ("done/min ({m}m)", lambda s, m: f"{s.rate('completed'):.1f}"),
@@ -147,6 +149,7 @@ def _vertical(s: admin.QueueStats, minutes: int) -> list[tuple[str, str]]:
         ("done (total)", _n(s.completed_total)),
         ("dead (total)", _n(s.dead_total)),
         ("cancelled (total)", _n(s.cancelled_total)),
+        ("expired (total)", f"{_n(s.expired_total)} (not started by their deadline)"),
         ("done/min", f"{_n(s.completed_last_minute)} (the last 60 s)"),
         ("dead/min", f"{_n(s.last_minute('dead'))} (the last 60 s)"),
         ("done/min avg", f"{s.rate('completed'):.1f} (the last {minutes} full minutes)"),

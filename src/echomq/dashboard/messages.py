@@ -76,7 +76,7 @@ REFUSALS = {
     "bad_field": "a field missing, of the wrong type or out of range",
 }
 MAX_HISTORY_PAGE = 200  # archived jobs one history request may ask for
-HISTORY_STATES = frozenset({"completed", "dead", "cancelled"})
+HISTORY_STATES = frozenset({"completed", "dead", "cancelled", "expired"})
 
 
 class BadMessage(ValueError):

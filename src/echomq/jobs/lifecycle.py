@@ -64,6 +64,7 @@ __all__ = [
     "enqueue_lone",
     "gate_job",
     "enqueue_many",
+    "expires_arg",
     "extend_lock",
     "extend_locks",
     "fail",
@@ -124,7 +125,7 @@ class GatedJob(NamedTuple):
 # _SET_SENT reorders a set once per distinct set of a call (_enqueue_argv)
 _SET_BUILT = (
     "delay_ms", "priority", "max_attempts", "task", "keep_result", "keep_dead", "dedup",
-    "dedup_ms", "dedup_mode", "group", "group_concurrency", "headers",
+    "dedup_ms", "dedup_mode", "group", "group_concurrency", "headers", "expires",
 )  # fmt: skip
 # a dedup mode as sent: '' (throttle), 'f' (until finished), 'd' (debounce)
 _DEDUP_SENT = {"throttle": "", "until_finished": "f", "debounce": "d"}
@@ -203,8 +204,30 @@ def gate_job(job: object) -> GatedJob:
         "" if job.group is None else check_group(job.group),
         0 if job.group_concurrency is None else _group_concurrency(job),
         v.text_arg("headers", job.headers) if job.headers else "",
+        "" if job.expires_ms is None and job.expires_at_ms is None else expires_arg(job),
     )
     return GatedJob(job_id, payload, options)
+
+
+def expires_arg(job: NewJob) -> str:
+    """A job's deadline as ``enqueue.lua`` / ``add_flow.lua`` take it (include/expiry.lua):
+    ``''`` none, ``'<ms>'`` that many ms after the enqueue, ``'@<ms>'`` an epoch ms.
+
+    Raises:
+        InvalidArgument: both given, a relative one not 1..MAX_MS, an absolute one
+            negative or past 2^53.
+    """
+    relative, absolute = job.expires_ms, job.expires_at_ms
+    if relative is None and absolute is None:
+        return ""
+    if relative is not None and absolute is not None:
+        raise InvalidArgument("give expires_ms or expires_at_ms, not both")
+    if relative is not None:
+        return str(v.positive_int("expires_ms", relative, v.MAX_MS))
+    return "@" + str(v.non_negative_int("expires_at_ms", absolute, MAX_EPOCH_MS))
+
+
+MAX_EPOCH_MS = 2**53  # an absolute deadline stays an exact double in the scripts
 
 
 def _check_batch_size(n: int) -> None:
@@ -711,13 +734,16 @@ async def enqueue(
     priority: int = 0,
     max_attempts: int = 1,
     group: str | None = None,
+    expires_ms: int | None = None,
 ) -> str:
     """Add one job; answer its id.
 
     ``priority``: higher runs first (-4095..4095, default 0); FIFO within a priority.
     ``delay_ms``: held in the schedule set until due. ``max_attempts``: handler failures
     allowed before the job is dead-lettered. ``group``: the job waits in that group's lane
-    (fair turns between groups, per-group limits: docs/lanes.md).
+    (fair turns between groups, per-group limits: docs/lanes.md). ``expires_ms``: its
+    deadline, ms after the enqueue on the server clock: not claimed by then, the claim
+    drops it into the terminal state ``expired`` (docs/runtime.md "Expiry").
 
     Raises:
         InvalidKey, InvalidArgument, SerializationError: before any I/O.
@@ -730,6 +756,7 @@ async def enqueue(
         priority=priority,
         max_attempts=max_attempts,
         group=group,
+        expires_ms=expires_ms,
     )
     (answer,) = await evaluate(conn, enqueue_call(queue, [job]))
     return answer

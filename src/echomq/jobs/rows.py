@@ -16,7 +16,7 @@ import attrs
 
 from .._model.job import JobInfo
 from .._model.repeat import RepeatInfo
-from .._model.states import JobState
+from .._model.states import TERMINAL_STATES, JobState
 from .._model.steps import StepRecord
 from .._scripts import validate as v
 from .._scripts.calls import Executor, ScriptCall, evaluate, script_call
@@ -144,6 +144,7 @@ _EXPECTED_SET = {
     JobState.COMPLETED: "completed",
     JobState.CANCELLED: "cancelled",
     JobState.WAITING: "waiting",
+    JobState.EXPIRED: "dead",  # kept in the dead index (its retention: keep_dead)
 }
 
 
@@ -200,7 +201,7 @@ class OpenChild:
 
     @property
     def finished(self) -> bool:
-        return self.state in (JobState.COMPLETED, JobState.DEAD, JobState.CANCELLED)
+        return self.state in TERMINAL_STATES
 
 
 @attrs.frozen(kw_only=True)

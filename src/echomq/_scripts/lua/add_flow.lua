@@ -8,7 +8,7 @@
         4 wake      LIST  wake tokens for idle consumers
         5 schedule  ZSET  delayed ids; score = run-at ms (a delayed leaf)
   ARGV  1 queue base (emq:{q}:)   2 number of nodes n (1..MAX_FLOW)   3 number of held
-        parents to release r (0..MAX_FLOW)   then r parent ids   then n groups of 16: id,
+        parents to release r (0..MAX_FLOW)   then r parent ids   then n groups of 17: id,
         payload, priority, max_attempts, task, keep_result ms, keep_dead ms ('' = none),
         parent id ('' = a root), parent queue ('' = this queue; else the parent's queue,
         whose keys this call cannot touch), policy (fail | ignore | continue), feed (none |
@@ -19,7 +19,8 @@
         grouped job waits in its group's lane when it is ready, docs/lanes.md), delay ms
         (0 = none; a leaf only: it waits in the schedule until then), errback ('' =
         none: the error callback's spec, written to the row's `errback`,
-        include/link_error.lua)   then, optionally, the flow's root id: a row of it on
+        include/link_error.lua), expires ('' = none; '<ms>' after now, '@<ms>' a server
+        epoch ms: the row's `expires_at`, include/expiry.lua)   then, optionally, the flow's root id: a row of it on
         this queue (written by this call or an earlier one) counts the page in its
         `pages` field (`flows --held` shows it)   then, for a spawn (a running job adds
         children: docs/flows.md "Dynamic children"), 5 more: the running parent's id,
@@ -59,14 +60,15 @@
 -- @include lanes
 -- @include ready
 -- @include finished
+-- @include expiry
 local pending, waiting, meta, wake, schedule = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
 local n, r = tonumber(ARGV[2]), tonumber(ARGV[3])
-local GROUP = 16
+local GROUP = 17
 local tail = n and r and #ARGV - 3 - r - n * GROUP
 if not n or not r or n < 1 or n > MAX_FLOW or r < 0 or r > MAX_FLOW
     or (tail ~= 0 and tail ~= 1 and tail ~= 6) then
-  return redis.error_reply('EMQARG add_flow takes 1..' .. MAX_FLOW .. ' nodes of 16 arguments')
+  return redis.error_reply('EMQARG add_flow takes 1..' .. MAX_FLOW .. ' nodes of ' .. GROUP .. ' arguments')
 end
 local first = 4 + r  -- ARGV index of the first node
 local root = ARGV[4 + r + n * GROUP]  -- the flow's root (nil: not given)
@@ -141,6 +143,7 @@ local channel = base .. 'events'
 local seq = 0
 if leaves > 0 then seq = redis.call('HINCRBY', meta, 'seq', leaves) - leaves end
 local OPTIONAL = {'task', 'keep_result', 'keep_dead'}
+local expiring = false  -- a node has a deadline: the queue's `expiring` flag
 local flat = 0  -- leaves placed in the flat pending set (one wake token each, capped)
 local soonest = nil  -- the shortest delay of the call's delayed leaves
 for i = 0, n - 1 do
@@ -168,6 +171,11 @@ for i = 0, n - 1 do
   if ARGV[j + 15] ~= '' then
     fields[#fields + 1] = 'errback'
     fields[#fields + 1] = ARGV[j + 15]
+  end
+  if ARGV[j + 16] ~= '' and not stub then
+    fields[#fields + 1] = 'expires_at'
+    fields[#fields + 1] = string.format('%d', expiry_at(ARGV[j + 16], now))
+    expiring = true
   end
   if parent ~= '' then
     fields[#fields + 1] = 'parent'
@@ -219,6 +227,7 @@ for i = 0, n - 1 do
   end
 end
 if flat > 0 then push_wake(wake, flat) end
+if expiring then redis.call('HSET', meta, 'expiring', '1') end
 if soonest then
   redis.call('PUBLISH', base .. 'control', '{"event":"scheduled","delay_ms":' .. soonest .. '}')
 end

@@ -20,11 +20,17 @@
            a flow cancel holds the queue's claims (ms until the hold ends)
   Errors   EMQARG   count is not 1..MAX_COUNT (nothing written; the verb refuses it first)
   Events   promoted (per due scheduled job); active (per claimed job, with its token);
-           only while the channel has a listener (include/events.lua)
-  Moves    scheduled -> pending (due); pending -> active
+           only while the channel has a listener (include/events.lua); expired (per job
+           dropped past its deadline)
+  Moves    scheduled -> pending (due) | expired; pending -> active | expired; dead | expired
+           -> (none) (the retention, other rows); waiting -> pending (an expired job's flow
+           parent, docs/flows.md); (none) -> pending (an expired job's error callback on
+           its queue, include/link_error.lua)
   Bound    O((count + promoted) * log N); at most MAX_COUNT claimed (include/caps.lua),
-           MAX_PROMOTE promoted, MAX_TURNS ring members (groups served) and MAX_REOPEN
-           groups whose rate window reopened per call
+           MAX_PROMOTE promoted, MAX_TURNS ring members (groups served), MAX_REOPEN
+           groups whose rate window reopened and MAX_EXPIRE expired per call; an expiry
+           adds the retention's cleanup (include/finished.lua: at most 100 expired index
+           entries and 100 capped rows per call)
   The pause gate is read here, first, in the same round trip (not a separate HGET): a
   paused queue answers {} and nothing is written, not even a promotion. A claim hold
   (meta `hold` in the future: a big flow being cancelled or removed, page by page, so that
@@ -56,6 +62,18 @@
   `worker` = the claiming worker's id (its heartbeat record; deleted when none is given),
   which explain reads to say whether the holder is alive, blocked or gone.
   Promoted jobs beyond what this call takes push a wake token for the other consumers.
+  Expiry (include/expiry.lua; docs/runtime.md "Expiry"): on a queue whose meta has
+  `expiring` (read with the gate: a queue that never had a deadline reads nothing more),
+  the due jobs and the picks are read with their `expires_at`; one whose deadline is at or
+  before server now is not promoted or claimed but finishes `expired` (include/finished.lua,
+  state expired: the completions entry with error `expired`, metrics:expired, the `dead`
+  index and keep_dead, its flow parent told of a failed child, its error callback
+  enqueued). At most MAX_EXPIRE a call: a due job past that bound is promoted as usual,
+  and on such a queue a claim takes at most MAX_EXPIRE minus the expired promotions. An
+  expired pick starts nothing: its group's slot and rate window are not spent, and the
+  group takes its turn again (lane_join); a claim that dropped any answers 0 ms (claim
+  again now) and pushes a wake token. The deadline holds for every start: a retry or a
+  recovered job claimed after it expires too.
 ]]
 local pending, active, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local base = ARGV[1]
@@ -72,7 +90,9 @@ local worker = ARGV[4]
 -- @include ready
 -- @include rate_window
 -- @include lane_turns
+-- @include finished
 local MAX_PROMOTE = 100
+local MAX_EXPIRE = 100  -- expired jobs dropped per call (include/expiry.lua)
 -- 80 bytes, not an id (a literal: made once, when the script is loaded)
 local SKIPLIST_MARK =
   'emq:skiplist:-------------------------------------------------------------------'
@@ -84,7 +104,7 @@ end
 -- the gate: any `paused` field means paused; the backlog is untouched
 local gate = redis.call('HMGET', meta, 'paused', 'rate_max', 'rate_ms', 'group_rate_max',
   'group_rate_ms', 'group_concurrency', 'hold', 'concurrency', 'blocked_until', 'rate_kind',
-  'group_rate_kind')
+  'group_rate_kind', 'expiring')
 if gate[1] then return {} end
 
 local now = now_ms()
@@ -119,10 +139,21 @@ end
 local due = redis.call('ZRANGEBYSCORE', schedule, '-inf', now, 'LIMIT', 0, MAX_PROMOTE)
 local promoted = {}  -- {id, score, promoted?, group}: due ids with a row
 local candidates = {}  -- ungrouped: {id, score, promoted?}
+local expiring = gate[12]  -- some job of the queue has a deadline (include/expiry.lua)
+local expired = {}  -- {id, group}: jobs whose deadline passed before they started
 if #due > 0 then
   local seq = tonumber(redis.call('HGET', meta, 'seq') or '0')
   for i, id in ipairs(due) do
-    local f = redis.call('HMGET', base .. 'job:' .. id, 'priority', 'group')
+    local f
+    if expiring then
+      f = redis.call('HMGET', base .. 'job:' .. id, 'priority', 'group', 'expires_at')
+      if f[3] and #expired < MAX_EXPIRE and tonumber(f[3]) <= now then
+        expired[#expired + 1] = {id, f[2]}
+        f[1] = false  -- not promoted: it expires here
+      end
+    else
+      f = redis.call('HMGET', base .. 'job:' .. id, 'priority', 'group')
+    end
     if f[1] then
       local job = {id, band_score(f[1], seq + i), true, f[2]}
       promoted[#promoted + 1] = job
@@ -130,10 +161,15 @@ if #due > 0 then
     end
   end
 end
+-- a queue with deadlines: the picks are bounded so that the call drops at most
+-- MAX_EXPIRE expired jobs (each pick may be one)
+if expiring then want = math.min(want, MAX_EXPIRE - #expired) end
 -- cands: the ungrouped candidates' ids in claim order; head_n of them read from pending
 local flat_promoted = #candidates
 local cands, head_n
-if flat_promoted == 0 then  -- (the usual case: pending's order is the claim order)
+if want == 0 then  -- (only when this call's promotions dropped MAX_EXPIRE expired jobs)
+  cands, head_n = {}, 0
+elseif flat_promoted == 0 then  -- (the usual case: pending's order is the claim order)
   cands = redis.call('ZRANGE', pending, 0, want - 1)
   head_n = #cands
 else
@@ -151,7 +187,7 @@ end
 -- the picks, in claim order: ids, and each one's group (nil: ungrouped); flat_n of them
 -- are the first ungrouped candidates. Flat: pending's head; with group lanes, the ring's
 -- turns (include/lane_turns.lua)
-local turns = lane_turns(base, now, want, cands, head_n, gate)
+local turns = want > 0 and lane_turns(base, now, want, cands, head_n, gate) or nil
 local picks, pgroup, flat_n
 if turns then
   picks, pgroup, flat_n = turns.picks, turns.pgroup, turns.flat_n
@@ -162,11 +198,29 @@ end
 
 -- the rows of the picks (an id with no row leaves its set and is not claimed)
 local rows, keys, taken, from_pending = {}, {}, {}, {}
+local lapsed = {}  -- pick index -> true: its deadline passed (it expires, not claimed)
 for i, id in ipairs(picks) do
   local row = base .. 'job:' .. id
   keys[i] = row
-  rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'token',
-    'run_at', 'created_at')
+  if expiring then
+    local fields = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'token',
+      'run_at', 'created_at', 'expires_at')
+    if fields[1] and fields[7] and tonumber(fields[7]) <= now then
+      lapsed[i] = true
+      expired[#expired + 1] = {id, pgroup[i]}
+    end
+    rows[i] = fields
+  else
+    rows[i] = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'token',
+      'run_at', 'created_at')
+  end
+end
+-- the expired jobs' finish (include/finished.lua: kept in `dead`, keep_dead), read now
+local fin = nil
+if #expired > 0 then
+  local jobs = {}
+  for i, e in ipairs(expired) do jobs[i] = {e[1], 'expired'} end
+  fin = finish_read(base, 'dead', now, jobs)
 end
 if #promoted > 0 then
   for _, id in ipairs(picks) do taken[id] = true end
@@ -178,7 +232,7 @@ else
     if not candidates[i][3] then from_pending[#from_pending + 1] = candidates[i][1] end
   end
 end
-local run_id = #rows > 0 and server_run_id() or nil
+local run_id = #rows > #expired and server_run_id() or nil
 -- active's encoding: a zset born small is a listpack, where every ZADD member and every
 -- completion's ZMSCORE / ZREM scans the whole set (at a hundred leases, several times a
 -- skiplist's cost: benchmarks/lua_cost.py); a member longer than zset-max-listpack-value (64) turns it into
@@ -186,7 +240,7 @@ local run_id = #rows > 0 and server_run_id() or nil
 -- or more adding to a listpack (or creating active) adds SKIPLIST_MARK first and removes
 -- it in the same call (a smaller claim, a worker's few leases, does not ask): no
 -- other client ever sees it (it is not an id: ids have no ':').
-local listpack = #rows >= SKIPLIST_FROM and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
+local listpack = #rows - #expired >= SKIPLIST_FROM and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
 
 -- writes: the promotions, the picks out of pending and their lanes
 if #due > 0 then
@@ -219,7 +273,7 @@ local leases, m = {}, 0  -- one variadic ZADD for the batch (count <= MAX_COUNT:
 local started = {}  -- group -> jobs claimed
 for i, fields in ipairs(rows) do
   local id, group = picks[i], pgroup[i]
-  if fields[1] then
+  if fields[1] and not lapsed[i] then
     local row = keys[i]
     local token = tonumber(fields[4] or '0') + 1  -- the fencing token: the row's + 1
     local stamp = token == 1 and '1' or int_arg(token)  -- (a first claim: no format)
@@ -252,9 +306,18 @@ if m > 0 then
     redis.call('ZADD', active, unpack(leases, 1, m))
   end
 end
+-- an expired pick started nothing: its group's turn and rate window are not spent
+local lapsed_n = 0
+for i in pairs(lapsed) do
+  lapsed_n = lapsed_n + 1
+  if pgroup[i] then
+    local g = turns.groups[pgroup[i]]
+    g.taken = g.taken - 1
+  end
+end
 if turns then lane_turns_count(base, turns, started, now) end
-if qwin and #picks > 0 then
-  count_starts(qwin, #picks, now)
+if qwin and #picks > lapsed_n then
+  count_starts(qwin, #picks - lapsed_n, now)
 end
 
 -- promoted grouped jobs wait in their lanes (claimed by the next call: a wake token)
@@ -266,10 +329,28 @@ for _, job in ipairs(promoted) do
 end
 if flat_left and redis.call('ZCARD', pending) > 0 then push_wake(wake, #promoted) end
 
+-- the expired jobs: terminal, never run (include/finished.lua: the completions entry,
+-- metrics:expired, the `dead` index with keep_dead, the flow parent told of a failed
+-- child); a group whose pick expired takes its turn again (lane_join)
+if fin then
+  local at_arg = int_arg(now)
+  for i, e in ipairs(expired) do
+    redis.call('HSET', base .. 'job:' .. e[1], 'state', 'expired', 'finished_at', at_arg)
+    redis.call('PUBLISH', channel, '{"event":"expired","job":"' .. e[1] .. '"}')
+    finished(fin, i, {error = 'expired'})
+  end
+  for i in pairs(lapsed) do
+    if pgroup[i] then lane_join(base, pgroup[i]) end
+  end
+end
+
 -- under-filled: tell an idle consumer how long it may block before more may be claimable
 if #out < count * 6 then
   local wait = -1
-  if capped and #picks >= want then
+  if #expired > 0 then
+    wait = 0  -- expired jobs dropped: claim again now
+    push_wake(wake, 1)
+  elseif capped and #picks >= want then
     wait = -1  -- at the queue's concurrency: a finish wakes a consumer
   elseif qwin and qwin[2] + #picks >= qwin[3] then
     wait = qwin[4]

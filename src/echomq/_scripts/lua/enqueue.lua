@@ -55,7 +55,8 @@
 -- @include events
 -- @include lanes
 -- @include ready
-local SET, JOB = 12, 3  -- arguments per option set (its fields: SET_FIELDS below), per job
+-- @include expiry
+local SET, JOB = 13, 3  -- arguments per option set (its fields: SET_FIELDS below), per job
 local pending, schedule, meta, wake = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local base = ARGV[1]
 local n, m = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -83,9 +84,11 @@ for k = 1, m do
   -- and the trace context's) ('' = none: the row has no such field); the dedup key
   -- ('' = none), its window ms (0 = none: until finished only) and its mode
   -- ('' = throttle, 'f' = until finished, 'd' = debounce); the group ('' = none) and its
-  -- concurrency (0 = none: the group's limit, set if it has none)
+  -- concurrency (0 = none: the group's limit, set if it has none); the deadline ('' =
+  -- none; '<ms>' after the enqueue, '@<ms>' a server epoch ms: include/expiry.lua)
   local delay_ms, priority, max_attempts, task, keep_result, keep_dead, dedup, dedup_ms,
-    dedup_mode, group, group_concurrency, headers = unpack(ARGV, 4 + (k - 1) * SET, 3 + k * SET)
+    dedup_mode, group, group_concurrency, headers, expires =
+    unpack(ARGV, 4 + (k - 1) * SET, 3 + k * SET)
   -- a row stores what differs from the defaults (readers take an absent `max_attempts`
   -- as 1, `failures` and `stalled` as 0: docs/keyspace.md, "The row"), but for
   -- `priority`, which every row has
@@ -109,7 +112,7 @@ for k = 1, m do
   sets[k] = {
     delay = tonumber(delay_ms), priority = priority, max_attempts = max_attempts,
     dedup = dedup, dedup_ms = dedup_ms, dedup_mode = dedup_mode, group = group ~= '' and group,
-    limit = tonumber(group_concurrency), extra = extra,
+    limit = tonumber(group_concurrency), extra = extra, expires = expires,
     score0 = -tonumber(priority) * BAND,  -- band_score(priority, 0): + seq per job
   }
 end
@@ -185,6 +188,17 @@ local now = now_ms()
 -- argument with %.17g, which costs more than most of the HSET
 local now_s = string.format('%d', now)
 open_queue(meta)
+-- a set with a deadline: its rows get `expires_at`, and the queue its `expiring` flag
+local expiring = false
+for _, set in ipairs(sets) do
+  if set.expires ~= '' then
+    local extra = set.extra
+    extra[#extra + 1] = 'expires_at'
+    extra[#extra + 1] = string.format('%d', expiry_at(set.expires, now))
+    expiring = true
+  end
+end
+if expiring then redis.call('HSET', meta, 'expiring', '1') end
 local channel = base .. 'events'
 local loud = heard(channel, n)  -- (include/events.lua)
 -- one counter bump for the whole call: the ready jobs take seq + 1 .. seq + ready

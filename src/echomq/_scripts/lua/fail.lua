@@ -12,7 +12,8 @@
   Returns  'retrying' | 'dead' | -1 no row | -2 stale token | -3 not in active
   Events   retrying {job, error, delay_ms} | dead {job, error}; a retry with a delay also
            publishes retrying {job, delay_ms} on the workers' channel (emq:{q}:control)
-  Moves    active -> scheduled | pending | dead; dead -> (none) (the retention, other rows);
+  Moves    active -> scheduled | pending | dead; dead | expired -> (none) (the retention,
+           other rows);
            waiting -> pending (its flow parent, docs/flows.md); (none) -> pending (a dead
            job's error callback on its queue, include/link_error.lua)
   Bound    O(log N) for the job; dead: plus the retention's cleanup, at most 100 expired

@@ -33,7 +33,8 @@
            EMQLOCKED     remove: the top job is locked (nothing written)
   Events   removed {job, reason} (each removed job) | cancel {job, reason} (each running
            job signalled; also on emq:{q}:control)
-  Moves    pending | scheduled | active | dead | completed | cancelled | waiting -> (none);
+  Moves    pending | scheduled | active | dead | completed | cancelled | waiting
+           | expired -> (none);
            waiting -> pending (the top's parent, docs/flows.md)
   Bound    O(n * log N) (at most MAX_FLOW ids per call, include/caps.lua), plus the removed
            jobs' log lines (deleted with them)
@@ -110,6 +111,7 @@ for k = 11, 10 + n do
       job.dedup = held_dedup(base, row, id)
       job.in_flight = redis.call('ZSCORE', active, id)
       local live = state ~= 'completed' and state ~= 'dead' and state ~= 'cancelled'
+        and state ~= 'expired'
       if id == top and f[6] and live and f[7] then  -- its parent on another queue: the outbox
         redis.call('EXISTS', base .. 'outbox')
         job.parent = {base = base, queue = f[7], id = f[6], gen = f[8]}

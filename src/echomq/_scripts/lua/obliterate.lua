@@ -26,7 +26,8 @@
            EMQSTATE not paused          the queue is not paused (nothing written)
            EMQSTATE active jobs present  active members and not forced (nothing written)
   Events   (none)
-  Moves    pending | scheduled | active | dead | completed | cancelled | waiting -> (none)
+  Moves    pending | scheduled | active | dead | completed | cancelled | waiting
+           | expired -> (none)
   Bound    O(budget * log N); at most MAX_BUDGET jobs or keys per call
            (include/caps.lua)
   Ids are taken from the head of each set and removed by rank (ZREMRANGEBYRANK); rows,

@@ -14,14 +14,15 @@
             {completed per minute}, {dead per minute}, {cancelled per minute},
             repeatables registered, repeatables paused, jobs waiting in group lanes,
             groups with waiting or active jobs, waiting (flow parents with open children),
-            cancelled}
+            cancelled, expired total}
            (the per-minute lists oldest first; the last is the current, partial minute)
   Errors   EMQARG   minutes is not 1..MAX_MINUTES
   Events   (none)
   Moves    (none)
   Bound    O(minutes): ZCARDs, 3 ZCOUNTs, 2 HGETs, 3 HGETs per minute, at most MAX_MINUTES minutes per
            call (include/caps.lua)
-  dead and completed count only the jobs whose retention has not ended: the members of
+  dead counts the expired rows kept too (their index is `dead`; their total is
+  metrics:expired). dead and completed count only the jobs whose retention has not ended: the members of
   each index scored now or later (a member's score is when its row's TTL ends), so a
   member whose row Redis has already deleted, and that the retention sweep
   (retention_sweep.lua) has not reached yet, is not counted.
@@ -73,4 +74,5 @@ return {
   redis.call('ZCARD', KEYS[8]),
   redis.call('ZCARD', KEYS[9]),
   redis.call('ZCARD', KEYS[10]),
+  total('expired'),
 }

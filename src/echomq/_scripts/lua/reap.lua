@@ -15,7 +15,8 @@
   it with last_error 'stalled'. stalled_check is the same sweep, dead at its threshold.
   An id with no row leaves active, is listed nowhere, and no row is written for it.
   Events   recovered | dead (per job)
-  Moves    active -> pending | dead; dead -> (none) (the retention, other rows);
+  Moves    active -> pending | dead; dead | expired -> (none) (the retention,
+           other rows);
            waiting -> pending (its flow parent, docs/flows.md); (none) -> pending (a dead
            job's error callback on its queue, include/link_error.lua)
   Bound    O(limit * log N); at most MAX_BATCH expired leases per call (include/caps.lua),

@@ -16,7 +16,8 @@
   Errors   EMQLOCKED   a lock key or a `lock` field on the row: the job is untouched
            EMQSTATE has open children   a waiting flow parent, not forced (untouched)
   Events   removed
-  Moves    pending | scheduled | active | dead | completed | cancelled | waiting -> (none);
+  Moves    pending | scheduled | active | dead | completed | cancelled | waiting
+           | expired -> (none);
            waiting -> pending (its flow parent, docs/flows.md)
   Bound    O(log N), plus the job's log lines (deleted with it)
   Removal is not an outcome: no completions entry, no counter; finished's hook releases
@@ -43,6 +44,7 @@ if f[1] == 'waiting' and tonumber(f[2] or '0') > 0 and not force then
 end
 local parent = nil  -- a live child's parent: told that this child is gone
 local live = f[1] ~= 'completed' and f[1] ~= 'dead' and f[1] ~= 'cancelled'
+  and f[1] ~= 'expired'
 if f[3] and live and f[4] then  -- its parent on another queue: told through the outbox
   redis.call('EXISTS', base .. 'outbox')
   parent = {base = base, queue = f[4], id = f[3], gen = f[5]}

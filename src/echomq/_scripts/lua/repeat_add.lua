@@ -7,6 +7,8 @@
         5 every ms ('' for a cron schedule)   6 cron ('' for an interval)   7 tz
         8 missed policy (once | skip)   9 grace ms   10 priority   11 max_attempts
         12 source (api | task)   13 the schedule's first slot after now (ms)
+        14 (optional) expires ms: each run's deadline, that long after its own slot
+        (include/expiry.lua; '' or absent = none)
   Returns  {status, next slot ms}: status 1 created | 2 updated, same schedule (its next
            slot kept) | 3 updated, another schedule (next = ARGV 13)
   Errors   EMQFORMAT  the record has another layout version (nothing written)
@@ -16,7 +18,8 @@
   Bound    O(log R), R = the registered repeatables
   The same schedule (every, cron, tz all equal) keeps the record's next slot, so any
   number of workers registering their @queue.task(cron=...) at start change nothing. A
-  paused record stays paused (its registry score stays +inf).
+  paused record stays paused (its registry score stays +inf). The record's `expires_ms`
+  is written when given, deleted when not (the fire passes it on: repeat.fire_call).
 ]]
 local registry, record, meta = KEYS[1], KEYS[2], KEYS[3]
 local key, base = ARGV[1], ARGV[2]
@@ -43,6 +46,11 @@ redis.call('HSET', record, 'v', REPEAT_FORMAT, 'task', ARGV[3], 'payload', ARGV[
   'priority', ARGV[10], 'max_attempts', ARGV[11], 'source', ARGV[12], 'next', next_slot,
   'updated_at', now)
 if status == 1 then redis.call('HSET', record, 'created_at', now, 'runs', 0) end
+if ARGV[14] and ARGV[14] ~= '' then
+  redis.call('HSET', record, 'expires_ms', ARGV[14])
+else
+  redis.call('HDEL', record, 'expires_ms')
+end
 if old[6] then
   redis.call('ZADD', registry, '+inf', key)
 else

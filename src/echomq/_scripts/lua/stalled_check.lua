@@ -13,7 +13,8 @@
   count `stalled`: below max_stalled back to pending, at it dead with last_error 'stalled'.
   An id with no row leaves active, is listed nowhere, and no row is written for it.
   Events   recovered | dead (per job)
-  Moves    active -> pending | dead; dead -> (none) (the retention, other rows);
+  Moves    active -> pending | dead; dead | expired -> (none) (the retention,
+           other rows);
            waiting -> pending (its flow parent, docs/flows.md); (none) -> pending (a dead
            job's error callback on its queue, include/link_error.lua)
   A grouped job gives back its group's active slot (`leave_active`) and a recovered one

@@ -59,9 +59,11 @@
 local FINISH_TRIM = 100
 -- the per-minute counters live as long as queue_stats may read them, and 2 min
 local METRICS_KEEP_MS = MAX_MINUTES * 60000 + 120000
-local FINISH_DETAIL = {completed = 'result', dead = 'error', cancelled = 'reason'}
+local FINISH_DETAIL = {completed = 'result', dead = 'error', cancelled = 'reason',
+  expired = 'error'}
 local FINISH_TOTALS = {
   completed = 'metrics:completed', dead = 'metrics:dead', cancelled = 'metrics:cancelled',
+  expired = 'metrics:expired',
 }
 -- held_dedup(base, row, id): the dedup key (emq:{q}:dedup:<key>) the job `id` holds (named
 -- by its row's `dedup`, still holding this id; one that lapsed and was taken by a later
@@ -230,7 +232,9 @@ local function finish_read(base, kept, now, jobs, parents)
       if not mine_has(old) then
         local row = base .. 'job:' .. old
         redis.call('EXISTS', row .. ':logs')
-        fin.capped[#fin.capped + 1] = {old, row, redis.call('HGET', row, 'state') == kept}
+        local state = redis.call('HGET', row, 'state')
+        fin.capped[#fin.capped + 1] = {old, row,
+          state == kept or (kept == 'dead' and state == 'expired')}
       end
     end
   end
@@ -299,10 +303,13 @@ local function finished(fin, i, detail)
   if v then entry[n + 1], entry[n + 2], n = 'claimed_at', v, n + 2 end
   entry[n + 1], entry[n + 2], n = 'finished_at', fin.now_arg, n + 2
   local stream = fin.stream
-  if job.parent_queue then
-    flow_outbox(base, job.parent_queue, job.parent, job.id, job.state, value, job.gen)
-  elseif job.parent then
-    flow_notify(base, job.p, job.id, job.state, value)
+  if job.parent then  -- an expired child is a failed child to its parent, as a dead one
+    local told = job.state == 'expired' and 'dead' or job.state
+    if job.parent_queue then
+      flow_outbox(base, job.parent_queue, job.parent, job.id, told, value, job.gen)
+    else
+      flow_notify(base, job.p, job.id, told, value)
+    end
   end
   if fin.cleaned then
     redis.call('XADD', stream, '*', unpack(entry, 1, n))
