@@ -117,7 +117,8 @@ async def test_the_row_is_stored_as_text_numbers(
     conn: echomq.Connection, queue: str, ks: Keyspace
 ) -> None:
     """Every number on a new row is its decimal text (the script passes text, not Lua
-    numbers): counters, priority, created_at and run_at = created_at + delay."""
+    numbers): the token, priority, created_at and run_at = created_at + delay. The
+    counters start absent (0), as do options at their default."""
     (job_id,) = await jobs.enqueue_many(
         conn,
         queue,
@@ -125,11 +126,16 @@ async def test_the_row_is_stored_as_text_numbers(
     )
     raw = await conn.execute("HGETALL", ks.job(job_id))
     row = dict(zip(raw[::2], raw[1::2], strict=True))
-    assert [row[f] for f in (b"token", b"failures", b"stalled")] == [b"0"] * 3
+    assert row[b"token"] == b"0" and b"failures" not in row and b"stalled" not in row
     assert (row[b"priority"], row[b"max_attempts"], row[b"task"]) == (b"-7", b"3", b"t")
     assert row[b"created_at"].isdigit() and row[b"run_at"].isdigit()
     assert int(row[b"run_at"]) == int(row[b"created_at"]) + 1_234
     assert await conn.execute("ZSCORE", ks.schedule, job_id) == row[b"run_at"]
+    (plain,) = await jobs.enqueue_many(conn, queue, [jobs.NewJob(payload=b"p")])
+    raw = await conn.execute("HGETALL", ks.job(plain))
+    fields = set(raw[::2])
+    # the counters and max_attempts at their defaults: absent; priority: every row has it
+    assert fields == {b"state", b"payload", b"token", b"priority", b"created_at"}
 
 
 async def test_a_held_dedup_key_answers_before_an_existing_id_refuses(

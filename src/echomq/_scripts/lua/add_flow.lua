@@ -153,8 +153,11 @@ for i = 0, n - 1 do
   local stub, group = held == 'r', ARGV[j + 13]
   local delay = tonumber(ARGV[j + 14]) or 0
   local row = base .. 'job:' .. id
-  local fields = {'payload', payload, 'token', 0, 'failures', 0, 'stalled', 0,
-    'priority', priority, 'max_attempts', max_attempts, 'created_at', now}
+  -- the options at their default have no field (docs/keyspace.md, "The row")
+  local fields = {'payload', payload, 'token', 0, 'priority', priority, 'created_at', now}
+  if max_attempts ~= '1' then
+    fields[#fields + 1], fields[#fields + 2] = 'max_attempts', max_attempts
+  end
   for k, name in ipairs(OPTIONAL) do
     if ARGV[j + 3 + k] ~= '' then
       fields[#fields + 1] = name

@@ -28,7 +28,7 @@ local id, token, result, base = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include finished
 
 -- checks, in order: row, token, (idempotent repeat), membership
-local fields = redis.call('HMGET', row, 'token', 'state', 'group')
+local fields = redis.call('HMGET', row, 'token', 'state', 'group', 'priority')
 if not fields[1] then return -1 end
 if fields[1] ~= token then return -2 end
 if fields[2] == 'completed' or fields[2] == 'cancelled' then return 2 end
@@ -42,6 +42,14 @@ local state = cancelled and 'cancelled' or 'completed'
 local fin = finish_read(base, state, now, {{id, state}})
 
 leave_active(base, active, id, group)
+-- the lease's fields go first, and a priority of 0 (absent reads 0): what only the
+-- running job needs (docs/results.md, "The finished row"); the row then never holds more
+-- fields than it did while it ran
+if fields[4] == '0' then
+  redis.call('HDEL', row, 'lease_epoch', 'worker', 'priority')
+else
+  redis.call('HDEL', row, 'lease_epoch', 'worker')
+end
 if cancelled then
   local reason = string.sub(result, 11)
   redis.call('HSET', row, 'state', 'cancelled', 'cancel_reason', reason,

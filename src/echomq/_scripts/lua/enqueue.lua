@@ -89,7 +89,13 @@ for k = 1, m do
   local delay_ms, priority, max_attempts, task, keep_result, keep_dead, dedup, dedup_ms,
     dedup_mode, group, group_concurrency, headers, expires =
     unpack(ARGV, 4 + (k - 1) * SET, 3 + k * SET)
-  local extra, e = {}, 0
+  -- a row stores what differs from the defaults (readers take an absent `max_attempts`
+  -- as 1, `failures` and `stalled` as 0: docs/keyspace.md, "The row"), but for
+  -- `priority`, which every row has
+  local extra, e = {'priority', priority}, 2
+  if max_attempts ~= '1' then
+    extra[e + 1], extra[e + 2], e = 'max_attempts', max_attempts, e + 2
+  end
   if task ~= '' then extra[e + 1], extra[e + 2], e = 'task', task, e + 2 end
   if keep_result ~= '' then extra[e + 1], extra[e + 2], e = 'keep_result', keep_result, e + 2 end
   if keep_dead ~= '' then extra[e + 1], extra[e + 2], e = 'keep_dead', keep_dead, e + 2 end
@@ -229,16 +235,14 @@ for i = 1, n do
     if delay > 0 then
       local run_at = string.format('%d', now + delay)
       redis.call('HSET', rows[i], 'state', 'scheduled', 'payload', ARGV[j + 1], 'token', '0',
-        'failures', '0', 'stalled', '0', 'priority', set.priority, 'max_attempts',
-        set.max_attempts, 'created_at', now_s, 'run_at', run_at, unpack(set.extra))
+        'created_at', now_s, 'run_at', run_at, unpack(set.extra))
       redis.call('ZADD', schedule, run_at, id)
       if loud then redis.call('PUBLISH', channel, '{"event":"scheduled","job":"' .. id .. '"}') end
       if not soonest or delay < soonest then soonest = delay end
     else
       seq = seq + 1
       redis.call('HSET', rows[i], 'state', 'pending', 'payload', ARGV[j + 1], 'token', '0',
-        'failures', '0', 'stalled', '0', 'priority', set.priority, 'max_attempts',
-        set.max_attempts, 'created_at', now_s, unpack(set.extra))
+        'created_at', now_s, unpack(set.extra))
       if group then
         grouped = grouped or {}
         grouped[#grouped + 1] = {id, group, band_score(set.priority, seq)}

@@ -298,8 +298,8 @@ local function finished(fin, i, detail)
   local v = job.task
   if v then entry[7], entry[8], n = 'task', v, 8 end
   entry[n + 1], entry[n + 2], n = what, value or '', n + 2
-  v = detail.failures or job.failures
-  if v then entry[n + 1], entry[n + 2], n = 'failures', v, n + 2 end
+  -- (always: a row with no failures has no such field)
+  entry[n + 1], entry[n + 2], n = 'failures', detail.failures or job.failures or '0', n + 2
   v = job.created_at
   if v then entry[n + 1], entry[n + 2], n = 'created_at', v, n + 2 end
   v = job.claimed_at

@@ -44,8 +44,11 @@ local function errback_fire(base, eb, id, err, now)
   local payload = ERRBACK_MARK .. cjson.encode({job = id, error = err or ''}) .. '\n'
     .. eb.payload
   redis.call('HSET', row, 'state', 'pending', 'payload', payload, 'token', 0,
-    'failures', 0, 'stalled', 0, 'priority', eb.priority, 'max_attempts', eb.max_attempts,
-    'created_at', now)
+    'priority', eb.priority, 'created_at', now)
+  -- the options at their default have no field (docs/keyspace.md, "The row")
+  if tostring(eb.max_attempts) ~= '1' then
+    redis.call('HSET', row, 'max_attempts', eb.max_attempts)
+  end
   if eb.task ~= '' then redis.call('HSET', row, 'task', eb.task) end
   if eb.keep_result ~= '' then redis.call('HSET', row, 'keep_result', eb.keep_result) end
   if eb.keep_dead ~= '' then redis.call('HSET', row, 'keep_dead', eb.keep_dead) end
