@@ -228,7 +228,6 @@ def expires_arg(job: NewJob) -> str:
     return "@" + str(v.non_negative_int("expires_at_ms", absolute, MAX_EPOCH_MS))
 
 
-
 def _check_batch_size(n: int) -> None:
     if not n:
         raise InvalidArgument("enqueue_many needs a non-empty sequence of NewJob")
