@@ -241,7 +241,8 @@ local run_id = #rows > lapsed_n and server_run_id() or nil
 -- or more adding to a listpack (or creating active) adds SKIPLIST_MARK first and removes
 -- it in the same call (a smaller claim, a worker's few leases, does not ask): no
 -- other client ever sees it (it is not an id: ids have no ':').
-local listpack = #rows - lapsed_n >= SKIPLIST_FROM and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
+local listpack = #rows - lapsed_n >= SKIPLIST_FROM
+  and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
 
 -- writes: the promotions, the picks out of pending and their lanes
 if #due > 0 then
