@@ -297,3 +297,36 @@ async def test_a_debounced_holder_takes_the_new_deadline(
     after = int(await conn.execute("HGET", ks.job(holder), "expires_at"))
     assert after >= before + 49_000
     assert await conn.execute("HGET", ks.job(holder), "payload") == b"b"
+
+
+async def test_an_expired_pick_spends_no_rate_window(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A group allowed one start a minute, and the queue too: the expired jobs ahead
+    start nothing (each claim answers 0 ms: claim again), so the live one behind them
+    still starts in this window."""
+    await jobs.enqueue(conn, queue, b"warm")  # the queue exists: its limits can be set
+    [warm] = await jobs.claim(conn, queue, 10_000)
+    await jobs.complete(conn, queue, warm.id, warm.token, b"")
+    await admin.set_rate_limit(conn, queue, 1, 60, group="g")
+    [late, live] = await jobs.enqueue_many(
+        conn,
+        queue,
+        [
+            jobs.NewJob(payload=b"late", group="g", expires_ms=1),
+            jobs.NewJob(payload=b"live", group="g"),
+        ],
+    )
+    flat_late = await jobs.enqueue(conn, queue, b"late", expires_ms=1, priority=5)
+    await past_deadline(conn, ks, late, flat_late)
+    await admin.set_rate_limit(conn, queue, 1, 60)
+    answers = []
+    for _ in range(3):  # one pick a call (the queue's window): each expired one, then live
+        batch = await jobs.claim_batch(conn, queue, 10_000, count=2)
+        answers.append(([c.id for c in batch.jobs], batch.next_due_ms))
+        if batch.jobs:
+            break
+    assert answers == [([], 0), ([], 0), ([live], answers[-1][1])]
+    assert await state(conn, ks, late) == b"expired"
+    assert await state(conn, ks, flat_late) == b"expired"
+    await check_lanes(conn, queue)

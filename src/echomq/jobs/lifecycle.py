@@ -18,6 +18,7 @@ from typing import Any, Literal, NamedTuple, TypeAlias
 import attrs
 
 from .._model.job import Claimed, Enqueued, JobInfo, NewJob, Sweep, check_dedup_mode
+from .._model.options import MAX_EPOCH_MS
 from .._scripts import validate as v
 from .._scripts.calls import (
     Executor,
@@ -225,9 +226,6 @@ def expires_arg(job: NewJob) -> str:
     if relative is not None:
         return str(v.positive_int("expires_ms", relative, v.MAX_MS))
     return "@" + str(v.non_negative_int("expires_at_ms", absolute, MAX_EPOCH_MS))
-
-
-MAX_EPOCH_MS = 2**53  # an absolute deadline stays an exact double in the scripts
 
 
 def _check_batch_size(n: int) -> None:

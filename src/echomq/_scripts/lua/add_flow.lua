@@ -20,8 +20,8 @@
         (0 = none; a leaf only: it waits in the schedule until then), errback ('' =
         none: the error callback's spec, written to the row's `errback`,
         include/link_error.lua), expires ('' = none; '<ms>' after now, '@<ms>' a server
-        epoch ms: the row's `expires_at`, include/expiry.lua)   then, optionally, the flow's root id: a row of it on
-        this queue (written by this call or an earlier one) counts the page in its
+        epoch ms: the row's `expires_at`, include/expiry.lua)   then, optionally, the
+        flow's root id: a row of it on this queue (written by this call or an earlier one) counts the page in its
         `pages` field (`flows --held` shows it)   then, for a spawn (a running job adds
         children: docs/flows.md "Dynamic children"), 5 more: the running parent's id,
         its token, its step field (step:<name>), the step's record, the policy of its
@@ -68,7 +68,8 @@ local GROUP = 17
 local tail = n and r and #ARGV - 3 - r - n * GROUP
 if not n or not r or n < 1 or n > MAX_FLOW or r < 0 or r > MAX_FLOW
     or (tail ~= 0 and tail ~= 1 and tail ~= 6) then
-  return redis.error_reply('EMQARG add_flow takes 1..' .. MAX_FLOW .. ' nodes of ' .. GROUP .. ' arguments')
+  return redis.error_reply('EMQARG add_flow takes 1..' .. MAX_FLOW .. ' nodes of ' .. GROUP
+    .. ' arguments')
 end
 local first = 4 + r  -- ARGV index of the first node
 local root = ARGV[4 + r + n * GROUP]  -- the flow's root (nil: not given)

@@ -71,7 +71,8 @@
   enqueued). At most MAX_EXPIRE a call: a due job past that bound is promoted as usual,
   and on such a queue a claim takes at most MAX_EXPIRE minus the expired promotions. An
   expired pick starts nothing: its group's slot and rate window are not spent, and the
-  group takes its turn again (lane_join); a claim that dropped any answers 0 ms (claim
+  group takes its turn again (out of glimited when only its expired picks filled its
+  window; lane_join); a claim that dropped any answers 0 ms (claim
   again now) and pushes a wake token. The deadline holds for every start: a retry or a
   recovered job claimed after it expires too.
 ]]
@@ -240,7 +241,8 @@ local run_id = #rows > lapsed_n and server_run_id() or nil
 -- or more adding to a listpack (or creating active) adds SKIPLIST_MARK first and removes
 -- it in the same call (a smaller claim, a worker's few leases, does not ask): no
 -- other client ever sees it (it is not an id: ids have no ':').
-local listpack = #rows - lapsed_n >= SKIPLIST_FROM and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
+local listpack = #rows - lapsed_n >= SKIPLIST_FROM
+  and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
 
 -- writes: the promotions, the picks out of pending and their lanes
 if #due > 0 then
@@ -338,7 +340,14 @@ if fin then
     finished(fin, i, {error = 'expired'})
   end
   for i in pairs(lapsed) do
-    if pgroup[i] then lane_join(base, pgroup[i]) end
+    local group = pgroup[i]
+    if group then
+      local g = turns.groups[group]
+      if g.why == 'window' and not g.placed and g.win[2] + g.taken < g.win[3] then
+        redis.call('ZREM', turns.limited, group)  -- parked for starts it did not make
+      end
+      lane_join(base, group)
+    end
   end
 end
 

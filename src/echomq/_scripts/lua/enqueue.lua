@@ -38,9 +38,9 @@
   include/finished.lua); a job under a held key, or under a key an earlier job of the same
   call takes, is answered with the holder's id. In mode debounce, a holder still pending or
   scheduled takes the new job's payload (and, delayed, its delay again from now; with a
-  deadline, its deadline), and the key's window starts again. A repeat run's id is <key>~<slot>, so one slot
-  is one job however many schedulers race; the compare-and-set on `next` is what makes
-  them fire it once. It marks the queue (open_queue: meta's schema_version), so a queue
+  deadline, its deadline), and the key's window starts again. A repeat run's id is
+  <key>~<slot>, so one slot is one job however many schedulers race; the compare-and-set
+  on `next` is what makes them fire it once. It marks the queue (open_queue: meta's schema_version), so a queue
   whose only jobs are delayed is found by discovery too.
   Jobs of a call share their options (one set for a bulk of one task's jobs): each set is
   read once, and a job is sent as its id, its payload and its set's number.

@@ -20,9 +20,9 @@
            each may finish a job), plus the retention's cleanup (include/finished.lua: at most
            100 index entries and 100 capped rows per call)
   Per due entry (deadline <= server now), read first: the row's state, reason and deadline.
-  Then: a job that finished (completed, cancelled, dead, expired), has no row, or no deadline (reprocessed)
-  only leaves `cancels`; a row whose deadline moved later is re-scored; the rest (active,
-  or waiting again after a hand-back or a retry) are fenced (include/fence.lua): a grouped
+  Then: a job that finished (completed, cancelled, dead, expired), has no row, or no
+  deadline (reprocessed) only leaves `cancels`; a row whose deadline moved later is
+  re-scored; the rest (active, or waiting again after a hand-back or a retry) are fenced (include/fence.lua): a grouped
   one gives back its group's slot or its lane place (leave_active / leave_ready, their
   lane keys touched in the read phase; docs/lanes.md).
 ]]

@@ -22,8 +22,8 @@
   Bound    O(minutes): ZCARDs, 3 ZCOUNTs, 2 HGETs, 3 HGETs per minute, at most MAX_MINUTES minutes per
            call (include/caps.lua)
   dead counts the expired rows kept too (their index is `dead`; their total is
-  metrics:expired). dead and completed count only the jobs whose retention has not ended: the members of
-  each index scored now or later (a member's score is when its row's TTL ends), so a
+  metrics:expired). dead and completed count only the jobs whose retention has not
+  ended: the members of each index scored now or later (a member's score is when its row's TTL ends), so a
   member whose row Redis has already deleted, and that the retention sweep
   (retention_sweep.lua) has not reached yet, is not counted.
   The per-minute counters are `metrics:<outcome>:<minute>` (minute = server ms / 60000),
