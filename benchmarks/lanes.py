@@ -1,7 +1,7 @@
 """Group lanes and rate limits: fairness, the claim's cost with groups, a shared rate limit.
 
     python -m benchmarks lanes [--parts fairness,claim,rate] [--reps 5] [--rate-seconds 30]
-        [--rate-kind fixed|sliding|both] [--rate-processes 4] [--scale 1.0] [--publish]
+        [--rate-kind fixed|sliding|both] [--rate-processes 3] [--scale 1.0] [--publish]
 
 Each section starts its own private redis-server (``echomq.testing.RedisServer``):
 - fairness: 2 groups, 10,000 then 10 ready jobs, 8 slots. (a) The consumer's claims
@@ -25,7 +25,7 @@ Each section starts its own private redis-server (``echomq.testing.RedisServer``
   repetition's). Each repetition starts with the machine's Redis ceiling on the same
   server (``redis-benchmark`` PING, ``-P16 -c50`` and one round trip at a time, ``-P1
   -c1``), recorded beside the figures.
-- rate: 100 jobs/s on the queue, 4 worker processes (``echomq worker``, concurrency 16)
+- rate: 100 jobs/s on the queue, 3 worker processes (``echomq worker``, concurrency 16)
   and a backlog of no-op jobs; the starts (rows' ``claimed_at``, server clock) counted
   over 30 whole windows, and over 30 s from the first start; ``max_any_1s``, the most
   starts in any 1 s stretch of the run wherever it begins (the edge burst a fixed window
@@ -617,7 +617,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--rate-kind", choices=("fixed", "sliding", "both"), default="fixed", help="the limiter"
     )
-    p.add_argument("--rate-processes", type=int, default=4, help="the rate run's workers")
+    p.add_argument("--rate-processes", type=int, default=3, help="the rate run's workers")
     p.add_argument("--scale", type=float, default=1.0, help="multiply the claim's counts")
     files.add_arguments(p, reps=5)
     return p

@@ -278,3 +278,67 @@ async def test_the_cli_enqueue_takes_expires(
     bad = await run("enqueue", "app.send", "[1]", "-q", queue, "--expires", "-3")
     assert bad.returncode != 0 and b"--expires" in bad.stderr
     assert await conn.execute("ZCARD", Keyspace(queue).pending) == 1
+
+
+async def test_a_flow_node_s_deadline_and_its_parent(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """`task.s(...).set(expires=...)` in a chain: the step expires at its claim, and the
+    next step (its parent, policy fail) becomes pending, seeing a failed child."""
+    q = echomq.Queue(queue, url=redis_url)
+
+    @q.task
+    async def first(x: int) -> int:
+        return x
+
+    @q.task
+    async def then(x: int) -> int:
+        return x
+
+    past = dt.datetime.now(UTC) - dt.timedelta(seconds=1)
+    with trio.fail_after(5):
+        async with q.open():
+            flow = await echomq.chain(first.s(1).set(expires=past), then.s()).apply()
+            assert await jobs.claim(conn, queue, 10_000) == []  # the first step expires
+            [parent] = await jobs.claim(conn, queue, 10_000)
+    assert parent.id == flow.id
+    row_ = await conn.execute("HMGET", Keyspace(queue).job(flow.id), "failed", "open")
+    assert row_ == [b"1", b"0"]
+
+
+async def test_the_dead_listing_names_the_expired_jobs(
+    redis_url: str, conn: echomq.Connection, queue: str
+) -> None:
+    """`admin.list_jobs(..., "dead")` and `echomq jobs --state dead` hold the expired
+    jobs too, each marked expired."""
+    from echomq import admin
+
+    late = await jobs.enqueue(conn, queue, b"x", expires_ms=1)
+    [deadline] = await row(conn, queue, late, "expires_at")
+    await clock_past(conn, float(deadline or 0), Keyspace(queue).meta)
+    assert await jobs.claim(conn, queue, 10_000) == []
+    page = await admin.list_jobs(conn, queue, "dead")
+    [listed] = page.rows
+    assert listed.id == late and listed.expired and listed.last_error is None
+    env = {**os.environ, "ECHOMQ_URL": redis_url}
+    with trio.fail_after(30):
+        p = await trio.run_process(
+            [sys.executable, "-m", "echomq", "jobs", queue, "--state", "dead"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**env, "COLUMNS": "100"},
+        )
+    assert p.returncode == 0, p.stderr
+    assert b"expired: not started by its deadline" in p.stdout
+
+
+def test_the_blocking_enqueue_takes_a_deadline(redis_url: str, queue: str) -> None:
+    """echomq.sync's enqueue (the blocking twin of jobs.enqueue) writes the deadline."""
+    import echomq.sync
+
+    with echomq.sync.connect(redis_url) as mq:
+        job_id = mq.enqueue(queue, b"x", expires_ms=45_000)
+        info = mq.get_job(queue, job_id)
+    assert info is not None and info.created_at is not None
+    assert info.expires_at == info.created_at + 45_000

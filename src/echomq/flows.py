@@ -714,7 +714,7 @@ async def cancel_flow(conn: Executor, queue: str, job_id: str, reason: str | Non
         NotCancellable: ``job_id`` already finished (its subtree is still cancelled).
     """
     done, top = await _settle_flow(conn, queue, job_id, "cancel", reason)
-    if top in ("completed", "dead", "cancelled"):
+    if top in ("completed", "dead", "cancelled", "expired"):
         raise NotCancellable(f"not cancellable: the job is {top} (its open subtree is cancelled)")
     return done
 

@@ -95,6 +95,7 @@ class SyncConnection:
         priority: int = 0,
         max_attempts: int = 1,
         group: str | None = None,
+        expires_ms: int | None = None,
     ) -> str:
         """Add one job; answer its id. The blocking twin of ``echomq.jobs.enqueue``.
 
@@ -112,6 +113,7 @@ class SyncConnection:
             priority=priority,
             max_attempts=max_attempts,
             group=group,
+            expires_ms=expires_ms,
         )
 
     def enqueue_many(self, queue: str, jobs: Sequence[NewJob]) -> list[str]:

@@ -24,7 +24,7 @@ from echomq.archive import (
     history,
     serve_archive,
 )
-from echomq.archive.store import open_store
+from echomq.archive.store import SCHEMA_VERSION, open_store
 from echomq.errors import InvalidArgument, InvalidKey
 from echomq.testing import PostgresServer, RedisCluster, RedisServer
 
@@ -376,7 +376,10 @@ async def test_an_unusable_store_stops_the_archive_at_once(
     """A store made by a newer echomq: serve_archive raises instead of retrying forever."""
     open_store(sqlite_url).close()
     with sqlite3.connect(sqlite_url.removeprefix("sqlite:///")) as db:
-        db.execute("UPDATE emq_archive_meta SET value = '2' WHERE name = 'schema_version'")
+        db.execute(
+            "UPDATE emq_archive_meta SET value = ? WHERE name = 'schema_version'",
+            (str(SCHEMA_VERSION + 1),),
+        )
     with trio.fail_after(10), pytest.raises(SchemaMismatch):
         await serve_archive(redis_url, [queue], sqlite_url)
 

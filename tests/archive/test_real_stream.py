@@ -4,6 +4,7 @@ this test skips, saying so; from then on it runs, with no change here."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,7 +15,7 @@ import echomq
 from echomq import jobs
 from echomq._scripts.keyspace import Keyspace
 from echomq.archive import ArchiveConfig, FinishState, history, serve_archive
-from echomq.errors import JobCancelled, JobFailed
+from echomq.errors import JobCancelled, JobExpired, JobFailed
 
 from ._support import until
 
@@ -33,7 +34,8 @@ async def serving(worker: echomq.Worker) -> AsyncIterator[None]:
 def test_jobs_finished_by_a_worker_are_archived_with_their_outcome(
     redis_url: str, queue: str, sqlite_url: str
 ) -> None:
-    """Completed, dead and cancelled jobs: task, outcome and attempts reach the archive.
+    """Completed, dead, cancelled and expired jobs: task, outcome and attempts reach the
+    archive.
 
     A plain test running trio itself: a skip raised inside pytest-trio loses its reason."""
     if not trio.run(scenario, redis_url, queue, sqlite_url):
@@ -73,6 +75,10 @@ async def scenario(redis_url: str, queue: str, sqlite_url: str) -> bool:
             await stopped.cancel("enough")
             with pytest.raises(JobCancelled):
                 await stopped.result(timeout=5)
+            past = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+            late = await double.apply((1,), expires=past)  # never runs: expired at its claim
+            with pytest.raises(JobExpired):
+                await late.result(timeout=5)
             conn = q.connection
             written = await conn.execute("XLEN", Keyspace(queue).completions)
             if written:
@@ -83,21 +89,23 @@ async def scenario(redis_url: str, queue: str, sqlite_url: str) -> bool:
                             config=ArchiveConfig(block=0.2), task_status=task_status,
                         )
                     )  # fmt: skip
-                    await until(lambda: _archived(sqlite_url, queue, 3))
+                    await until(lambda: _archived(sqlite_url, queue, 4))
                     nursery.cancel_scope.cancel()
-            rows = {h.id: await jobs.get_job(conn, queue, h.id) for h in (ok, dead, stopped)}
+            rows = {h.id: await jobs.get_job(conn, queue, h.id) for h in (ok, dead, stopped, late)}
     if not written:
         return False
 
     page = await history(sqlite_url, queue)
     got = {j.id: j for j in page.jobs}
-    assert set(got) == {ok.id, dead.id, stopped.id}
-    a, b, c = got[ok.id], got[dead.id], got[stopped.id]
+    assert set(got) == {ok.id, dead.id, stopped.id, late.id}
+    a, b, c, d = got[ok.id], got[dead.id], got[stopped.id], got[late.id]
     assert (a.state, a.task, a.result, a.token) == (FinishState.COMPLETED, "t.double", b"42", 1)
     assert (b.state, b.task, b.token) == (FinishState.DEAD, "t.broken", 1)
     assert b.error is not None and "boom" in b.error
     assert (c.state, c.task, c.reason) == (FinishState.CANCELLED, "t.slow", "enough")
-    for job in (a, b, c):
+    assert (d.state, d.task, d.error, d.token) == (FinishState.EXPIRED, "t.double", "expired", 0)
+    assert d.claimed_at is None
+    for job in (a, b, c, d):
         row = rows[job.id]
         assert row is not None
         assert job.created_at == row.created_at and job.finished_at == row.finished_at

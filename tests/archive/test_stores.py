@@ -92,6 +92,94 @@ def test_a_newer_schema_is_refused_with_a_clear_message(store_url: str) -> None:
         open_store(store_url)
 
 
+def _v1_check(store_url: str, sql: str) -> None:
+    """Run ``sql`` on the store (SQLite or PostgreSQL), autocommit."""
+    if store_url.startswith("sqlite"):
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as conn:
+            conn.executescript(sql)
+    else:
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            conn.execute(sql)
+
+
+def _make_version_1(store_url: str) -> None:
+    """A store as echomq's archive schema 1 made it: its state CHECK without `expired`."""
+    from echomq.archive import sqlite_store
+    from echomq.archive.sql import STATE_CHECK
+
+    old_check = STATE_CHECK.replace(", 'expired'", "")
+    assert old_check != STATE_CHECK
+    if store_url.startswith("sqlite"):
+        table = sqlite_store._CREATE.format(table="emq_finished_jobs")
+        _v1_check(
+            store_url,
+            f"{table.replace(STATE_CHECK, old_check)};"
+            "CREATE TABLE emq_archive_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);"
+            "INSERT INTO emq_archive_meta VALUES ('schema_version', '1');",
+        )
+        s = open_store(store_url, create=False)  # a reader of version 1: as it is
+    else:
+        open_store(store_url).close()
+        _v1_check(
+            store_url,
+            "ALTER TABLE emq_finished_jobs DROP CONSTRAINT emq_finished_jobs_state_check, "
+            f"ADD CHECK ({old_check}); "
+            "UPDATE emq_archive_meta SET value = '1' WHERE name = 'schema_version'",
+        )
+        s = open_store(store_url, create=False)
+    try:
+        assert s.write([job(1)]) == 1
+        expired = job(2, state=FinishState.EXPIRED, result=None, error="expired")
+        with pytest.raises(ArchiveError):  # the old CHECK refuses the new state
+            s.write([expired])
+    finally:
+        s.close()
+
+
+def _version(store_url: str) -> str:
+    if store_url.startswith("sqlite"):
+        with sqlite3.connect(store_url.removeprefix("sqlite:///")) as conn:
+            [(value,)] = conn.execute(
+                "SELECT value FROM emq_archive_meta WHERE name = 'schema_version'"
+            ).fetchall()
+    else:
+        import psycopg
+
+        with psycopg.connect(store_url, autocommit=True) as conn:
+            [(value,)] = conn.execute(
+                "SELECT value FROM emq_archive_meta WHERE name = 'schema_version'"
+            ).fetchall()
+    return str(value)
+
+
+def test_a_version_1_store_is_migrated_by_its_first_writer(store_url: str) -> None:
+    """Schema 2 adds the state `expired`: a reader leaves a store of version 1 as it is,
+    the first writer that opens it migrates it (its rows kept, in their order)."""
+    _make_version_1(store_url)
+    assert _version(store_url) == "1"
+    reader = open_store(store_url, create=False)
+    try:
+        assert [j.id for _, j in reader.history(HistoryQuery(queue="q"))] == ["j1"]
+    finally:
+        reader.close()
+    assert _version(store_url) == "1"
+    writer = open_store(store_url)
+    try:
+        assert _version(store_url) == str(SCHEMA_VERSION) == "2"
+        expired = job(2, state=FinishState.EXPIRED, result=None, error="expired", claimed_at=None)
+        assert writer.write([expired, job(3)]) == 2
+        rows = writer.history(HistoryQuery(queue="q"))
+        assert [j.id for _, j in rows] == ["j3", "j2", "j1"]
+        [(_, back)] = writer.history(HistoryQuery(queue="q", state=FinishState.EXPIRED))
+        assert attrs.evolve(back, archived_at=None) == expired
+    finally:
+        writer.close()
+    open_store(store_url).close()  # migrated once: opening again changes nothing
+    assert _version(store_url) == "2"
+
+
 def test_reading_where_there_is_no_archive_says_so(store_url: str) -> None:
     """history never creates an archive: no file / no table is an ArchiveError."""
     with pytest.raises(ArchiveError, match=r"no archive|no echomq archive|not an echomq archive"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import echomq
 from _waits import clock_past, due
-from echomq import admin, flows, jobs
+from echomq import admin, cancel, flows, jobs
 from echomq._scripts.keyspace import Keyspace
 from echomq.cli.explain_text import facts, summary
 
@@ -227,3 +227,73 @@ async def test_a_refused_enqueue_with_a_deadline_writes_nothing(
         else:
             raise AssertionError(f"expires_ms={bad!r} was taken")
     assert await snapshot(conn, ks) == before
+
+
+async def test_an_expired_job_fires_its_error_callback(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """Its error callback (link_error) is enqueued by the claim, with the error `expired`,
+    as where a job dies."""
+    from echomq._model.errback import encode_spec
+
+    late = await jobs.enqueue(conn, queue, b"x", expires_ms=1)
+    spec = encode_spec(queue, jobs.NewJob(payload=b"cb", job_id=f"eb-{late}"))
+    await conn.execute("HSET", ks.job(late), "errback", spec)
+    await past_deadline(conn, ks, late)
+    assert await jobs.claim(conn, queue, 10_000) == []  # the claim that drops it
+    [callback] = await jobs.claim(conn, queue, 10_000)
+    assert callback.id == f"eb-{late}"
+    assert b'"error":"expired"' in callback.payload and late.encode() in callback.payload
+    assert await state(conn, ks, late) == b"expired"
+
+
+async def test_a_cancel_due_on_an_expired_job_fences_nothing(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A job with a cancel grace handed back to pending that expires before the fence:
+    fence_cancels leaves it expired (a finished job only leaves `cancels`)."""
+    job_id = await jobs.enqueue(conn, queue, b"x", expires_ms=60_000)
+    [held] = await jobs.claim(conn, queue, 60_000)
+    await cancel.request(conn, queue, job_id, grace=0.001)
+    await jobs.release(conn, queue, [(job_id, held.token)])
+    await conn.execute("HSET", ks.job(job_id), "expires_at", 1)
+    assert await jobs.claim(conn, queue, 10_000) == []
+    deadline = await conn.execute("ZSCORE", ks.cancels, job_id)
+    await clock_past(conn, float(deadline), ks.meta)
+    assert await cancel.fence_due(conn, queue) == []
+    assert await state(conn, ks, job_id) == b"expired"
+    assert await conn.execute("ZSCORE", ks.cancels, job_id) is None
+
+
+async def test_a_claim_that_drops_a_promotion_still_leases_its_picks(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """A due job expiring at its promotion and a live pick in the same call: the pick is
+    leased as any claim leases (its token, its lease epoch, its place in active)."""
+    late = await jobs.enqueue(conn, queue, b"late", delay_ms=5, expires_ms=1)
+    live = await jobs.enqueue(conn, queue, b"live")
+    await due(conn, queue, late)
+    await past_deadline(conn, ks, late)
+    [held] = await jobs.claim(conn, queue, 10_000, count=2)
+    assert held.id == live and held.token == 1
+    assert await conn.execute("HGET", ks.job(live), "lease_epoch") is not None
+    assert await conn.execute("ZSCORE", ks.active, live) is not None
+    assert await state(conn, ks, late) == b"expired"
+
+
+async def test_a_debounced_holder_takes_the_new_deadline(
+    conn: echomq.Connection, queue: str, ks: Keyspace
+) -> None:
+    """Mode debounce: the waiting holder takes the new call's deadline with its payload."""
+    first = jobs.NewJob(
+        payload=b"a", dedup="k", dedup_ms=60_000, dedup_mode="debounce", expires_ms=1_000
+    )
+    [holder] = await jobs.enqueue_many(conn, queue, [first])
+    before = int(await conn.execute("HGET", ks.job(holder), "expires_at"))
+    again = jobs.NewJob(
+        payload=b"b", dedup="k", dedup_ms=60_000, dedup_mode="debounce", expires_ms=50_000
+    )
+    assert await jobs.enqueue_many(conn, queue, [again]) == [holder]
+    after = int(await conn.execute("HGET", ks.job(holder), "expires_at"))
+    assert after >= before + 49_000
+    assert await conn.execute("HGET", ks.job(holder), "payload") == b"b"

@@ -93,6 +93,9 @@ class JobRow:
     finished_at_ms: int | None
     failures: int | None
     last_error: str | None
+    # a member of the dead set whose row is ``expired``: its deadline passed before it
+    # started (docs/runtime.md "Expiry"), kept as a dead row is
+    expired: bool = False
 
     @property
     def when_ms(self) -> int | None:
@@ -239,7 +242,9 @@ async def dead_jobs(
     return rows
 
 
-_ROW_FIELDS = ("task", "created_at", "claimed_at", "finished_at", "failures", "last_error")
+_ROW_FIELDS = (
+    "task", "created_at", "claimed_at", "finished_at", "failures", "last_error", "state",
+)  # fmt: skip
 
 
 def _state_key(ks: Keyspace, state: str, group: str | None) -> str:
@@ -299,7 +304,7 @@ async def list_jobs(
         replies = await _read_many(conn, [("HMGET", ks.job(j), *_ROW_FIELDS) for j, _ in members])
         examined += len(members)
         for (job_id, score), fields in zip(members, replies, strict=True):
-            name, created, claimed, finished, failures, error = fields
+            name, created, claimed, finished, failures, error, row_state = fields
             if task is not None and _text(name) != task:
                 continue
             rows.append(
@@ -313,6 +318,7 @@ async def list_jobs(
                     finished_at_ms=_int(finished),
                     failures=_int(failures),
                     last_error=_text(error),
+                    expired=_text(row_state) == "expired",
                 )
             )
             if len(rows) == limit:

@@ -64,6 +64,7 @@ def _as_json(row: admin.JobRow) -> dict[str, Any]:
         "finished_at": row.finished_at_ms,
         "failures": row.failures,
         "error": row.last_error,
+        "expired": row.expired,
     }
 
 
@@ -106,7 +107,9 @@ async def cmd_jobs(conn: Connection, args: argparse.Namespace, out: Console) -> 
         table.add_column("task, error" if dead else "task", overflow="fold")
         for r in page.rows:
             task = escape(r.task or "-")
-            if dead:
+            if dead and r.expired:
+                task += "\n[yellow]expired: not started by its deadline[/]"
+            elif dead:
                 task += f"\n[red]{escape(_error(r.last_error))}[/]"
             table.add_row(escape(r.id), _ago(r.when_ms, now_ms), task)
         out.print(table)

@@ -23,7 +23,7 @@ __all__ = ["register"]
 WATCH_ACTIVE = 200  # active jobs shown when the watch starts
 # events after which a job no longer runs: its bar leaves the watch display
 _DONE_EVENTS = frozenset(
-    {"completed", "cancelled", "dead", "retrying", "removed", "released", "recovered"}
+    {"completed", "cancelled", "dead", "expired", "retrying", "removed", "released", "recovered"}
 )
 
 
@@ -95,7 +95,7 @@ async def _watch_live(
     from rich.progress import BarColumn, Progress, TaskID, TextColumn
     from rich.text import Text
 
-    counts = {"completed": 0, "cancelled": 0, "dead": 0, "retrying": 0}
+    counts = {"completed": 0, "cancelled": 0, "dead": 0, "retrying": 0, "expired": 0}
     bars = Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[note]}")
     )
@@ -108,6 +108,7 @@ async def _watch_live(
                 f"[green]{counts['completed']} completed[/]  "
                 f"[magenta]{counts['cancelled']} cancelled[/]  "
                 f"[yellow]{counts['retrying']} retrying[/]  [red]{counts['dead']} dead[/]"
+                + (f"  [yellow]{counts['expired']} expired[/]" if counts["expired"] else "")
             )
 
     def show(job: str, value: Any) -> None:

@@ -290,6 +290,7 @@ async def read_queue(
             "completed": counts.completed_total,
             "dead": counts.dead_total,
             "cancelled": counts.cancelled_total,
+            "expired": counts.expired_total,  # kept in the dead index: counted in `dead`
         },
         throughput=throughput.series(queue),
         active=active,

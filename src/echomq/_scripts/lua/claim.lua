@@ -198,7 +198,7 @@ end
 
 -- the rows of the picks (an id with no row leaves its set and is not claimed)
 local rows, keys, taken, from_pending = {}, {}, {}, {}
-local lapsed = {}  -- pick index -> true: its deadline passed (it expires, not claimed)
+local lapsed, lapsed_n = {}, 0  -- pick index -> true: its deadline passed (it expires)
 for i, id in ipairs(picks) do
   local row = base .. 'job:' .. id
   keys[i] = row
@@ -206,7 +206,7 @@ for i, id in ipairs(picks) do
     local fields = redis.call('HMGET', row, 'payload', 'failures', 'headers', 'token',
       'run_at', 'created_at', 'expires_at')
     if fields[1] and fields[7] and tonumber(fields[7]) <= now then
-      lapsed[i] = true
+      lapsed[i], lapsed_n = true, lapsed_n + 1
       expired[#expired + 1] = {id, pgroup[i]}
     end
     rows[i] = fields
@@ -232,7 +232,7 @@ else
     if not candidates[i][3] then from_pending[#from_pending + 1] = candidates[i][1] end
   end
 end
-local run_id = #rows > #expired and server_run_id() or nil
+local run_id = #rows > lapsed_n and server_run_id() or nil
 -- active's encoding: a zset born small is a listpack, where every ZADD member and every
 -- completion's ZMSCORE / ZREM scans the whole set (at a hundred leases, several times a
 -- skiplist's cost: benchmarks/lua_cost.py); a member longer than zset-max-listpack-value (64) turns it into
@@ -240,7 +240,7 @@ local run_id = #rows > #expired and server_run_id() or nil
 -- or more adding to a listpack (or creating active) adds SKIPLIST_MARK first and removes
 -- it in the same call (a smaller claim, a worker's few leases, does not ask): no
 -- other client ever sees it (it is not an id: ids have no ':').
-local listpack = #rows - #expired >= SKIPLIST_FROM and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
+local listpack = #rows - lapsed_n >= SKIPLIST_FROM and redis.call('OBJECT', 'ENCODING', active) ~= 'skiplist'
 
 -- writes: the promotions, the picks out of pending and their lanes
 if #due > 0 then
@@ -307,9 +307,7 @@ if m > 0 then
   end
 end
 -- an expired pick started nothing: its group's turn and rate window are not spent
-local lapsed_n = 0
 for i in pairs(lapsed) do
-  lapsed_n = lapsed_n + 1
   if pgroup[i] then
     local g = turns.groups[pgroup[i]]
     g.taken = g.taken - 1

@@ -37,8 +37,8 @@
   window (SET PX; no window in mode until-finished: the job's finish releases it,
   include/finished.lua); a job under a held key, or under a key an earlier job of the same
   call takes, is answered with the holder's id. In mode debounce, a holder still pending or
-  scheduled takes the new job's payload (and, delayed, its delay again from now), and the
-  key's window starts again. A repeat run's id is <key>~<slot>, so one slot
+  scheduled takes the new job's payload (and, delayed, its delay again from now; with a
+  deadline, its deadline), and the key's window starts again. A repeat run's id is <key>~<slot>, so one slot
   is one job however many schedulers race; the compare-and-set on `next` is what makes
   them fire it once. It marks the queue (open_queue: meta's schema_version), so a queue
   whose only jobs are delayed is found by discovery too.
@@ -219,6 +219,9 @@ for i = 1, n do
       local run_at = string.format('%d', now + set.delay)
       redis.call('HSET', d[1], 'run_at', run_at)
       redis.call('ZADD', schedule, run_at, holder)
+    end
+    if set.expires ~= '' then  -- and its deadline, when it has one (include/expiry.lua)
+      redis.call('HSET', d[1], 'expires_at', string.format('%d', expiry_at(set.expires, now)))
     end
     if set.dedup_ms ~= '0' then
       redis.call('PEXPIRE', base .. 'dedup:' .. set.dedup, set.dedup_ms)

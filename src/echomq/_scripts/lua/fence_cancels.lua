@@ -20,7 +20,7 @@
            each may finish a job), plus the retention's cleanup (include/finished.lua: at most
            100 index entries and 100 capped rows per call)
   Per due entry (deadline <= server now), read first: the row's state, reason and deadline.
-  Then: a job that finished (completed, cancelled, dead), has no row, or no deadline (reprocessed)
+  Then: a job that finished (completed, cancelled, dead, expired), has no row, or no deadline (reprocessed)
   only leaves `cancels`; a row whose deadline moved later is re-scored; the rest (active,
   or waiting again after a hand-back or a retry) are fenced (include/fence.lua): a grouped
   one gives back its group's slot or its lane place (leave_active / leave_ready, their
@@ -52,7 +52,7 @@ local due_fence, stale = {}, {}
 for i, id in ipairs(due) do
   local state, reason, deadline = rows[i][1], rows[i][2], tonumber(rows[i][3] or '')
   if not state or state == 'completed' or state == 'cancelled' or state == 'dead'
-    or not deadline then
+    or state == 'expired' or not deadline then
     stale[#stale + 1] = {id}
   elseif deadline > now then
     stale[#stale + 1] = {id, deadline}

@@ -563,7 +563,8 @@
   function renderCounts(q) {
     const extra = {
       completed: `${q.totals.completed.toLocaleString()} ever`,
-      dead: `${q.totals.dead.toLocaleString()} ever`,
+      dead: `${q.totals.dead.toLocaleString()} ever` +
+        (q.totals.expired ? `, ${q.totals.expired.toLocaleString()} expired` : ""),
       cancelled: `${q.totals.cancelled.toLocaleString()} ever`,
     };
     $("counts").replaceChildren(

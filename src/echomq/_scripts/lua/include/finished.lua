@@ -10,9 +10,11 @@
 -- and the row's key, when the caller has made it)
 --   ... the script's own writes (the rows' state, finished_at) ...
 --   finished(fin, i, detail)   -- job i; detail: result | error | reason, failures
--- state: completed | dead | cancelled. kept: the set the rows stay in (completed | dead |
--- cancelled: a cancelled row is kept as a completed one is, keep_result and
--- max_completed), or nil when the script deletes them (a cancelled waiting job).
+-- state: completed | dead | cancelled | expired. kept: the set the rows stay in (completed |
+-- dead | cancelled: a cancelled row is kept as a completed one is, keep_result and
+-- max_completed; an expired one, claim.lua's, as a dead one is: kept 'dead', keep_dead and
+-- max_dead, its error callback fired), or nil when the script deletes them (a cancelled
+-- waiting job).
 -- parents (optional): the flow parents' records of another finish_read of the same call
 -- (complete_many finishes its completed and its cancelled jobs apart: one parent, one
 -- record). finished(nil, id,
@@ -43,7 +45,8 @@
 -- reason | nothing), the parent's `open` counter drops by one (and `failed` grows for a
 -- dead, cancelled or removed child), and the parent becomes pending when it is waiting,
 -- not held by pages still to come, and either no child is open or (policy `fail`) a child
--- failed. A queue without flows pays absent fields of the HMGET below. A child whose
+-- failed. An expired child tells its parent `dead` (a failed child, as a dead one). A queue
+-- without flows pays absent fields of the HMGET below. A child whose
 -- parent is on another queue (`parent_queue`) cannot write it (another slot): it writes
 -- one entry on its own queue's outbox stream (emq:{q}:outbox: parent_queue, parent,
 -- child, state, value, gen: the child's generation) that the workers relay (flow_notify.lua
