@@ -174,6 +174,13 @@ async def test_retention_shows_and_sets_the_settings(
     assert json.loads(out(p))["explicit"] == ["max_dead"]
     p = await run(redis_url, "retention", queue, "--keep-dead", "soon")
     assert p.returncode == 2 and "span" in err(p)
+    p = await run(redis_url, "retention", queue, "--keep-payload", "off", "--json")
+    assert json.loads(out(p))["keep_payload"] is False
+    assert (await admin.retention(conn, queue)).keep_payload is False
+    p = await run(redis_url, "retention", queue)
+    assert p.returncode == 0 and "keep_payload" in out(p) and "off" in out(p)
+    p = await run(redis_url, "retention", queue, "--keep-payload", "maybe")
+    assert p.returncode == 2 and "on or off" in err(p)
 
 
 @pytest.mark.both_backends

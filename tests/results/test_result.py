@@ -105,6 +105,34 @@ async def test_a_late_call_reads_the_row(redis_url: str, queue: str) -> None:
     assert failed.value.error == "kaput" and cancelled.value.reason == "enough"
 
 
+async def test_a_row_kept_without_its_payload_answers_late_and_waiting_calls(
+    redis_url: str, queue: str
+) -> None:
+    """keep_payload False (docs/results.md, "The finished row"): the compact row still
+    records the outcome, for a late call and for a waiter."""
+    q, noop = make_queue(queue, redis_url)
+    with trio.fail_after(10):
+        async with q.open():
+            conn = q.connection
+            late = await noop.delay(7)
+            await admin.set_retention(conn, queue, keep_payload=False)
+            assert await finish(conn, queue, 1, b"7") == 1
+            assert await late.result(timeout=1) == 7
+            waiting = await noop.delay(8)
+            got: list[object] = []
+            async with trio.open_nursery() as nursery:
+
+                async def wait() -> None:
+                    got.append(await waiting.result(timeout=8))
+
+                nursery.start_soon(wait)
+                await until(lambda: reader_blocked(conn, Keyspace(queue).completions))
+                await finish(conn, queue, 1, b"8")
+            info = await jobs.get_job(conn, queue, waiting.id)
+            assert info is not None and info.payload == b""
+    assert got == [8]
+
+
 async def test_a_waiter_is_answered_from_the_stream_without_polling(
     redis_url: str, queue: str
 ) -> None:

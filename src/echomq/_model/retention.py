@@ -12,9 +12,11 @@ its default. The settings and their defaults are written once, in the Lua
 (``_scripts/lua/include/retention.lua``, ``RETENTION_DEFAULTS``, which the finishing scripts,
 ``add_log`` and ``set_retention`` read), and read here at import; which of them are times
 (seconds in the API) is this module's (``_TIMES``).
-Rule 3: the API speaks seconds (a float) for times and ints for counts; the scripts speak
-ms. ``0`` as a keep means "not kept": the row goes when the job finishes (a waiting
-``result()`` still reads the completions entry).
+Rule 3: the API speaks seconds (a float) for times, ints for counts and a bool for
+``keep_payload``; the scripts speak ms, counts and 1 / 0. ``0`` as a keep means "not
+kept": the row goes when the job finishes (a waiting ``result()`` still reads the
+completions entry). ``keep_payload=False``: a completed (or cancelled) row is kept without
+its payload (docs/results.md, "The finished row").
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ METRICS_KEEP_MINUTES = limits.MAX_MINUTES  # per-minute counters kept 12 h (TTL 
 # setting -> its default as the scripts hold it (ms or a count), in the Lua's order
 _DEFAULTS: dict[str, int] = lua_table(include_text("retention"), "RETENTION_DEFAULTS")
 _TIMES = frozenset({"keep_result", "keep_dead", "completions_keep"})  # seconds in the API
+_FLAGS = frozenset({"keep_payload"})  # a bool in the API, 1 / 0 in the scripts
 
 
 def keep_ms(name: str, value: object) -> int:
@@ -56,6 +59,10 @@ def keep_ms(name: str, value: object) -> int:
 def _check(name: str, value: object) -> int:
     if name in _TIMES:
         return keep_ms(name, value)
+    if name in _FLAGS:
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"{name} must be True or False, not {value!r}")
+        return int(value)
     low = 0 if name == "completions_max" else 1
     return limits.int_in(name, value, low, limits.MAX_SETTING)
 
@@ -67,7 +74,8 @@ class Retention:
     Times in seconds: ``keep_result`` (completed and cancelled rows), ``keep_dead`` (dead
     rows), ``completions_keep`` (stream entries). Counts, the memory guard:
     ``completions_max`` entries, ``max_completed`` / ``max_dead`` rows, ``max_log_lines``
-    per job (when ``add_log`` is given no ``keep``). Each default is the scripts' own
+    per job (when ``add_log`` is given no ``keep``). ``keep_payload``: whether a completed
+    or cancelled row keeps its payload (``True``). Each default is the scripts' own
     (``include/retention.lua``; ``Retention()`` holds them). ``explicit`` names the settings
     the queue sets (the rest are defaults).
     """
@@ -79,6 +87,7 @@ class Retention:
     max_completed: int = _DEFAULTS["max_completed"]
     max_dead: int = _DEFAULTS["max_dead"]
     max_log_lines: int = _DEFAULTS["max_log_lines"]
+    keep_payload: bool = bool(_DEFAULTS["keep_payload"])
     explicit: frozenset[str] = frozenset()
 
     @staticmethod
@@ -115,11 +124,16 @@ class Retention:
         for name, raw in fields.items():
             if raw is None or name not in _DEFAULTS:
                 continue
-            values[name] = raw / 1000 if name in _TIMES else raw
+            if name in _TIMES:
+                values[name] = raw / 1000
+            elif name in _FLAGS:
+                values[name] = raw != 0
+            else:
+                values[name] = raw
         return cls(**values, explicit=frozenset(values))
 
 
 if set(_DEFAULTS) != {f.name for f in attrs.fields(Retention)} - {"explicit"} or not (
-    _TIMES <= set(_DEFAULTS)
+    (_TIMES | _FLAGS) <= set(_DEFAULTS)
 ):
     raise RuntimeError("include/retention.lua's RETENTION_DEFAULTS and Retention's fields differ")

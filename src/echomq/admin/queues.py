@@ -629,7 +629,8 @@ async def capped(conn: Executor, queue: str) -> Capped:
 async def set_retention(conn: Executor, queue: str, **settings: Any) -> None:
     """Set the queue's retention settings (docs/results.md); ``None`` resets one to its
     default. Times in seconds: ``keep_result``, ``keep_dead``, ``completions_keep``;
-    counts: ``completions_max``, ``max_completed``, ``max_dead``, ``max_log_lines``.
+    counts: ``completions_max``, ``max_completed``, ``max_dead``, ``max_log_lines``;
+    ``keep_payload`` (a bool: whether a completed or cancelled row keeps its payload).
     What finishes from now on follows them; rows already finished keep their TTL.
 
     Raises:

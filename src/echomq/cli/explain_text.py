@@ -9,8 +9,9 @@ are the server's clock, printed in UTC.
 Rule 3: an active job's holder is read from its heartbeat record (docs/runtime.md,
 "Workers"): alive and running it, alive but its event loop blocked (in which task, for how
 long), or gone (no heartbeat for so long: the process died or lost Redis). Only an active
-job has a holder: for any other the row's worker is the one that claimed it last (a
-finished job says when it finished and how).
+job has a holder: for a waiting or dead one the row's worker is the one that claimed it
+last (a completed or cancelled row keeps none: docs/results.md, "The finished row"); a
+finished job says when it finished and how.
 """
 
 from __future__ import annotations

@@ -192,6 +192,8 @@ async def cmd_status(conn: Connection, args: argparse.Namespace, out: Console) -
 
 _TIMES = ("keep_result", "keep_dead", "completions_keep")
 _COUNTS = ("completions_max", "max_completed", "max_dead", "max_log_lines")
+_FLAGS = ("keep_payload",)
+_ALL = (*_TIMES, *_COUNTS, *_FLAGS)
 
 
 def _span(text: str) -> float:
@@ -208,6 +210,12 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
 
 
+def _on_off(text: str) -> bool:
+    if text in ("on", "off"):
+        return text == "on"
+    raise argparse.ArgumentTypeError(f"on or off, not {text!r}")
+
+
 def _show_span(seconds: float) -> str:
     for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
         if seconds >= size and seconds % size == 0:
@@ -217,7 +225,7 @@ def _show_span(seconds: float) -> str:
 
 async def cmd_retention(conn: Connection, args: argparse.Namespace, out: Console) -> int:
     changes: dict[str, object] = {
-        name: getattr(args, name) for name in (*_TIMES, *_COUNTS) if getattr(args, name) is not None
+        name: getattr(args, name) for name in _ALL if getattr(args, name) is not None
     }
     for name in args.reset or ():
         changes[name] = None
@@ -225,12 +233,15 @@ async def cmd_retention(conn: Connection, args: argparse.Namespace, out: Console
         await admin.set_retention(conn, args.queue, **changes)
     r = await admin.retention(conn, args.queue)
     if args.json:
-        out.print_json(json.dumps({**{n: getattr(r, n) for n in (*_TIMES, *_COUNTS)},
+        out.print_json(json.dumps({**{n: getattr(r, n) for n in _ALL},
                                    "explicit": sorted(r.explicit)}))  # fmt: skip
         return DONE
-    for name in (*_TIMES, *_COUNTS):
+    for name in _ALL:
         value = getattr(r, name)
-        shown = _show_span(value) if name in _TIMES else f"{value:,}"
+        if name in _FLAGS:
+            shown = "on" if value else "off"
+        else:
+            shown = _show_span(value) if name in _TIMES else f"{value:,}"
         origin = "set" if name in r.explicit else "default"
         out.print(f"{name:17} {shown:>12}  ({origin})")
     return DONE
@@ -355,7 +366,11 @@ def register(commands: Commands) -> None:
             help=f"{name}: a count (the memory guard)",
         )  # fmt: skip
     p.add_argument(
-        "--reset", action="append", choices=(*_TIMES, *_COUNTS), metavar="NAME",
+        "--keep-payload", dest="keep_payload", type=_on_off, metavar="on|off",
+        help="whether a completed or cancelled job's row keeps its payload (default on)",
+    )  # fmt: skip
+    p.add_argument(
+        "--reset", action="append", choices=_ALL, metavar="NAME",
         help="back to the default (repeatable)",
     )  # fmt: skip
     p.add_argument("--json", action="store_true", help="print JSON")

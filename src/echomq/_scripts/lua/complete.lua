@@ -26,6 +26,7 @@ local id, token, result, base = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- @include lanes
 -- @include leave_active
 -- @include finished
+-- @include finish_row
 
 -- checks, in order: row, token, (idempotent repeat), membership
 local fields = redis.call('HMGET', row, 'token', 'state', 'group', 'priority')
@@ -42,22 +43,17 @@ local state = cancelled and 'cancelled' or 'completed'
 local fin = finish_read(base, state, now, {{id, state}})
 
 leave_active(base, active, id, group)
--- the lease's fields go first, and a priority of 0 (absent reads 0): what only the
--- running job needs (docs/results.md, "The finished row"); the row then never holds more
--- fields than it did while it ran
-if fields[4] == '0' then
-  redis.call('HDEL', row, 'lease_epoch', 'worker', 'priority')
-else
-  redis.call('HDEL', row, 'lease_epoch', 'worker')
-end
+-- the row loses what only the running job needs (include/finish_row.lua)
+local keep_payload, zero_priority = fin.keep_payload ~= 0, fields[4] == '0'
 if cancelled then
   local reason = string.sub(result, 11)
-  redis.call('HSET', row, 'state', 'cancelled', 'cancel_reason', reason,
-    'finished_at', fin.now_arg)
+  finish_row(row, keep_payload, zero_priority,
+    {'state', 'cancelled', 'cancel_reason', reason, 'finished_at', fin.now_arg})
   redis.call('PUBLISH', base .. 'events', '{"event":"cancelled","job":"' .. id .. '"}')
   finished(fin, 1, {reason = reason})
 else
-  redis.call('HSET', row, 'state', 'completed', 'result', result, 'finished_at', fin.now_arg)
+  finish_row(row, keep_payload, zero_priority,
+    {'state', 'completed', 'result', result, 'finished_at', fin.now_arg})
   redis.call('PUBLISH', base .. 'events', '{"event":"completed","job":"' .. id .. '"}')
   finished(fin, 1, {result = result})
 end

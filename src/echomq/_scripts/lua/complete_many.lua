@@ -32,6 +32,7 @@
 -- @include lanes
 -- @include leave_active
 -- @include finished
+-- @include finish_row
 local active, base = KEYS[1], ARGV[1]
 local n = tonumber(ARGV[2])
 if not n or n < 1 or n > MAX_HELD or #ARGV ~= 2 + n * 3 then
@@ -54,7 +55,7 @@ local done, stopped = {}, {}  -- jobs' entries by outcome: completed, cancelled
 local wanted = finish_fields('completed')
 table.insert(wanted, 1, 'group')
 table.insert(wanted, 1, 'state')
-wanted[#wanted + 1] = 'priority'  -- (a priority of 0 goes at the finish, as in complete)
+wanted[#wanted + 1] = 'priority'  -- (a priority of 0 goes at the finish: finish_row)
 local prio = #wanted
 local at = nil  -- where the token is
 for k, name in ipairs(wanted) do
@@ -110,13 +111,8 @@ local loud = heard(channel, #jobs)  -- (include/events.lua)
 local detail = {}  -- finished's detail, one table rewritten job by job
 for k, job in ipairs(done) do
   local id, result = job[1], job[5]
-  if job[3][prio] == '0' then  -- the lease's fields first, and a priority of 0 (complete)
-    redis.call('HDEL', job[6], 'lease_epoch', 'worker', 'priority')
-  else
-    redis.call('HDEL', job[6], 'lease_epoch', 'worker')
-  end
-  redis.call('HSET', job[6], 'state', 'completed', 'result', result,
-    'finished_at', fin.now_arg)
+  finish_row(job[6], fin.keep_payload ~= 0, job[3][prio] == '0',
+    {'state', 'completed', 'result', result, 'finished_at', fin.now_arg})
   if loud then redis.call('PUBLISH', channel, '{"event":"completed","job":"' .. id .. '"}') end
   detail.result = result
   finished(fin, k, detail)
@@ -124,13 +120,8 @@ end
 detail.result = nil
 for k, job in ipairs(stopped) do
   local id, reason = job[1], string.sub(job[5], 11)
-  if job[3][prio] == '0' then
-    redis.call('HDEL', job[6], 'lease_epoch', 'worker', 'priority')
-  else
-    redis.call('HDEL', job[6], 'lease_epoch', 'worker')
-  end
-  redis.call('HSET', job[6], 'state', 'cancelled', 'cancel_reason', reason,
-    'finished_at', fin_x.now_arg)
+  finish_row(job[6], fin_x.keep_payload ~= 0, job[3][prio] == '0',
+    {'state', 'cancelled', 'cancel_reason', reason, 'finished_at', fin_x.now_arg})
   if loud then redis.call('PUBLISH', channel, '{"event":"cancelled","job":"' .. id .. '"}') end
   detail.reason = reason
   finished(fin_x, k, detail)

@@ -137,14 +137,14 @@ local function finish_fields(kept)
 end
 local function finish_read(base, kept, now, jobs, parents)
   local names = {'keep_result', 'keep_dead', 'completions_keep', 'completions_max',
-    'max_completed', 'max_dead'}
+    'max_completed', 'max_dead', 'keep_payload'}
   local s = redis.call('HMGET', base .. 'meta', 'keep_result', 'keep_dead', 'completions_keep',
-    'completions_max', 'max_completed', 'max_dead', 'logs', 'concurrency')
-  local no_logs = s[7] == '0'  -- no job of the queue has a log list (include/schema.lua)
+    'completions_max', 'max_completed', 'max_dead', 'keep_payload', 'logs', 'concurrency')
+  local no_logs = s[8] == '0'  -- no job of the queue has a log list (include/schema.lua)
   local fin = {base = base, kept = kept, now = now, now_arg = int_arg(now), jobs = {},
     stream = base .. 'completions', drop = {}, migrate = {}, capped = {}, cleaned = false,
     parents = parents or {}, keep_args = {}, entry = {}, wake = false}
-  if s[8] then  -- the queue's concurrency: a consumer at the cap waits for this finish
+  if s[9] then  -- the queue's concurrency: a consumer at the cap waits for this finish
     fin.wake = redis.call('ZCARD', base .. 'pending') > 0
       or tonumber(redis.call('HGET', base .. 'meta', 'lane_jobs') or '0') > 0
     redis.call('EXISTS', base .. 'wake')

@@ -10,6 +10,7 @@ local RETENTION_DEFAULTS = {
   max_completed = 1000000,  -- completed rows kept (the memory guard)
   max_dead = 1000000,  -- dead rows kept (the memory guard)
   max_log_lines = 1000,  -- a job's log lines, when add_log is given no keep
+  keep_payload = 1,  -- a completed (or cancelled) row keeps its payload (0: it does not)
 }
 -- The finished-state indexes, each `emq:{q}:<name>` (a ZSET scored by when each member's
 -- retention ends), with the setting that times its rows: the retention sweep
