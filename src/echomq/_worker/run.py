@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
@@ -175,7 +176,7 @@ class JobRunner:
         known, call, is_parent, plain = plan
         task = known.task
         limit = soft_at = None
-        around: list[Any] = []
+        around: Sequence[Any] = ()
         if plain:  # rule 1: the Job made only when asked for
             job: Job | None = None
             args = call.args
