@@ -26,8 +26,8 @@ async def test_a_freed_slot_wakes_every_task_waiting_for_one() -> None:
         woken.append(name)
 
     assert room.available == 4 and room.cohort == 2
-    room.take()
-    room.take()
+    room.take(1)
+    room.take(1)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(wait, "claim loop")
         nursery.start_soon(wait, "prefetch starter")
@@ -90,7 +90,7 @@ async def test_the_settler_finishes_what_it_does_not_write_and_frees_its_slot() 
         settler = Settler(conn=cast(Any, None), inflight=inflight, room=room, nursery=nursery)
         fenced, lost, shut = (inflight.add(name, 1, 1000) for name in ("f", "l", "s"))
         for _ in range(3):
-            room.take()
+            room.take(1)
         fenced.stop, lost.stop, shut.stop = Stop.FENCED, Stop.LOST, Stop.SHUTDOWN
         result = Settlement(complete=True, result=b"1")
         assert settler.take(fenced, result) is None

@@ -1,9 +1,9 @@
 """The held-job table: the jobs a worker holds, and the one place that cancels them.
 
 Rule 1: every claimed job has a :class:`Held` record (its queue, id, token, lease, its
-``CancelToken``), keyed by queue and id (a worker may serve several queues, and a job id
-is unique within its queue only), from the moment the claim answers until its outcome is
-settled or handed back (:meth:`InFlight.finish`). The lease keeper reads this map;
+``CancelToken``), filed by queue, then by id (a worker may serve several queues, and a job
+id is unique within its queue only), from the moment the claim answers until its outcome
+is settled or handed back (:meth:`InFlight.finish`). The lease keeper reads this table;
 nobody else keeps one.
 A job finished without being settled (a shutdown past grace, a worker cancelled from
 outside) joins the table's hand-back list, which the worker releases to pending.
@@ -161,20 +161,21 @@ class Held:
             self.hard_scope.cancel()
 
 
-Key = tuple[str, str]  # (queue, job id)
+Key = tuple[str, str]  # (queue, job id): an early cancel's
 Returned = tuple[str, str, int]  # (queue, job id, token): a job to hand back
 
 
 @attrs.define(eq=False)
 class InFlight:
-    """The map ``(queue, job_id) -> Held`` and the events that change it. ``queue``: the
-    queue a call names when it names none (the worker's first)."""
+    """The held jobs, ``queue -> job_id -> Held``, and the events that change them.
+    ``queue``: the queue a call names when it names none (the worker's first)."""
 
     queue: str = ""
-    jobs: dict[Key, Held] = attrs.field(factory=dict, init=False)
+    # rule 1: per queue, its held jobs by id (a queue's table stays once made)
+    _tables: dict[str, dict[str, Held]] = attrs.field(factory=dict, init=False)
+    _count: int = attrs.field(default=0, init=False)  # held jobs, every queue's
     # rule 1: the jobs finished unsettled, for the worker to release to pending
     hand_back: list[Returned] = attrs.field(factory=list, init=False)
-    _by_queue: dict[str, int] = attrs.field(factory=dict, init=False)  # held per queue
     _early: OrderedDict[Key, tuple[float, str | None, float | None, bool]] = attrs.field(
         factory=OrderedDict, init=False
     )
@@ -185,26 +186,35 @@ class InFlight:
         self._idle.set()
 
     def __len__(self) -> int:
-        return len(self.jobs)
+        return self._count
+
+    def held(self) -> list[Held]:
+        """Every held job, of every queue (a list: the table may change while it is read;
+        from another thread, this raises RuntimeError when it changes under the read)."""
+        return [held for table in list(self._tables.values()) for held in table.values()]
 
     def get(self, job_id: str, queue: str | None = None) -> Held | None:
         """The held job ``job_id`` of ``queue`` (default: the table's), or None."""
-        return self.jobs.get((self.queue if queue is None else queue, job_id))
+        table = self._tables.get(self.queue if queue is None else queue)
+        return None if table is None else table.get(job_id)
 
     def held_in(self, queue: str) -> int:
         """How many jobs of ``queue`` are held (running, settling or prefetched)."""
-        return self._by_queue.get(queue, 0)
+        table = self._tables.get(queue)
+        return 0 if table is None else len(table)
 
     def add(self, job_id: str, token: int, lease_ms: int, queue: str | None = None) -> Held:
         queue = self.queue if queue is None else queue
         held = Held(job_id, token, lease_ms, queue)
-        key = (queue, job_id)
-        if key not in self.jobs:
-            self._by_queue[queue] = self._by_queue.get(queue, 0) + 1
-        self.jobs[key] = held
+        table = self._tables.get(queue)
+        if table is None:
+            table = self._tables[queue] = {}
+        if job_id not in table:
+            self._count += 1
+        table[job_id] = held
         if self._idle.is_set():
             self._idle = trio.Event()
-        early = self._early.pop(key, None) if self._early else None
+        early = self._early.pop((queue, job_id), None) if self._early else None
         if early is not None and trio.current_time() - early[0] < _EARLY_CANCEL_TTL:
             at, reason, grace, fenced = early
             self._apply(held, reason, None if grace is None else at + grace, fenced)
@@ -214,17 +224,17 @@ class InFlight:
         """``helds`` are done: they leave the table. ``settled``: those whose outcome the
         server has (None: every one); the others are handed back, unless recovery or a
         fence owns them (a lost lease, a fence)."""
-        jobs, counts = self.jobs, self._by_queue
+        tables = self._tables
         for held in helds:
-            key = (held.queue, held.id)
-            if jobs.get(key) is held:
-                del jobs[key]
-                counts[held.queue] -= 1
+            table = tables.get(held.queue)
+            if table is not None and table.get(held.id) is held:
+                del table[held.id]
+                self._count -= 1
         if settled is not None and len(settled) < len(helds):
             for held in helds:
                 if held not in settled and held.stop not in SETTLED_ELSEWHERE:
                     self.hand_back.append((held.queue, held.id, held.token))
-        if not jobs:
+        if not self._count:
             self._idle.set()
 
     def give_back(self, helds: list[Held]) -> None:
@@ -257,12 +267,12 @@ class InFlight:
         fenced already: stop it hard now.
         """
         now = trio.current_time()
-        key = (self.queue if queue is None else queue, job_id)
-        held = self.jobs.get(key)
+        queue = self.queue if queue is None else queue
+        held = self.get(job_id, queue)
         if held is not None:
             self._apply(held, reason, None if grace is None else now + grace, fenced)
             return True
-        self._early[key] = (now, reason, grace, fenced)
+        self._early[queue, job_id] = (now, reason, grace, fenced)
         while len(self._early) > _EARLY_CANCELS:
             self._early.popitem(last=False)
         return False
@@ -283,12 +293,12 @@ class InFlight:
 
     def next_fence(self) -> float | None:
         """The earliest armed fence time of a held job (trio time), or None."""
-        times = [h.fence_at for h in self.jobs.values() if h.fence_at is not None]
+        times = [h.fence_at for h in self.held() if h.fence_at is not None]
         return min(times) if times else None
 
     def due_fences(self, now: float) -> list[Held]:
         """Held jobs whose fence time has come."""
-        return [h for h in self.jobs.values() if h.fence_at is not None and h.fence_at <= now]
+        return [h for h in self.held() if h.fence_at is not None and h.fence_at <= now]
 
     def lose(self, job_id: str, token: int, queue: str | None = None) -> None:
         held = self.get(job_id, queue)
@@ -296,5 +306,5 @@ class InFlight:
             held.lose()
 
     def shut_down_all(self) -> None:
-        for held in list(self.jobs.values()):
+        for held in self.held():
             held.shut_down()

@@ -150,7 +150,7 @@ class ClaimLoop:
         failing = pool.nursery.cancel_scope  # cancelled: a job task failed (a crash)
         while True:
             while ready and room.available > 0 and not failing.cancel_called:
-                room.take()
+                room.take(1)
                 job, held = ready.popleft()
                 held.waiting = False
                 pool.start(job, held)
@@ -284,26 +284,29 @@ class ClaimLoop:
     def _take(self, batch: ClaimBatch, queue: str) -> None:
         """Start each claimed job (no checkpoint here: nothing claimed is dropped)."""
         self.claims += 1
+        jobs = batch.jobs
+        if self._stopping:  # claimed as we stop: straight back to pending
+            self.inflight.hand_back.extend((queue, job.id, job.token) for job in jobs)
+            return
         add, lease = self.inflight.add, self.claim_lease_ms
         room, start, ready = self.room, self.pool.start, self._ready
-        taken = 0
+        # the first jobs take the free slots; the rest are prefetched (rule 5): each takes
+        # the next slot that frees (after any job prefetched before)
+        starting = 0 if ready else max(0, min(room.available, len(jobs)))
+        room.take(starting)
         now = perf_counter()
-        for job in batch.jobs:
-            if self._stopping:  # claimed as we stop: straight back to pending
-                self.inflight.hand_back.append((queue, job.id, job.token))
-                continue
+        for job in jobs[:starting]:
             held = add(job.id, job.token, lease, queue)
             held.claimed_at = now
-            taken += 1
-            if room.available > 0 and not ready:
-                room.take()
-                start(job, held)
-            else:  # rule 5: prefetched, it takes the next slot that frees
-                held.waiting = True
-                ready.append((job, held))
-                if room.available > 0:
-                    room.wake()
-        self.counters.claimed += taken
+            start(job, held)
+        for job in jobs[starting:]:
+            held = add(job.id, job.token, lease, queue)
+            held.claimed_at = now
+            held.waiting = True
+            ready.append((job, held))
+        if ready and room.available > 0:
+            room.wake()
+        self.counters.claimed += len(jobs)
 
     @staticmethod
     def _idle_time(batch: ClaimBatch) -> float:

@@ -60,7 +60,7 @@ class LeaseKeeper:
         """Renew every held lease once."""
         self.ticks += 1
         by_lease: dict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
-        for held in list(self.inflight.jobs.values()):
+        for held in self.inflight.held():
             if held.stop not in (Stop.LOST, Stop.SLEPT) and not held.settling:
                 by_lease[held.queue, held.lease_ms].append((held.id, held.token))
         for (queue, lease_ms), pairs in by_lease.items():

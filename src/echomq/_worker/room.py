@@ -42,9 +42,9 @@ class Room:
         """Rule 2: the last cohort of slots freed within ``PREFETCH_TURNOVER``, recently."""
         return trio.current_time() < self._fast_until
 
-    def take(self) -> None:
-        """A job starts in a free slot."""
-        self.available -= 1
+    def take(self, n: int) -> None:
+        """``n`` jobs start, each in a free slot."""
+        self.available -= n
 
     def free(self, n: int) -> None:
         """``n`` jobs are done (settled or handed back): their slots are free."""

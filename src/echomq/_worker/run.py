@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
@@ -81,9 +82,6 @@ __all__ = ["JobRunner"]
 
 log = logging.getLogger("echomq.worker")
 
-# a decoded job: its task, its call, whether it is a flow parent, whether it runs plain
-Plan = tuple[TaskSpec, Call, bool, bool]
-
 
 @attrs.frozen
 class _Known:
@@ -95,6 +93,11 @@ class _Known:
     plain: bool
     loads: bool
     tally: TaskTally
+
+
+# a decoded job: its task (as its jobs run), its call, whether it is a flow parent, whether
+# it runs plain
+Plan = tuple[_Known, Call, bool, bool]
 
 
 @attrs.define(eq=False)
@@ -170,9 +173,10 @@ class JobRunner:
         plan = self._plan(claimed, held)
         if isinstance(plan, Settlement):  # it ends before it runs
             return plan
-        task, call, is_parent, plain = plan
+        known, call, is_parent, plain = plan
+        task = known.task
         limit = soft_at = None
-        around: list[Any] = []
+        around: Sequence[Any] = ()
         if plain:  # rule 1: the Job made only when asked for
             job: Job | None = None
             args = call.args
@@ -193,6 +197,9 @@ class JobRunner:
         scope = held.slot
         assert scope is not None  # (a slot task's: pool.py)
         started = perf_counter()
+        waited_ms = claimed.waited_ms
+        if waited_ms is not None:  # tally.py rule 3
+            known.tally.wait(waited_ms / 1000 + (started - held.claimed_at))
         try:
             if held.stop is not None:  # a cancel request reached it before it ran
                 scope.cancel()
@@ -222,8 +229,8 @@ class JobRunner:
             held.ran = perf_counter() - started
 
     def _plan(self, claimed: Claimed, held: Held) -> Plan | Settlement:
-        """The decoded payload and its task: ``(task, call, is a flow parent, plain)``; or
-        the settlement of a job that ends before it runs (a payload that cannot be
+        """The decoded payload and its task: ``(known, call, is a flow parent, plain)``;
+        or the settlement of a job that ends before it runs (a payload that cannot be
         decoded, no such task)."""
         is_parent, payload = split_payload(claimed.payload)
         failed_with = fed = None
@@ -238,24 +245,20 @@ class JobRunner:
             return undecodable(claimed.id, exc, "the payload could not be decoded")
         if failed_with is not None:  # the failed job's id and error, for the stand-ins
             call = call._replace(args=(*failed_with, *call.args[2:]))
-        held.task = call.task
-        task = self.queue.tasks.get(call.task)
+        name = held.task = call.task
+        task = self.queue.tasks.get(name)
         if task is None:
-            task = BUILTINS.get(call.task)
+            task = BUILTINS.get(name)
         if task is None:
-            name = self.queue.name
-            error = f"TaskNotRegistered: no task named {call.task!r} on queue {name!r}"
+            error = f"TaskNotRegistered: no task named {name!r} on queue {self.queue.name!r}"
             delay = backoff_ms(default_backoff, claimed.failures + 1)
             return Settlement(
                 complete=False, error=clip(error, MAX_ERROR_TEXT), retry_delay_ms=delay
             )
-        known = self._known.get(call.task)
+        known = self._known.get(name)
         if known is None or known.task is not task:  # a task's first job: what it needs
-            known = self._known[call.task] = self._first_job(task)
+            known = self._known[name] = self._first_job(task)
         held.lease_ms = known.lease_ms
-        waited_ms = claimed.waited_ms
-        if waited_ms is not None:  # tally.py rule 3
-            known.tally.wait(waited_ms / 1000 + (perf_counter() - held.claimed_at))
         if known.loads:
             try:
                 call = task.load_call(call)
@@ -264,7 +267,7 @@ class JobRunner:
         plain = known.plain and not is_parent
         if plain and self.hooks is not None and self.hooks.runs:
             plain = False  # rule 5: its Job is made
-        return task, call, is_parent, plain
+        return known, call, is_parent, plain
 
     def _first_job(self, task: TaskSpec) -> _Known:
         """What a task's jobs need, read at its first job (then kept: ``_known``)."""

@@ -127,6 +127,10 @@ class Settler:
         then awaits :meth:`settle` for (rule 5); None: done here, or joined this tick's
         batch of completions (rule 3)."""
         stop = held.stop
+        if stop is None and type(outcome) is bytes:  # completed: its encoded result
+            held.settling = True  # the lease keeper leaves it alone
+            self._join(held, outcome, False)  # (the common case)
+            return None
         if stop is Stop.FENCED:
             self._count(held, "cancelled")
             log.warning(
@@ -140,8 +144,8 @@ class Settler:
         elif stop is Stop.SLEPT:  # a durable sleep, a wait for children (docs/steps.md)
             log.debug("job %s left active by itself (a sleep, or a wait for children)", held.id)
         elif outcome is not None:
-            held.settling = True  # the lease keeper leaves it alone
-            if type(outcome) is bytes:  # completed: its encoded result (the common case)
+            held.settling = True
+            if type(outcome) is bytes:  # completed all the same (a stop it did not heed)
                 self._join(held, outcome, False)
                 return None
             assert isinstance(outcome, Settlement)

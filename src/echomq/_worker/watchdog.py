@@ -196,7 +196,7 @@ class Watchdog:
         """The jobs the worker holds now, as plain values (rule 4)."""
         for _ in range(3):
             try:
-                found = list(self.inflight.jobs.values())
+                found = self.inflight.held()
             except RuntimeError:  # the map changed under us: read it again
                 continue
             return tuple(
@@ -211,7 +211,7 @@ class Watchdog:
         at most ``MAX_RUNNING_LISTED``."""
         for _ in range(3):
             try:
-                found = list(self.inflight.jobs.values())
+                found = self.inflight.held()
             except RuntimeError:  # the map changed under us: read it again
                 continue
             running = (
