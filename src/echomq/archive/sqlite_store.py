@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from .._model.completion import FinishedJob
@@ -126,8 +127,7 @@ class SqliteStore:
         if version is None:
             if not create:
                 raise ArchiveError(f"{display} is not an echomq archive (no schema version)")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(conn):
                 conn.execute(META_CREATE)
                 version = cls._version(conn)  # another process may have made it meanwhile
                 if version is None:
@@ -137,11 +137,6 @@ class SqliteStore:
                         f"INSERT INTO {META_TABLE} (name, value) VALUES ('schema_version', ?)",
                         (str(SCHEMA_VERSION),),
                     )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
         if version is not None and version > SCHEMA_VERSION:
             raise newer_schema(display, version)
         if version is not None and version < SCHEMA_VERSION and create:
@@ -157,8 +152,7 @@ class SqliteStore:
         """Version 1 to 2 (the state ``expired``): SQLite alters no CHECK, so the table is
         made again, its rows (and their ``seq``) copied, in one transaction; a reader of
         version 1 (``create=False``) reads it as it is."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with _immediate(conn):
             if (cls._version(conn) or SCHEMA_VERSION) < 2:  # (another writer may have done it)
                 every = ", ".join(("seq", *COLUMNS))
                 conn.execute(_CREATE.format(table=f"{TABLE}_v2"))
@@ -170,11 +164,6 @@ class SqliteStore:
                     f"UPDATE {META_TABLE} SET value = ? WHERE name = 'schema_version'",
                     (str(SCHEMA_VERSION),),
                 )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     def write(self, jobs: Sequence[FinishedJob]) -> int:
         """Store ``jobs`` in one transaction; answer how many were new."""
@@ -221,3 +210,17 @@ class SqliteStore:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """A write transaction taken at once (BEGIN IMMEDIATE): committed when the block ends,
+    rolled back when it raises."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
