@@ -269,10 +269,10 @@ def process_cpu(pid: int) -> float:
     return _ticks(pid) / os.sysconf("SC_CLK_TCK")
 
 
-def group_cpu(pgid: int) -> float:
-    """CPU seconds of the live processes of process group ``pgid`` (a worker started in a
-    session of its own, with any children it forked)."""
-    ticks = 0
+def proc_table() -> dict[int, tuple[int, int, int]]:
+    """Every live process: pid -> (parent pid, process group, CPU ticks: utime + stime),
+    read from /proc (a process that ends while it is read is left out)."""
+    table: dict[int, tuple[int, int, int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -280,8 +280,14 @@ def group_cpu(pgid: int) -> float:
             fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[2]) == pgid:
-            ticks += int(fields[11]) + int(fields[12])
+        table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[11]) + int(fields[12]))
+    return table
+
+
+def group_cpu(pgid: int) -> float:
+    """CPU seconds of the live processes of process group ``pgid`` (a worker started in a
+    session of its own, with any children it forked)."""
+    ticks = sum(t for _, group, t in proc_table().values() if group == pgid)
     return ticks / os.sysconf("SC_CLK_TCK")
 
 

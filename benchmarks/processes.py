@@ -57,26 +57,16 @@ def _workers(mode: str, url: str, processes: int, concurrency: int) -> list[list
 def _tree_cpu(roots: list[int]) -> float:
     """CPU seconds of the live processes ``roots`` and all their descendants (a
     supervisor's children run in sessions of their own: a process group misses them)."""
-    parent: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        pid = int(entry.name)
-        parent[pid], ticks[pid] = int(fields[1]), int(fields[11]) + int(fields[12])
+    table = harness.proc_table()
     inside = set(roots)
     grew = True
     while grew:
         grew = False
-        for pid, ppid in parent.items():
+        for pid, (ppid, _, _) in table.items():
             if ppid in inside and pid not in inside:
                 inside.add(pid)
                 grew = True
-    return sum(ticks.get(pid, 0) for pid in inside) / os.sysconf("SC_CLK_TCK")
+    return sum(table[pid][2] for pid in inside if pid in table) / os.sysconf("SC_CLK_TCK")
 
 
 def one(
